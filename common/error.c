@@ -1,0 +1,73 @@
+/*
+ * common/error.c: error messages and codes.  Each thread has its own last
+ * message, so two loaders in two threads never see each other's errors.
+ */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/internal.h"
+
+static _Thread_local char pp_msg[1024];
+
+int pp_error(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(pp_msg, sizeof(pp_msg), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+int pp_error_set(int err, const char *msg)
+{
+	if (msg != pp_msg)
+		snprintf(pp_msg, sizeof(pp_msg), "%s", msg);
+	return err;
+}
+
+PP_API const char *pp_last_error(void)
+{
+	return pp_msg;
+}
+
+PP_API const char *pp_strerror(int err)
+{
+	if (err < 0)
+		err = -err;
+	if (err == 0)
+		return "Success";
+	/* strerror() is thread-safe in glibc for known codes, and every
+	 * code the library returns is a standard errno value. */
+	return strerror(err);
+}
+
+PP_API const char *pp_version(void)
+{
+	return PP_VERSION_STRING;
+}
+
+PP_API size_t pp_dtype_size(enum pp_dtype dtype)
+{
+	switch (dtype) {
+	case PP_DTYPE_U8:
+		return 1;
+	case PP_DTYPE_F32:
+		return 4;
+	}
+	return 0;
+}
+
+PP_API const char *pp_dtype_name(enum pp_dtype dtype)
+{
+	switch (dtype) {
+	case PP_DTYPE_U8:
+		return "u8";
+	case PP_DTYPE_F32:
+		return "f32";
+	}
+	return "?";
+}

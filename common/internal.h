@@ -1,0 +1,108 @@
+/*
+ * common/internal.h: small utilities shared by every module of the library
+ * and not exported: error recording, overflow-checked sizes, little-endian
+ * encoding, CRC-32 and a monotonic clock.
+ */
+#ifndef PP_COMMON_INTERNAL_H
+#define PP_COMMON_INTERNAL_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "pinpipe/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define PP_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PP_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#if defined(__GNUC__)
+#define PP_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define PP_PRINTF(f, a)
+#endif
+
+/*
+ * Records a message for pp_last_error() in the calling thread and returns
+ * 'err', which must be a negative errno value, so that a failure reads
+ * "return pp_error(-EINVAL, "%s: ...", path);".
+ */
+int pp_error(int err, const char *fmt, ...) PP_PRINTF(2, 3);
+
+/* Copies an already formatted message into pp_last_error() and returns 'err'. */
+int pp_error_set(int err, const char *msg);
+
+/* Writes a * b into *out_p; returns false (and writes nothing) on overflow. */
+static inline bool pp_mul_size(size_t a, size_t b, size_t *out_p)
+{
+	size_t r;
+	if (__builtin_mul_overflow(a, b, &r))
+		return false;
+	*out_p = r;
+	return true;
+}
+
+static inline bool pp_add_size(size_t a, size_t b, size_t *out_p)
+{
+	size_t r;
+	if (__builtin_add_overflow(a, b, &r))
+		return false;
+	*out_p = r;
+	return true;
+}
+
+static inline uint32_t pp_le32(const void *p)
+{
+	const uint8_t *b = (const uint8_t *)p;
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static inline uint64_t pp_le64(const void *p)
+{
+	const uint8_t *b = (const uint8_t *)p;
+	return (uint64_t)pp_le32(b) | (uint64_t)pp_le32(b + 4) << 32;
+}
+
+static inline uint32_t pp_be32(const void *p)
+{
+	const uint8_t *b = (const uint8_t *)p;
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
+}
+
+static inline void pp_put_le32(void *p, uint32_t v)
+{
+	uint8_t *b = (uint8_t *)p;
+	b[0] = (uint8_t)v;
+	b[1] = (uint8_t)(v >> 8);
+	b[2] = (uint8_t)(v >> 16);
+	b[3] = (uint8_t)(v >> 24);
+}
+
+static inline void pp_put_le64(void *p, uint64_t v)
+{
+	pp_put_le32(p, (uint32_t)v);
+	pp_put_le32((uint8_t *)p + 4, (uint32_t)(v >> 32));
+}
+
+/* CRC-32 (ISO-HDLC, as zlib's crc32), continued from 'crc' (0 to start). */
+uint32_t pp_crc32(uint32_t crc, const void *buf, size_t len);
+
+/* Monotonic time in nanoseconds. */
+static inline uint64_t pp_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,61 @@
+/*
+ * pinpipe/common.h: what every part of the public API shares: the export
+ * marker, error reporting, element types and the library version.
+ *
+ * Error convention (liburing's): a function that can fail returns 0 (or a
+ * count) on success and a negative errno value on failure.  The message of
+ * the last failure in the calling thread, which names the file, the place
+ * and what was expected, is returned by pp_last_error().
+ */
+#ifndef PINPIPE_COMMON_H
+#define PINPIPE_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(PP_BUILDING_LIBRARY) && defined(__GNUC__)
+#define PP_API __attribute__((visibility("default")))
+#else
+#define PP_API
+#endif
+
+#define PP_VERSION_STRING "0.1.0"
+
+/* Element type of samples and tensors.  Values are part of the shard format. */
+enum pp_dtype {
+	PP_DTYPE_U8 = 1,  /* unsigned 8-bit integer */
+	PP_DTYPE_F32 = 2, /* IEEE 754 binary32, little-endian on disk */
+};
+
+/* Returns the library version, e.g. "0.1.0". */
+PP_API const char *pp_version(void);
+
+/*
+ * Returns a description of the error code 'err' (negative errno values as the
+ * library returns them, or positive ones).  Never NULL; thread-safe.
+ */
+PP_API const char *pp_strerror(int err);
+
+/*
+ * Returns the message of the last call into the library that failed in this
+ * thread, e.g. "train.pps: chunk 3 at offset 12288: CRC-32 mismatch
+ * (expected 0x1c291ca3, got 0x00000000)".  Valid until the next failing call
+ * in the same thread; a successful call does not clear it.  Returns "" when
+ * no call has failed in this thread.  Never NULL.
+ */
+PP_API const char *pp_last_error(void);
+
+/* Returns the size in bytes of one element of 'dtype', or 0 if it is unknown. */
+PP_API size_t pp_dtype_size(enum pp_dtype dtype);
+
+/* Returns "u8" or "f32", or "?" for an unknown dtype. */
+PP_API const char *pp_dtype_name(enum pp_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

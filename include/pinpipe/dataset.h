@@ -1,0 +1,237 @@
+/*
+ * pinpipe/dataset.h: sample sources and the pinpipe shard format.
+ *
+ * A dataset knows its sample count, the shape and element type of a sample,
+ * the kind of its labels, and how to put samples into a caller's buffer.
+ * IDX (MNIST, Fashion-MNIST; raw or gzip), CIFAR-10 binary batches and shard
+ * sets are decoded once into memory when opened; a synthetic dataset makes
+ * its samples on demand from a seed.  Every reader validates the whole file
+ * before it returns, and rejects a bad file with a message (pp_last_error())
+ * that names the file, the place and what was expected.
+ *
+ * Thread safety: a dataset is immutable once opened; pp_dataset_read() and
+ * pp_dataset_gather() may be called from any number of threads at once.
+ */
+#ifndef PINPIPE_DATASET_H
+#define PINPIPE_DATASET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pinpipe/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PP_MAX_DIMS 4
+
+enum pp_label_kind {
+	PP_LABEL_NONE = 0,  /* no labels */
+	PP_LABEL_CLASS = 1, /* one int32 class index per sample, 0..num_classes-1 */
+};
+
+/* What one sample looks like, and how many there are. */
+struct pp_sample_info {
+	uint64_t count;              /* number of samples */
+	enum pp_dtype dtype;         /* element type */
+	uint32_t ndim;               /* dimensions used in shape[], 1..PP_MAX_DIMS */
+	uint32_t shape[PP_MAX_DIMS]; /* e.g. {1, 28, 28}: channels, height, width */
+	size_t sample_bytes;         /* product of shape[] times the dtype's size */
+	enum pp_label_kind label_kind;
+	uint32_t num_classes;        /* labels lie in 0..num_classes-1; 0 without labels */
+};
+
+struct pp_dataset;
+
+/*
+ * Opens an IDX pair as published for MNIST and Fashion-MNIST: an idx3 file of
+ * uint8 images and an idx1 file of uint8 labels, each raw or gzip-compressed
+ * (detected from the content, not the name).  'labels_path' may be NULL for
+ * images alone.  Samples have shape {1, rows, cols}.  Returns 0 and the
+ * dataset in *ds_p, or -errno: -ENOENT (missing file), -EBADMSG (bad magic,
+ * sizes that do not match, corrupt or truncated gzip, label out of range),
+ * -EINVAL (image and label counts differ), -ENOMEM.
+ */
+PP_API int pp_dataset_open_idx(const char *images_path, const char *labels_path,
+			       struct pp_dataset **ds_p);
+
+/*
+ * Opens CIFAR-10 binary batches (data_batch_N.bin, test_batch.bin): records
+ * of 1 label byte and 3072 image bytes (3 x 32 x 32, channel-major).  The
+ * samples of all 'npaths' files, in the order given, form one dataset.
+ * Returns 0 or -errno (-EBADMSG for a size that is not a whole number of
+ * records or a label above 9).
+ */
+PP_API int pp_dataset_open_cifar10(const char *const *paths, size_t npaths,
+				   struct pp_dataset **ds_p);
+
+/*
+ * Opens a set of pinpipe shards (see pp_shard_open()) and decodes all their
+ * records into memory, in the order of 'paths'.  The shards must agree on
+ * dtype, shape and labels.  Every chunk's CRC-32 is checked.
+ */
+PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
+				  struct pp_dataset **ds_p);
+
+/*
+ * Opens the dataset in a directory by what it holds: Fashion-MNIST or MNIST
+ * IDX files (train-images-idx3-ubyte[.gz] and t10k-...), CIFAR-10 binary
+ * batches (data_batch_1..5.bin and test_batch.bin, directly or in
+ * cifar-10-batches-bin/), or pinpipe shards named *train*.pps / *test*.pps.
+ * 'split' is "train" or "test".  Returns -ENOENT with a message naming the
+ * directory and the files it looked for when none is there.
+ */
+PP_API int pp_dataset_open_dir(const char *dir, const char *split, struct pp_dataset **ds_p);
+
+/* Parameters of a synthetic dataset. */
+struct pp_synthetic_config {
+	uint64_t count;        /* number of samples */
+	uint32_t channels;     /* sample shape {channels, height, width} */
+	uint32_t height;
+	uint32_t width;
+	uint32_t num_classes;  /* 2..65536 */
+	uint64_t seed;         /* same seed, same samples */
+	enum pp_dtype dtype;   /* PP_DTYPE_U8 or PP_DTYPE_F32 */
+};
+
+/*
+ * Creates a synthetic dataset: sample i is a function of (seed, i) alone,
+ * made on demand, so it takes no memory whatever its size.  It is learnable:
+ * each class has a prototype image and each sample is its class's prototype
+ * plus noise, and the label of sample i is (a hash of seed and i) modulo
+ * num_classes.
+ */
+PP_API int pp_dataset_create_synthetic(const struct pp_synthetic_config *cfg,
+				       struct pp_dataset **ds_p);
+
+/* Frees the dataset and everything it holds.  NULL is allowed. */
+PP_API void pp_dataset_destroy(struct pp_dataset *ds);
+
+/* Returns the dataset's shape and counts; valid while the dataset lives. */
+PP_API const struct pp_sample_info *pp_dataset_info(const struct pp_dataset *ds);
+
+/* Returns a short description, e.g. "idx:train-images-idx3-ubyte.gz". */
+PP_API const char *pp_dataset_name(const struct pp_dataset *ds);
+
+/*
+ * Copies samples first..first+count-1 into 'samples' (count * sample_bytes
+ * bytes) and their labels into 'labels' (count int32; may be NULL).
+ * Returns 0, or -ERANGE when the range runs past the end.
+ */
+PP_API int pp_dataset_read(const struct pp_dataset *ds, uint64_t first, uint64_t count,
+			   void *samples, int32_t *labels);
+
+/*
+ * Copies the samples indices[0..n-1], in that order, into 'samples' and
+ * their labels into 'labels' (may be NULL).  Returns 0, or -ERANGE when an
+ * index is out of range (nothing is written then).
+ */
+PP_API int pp_dataset_gather(const struct pp_dataset *ds, const uint64_t *indices, size_t n,
+			     void *samples, int32_t *labels);
+
+/*
+ * Returns the dataset's samples as one contiguous in-memory array
+ * (count * sample_bytes bytes), or NULL when it has none (synthetic).  For
+ * loaders that gather straight from memory.
+ */
+PP_API const void *pp_dataset_samples(const struct pp_dataset *ds);
+
+/* Returns the labels as one contiguous array of count int32, or NULL. */
+PP_API const int32_t *pp_dataset_labels(const struct pp_dataset *ds);
+
+/* ------------------------------------------------------------------ shards
+ *
+ * The pinpipe shard format (docs/SHARDS.md has the byte layout): a 4 KiB
+ * header block, chunks of records each compressed on its own with zlib (or
+ * stored raw) and starting at a 4 KiB boundary, a chunk index with the
+ * offset, sizes, record count and CRC-32 of every chunk, and a trailer that
+ * locates the index, so that a truncated file is detected.  Inside a chunk,
+ * the labels (int32 little-endian, one per record; absent without labels)
+ * come first, then the samples, one after the other.
+ */
+
+struct pp_shard;
+
+/* Where a chunk lies, and what it holds. */
+struct pp_shard_chunk_info {
+	uint64_t offset;       /* bytes from the start of the file; a multiple of 4096 */
+	uint32_t stored_size;  /* bytes on disk (compressed, or raw when stored) */
+	uint32_t raw_size;     /* bytes once decoded: records * (label bytes + sample_bytes) */
+	uint32_t records;      /* number of records */
+	uint32_t crc32;        /* CRC-32 of the stored bytes */
+	uint64_t first_record; /* index in the shard of the chunk's first record */
+};
+
+/*
+ * Opens a shard and validates its header, chunk index and trailer (magic,
+ * version, sizes, index CRC, offsets inside the file).  Chunks themselves
+ * are checked when read.  Returns 0 and the shard in *shard_p, or -errno:
+ * -ENOENT, -EBADMSG (damaged or truncated), -EPROTONOSUPPORT (a version this
+ * library does not read).
+ */
+PP_API int pp_shard_open(const char *path, struct pp_shard **shard_p);
+
+/* Closes the shard and frees it.  NULL is allowed. */
+PP_API void pp_shard_close(struct pp_shard *shard);
+
+/* Returns the shape and record count of the shard. */
+PP_API const struct pp_sample_info *pp_shard_info(const struct pp_shard *shard);
+
+/* Returns the number of chunks. */
+PP_API uint64_t pp_shard_chunk_count(const struct pp_shard *shard);
+
+/* Returns the path the shard was opened from. */
+PP_API const char *pp_shard_path(const struct pp_shard *shard);
+
+/* Writes chunk i's index entry into *info_p; -ERANGE if there is no chunk i. */
+PP_API int pp_shard_chunk(const struct pp_shard *shard, uint64_t i,
+			  struct pp_shard_chunk_info *info_p);
+
+/*
+ * Reads chunk i, checks its CRC-32 and decodes its records into 'samples'
+ * (records * sample_bytes bytes) and 'labels' (records int32; may be NULL).
+ * Returns 0 or -errno (-EBADMSG with the file, chunk and offset named).
+ * Not thread-safe on one shard: each thread opens its own.
+ */
+PP_API int pp_shard_read_chunk(struct pp_shard *shard, uint64_t i, void *samples,
+			       int32_t *labels);
+
+/*
+ * Reads every chunk and checks its CRC-32 and its decoded size.  Returns 0
+ * when the whole shard is sound, or the first error found.
+ */
+PP_API int pp_shard_verify(struct pp_shard *shard);
+
+struct pp_shard_writer;
+
+/* How a shard is written. */
+struct pp_shard_writer_config {
+	const struct pp_sample_info *info; /* shape, dtype, labels; count is ignored */
+	uint32_t records_per_chunk;        /* 0: 1024 */
+	int level;                         /* 0: stored raw; 1..9: zlib level */
+};
+
+/*
+ * Starts writing a shard to 'path'.  The data goes to a temporary file
+ * beside it, renamed to 'path' by pp_shard_writer_finish(), so a failed or
+ * abandoned write never leaves a half-written shard.
+ */
+PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer_config *cfg,
+				  struct pp_shard_writer **w_p);
+
+/* Appends 'count' records: samples (count * sample_bytes) and labels (count int32, or NULL without labels). */
+PP_API int pp_shard_writer_add(struct pp_shard_writer *w, const void *samples,
+			       const int32_t *labels, uint64_t count);
+
+/* Writes the last chunk, the index and the trailer, syncs and renames the file into place. */
+PP_API int pp_shard_writer_finish(struct pp_shard_writer *w);
+
+/* Frees the writer; removes the temporary file if the shard was not finished.  NULL is allowed. */
+PP_API void pp_shard_writer_destroy(struct pp_shard_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

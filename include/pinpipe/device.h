@@ -1,0 +1,176 @@
+/*
+ * pinpipe/device.h: the device interface: memory, streams, events and
+ * asynchronous copies, on one of three backends.
+ *
+ *   cuda  the CUDA runtime: a real GPU ("cuda", "cuda:N").
+ *   cpu   the host is the device: device memory is host memory and a batch
+ *         is used where it lies ("cpu").
+ *   sim   a discrete device simulated on host threads ("sim",
+ *         "sim:bw=25GB/s", "sim:poison"): its own memory, one copy-engine
+ *         thread per stream running queued copies in order, pageable copies
+ *         staged synchronously through a bounce buffer as the CUDA driver
+ *         does, pinned copies asynchronous, an optional bandwidth cap.
+ *
+ * The names are those of CUDA: a stream runs its work in order; an event
+ * recorded on a stream completes when the stream reaches it; a stream can be
+ * made to wait for an event without the host waiting.  "auto" opens cuda:0
+ * when a GPU is there and cpu otherwise.
+ *
+ * Thread safety: a device may be used from several threads at once; a
+ * stream and an event each belong to one thread at a time.
+ */
+#ifndef PINPIPE_DEVICE_H
+#define PINPIPE_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pinpipe/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum pp_device_kind {
+	PP_DEVICE_CPU = 0,
+	PP_DEVICE_SIM = 1,
+	PP_DEVICE_CUDA = 2,
+};
+
+/* What a device is and can do. */
+struct pp_device_props {
+	char name[64];           /* "cpu", "sim", "cuda:0" */
+	char description[128];   /* e.g. "NVIDIA H100 80GB HBM3" */
+	enum pp_device_kind kind;
+	int index;               /* N of cuda:N; 0 otherwise */
+	uint64_t total_memory;   /* bytes of device memory (host memory for cpu) */
+	bool host_is_device;     /* true for cpu: batches are used in place, never copied */
+	bool async_copy;         /* copies from pinned memory overlap the host */
+	int copy_engines;        /* copies that can run at once (asyncEngineCount on cuda) */
+};
+
+struct pp_device;
+struct pp_stream;
+struct pp_event;
+
+/*
+ * Opens a device by name: "auto", "cpu", "sim" with options after a colon
+ * ("sim:bw=25GB/s", "sim:poison", "sim:bw=10GB/s,poison"), "cuda" or
+ * "cuda:N".  Returns 0 and the device in *dev_p, or -errno:
+ * -EINVAL (a name or option it does not know), -ENODEV (cuda asked for, and
+ * the build has no CUDA, or there is no driver, or no GPU, or no GPU N; the
+ * message says which).  "auto" never fails for want of a GPU: it opens cpu
+ * and says why in pp_last_error().
+ */
+PP_API int pp_device_open(const char *name, struct pp_device **dev_p);
+
+/* Waits for all the device's work, frees what it holds and closes it.  NULL is allowed. */
+PP_API void pp_device_close(struct pp_device *dev);
+
+/* Returns the device's properties; valid while it is open. */
+PP_API const struct pp_device_props *pp_device_get_props(const struct pp_device *dev);
+
+/*
+ * Lists the devices present: cpu, sim, and each GPU.  Writes at most 'max'
+ * entries to 'props' and their number to *n_p; returns 0 or -errno.  With no
+ * GPU, the list simply has none, and pp_device_cuda_status() says why.
+ */
+PP_API int pp_device_list(struct pp_device_props *props, size_t max, size_t *n_p);
+
+/*
+ * Returns the number of GPUs usable (>= 0), or -ENODEV with a message that
+ * says why there are none: a build without CUDA, no driver, or no device.
+ */
+PP_API int pp_device_cuda_count(void);
+
+/* ------------------------------------------------------------------ memory */
+
+/* Allocates 'bytes' of device memory.  Returns 0 and the pointer in *ptr_p, or -ENOMEM. */
+PP_API int pp_device_alloc(struct pp_device *dev, size_t bytes, void **ptr_p);
+
+/* Frees device memory from pp_device_alloc().  NULL is allowed. */
+PP_API void pp_device_free(struct pp_device *dev, void *ptr);
+
+/*
+ * Allocates 'bytes' of host memory aligned to 4096 bytes, page-locked
+ * (pinned) when 'pinned' and the system allows it.  When pinning is refused
+ * (RLIMIT_MEMLOCK, no GPU), it falls back to pageable memory, counts the
+ * fallback in the statistics and writes false to *pinned_p (may be NULL).
+ * Returns 0 or -ENOMEM.  Pinning is slow: allocate once, not per batch.
+ */
+PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void **ptr_p,
+			 bool *pinned_p);
+
+/* Frees host memory from pp_host_alloc().  NULL is allowed. */
+PP_API void pp_host_free(struct pp_device *dev, void *ptr);
+
+/* ------------------------------------------------------------------ streams and events */
+
+/* Creates a stream: work on it runs in the order it was issued. */
+PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p);
+
+/* Waits for the stream's work and destroys it.  NULL is allowed. */
+PP_API void pp_stream_destroy(struct pp_stream *stream);
+
+/* Blocks until all work issued on the stream so far has completed.  Returns 0 or the first error of that work. */
+PP_API int pp_stream_synchronize(struct pp_stream *stream);
+
+/* Creates an event. */
+PP_API int pp_event_create(struct pp_device *dev, struct pp_event **event_p);
+
+/* Destroys an event.  NULL is allowed. */
+PP_API void pp_event_destroy(struct pp_event *event);
+
+/* Records the event on the stream: it completes when the stream's work issued before it has. */
+PP_API int pp_event_record(struct pp_event *event, struct pp_stream *stream);
+
+/* Returns 1 if the event has completed (or was never recorded), 0 if not yet, or -errno. */
+PP_API int pp_event_query(struct pp_event *event);
+
+/* Blocks the host until the event has completed. */
+PP_API int pp_event_synchronize(struct pp_event *event);
+
+/* Makes the stream's later work wait for the event, without blocking the host. */
+PP_API int pp_stream_wait_event(struct pp_stream *stream, struct pp_event *event);
+
+/* Writes the time between two completed events, in nanoseconds, to *ns_p. */
+PP_API int pp_event_elapsed_ns(struct pp_event *start, struct pp_event *end, uint64_t *ns_p);
+
+/* ------------------------------------------------------------------ copies */
+
+enum pp_copy_kind {
+	PP_COPY_H2D = 0, /* host to device */
+	PP_COPY_D2H = 1, /* device to host */
+	PP_COPY_D2D = 2, /* device to device */
+};
+
+/*
+ * Copies n bytes on the stream.  From pinned host memory the call returns at
+ * once and the copy runs in the background; from pageable memory it blocks
+ * the host while the data is staged, as CUDA does.  Completion is known
+ * through an event recorded after it.  On cpu the copy is a memcpy.
+ */
+PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_kind kind,
+			   struct pp_stream *stream);
+
+/* ------------------------------------------------------------------ statistics */
+
+/* Counters of a device since it was opened; the same fields on every backend. */
+struct pp_device_stats {
+	uint64_t copies;           /* copies issued */
+	uint64_t bytes_h2d;        /* bytes copied host to device */
+	uint64_t bytes_d2h;        /* bytes copied device to host */
+	uint64_t copy_ns;          /* time copies ran on the device (engine time) */
+	uint64_t host_blocked_ns;  /* time the host spent inside pp_memcpy_async() */
+	uint64_t pinned_bytes;     /* host bytes allocated pinned */
+	uint64_t pinned_fallbacks; /* pinned allocations that fell back to pageable */
+};
+
+/* Writes the device's counters to *stats_p. */
+PP_API int pp_device_get_stats(struct pp_device *dev, struct pp_device_stats *stats_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,15 @@
+/*
+ * pinpipe/pinpipe.h: the whole public API of libpinpipe.
+ *
+ * pinpipe keeps a GPU (or the CPU) fed with training batches: worker threads
+ * read and decode dataset shards into a ring of pinned host buffers, and a
+ * transfer stage copies each batch to the device asynchronously, overlapped
+ * with compute.  Compile with `pkg-config --cflags --libs pinpipe`.
+ */
+#ifndef PINPIPE_H
+#define PINPIPE_H
+
+#include "pinpipe/common.h"
+#include "pinpipe/dataset.h"
+
+#endif

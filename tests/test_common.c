@@ -1,0 +1,93 @@
+/*
+ * tests/test_common.c: errors, messages, CRC-32 and the little-endian helpers.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "common/internal.h"
+#include "tests/testutil.h"
+
+/* Fails if pp_error does not return its code or does not format the message. */
+START_TEST(test_error_message)
+{
+	int ret = pp_error(-EBADMSG, "%s: chunk %d at offset %d: bad", "x.pps", 3, 12288);
+
+	ck_assert_int_eq(ret, -EBADMSG);
+	ck_assert_str_eq(pp_last_error(), "x.pps: chunk 3 at offset 12288: bad");
+	ck_assert_str_eq(pp_strerror(-ENOENT), strerror(ENOENT));
+	ck_assert_str_eq(pp_strerror(ENOENT), strerror(ENOENT));
+}
+END_TEST
+
+static void *set_other_message(void *arg)
+{
+	(void)arg;
+	pp_error(-EIO, "from another thread");
+	return NULL;
+}
+
+/* Fails if one thread's error message overwrites another's. */
+START_TEST(test_error_message_per_thread)
+{
+	pthread_t t;
+
+	pp_error(-EINVAL, "mine");
+	ck_assert_int_eq(pthread_create(&t, NULL, set_other_message, NULL), 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_str_eq(pp_last_error(), "mine");
+}
+END_TEST
+
+/* Fails if pp_crc32 differs from zlib's crc32, or from the check value of CRC-32/ISO-HDLC. */
+START_TEST(test_crc32)
+{
+	static uint8_t buf[100000];
+
+	ck_assert_uint_eq(pp_crc32(0, "123456789", 9), 0xcbf43926u);
+	pp_test_fill_random(buf, sizeof(buf), 7);
+	ck_assert_uint_eq(pp_crc32(0, buf, sizeof(buf)), (uint32_t)crc32(0, buf, sizeof(buf)));
+	ck_assert_uint_eq(pp_crc32(pp_crc32(0, buf, 333), buf + 333, sizeof(buf) - 333),
+			  (uint32_t)crc32(0, buf, sizeof(buf)));
+}
+END_TEST
+
+/* Fails if the byte-order helpers or the overflow checks are wrong. */
+START_TEST(test_bytes_and_sizes)
+{
+	uint8_t b[8];
+	size_t r = 7;
+
+	pp_put_le64(b, 0x0102030405060708ull);
+	ck_assert_uint_eq(b[0], 8);
+	ck_assert_uint_eq(b[7], 1);
+	ck_assert_uint_eq(pp_le64(b), 0x0102030405060708ull);
+	ck_assert_uint_eq(pp_le32(b), 0x05060708u);
+	ck_assert_uint_eq(pp_be32(b), 0x08070605u);
+	ck_assert(!pp_mul_size(SIZE_MAX / 2 + 1, 2, &r));
+	ck_assert_uint_eq(r, 7);
+	ck_assert(pp_mul_size(1000, 1000, &r));
+	ck_assert_uint_eq(r, 1000000);
+	ck_assert(!pp_add_size(SIZE_MAX, 1, &r));
+	ck_assert_uint_eq(pp_dtype_size(PP_DTYPE_F32), 4);
+	ck_assert_uint_eq(pp_dtype_size((enum pp_dtype)99), 0);
+	ck_assert_str_eq(pp_version(), PACKAGE_VERSION);
+}
+END_TEST
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("common");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_error_message);
+	tcase_add_test(tc, test_error_message_per_thread);
+	tcase_add_test(tc, test_crc32);
+	tcase_add_test(tc, test_bytes_and_sizes);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,92 @@
+/*
+ * tests/testutil.c: temporary directories, files and data for the suites.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/testutil.h"
+
+char *pp_test_tmpdir(void)
+{
+	const char *base = getenv("TMPDIR");
+	char *path;
+
+	if (base == NULL || base[0] == '\0')
+		base = "/tmp";
+	ck_assert_int_gt(asprintf(&path, "%s/pinpipe-test-XXXXXX", base), 0);
+	ck_assert_msg(mkdtemp(path) != NULL, "mkdtemp %s failed", path);
+	return path;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+void pp_test_rmtree(const char *dir)
+{
+	if (dir != NULL)
+		nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void pp_test_write_file(const char *path, const void *buf, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+
+	ck_assert_msg(f != NULL, "cannot create %s", path);
+	ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+void *pp_test_read_file(const char *path, size_t *len_p)
+{
+	FILE *f = fopen(path, "rb");
+	long len;
+	void *buf;
+
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+	len = ftell(f);
+	ck_assert_int_ge(len, 0);
+	rewind(f);
+	buf = malloc((size_t)len + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	*len_p = (size_t)len;
+	return buf;
+}
+
+const char *pp_test_fashion_mnist_dir(void)
+{
+	const char *dir = getenv("PP_FASHION_MNIST_DIR");
+	char path[4096];
+
+	if (dir == NULL || dir[0] == '\0')
+		dir = "/usr/share/datasets/fashion-mnist";
+	snprintf(path, sizeof(path), "%s/train-images-idx3-ubyte.gz", dir);
+	return access(path, R_OK) == 0 ? dir : NULL;
+}
+
+void pp_test_fill_random(void *buf, size_t len, uint64_t seed)
+{
+	uint8_t *p = buf;
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (uint8_t)(x >> 24);
+	}
+}

@@ -1,0 +1,32 @@
+/*
+ * tests/testutil.h: helpers shared by the Check suites.
+ */
+#ifndef PP_TESTS_TESTUTIL_H
+#define PP_TESTS_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Each test program defines its module's suite under this name. */
+Suite *pp_test_suite(void);
+
+/* A fresh empty directory under $TMPDIR (or /tmp); the caller removes it with pp_test_rmtree(). */
+char *pp_test_tmpdir(void);
+
+/* Removes a directory made by pp_test_tmpdir() and everything in it. */
+void pp_test_rmtree(const char *dir);
+
+/* Writes len bytes to path, replacing it; fails the test on error. */
+void pp_test_write_file(const char *path, const void *buf, size_t len);
+
+/* Reads a whole file into a malloc'd buffer; fails the test on error. */
+void *pp_test_read_file(const char *path, size_t *len_p);
+
+/* The directory holding the real Fashion-MNIST, or NULL if it is not installed. */
+const char *pp_test_fashion_mnist_dir(void);
+
+/* Fills buf with deterministic pseudo-random bytes from seed. */
+void pp_test_fill_random(void *buf, size_t len, uint64_t seed);
+
+#endif
