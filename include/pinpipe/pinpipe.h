@@ -11,5 +11,6 @@
 
 #include "pinpipe/common.h"
 #include "pinpipe/dataset.h"
+#include "pinpipe/device.h"
 
 #endif
