@@ -1,0 +1,157 @@
+/*
+ * nn/nn_internal.h: what the files of nn/ share: the tensor and model
+ * structures, the layer descriptions and the CPU kernels (one layer per
+ * file, <layer>_forward / <layer>_backward, on a slice of a batch).
+ */
+#ifndef PP_NN_INTERNAL_H
+#define PP_NN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pinpipe/nn.h"
+
+struct pp_tensor {
+	struct pp_device *dev;  /* NULL: host memory */
+	enum pp_device_kind kind; /* PP_DEVICE_CPU for the host */
+	enum pp_dtype dtype;
+	int ndim;
+	size_t shape[PP_TENSOR_MAX_DIMS]; /* elements per dimension */
+	size_t numel;           /* product of shape */
+	void *data;             /* numel elements of dtype, on dev */
+	bool owned;             /* free data on destroy */
+};
+
+/* Host or device memory for the nn module (nn/tensor.c). */
+int nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p);
+void nn_mem_free(struct pp_device *dev, void *ptr);
+/* Copies bytes between two places, each on its device (NULL: host); returns when done. */
+int nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_dev, const void *src,
+		size_t bytes);
+/* The name of a device for messages: "cpu" for the host. */
+const char *nn_device_name(const struct pp_device *dev);
+enum pp_device_kind nn_device_kind(const struct pp_device *dev);
+
+enum nn_layer_kind {
+	NN_CONV = 1,
+	NN_MAXPOOL,
+	NN_RELU,
+	NN_FLATTEN,
+	NN_LINEAR,
+};
+
+/* One layer: its geometry per sample and where its parameters are. */
+struct nn_layer {
+	enum nn_layer_kind kind;
+	int in_c, in_h, in_w;    /* input shape of one sample (linear: in_c features, 1 x 1) */
+	int out_c, out_h, out_w; /* output shape of one sample */
+	int k, stride, pad;      /* conv, maxpool: kernel size, stride, zero padding (pixels) */
+	size_t in_size;          /* in_c * in_h * in_w floats */
+	size_t out_size;         /* out_c * out_h * out_w floats */
+	size_t w_off;            /* offset of the weight in the parameter vector (floats) */
+	size_t n_w;              /* conv (out_c, in_c, k, k), linear (out_c, in_c) floats */
+	size_t b_off;            /* offset of the bias (out_c floats) */
+	size_t n_b;
+};
+
+/* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */
+int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layers_p,
+		  size_t *n_p, char **expanded_p);
+
+/* ------------------------------------------------------------------ CPU kernels */
+/* n is the number of samples of the slice; pointers point at its first sample. */
+
+/* out (n, out_c) = in (n, in_c) W^T (out_c, in_c) + b (out_c) */
+void linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+		    const float *b, int n);
+/* dw += dout^T in; db += sum dout; din (may be NULL) = dout W */
+void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+		     const float *dout, const float *in, const float *w, int n);
+
+/* col: scratch of (in_c k k) x (out_h out_w) floats */
+void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+		    const float *b, float *col, int n);
+/* col, dcol: scratch as in the forward; din may be NULL */
+void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+		     const float *dout, const float *in, const float *w, float *col,
+		     float *dcol, int n);
+
+/* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
+void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
+void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
+		      const int32_t *idx, int n);
+
+void relu_forward(float *out, const float *in, size_t count);
+/* din = dout where out > 0, else 0 */
+void relu_backward(float *din, const float *dout, const float *out, size_t count);
+
+/*
+ * Softmax cross-entropy of n samples of c logits.  Adds the sum of the
+ * losses to *loss_sum and the correct predictions to *correct; writes
+ * (softmax - onehot) * scale to dlogits unless it is NULL.  Returns 0 or
+ * -ERANGE for a label outside 0..c-1.
+ */
+int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
+		 float *dlogits, double *loss_sum, uint64_t *correct);
+
+/* dst[i] = src[i] * (1 / (255 std)) - mean / std, as nn/cuda/convert.cu */
+void u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std);
+
+/* ------------------------------------------------------------------ optimizers */
+
+/* Optimizer state: sized by the parameter count. */
+struct nn_optim {
+	struct pp_optimizer_config cfg;
+	uint64_t t;   /* steps taken */
+	float *buf1;  /* SGD momentum buffer, Adam first moment (n) */
+	float *buf2;  /* Adam second moment (n); NULL for SGD */
+};
+
+int nn_optim_check(const struct pp_optimizer_config *cfg);
+/* One update of p (n) from g (n); cpu. */
+void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
+
+/* ------------------------------------------------------------------ models */
+
+struct nn_worker;
+struct nn_job;
+
+struct pp_model {
+	struct pp_device *dev;    /* NULL: host */
+	enum pp_device_kind kind;
+	struct pp_model_config cfg;
+	char *spec;               /* expanded */
+	struct nn_layer *layers;  /* n_layers */
+	size_t n_layers;
+	size_t n_params;          /* floats */
+	float *params;            /* (n_params) on dev */
+	float *grads;             /* (n_params) on dev */
+	struct nn_optim optim;    /* buffers on dev */
+	/* activations, allocated for 'capacity' samples at the first step that needs them */
+	size_t capacity;          /* samples */
+	float *input;             /* (capacity, in_size of layer 0): the normalised batch */
+	float **acts;             /* n_layers x (capacity, out_size) */
+	float **dacts;            /* n_layers x (capacity, out_size) */
+	int32_t **pool_idx;       /* n_layers x (capacity, out_size) for maxpool, else NULL */
+	size_t col_floats;        /* largest conv scratch, floats */
+	/* threads: worker 0 is the caller */
+	int threads;
+	struct nn_worker *workers; /* threads */
+	pthread_t *tids;           /* threads - 1 */
+	int threads_started;       /* of tids */
+	struct nn_job *job;        /* the step being run */
+	pthread_mutex_t lock;
+	pthread_cond_t go, done;
+	uint64_t generation;       /* bumped for each job */
+	int pending;               /* workers still running the job */
+	bool quit;
+	struct pp_model_metrics metrics;
+};
+
+/* Builds a model with its buffers, parameters not yet set (nn/model.c). */
+int nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,
+		 struct pp_model **model_p);
+
+#endif
