@@ -2,7 +2,9 @@
  * nn/conv2d.c: Conv2d (stride, zero padding) on the CPU by im2col and one
  * GEMM per sample, so that the column buffer of a sample stays in cache.
  * Shapes (one sample): in (C, H, W), W (OC, C, K, K) as PyTorch's
- * nn.Conv2d, col (C K K, OH OW), out (OC, OH OW).
+ * nn.Conv2d, col (OH OW, C K K), out (OC, OH OW).  The backward skips the
+ * positions without gradient when at most a quarter of them have one (as
+ * behind a max-pool), and uses GEMMs otherwise.
  */
 #include "config.h"
 
@@ -11,61 +13,63 @@
 
 #include "nn/nn_internal.h"
 
-/* col (C K K, OH OW) from one sample x (C, H, W) */
+/* col (OH OW, C K K): one row per output position, from one sample x (C, H, W) */
 static void im2col(const struct nn_layer *l, float *col, const float *x)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, k = l->k, s = l->stride, p = l->pad;
-	const int oh = l->out_h, ow = l->out_w;
+	const int oh = l->out_h, ow = l->out_w, kk = c * k * k;
 
-	for (int ch = 0; ch < c; ch++)
-		for (int ky = 0; ky < k; ky++)
-			for (int kx = 0; kx < k; kx++) {
-				float *row = col + (size_t)((ch * k + ky) * k + kx) * oh * ow;
+	for (int oy = 0; oy < oh; oy++)
+		for (int ox = 0; ox < ow; ox++) {
+			float *row = col + (size_t)(oy * ow + ox) * kk;
 
-				for (int oy = 0; oy < oh; oy++) {
-					int iy = oy * s - p + ky;
-					float *r = row + (size_t)oy * ow;
+			for (int ch = 0; ch < c; ch++)
+				for (int ky = 0; ky < k; ky++) {
+					int iy = oy * s - p + ky, ix = ox * s - p;
+					float *r = row + (ch * k + ky) * k;
 
 					if (iy < 0 || iy >= h) {
-						memset(r, 0, (size_t)ow * sizeof(float));
+						memset(r, 0, (size_t)k * sizeof(float));
 						continue;
 					}
 					const float *xr = x + ((size_t)ch * h + iy) * w;
-					for (int ox = 0; ox < ow; ox++) {
-						int ix = ox * s - p + kx;
-
-						r[ox] = ix >= 0 && ix < w ? xr[ix] : 0.0f;
+					if (ix >= 0 && ix + k <= w) {
+						for (int kx = 0; kx < k; kx++)
+							r[kx] = xr[ix + kx];
+						continue;
 					}
+					for (int kx = 0; kx < k; kx++)
+						r[kx] = ix + kx >= 0 && ix + kx < w ? xr[ix + kx] : 0.0f;
 				}
-			}
+		}
 }
 
-/* dx (C, H, W) += the columns of dcol (C K K, OH OW) put back where im2col took them */
+/* dx (C, H, W) += the rows of dcol (OH OW, C K K) put back where im2col took them */
 static void col2im(const struct nn_layer *l, float *dx, const float *dcol)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, k = l->k, s = l->stride, p = l->pad;
-	const int oh = l->out_h, ow = l->out_w;
+	const int oh = l->out_h, ow = l->out_w, kk = c * k * k;
 
-	for (int ch = 0; ch < c; ch++)
-		for (int ky = 0; ky < k; ky++)
-			for (int kx = 0; kx < k; kx++) {
-				const float *row = dcol + (size_t)((ch * k + ky) * k + kx) * oh * ow;
+	for (int oy = 0; oy < oh; oy++)
+		for (int ox = 0; ox < ow; ox++) {
+			const float *row = dcol + (size_t)(oy * ow + ox) * kk;
 
-				for (int oy = 0; oy < oh; oy++) {
+			for (int ch = 0; ch < c; ch++)
+				for (int ky = 0; ky < k; ky++) {
 					int iy = oy * s - p + ky;
 
 					if (iy < 0 || iy >= h)
 						continue;
 					float *xr = dx + ((size_t)ch * h + iy) * w;
-					const float *r = row + (size_t)oy * ow;
-					for (int ox = 0; ox < ow; ox++) {
+					const float *r = row + (ch * k + ky) * k;
+					for (int kx = 0; kx < k; kx++) {
 						int ix = ox * s - p + kx;
 
 						if (ix >= 0 && ix < w)
-							xr[ix] += r[ox];
+							xr[ix] += r[kx];
 					}
 				}
-			}
+		}
 }
 
 void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
@@ -80,10 +84,55 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
 		for (int o = 0; o < oc; o++)
 			for (int j = 0; j < pos; j++)
 				y[(size_t)o * pos + j] = b[o];
-		/* y (OC, P) += W (OC, CKK) . col (CKK, P) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, pos, kk, 1.0f, w, kk, col,
-			    pos, 1.0f, y, pos);
+		/* y (OC, P) += W (OC, CKK) . col^T (CKK, P) */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, pos, kk, 1.0f, w, kk, col, kk,
+			    1.0f, y, pos);
 	}
+}
+
+/*
+ * The gradients of one sample when most of dy is zero, as behind a ReLU and
+ * a max-pool, which pass gradient to at most one position of each window:
+ * only the positions with a gradient contribute, read straight from the
+ * input, without im2col.  dx (may be NULL) must be zero.
+ */
+static void backward_sparse(const struct nn_layer *l, float *dx, float *dw, const float *dy,
+			    const float *x, const float *w)
+{
+	const int c = l->in_c, h = l->in_h, wd = l->in_w, k = l->k, s = l->stride, p = l->pad;
+	const int oh = l->out_h, ow = l->out_w;
+
+	for (int o = 0; o < l->out_c; o++)
+		for (int oy = 0; oy < oh; oy++)
+			for (int ox = 0; ox < ow; ox++) {
+				const float g = dy[((size_t)o * oh + oy) * ow + ox];
+				const int ix = ox * s - p;
+
+				if (g == 0.0f)
+					continue;
+				for (int ch = 0; ch < c; ch++)
+					for (int ky = 0; ky < k; ky++) {
+						const int iy = oy * s - p + ky;
+						const size_t wo = (((size_t)o * c + ch) * k + ky) * k;
+						const size_t xo = ((size_t)ch * h + iy) * wd;
+
+						if (iy < 0 || iy >= h)
+							continue;
+						if (ix >= 0 && ix + k <= wd) {
+							nn_axpy(dw + wo, g, x + xo + ix, k);
+							if (dx)
+								nn_axpy(dx + xo + ix, g, w + wo, k);
+							continue;
+						}
+						for (int kx = 0; kx < k; kx++) {
+							if (ix + kx < 0 || ix + kx >= wd)
+								continue;
+							dw[wo + kx] += g * x[xo + ix + kx];
+							if (dx)
+								dx[xo + ix + kx] += g * w[wo + kx];
+						}
+					}
+			}
 }
 
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
@@ -94,23 +143,34 @@ void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 
 	for (int i = 0; i < n; i++) {
 		const float *dy = dout + (size_t)i * l->out_size;
+		size_t nonzero = 0;
 
 		for (int o = 0; o < oc; o++) {
 			float s = 0.0f;
 
-			for (int j = 0; j < pos; j++)
+			for (int j = 0; j < pos; j++) {
 				s += dy[(size_t)o * pos + j];
+				nonzero += dy[(size_t)o * pos + j] != 0.0f;
+			}
 			db[o] += s;
 		}
+		if (4 * nonzero <= l->out_size) {
+			float *dx = din ? din + (size_t)i * l->in_size : NULL;
+
+			if (dx)
+				memset(dx, 0, l->in_size * sizeof(float));
+			backward_sparse(l, dx, dw, dy, in + (size_t)i * l->in_size, w);
+			continue;
+		}
 		im2col(l, col, in + (size_t)i * l->in_size);
-		/* dW (OC, CKK) += dy (OC, P) . col^T (P, CKK) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, kk, pos, 1.0f, dy, pos, col,
-			    pos, 1.0f, dw, kk);
+		/* dW (OC, CKK) += dy (OC, P) . col (P, CKK) */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, kk, pos, 1.0f, dy, pos, col,
+			    kk, 1.0f, dw, kk);
 		if (!din)
 			continue;
-		/* dcol (CKK, P) = W^T (CKK, OC) . dy (OC, P) */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, pos, oc, 1.0f, w, kk, dy, pos,
-			    0.0f, dcol, pos);
+		/* dcol (P, CKK) = dy^T (P, OC) . W (OC, CKK) */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pos, kk, oc, 1.0f, dy, pos, w, kk,
+			    0.0f, dcol, kk);
 		float *dx = din + (size_t)i * l->in_size;
 		memset(dx, 0, l->in_size * sizeof(float));
 		col2im(l, dx, dcol);

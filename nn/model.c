@@ -152,10 +152,10 @@ static void run_slice(struct nn_worker *wk, const struct nn_job *job)
 	}
 	if (!job->train)
 		return;
-	for (size_t i = m->n_layers; i-- > 0;) {
+	for (size_t i = m->n_layers; i-- > 0 && (m->layers[i].n_w || m->layers[i].need_din);) {
 		const struct nn_layer *l = &m->layers[i];
 		const float *dy = m->dacts[i] + s0 * l->out_size;
-		float *dx = i ? m->dacts[i - 1] + s0 * l->in_size : NULL;
+		float *dx = l->need_din ? m->dacts[i - 1] + s0 * l->in_size : NULL;
 		const float *xi = i ? m->acts[i - 1] + s0 * l->in_size :
 				      (job->in_u8 ? m->input : job->in_f32) + s0 * l->in_size;
 

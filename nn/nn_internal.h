@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "pinpipe/nn.h"
 
@@ -54,6 +55,7 @@ struct nn_layer {
 	size_t n_w;              /* conv (out_c, in_c, k, k), linear (out_c, in_c) floats */
 	size_t b_off;            /* offset of the bias (out_c floats) */
 	size_t n_b;
+	bool need_din;           /* the backward must produce the input gradient (a trainable layer precedes) */
 };
 
 /* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */
@@ -61,6 +63,27 @@ int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layer
 		  size_t *n_p, char **expanded_p);
 
 /* ------------------------------------------------------------------ CPU kernels */
+
+/* 4 floats, the SSE width every x86-64 has (GCC and clang vector extension). */
+typedef float nn_f32x4 __attribute__((vector_size(16)));
+
+/* y[0..n) += a x[0..n), 4 at a time: the compilers leave short loops of unknown length scalar. */
+static inline void nn_axpy(float *restrict y, float a, const float *restrict x, int n)
+{
+	int i = 0;
+
+	for (; i + 4 <= n; i += 4) {
+		nn_f32x4 vx, vy;
+
+		memcpy(&vx, x + i, sizeof(vx));
+		memcpy(&vy, y + i, sizeof(vy));
+		vy += a * vx;
+		memcpy(y + i, &vy, sizeof(vy));
+	}
+	for (; i < n; i++)
+		y[i] += a * x[i];
+}
+
 /* n is the number of samples of the slice; pointers point at its first sample. */
 
 /* out (n, out_c) = in (n, in_c) W^T (out_c, in_c) + b (out_c) */
@@ -70,7 +93,7 @@ void linear_forward(const struct nn_layer *l, float *out, const float *in, const
 void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *in, const float *w, int n);
 
-/* col: scratch of (in_c k k) x (out_h out_w) floats */
+/* col: scratch of (out_h out_w) x (in_c k k) floats */
 void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n);
 /* col, dcol: scratch as in the forward; din may be NULL */

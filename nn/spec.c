@@ -201,6 +201,7 @@ int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layer
 		ret = shape_layer(spec, n, copy, &layers[n]);
 		if (ret)
 			goto err_free;
+		layers[n].need_din = off > 0;
 		layers[n].w_off = off;
 		layers[n].b_off = off + layers[n].n_w;
 		off += layers[n].n_w + layers[n].n_b;

@@ -192,16 +192,26 @@ START_TEST(test_grad_linear)
 }
 END_TEST
 
-/* Fails if Conv2d's backward is wrong, with padding and stride 1, and with stride 2 and padding 2. */
+/*
+ * Fails if Conv2d's backward is wrong, with padding and stride 1, and with
+ * stride 2 and padding 2; on the GEMM path (dense output gradient) and on
+ * the path for sparse output gradients (most of dout zero, as behind a max-pool).
+ */
 START_TEST(test_grad_conv)
 {
-	struct gc g = gc_make(NN_CONV, 2, 3, 6, 5, 4, 3, 1, 1);
-	struct gc g2 = gc_make(NN_CONV, 2, 2, 7, 7, 3, 3, 2, 2);
+	for (int sparse = 0; sparse < 2; sparse++) {
+		struct gc g = gc_make(NN_CONV, 2, 3, 6, 5, 4, 3, 1, 1);
+		struct gc g2 = gc_make(NN_CONV, 2, 2, 7, 7, 3, 3, 2, 2);
 
-	gc_run(&g, 1e-2f);
-	gc_run(&g2, 1e-2f);
-	gc_free(&g);
-	gc_free(&g2);
+		for (size_t i = 0; sparse && i < (size_t)g.n * g.l.out_size; i++)
+			g.r[i] = i % 5 ? 0.0f : g.r[i];
+		for (size_t i = 0; sparse && i < (size_t)g2.n * g2.l.out_size; i++)
+			g2.r[i] = i % 7 ? 0.0f : g2.r[i];
+		gc_run(&g, 1e-2f);
+		gc_run(&g2, 1e-2f);
+		gc_free(&g);
+		gc_free(&g2);
+	}
 }
 END_TEST
 

@@ -1,0 +1,97 @@
+/*
+ * bench/bench_nn.c: throughput of a training step (forward, backward, Adam)
+ * on the CPU, from a batch already in memory as float32, for a spec at a
+ * batch size and thread count.  Prints samples/s, ms per step and the
+ * GFLOP/s of the step's arithmetic (multiply-adds counted as 2).
+ *
+ *   bench/bench_nn SPEC BATCH THREADS [SECONDS]
+ *
+ * Compare with bench/bench_nn.py (PyTorch) at the same thread count.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/internal.h"
+#include "nn/nn_internal.h"
+
+/* Floating-point operations of one sample's forward and backward pass. */
+static double step_flops(const struct pp_model *m)
+{
+	double f = 0.0;
+
+	for (size_t i = 0; i < m->n_layers; i++) {
+		const struct nn_layer *l = &m->layers[i];
+		double fwd = 0.0;
+
+		if (l->kind == NN_CONV)
+			fwd = 2.0 * (double)l->n_w * l->out_h * l->out_w;
+		else if (l->kind == NN_LINEAR)
+			fwd = 2.0 * (double)l->n_w;
+		/* backward: the weight gradient, and the input gradient except for the first layer */
+		f += fwd * (i ? 3.0 : 2.0);
+	}
+	return f;
+}
+
+int main(int argc, char **argv)
+{
+	struct pp_model_config cfg;
+	struct pp_model *m;
+	struct pp_tensor *x;
+	size_t shape[4], batch;
+	int32_t *labels;
+	double seconds = argc > 4 ? atof(argv[4]) : 3.0;
+	uint64_t t0, t1;
+	long steps = 0;
+	int ret;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: %s SPEC BATCH THREADS [SECONDS]\n", argv[0]);
+		return 2;
+	}
+	batch = (size_t)atol(argv[2]);
+	pp_model_config_init(&cfg);
+	cfg.threads = atoi(argv[3]);
+	cfg.optim.lr = 0.01f;
+	ret = pp_model_create(argv[1], NULL, &cfg, &m);
+	if (ret) {
+		fprintf(stderr, "bench_nn: %s\n", pp_last_error());
+		return 1;
+	}
+	shape[0] = batch;
+	shape[1] = 1;
+	shape[2] = shape[3] = 28;
+	labels = malloc(batch * sizeof(*labels));
+	if (!labels || pp_tensor_create(NULL, PP_DTYPE_F32, 4, shape, &x)) {
+		fprintf(stderr, "bench_nn: out of memory\n");
+		return 1;
+	}
+	for (size_t i = 0; i < batch * 784; i++)
+		((float *)pp_tensor_data(x))[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+	for (size_t i = 0; i < batch; i++)
+		labels[i] = (int32_t)(i % 10);
+	for (int i = 0; i < 3; i++)
+		pp_model_train_step(m, x, labels);
+	t0 = pp_now_ns();
+	do {
+		ret = pp_model_train_step(m, x, labels);
+		if (ret) {
+			fprintf(stderr, "bench_nn: %s\n", pp_last_error());
+			return 1;
+		}
+		steps++;
+		t1 = pp_now_ns();
+	} while ((double)(t1 - t0) < seconds * 1e9);
+	{
+		double s = (double)(t1 - t0) / 1e9, sps = (double)steps * batch / s;
+
+		printf("pinpipe %s batch=%zu threads=%d: %.0f samples/s, %.3f ms/step, %.1f GFLOP/s\n",
+		       argv[1], batch, cfg.threads, sps, 1e3 * s / steps, sps * step_flops(m) / 1e9);
+	}
+	pp_tensor_destroy(x);
+	free(labels);
+	pp_model_destroy(m);
+	return 0;
+}
