@@ -258,10 +258,12 @@ START_TEST(test_stream_waits_for_event)
 END_TEST
 
 /*
- * Fails if the statistics do not show that a pageable copy blocks the host
- * and a pinned one does not: the same 16 MiB go up from each, and the host
- * time of the pageable copy must exceed the pinned one several times over;
- * fails too if the byte and copy counters are off.
+ * Fails if a pinned copy blocks the host or a pageable one does not, as the
+ * statistics show them: the pinned copy is issued while the stream is held
+ * at a gate, so it can only return if it does not wait for the copy (and
+ * its event must still be pending); the pageable copy of the same 16 MiB
+ * must then block the host several times longer.  Fails too if the byte
+ * and copy counters are off.
  */
 START_TEST(test_pinned_async_pageable_blocks)
 {
@@ -269,10 +271,13 @@ START_TEST(test_pinned_async_pageable_blocks)
 	struct pp_device *dev = open_device(_i);
 	struct pp_device_stats st0, st1, st2;
 	struct pp_stream *s;
+	struct pp_event *ev;
+	struct gate g;
 	uint8_t *pinned_buf, *pageable_buf;
 	bool pinned;
 	void *d;
 
+	gate_init(&g);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&pinned_buf, &pinned), 0);
 	ck_assert(pinned);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, false, (void **)&pageable_buf, &pinned), 0);
@@ -281,13 +286,19 @@ START_TEST(test_pinned_async_pageable_blocks)
 	memcpy(pageable_buf, pinned_buf, SIZE);
 	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
 	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create(dev, &ev), 0);
 	/* A first copy warms the pages and the engine up. */
 	ck_assert_int_eq(pp_memcpy_async(d, pinned_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
 
+	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g), 0);
+	gate_wait_reached(&g);
 	ck_assert_int_eq(pp_device_get_stats(dev, &st0), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, pinned_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_device_get_stats(dev, &st1), 0);
+	ck_assert_int_eq(pp_event_record(ev, s), 0);
+	ck_assert_int_eq(pp_event_query(ev), 0);
+	gate_open(&g);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, pageable_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
@@ -305,6 +316,7 @@ START_TEST(test_pinned_async_pageable_blocks)
 		      (unsigned long long)(st1.host_blocked_ns - st0.host_blocked_ns));
 	ck_assert_uint_gt(st2.copy_ns, st0.copy_ns);
 	pp_device_close(dev);
+	gate_destroy(&g);
 }
 END_TEST
 
