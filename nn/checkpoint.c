@@ -98,6 +98,9 @@ int pp_model_save(struct pp_model *m, const char *path)
 		ret = pp_error(-ENOMEM, "%s: out of memory for a checkpoint of %zu bytes", path, size);
 		goto err_free;
 	}
+	ret = nn_model_wait(m);
+	if (ret)
+		goto err_free;
 	memcpy(buf, CKPT_MAGIC, 8);
 	pp_put_le32(buf + 8, CKPT_VERSION);
 	pp_put_le32(buf + 12, (uint32_t)slen);

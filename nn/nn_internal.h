@@ -34,6 +34,10 @@ int nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_dev,
 /* The name of a device for messages: "cpu" for the host. */
 const char *nn_device_name(const struct pp_device *dev);
 enum pp_device_kind nn_device_kind(const struct pp_device *dev);
+/* True when the CPU can use the device's memory in place (the host, cpu, sim). */
+bool nn_host_addressable(const struct pp_device *dev);
+/* The cudaStream_t of a stream of a cuda device (NULL for NULL). */
+void *nn_cuda_stream(struct pp_stream *stream);
 
 enum nn_layer_kind {
 	NN_CONV = 1,
@@ -139,11 +143,47 @@ void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
 /* ------------------------------------------------------------------ models */
 
 struct nn_worker;
-struct nn_job;
+
+/* A batch to run through a model. */
+struct nn_job {
+	bool train;           /* backward and update too */
+	size_t batch;         /* samples */
+	const uint8_t *in_u8; /* (batch, in_size) or NULL */
+	const float *in_f32;  /* (batch, in_size) or NULL */
+	const int32_t *labels; /* (batch) */
+	float *logits;        /* (batch, classes) on the model's device, or NULL */
+};
+
+/*
+ * How a model runs on its kind of device: the CPU kernels (the host, cpu,
+ * sim) or the CUDA kernels.
+ */
+struct nn_backend {
+	/* Prepares what the backend needs once the parameters exist. */
+	int (*setup)(struct pp_model *m);
+	/* Frees it.  Safe after a failed setup. */
+	void (*teardown)(struct pp_model *m);
+	/* Allocates what a batch of m->capacity samples needs beyond the activations. */
+	int (*reserve)(struct pp_model *m);
+	/* Runs a job: forward and loss, and backward and update when job->train. */
+	int (*run)(struct pp_model *m, struct nn_job *job);
+	/* Writes the running totals, resetting them when asked. */
+	int (*metrics)(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p);
+};
+
+extern const struct nn_backend nn_backend_cpu;
+extern const struct nn_backend nn_backend_cuda;
+
+/* Waits for the model's queued work (cuda); 0 or -errno. */
+int nn_model_wait(struct pp_model *m);
+
+/* Activations and per-batch buffers for 'batch' samples (nn/model.c). */
+int nn_model_reserve(struct pp_model *m, size_t batch);
 
 struct pp_model {
 	struct pp_device *dev;    /* NULL: host */
 	enum pp_device_kind kind;
+	const struct nn_backend *backend;
 	struct pp_model_config cfg;
 	char *spec;               /* expanded */
 	struct nn_layer *layers;  /* n_layers */
@@ -170,7 +210,21 @@ struct pp_model {
 	uint64_t generation;       /* bumped for each job */
 	int pending;               /* workers still running the job */
 	bool quit;
-	struct pp_model_metrics metrics;
+	struct pp_model_metrics metrics; /* cuda: samples only; the sums are in 'acc' */
+	/* cuda */
+	void *stream;             /* cudaStream_t of cfg.stream */
+	void *blas;               /* cuBLAS handle on it */
+	float *col_all;           /* (capacity OH OW, C K K) largest conv */
+	float *dcol_all;          /* same */
+	float *perm;              /* (OC, capacity OH OW) largest conv output */
+	struct nn_cuda_acc *acc;  /* device: running loss, correct count, bad-label flag */
+};
+
+/* The running totals of a cuda model, in device memory. */
+struct nn_cuda_acc {
+	double loss_sum;
+	unsigned long long correct;
+	int bad_label;            /* 1 once a label outside the classes was seen */
 };
 
 /* Builds a model with its buffers, parameters not yet set (nn/model.c). */
