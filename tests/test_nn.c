@@ -644,6 +644,70 @@ START_TEST(test_tensors)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ devices */
+
+/*
+ * Fails if a model on the sim device (its own memory, the CPU kernels)
+ * trains differently from one on the host, if tensors do not survive a
+ * round trip through sim memory, or if a host tensor handed to the sim
+ * model (or a sim tensor to a host model) is not refused with both names.
+ */
+START_TEST(test_sim_device)
+{
+	struct pp_device *sim, *cpu;
+	struct pp_model_config cfg;
+	struct pp_model *host_model, *sim_model, *cpu_model;
+	struct pp_tensor *x_host, *x_sim, *x_cpu;
+	int32_t labels[16], *labels_sim;
+	float *ph, *ps;
+	size_t n;
+
+	ck_assert_int_eq(pp_device_open("sim", &sim), 0);
+	ck_assert_int_eq(pp_device_open("cpu", &cpu), 0);
+	pp_model_config_init(&cfg);
+	cfg.seed = 3;
+	ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &host_model), 0);
+	ck_assert_int_eq(pp_model_create("cnn", sim, &cfg, &sim_model), 0);
+	ck_assert_int_eq(pp_model_create("cnn", cpu, &cfg, &cpu_model), 0);
+	x_host = synth_batch(16, 9, labels);
+	ck_assert_int_eq(pp_tensor_create(sim, PP_DTYPE_U8, 4, (const size_t[]){ 16, 1, 28, 28 }, &x_sim), 0);
+	ck_assert_str_eq(pp_tensor_device_name(x_sim), "sim");
+	ck_assert_int_eq(pp_tensor_copy(x_sim, x_host), 0);
+	ck_assert_int_eq(pp_device_alloc(sim, sizeof(labels), (void **)&labels_sim), 0);
+	memcpy(labels_sim, labels, sizeof(labels));
+
+	ck_assert_int_eq(pp_model_train_step(sim_model, x_host, labels), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "expected device sim but got cpu"));
+	ck_assert_int_eq(pp_model_train_step(host_model, x_sim, labels), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "expected device cpu but got sim"));
+	/* the host and the cpu device share memory: either may feed the other */
+	ck_assert_int_eq(pp_tensor_wrap(cpu, pp_tensor_data(x_host), PP_DTYPE_U8, 4,
+					(const size_t[]){ 16, 1, 28, 28 }, &x_cpu), 0);
+	ck_assert_int_eq(pp_model_train_step(host_model, x_cpu, labels), 0);
+	ck_assert_int_eq(pp_model_train_step(cpu_model, x_host, labels), 0);
+	ck_assert_int_eq(pp_model_train_step(sim_model, x_sim, labels_sim), 0);
+
+	n = pp_model_param_count(host_model);
+	ph = read_params(host_model);
+	ps = read_params(sim_model);
+	ck_assert(memcmp(ph, ps, n * sizeof(float)) == 0);
+	free(ps);
+	ps = read_params(cpu_model);
+	ck_assert(memcmp(ph, ps, n * sizeof(float)) == 0);
+	free(ph);
+	free(ps);
+	pp_device_free(sim, labels_sim);
+	pp_tensor_destroy(x_cpu);
+	pp_tensor_destroy(x_sim);
+	pp_tensor_destroy(x_host);
+	pp_model_destroy(cpu_model);
+	pp_model_destroy(sim_model);
+	pp_model_destroy(host_model);
+	pp_device_close(cpu);
+	pp_device_close(sim);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ checkpoints */
 
 /*
@@ -790,6 +854,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(model, test_bad_specs);
 	tcase_add_test(model, test_bad_inputs);
 	tcase_add_test(model, test_tensors);
+	tcase_add_test(model, test_sim_device);
 	tcase_add_test(ckpt, test_checkpoint_resume);
 	tcase_add_test(ckpt, test_checkpoint_damaged);
 	tcase_set_timeout(model, 30);
