@@ -5,18 +5,26 @@
  * GFLOP/s of the step's arithmetic (multiply-adds counted as 2).
  *
  *   bench/bench_nn SPEC BATCH THREADS [SECONDS]
+ *   bench/bench_nn --sgemm     the machine's single-thread SGEMM rate at n = 1024
  *
  * Compare with bench/bench_nn.py (PyTorch) at the same thread count.
  */
 #include "config.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/internal.h"
 #include "nn/nn_internal.h"
 
-/* Floating-point operations of one sample's forward and backward pass. */
+/*
+ * Floating-point operations of one sample's forward and backward pass, as
+ * dense layers do them (what PyTorch computes); the sparse convolution
+ * backward does fewer, so this is the work done per sample, not the
+ * arithmetic executed.
+ */
 static double step_flops(const struct pp_model *m)
 {
 	double f = 0.0;
@@ -29,10 +37,39 @@ static double step_flops(const struct pp_model *m)
 			fwd = 2.0 * (double)l->n_w * l->out_h * l->out_w;
 		else if (l->kind == NN_LINEAR)
 			fwd = 2.0 * (double)l->n_w;
-		/* backward: the weight gradient, and the input gradient except for the first layer */
-		f += fwd * (i ? 3.0 : 2.0);
+		/* backward: the weight gradient, and the input gradient past the first trainable layer */
+		f += fwd * (l->need_din ? 3.0 : 2.0);
 	}
 	return f;
+}
+
+/* GFLOP/s of single-threaded SGEMM at 1024 x 1024 x 1024, best of 5. */
+static int sgemm_peak(void)
+{
+	const int n = 1024;
+	float *a = calloc((size_t)n * n, sizeof(float)), *b = calloc((size_t)n * n, sizeof(float));
+	float *c = calloc((size_t)n * n, sizeof(float));
+	double best = 0.0;
+
+	if (!a || !b || !c) {
+		fprintf(stderr, "bench_nn: out of memory\n");
+		return 1;
+	}
+	openblas_set_num_threads(1);
+	for (size_t i = 0; i < (size_t)n * n; i++)
+		a[i] = b[i] = (float)(i % 7) * 0.1f;
+	for (int r = 0; r < 5; r++) {
+		uint64_t t0 = pp_now_ns();
+
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
+			    c, n);
+		best = PP_MAX(best, 2.0 * n * n * n / (double)(pp_now_ns() - t0));
+	}
+	printf("openblas sgemm n=%d threads=1: %.1f GFLOP/s\n", n, best);
+	free(a);
+	free(b);
+	free(c);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -47,8 +84,10 @@ int main(int argc, char **argv)
 	long steps = 0;
 	int ret;
 
+	if (argc == 2 && strcmp(argv[1], "--sgemm") == 0)
+		return sgemm_peak();
 	if (argc < 4) {
-		fprintf(stderr, "usage: %s SPEC BATCH THREADS [SECONDS]\n", argv[0]);
+		fprintf(stderr, "usage: %s SPEC BATCH THREADS [SECONDS] | --sgemm\n", argv[0]);
 		return 2;
 	}
 	batch = (size_t)atol(argv[2]);
