@@ -93,46 +93,24 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
 /*
  * The gradients of one sample when most of dy is zero, as behind a ReLU and
  * a max-pool, which pass gradient to at most one position of each window:
- * only the positions with a gradient contribute, read straight from the
- * input, without im2col.  dx (may be NULL) must be zero.
+ * only the positions with a gradient contribute, each as one row of col
+ * (to dW) and of dcol (from W; dcol may be NULL).
  */
-static void backward_sparse(const struct nn_layer *l, float *dx, float *dw, const float *dy,
-			    const float *x, const float *w)
+static void backward_sparse(int oc, int kk, int pos, float *dw, const float *dy,
+			    const float *col, const float *w, float *dcol)
 {
-	const int c = l->in_c, h = l->in_h, wd = l->in_w, k = l->k, s = l->stride, p = l->pad;
-	const int oh = l->out_h, ow = l->out_w;
+	if (dcol)
+		memset(dcol, 0, (size_t)pos * kk * sizeof(float));
+	for (int o = 0; o < oc; o++)
+		for (int j = 0; j < pos; j++) {
+			const float g = dy[(size_t)o * pos + j];
 
-	for (int o = 0; o < l->out_c; o++)
-		for (int oy = 0; oy < oh; oy++)
-			for (int ox = 0; ox < ow; ox++) {
-				const float g = dy[((size_t)o * oh + oy) * ow + ox];
-				const int ix = ox * s - p;
-
-				if (g == 0.0f)
-					continue;
-				for (int ch = 0; ch < c; ch++)
-					for (int ky = 0; ky < k; ky++) {
-						const int iy = oy * s - p + ky;
-						const size_t wo = (((size_t)o * c + ch) * k + ky) * k;
-						const size_t xo = ((size_t)ch * h + iy) * wd;
-
-						if (iy < 0 || iy >= h)
-							continue;
-						if (ix >= 0 && ix + k <= wd) {
-							nn_axpy(dw + wo, g, x + xo + ix, k);
-							if (dx)
-								nn_axpy(dx + xo + ix, g, w + wo, k);
-							continue;
-						}
-						for (int kx = 0; kx < k; kx++) {
-							if (ix + kx < 0 || ix + kx >= wd)
-								continue;
-							dw[wo + kx] += g * x[xo + ix + kx];
-							if (dx)
-								dx[xo + ix + kx] += g * w[wo + kx];
-						}
-					}
-			}
+			if (g == 0.0f)
+				continue;
+			nn_axpy(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk);
+			if (dcol)
+				nn_axpy(dcol + (size_t)j * kk, g, w + (size_t)o * kk, kk);
+		}
 }
 
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
@@ -154,23 +132,20 @@ void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 			}
 			db[o] += s;
 		}
-		if (4 * nonzero <= l->out_size) {
-			float *dx = din ? din + (size_t)i * l->in_size : NULL;
-
-			if (dx)
-				memset(dx, 0, l->in_size * sizeof(float));
-			backward_sparse(l, dx, dw, dy, in + (size_t)i * l->in_size, w);
-			continue;
-		}
 		im2col(l, col, in + (size_t)i * l->in_size);
-		/* dW (OC, CKK) += dy (OC, P) . col (P, CKK) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, kk, pos, 1.0f, dy, pos, col,
-			    kk, 1.0f, dw, kk);
+		if (4 * nonzero <= l->out_size) {
+			backward_sparse(oc, kk, pos, dw, dy, col, w, din ? dcol : NULL);
+		} else {
+			/* dW (OC, CKK) += dy (OC, P) . col (P, CKK) */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, kk, pos, 1.0f, dy, pos,
+				    col, kk, 1.0f, dw, kk);
+			/* dcol (P, CKK) = dy^T (P, OC) . W (OC, CKK) */
+			if (din)
+				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pos, kk, oc, 1.0f, dy,
+					    pos, w, kk, 0.0f, dcol, kk);
+		}
 		if (!din)
 			continue;
-		/* dcol (P, CKK) = dy^T (P, OC) . W (OC, CKK) */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pos, kk, oc, 1.0f, dy, pos, w, kk,
-			    0.0f, dcol, kk);
 		float *dx = din + (size_t)i * l->in_size;
 		memset(dx, 0, l->in_size * sizeof(float));
 		col2im(l, dx, dcol);
