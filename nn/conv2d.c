@@ -13,6 +13,22 @@
 
 #include "nn/nn_internal.h"
 
+/* Copies k floats; constant sizes for the common kernels, so that the copy is inlined. */
+static inline void copy_run(float *dst, const float *src, int k)
+{
+	switch (k) {
+	case 3:
+		memcpy(dst, src, 3 * sizeof(float));
+		break;
+	case 5:
+		memcpy(dst, src, 5 * sizeof(float));
+		break;
+	default:
+		memcpy(dst, src, (size_t)k * sizeof(float));
+		break;
+	}
+}
+
 /* col (OH OW, C K K): one row per output position, from one sample x (C, H, W) */
 static void im2col(const struct nn_layer *l, float *col, const float *x)
 {
@@ -34,8 +50,7 @@ static void im2col(const struct nn_layer *l, float *col, const float *x)
 					}
 					const float *xr = x + ((size_t)ch * h + iy) * w;
 					if (ix >= 0 && ix + k <= w) {
-						for (int kx = 0; kx < k; kx++)
-							r[kx] = xr[ix + kx];
+						copy_run(r, xr + ix, k);
 						continue;
 					}
 					for (int kx = 0; kx < k; kx++)
