@@ -2,9 +2,9 @@
  * nn/conv2d.c: Conv2d (stride, zero padding) on the CPU by im2col and one
  * GEMM per sample, so that the column buffer of a sample stays in cache.
  * Shapes (one sample): in (C, H, W), W (OC, C, K, K) as PyTorch's
- * nn.Conv2d, col (OH OW, C K K), out (OC, OH OW).  The backward skips the
- * positions without gradient when at most a quarter of them have one (as
- * behind a max-pool), and uses GEMMs otherwise.
+ * nn.Conv2d, col (OH OW, C K K), out (OC, OH OW).  When a max-pool
+ * follows, the backward visits only the positions with a gradient (at most
+ * one per pooling window) and uses GEMMs otherwise.
  */
 #include "config.h"
 
@@ -77,12 +77,15 @@ static void col2im(const struct nn_layer *l, float *dx, const float *dcol)
 						continue;
 					float *xr = dx + ((size_t)ch * h + iy) * w;
 					const float *r = row + (ch * k + ky) * k;
-					for (int kx = 0; kx < k; kx++) {
-						int ix = ox * s - p + kx;
+					const int ix = ox * s - p;
 
-						if (ix >= 0 && ix < w)
-							xr[ix] += r[kx];
+					if (ix >= 0 && ix + k <= w) {
+						nn_axpy(xr + ix, 1.0f, r, k);
+						continue;
 					}
+					for (int kx = 0; kx < k; kx++)
+						if (ix + kx >= 0 && ix + kx < w)
+							xr[ix + kx] += r[kx];
 				}
 		}
 }
@@ -111,7 +114,7 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
  * only the positions with a gradient contribute, each as one row of col
  * (to dW) and of dcol (from W; dcol may be NULL).
  */
-static void backward_sparse(int oc, int kk, int pos, float *dw, const float *dy,
+static void backward_sparse(int oc, int kk, int pos, float *dw, float *db, const float *dy,
 			    const float *col, const float *w, float *dcol)
 {
 	if (dcol)
@@ -122,6 +125,7 @@ static void backward_sparse(int oc, int kk, int pos, float *dw, const float *dy,
 
 			if (g == 0.0f)
 				continue;
+			db[o] += g;
 			nn_axpy(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk);
 			if (dcol)
 				nn_axpy(dcol + (size_t)j * kk, g, w + (size_t)o * kk, kk);
@@ -136,21 +140,18 @@ void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 
 	for (int i = 0; i < n; i++) {
 		const float *dy = dout + (size_t)i * l->out_size;
-		size_t nonzero = 0;
 
-		for (int o = 0; o < oc; o++) {
-			float s = 0.0f;
-
-			for (int j = 0; j < pos; j++) {
-				s += dy[(size_t)o * pos + j];
-				nonzero += dy[(size_t)o * pos + j] != 0.0f;
-			}
-			db[o] += s;
-		}
 		im2col(l, col, in + (size_t)i * l->in_size);
-		if (4 * nonzero <= l->out_size) {
-			backward_sparse(oc, kk, pos, dw, dy, col, w, din ? dcol : NULL);
+		if (l->sparse_dout) {
+			backward_sparse(oc, kk, pos, dw, db, dy, col, w, din ? dcol : NULL);
 		} else {
+			for (int o = 0; o < oc; o++) {
+				float s = 0.0f;
+
+				for (int j = 0; j < pos; j++)
+					s += dy[(size_t)o * pos + j];
+				db[o] += s;
+			}
 			/* dW (OC, CKK) += dy (OC, P) . col (P, CKK) */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, kk, pos, 1.0f, dy, pos,
 				    col, kk, 1.0f, dw, kk);

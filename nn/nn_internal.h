@@ -60,6 +60,8 @@ struct nn_layer {
 	size_t b_off;            /* offset of the bias (out_c floats) */
 	size_t n_b;
 	bool need_din;           /* the backward must produce the input gradient (a trainable layer precedes) */
+	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
+				  * follows, so at most one output in each pooling window has a gradient */
 };
 
 /* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */
@@ -100,7 +102,7 @@ void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 /* col: scratch of (out_h out_w) x (in_c k k) floats */
 void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n);
-/* col, dcol: scratch as in the forward; din may be NULL */
+/* col, dcol: scratch as in the forward; din may be NULL; dout (n, out_c, out_h, out_w) */
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *in, const float *w, float *col,
 		     float *dcol, int n);

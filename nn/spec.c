@@ -212,6 +212,12 @@ int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layer
 			       spec);
 		goto err_free;
 	}
+	for (size_t i = 0; i < n; i++) {
+		size_t next = i + 1 < n && layers[i + 1].kind == NN_RELU ? i + 2 : i + 1;
+
+		layers[i].sparse_dout = layers[i].kind == NN_CONV && next < n &&
+					layers[next].kind == NN_MAXPOOL && layers[next].stride >= layers[next].k;
+	}
 	free(text);
 	*layers_p = layers;
 	*n_p = n;

@@ -11,6 +11,10 @@ tests/test_nn.c holds pinpipe's nn module against, computed by PyTorch
 Network, input 2 x 9 x 9, batch 3:
   conv:3:3:1:1,relu,maxpool:3:2,conv:4:3:2:1,relu,flatten,fc:5,relu,fc:3
 
+A second network, whose max-pools do not overlap (the sparse convolution
+backward of the CPU kernels), same inputs, params from the same formula:
+  conv:3:3:1:1,relu,maxpool:2,conv:4:2,relu,maxpool:2,flatten,fc:3
+
 Run: /usr/bin/python3 tests/nn_reference.py > tests/nn_reference.h
 """
 import math
@@ -27,6 +31,14 @@ def net():
         torch.nn.Conv2d(3, 4, 3, stride=2, padding=1), torch.nn.ReLU(),
         torch.nn.Flatten(), torch.nn.Linear(16, 5), torch.nn.ReLU(),
         torch.nn.Linear(5, 3))
+
+
+def net2():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(2, 3, 3, stride=1, padding=1), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(3, 4, 2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(4, 3))
 
 
 def set_params(model):
@@ -97,3 +109,13 @@ for _ in range(2):
     torch.nn.functional.cross_entropy(model(xu), labels).backward()
     opt.step()
 emit("ref_adam_params", params(model))
+
+# Two SGD steps (momentum 0.9, lr 0.1) of the second network on the f32 batch.
+model = net2()
+print("#define REF2_NPARAMS %d" % set_params(model))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+for _ in range(2):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), labels).backward()
+    opt.step()
+emit("ref2_sgd_params", params(model))

@@ -203,6 +203,7 @@ START_TEST(test_grad_conv)
 		struct gc g = gc_make(NN_CONV, 2, 3, 6, 5, 4, 3, 1, 1);
 		struct gc g2 = gc_make(NN_CONV, 2, 2, 7, 7, 3, 3, 2, 2);
 
+		g.l.sparse_dout = g2.l.sparse_dout = sparse;
 		for (size_t i = 0; sparse && i < (size_t)g.n * g.l.out_size; i++)
 			g.r[i] = i % 5 ? 0.0f : g.r[i];
 		for (size_t i = 0; sparse && i < (size_t)g2.n * g2.l.out_size; i++)
@@ -406,6 +407,39 @@ START_TEST(test_reference_adam_u8)
 		pp_tensor_destroy(x);
 		pp_model_destroy(m);
 	}
+}
+END_TEST
+
+/*
+ * Fails if two SGD steps of a network whose max-pools do not overlap (the
+ * convolutions' sparse backward) differ from PyTorch's.
+ */
+START_TEST(test_reference_sparse_conv)
+{
+	struct pp_model_config cfg;
+	struct pp_model *m;
+	struct pp_tensor *x = ref_inputs(PP_DTYPE_F32);
+	float p[REF2_NPARAMS];
+
+	ref_config(&cfg, 2);
+	cfg.optim.kind = PP_OPTIM_SGD;
+	cfg.optim.lr = 0.1f;
+	cfg.optim.momentum = 0.9f;
+	ck_assert_int_eq(pp_model_create("conv:3:3:1:1,relu,maxpool:2,conv:4:2,relu,maxpool:2,flatten,fc:3",
+					 NULL, &cfg, &m), 0);
+	ck_assert(m->layers[0].sparse_dout && m->layers[3].sparse_dout);
+	ck_assert_uint_eq(pp_model_param_count(m), REF2_NPARAMS);
+	for (int i = 0; i < REF2_NPARAMS; i++)
+		p[i] = (float)(0.3 * sin(0.37 * i + 0.5));
+	ck_assert_int_eq(pp_model_params_write(m, p, REF2_NPARAMS), 0);
+	ck_assert_int_eq(pp_model_train_step(m, x, ref_labels), 0);
+	ck_assert_int_eq(pp_model_train_step(m, x, ref_labels), 0);
+	ck_assert_int_eq(pp_model_params_read(m, p, REF2_NPARAMS), 0);
+	for (int i = 0; i < REF2_NPARAMS; i++)
+		ck_assert_msg(fabsf(p[i] - ref2_sgd_params[i]) <= 1e-5f + 1e-4f * fabsf(ref2_sgd_params[i]),
+			      "parameter %d: %.9g, PyTorch %.9g", i, (double)p[i], (double)ref2_sgd_params[i]);
+	pp_tensor_destroy(x);
+	pp_model_destroy(m);
 }
 END_TEST
 
@@ -849,6 +883,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(grad, test_grad_loss);
 	tcase_add_test(ref, test_reference_sgd);
 	tcase_add_test(ref, test_reference_adam_u8);
+	tcase_add_test(ref, test_reference_sparse_conv);
 	tcase_add_test(model, test_same_seed_bit_identical);
 	tcase_add_test(model, test_presets_and_summary);
 	tcase_add_test(model, test_bad_specs);
