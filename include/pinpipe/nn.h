@@ -141,7 +141,7 @@ struct pp_model;
  * the same spec and seed are bit-identical, and stay so step after step at
  * the same thread count.
  *
- * 'spec' is a preset, "mlp" (fc:32,relu,fc:10 on flattened input) or "cnn"
+ * 'spec' is a preset, "mlp" (flatten,fc:32,relu,fc:10) or "cnn"
  * (conv:6:5,relu,maxpool:2,conv:12:5,relu,maxpool:2,flatten,fc:120,relu,
  * fc:60,relu,fc:10), or comma-separated layers:
  *   conv:OUT:K[:STRIDE[:PAD]]  Conv2d, OUT channels, K x K kernel (stride 1, padding 0)
@@ -153,10 +153,12 @@ struct pp_model;
  *
  * The CPU kernels run single-threaded OpenBLAS calls and split a batch
  * across cfg->threads threads: this calls openblas_set_num_threads(1),
- * which is process-wide.
+ * which is process-wide.  On cuda, cfg->stream (a stream of 'dev') is
+ * required and all the model's work goes on it.
  *
  * Returns 0 and the model in *model_p, or -EINVAL (a bad spec or config;
- * the message names the layer and what was expected), -ENODEV, -ENOMEM.
+ * the message names the layer and what was expected; no stream on cuda),
+ * -ENODEV, -ENOMEM, -EIO (a CUDA call failed).
  */
 PP_API int pp_model_create(const char *spec, struct pp_device *dev,
 			   const struct pp_model_config *cfg, struct pp_model **model_p);
@@ -200,8 +202,11 @@ PP_API int pp_model_params_write(struct pp_model *model, const float *src, size_
  * the model's device memory.  The batch loss and the count of correct
  * predictions are added to the model's running totals (pp_model_metrics()).
  * On cuda everything is queued on the model's stream and the host is not
- * made to wait.  Returns 0, or -EINVAL (shape or device mismatch, named),
- * -ERANGE (a label outside 0..num_classes-1, on the CPU), -ENOMEM.
+ * made to wait: the inputs must be ready on that stream, and stay unchanged
+ * until its work is done.  Returns 0, or -EINVAL (shape or device mismatch,
+ * named), -ERANGE (a label outside 0..num_classes-1, on the CPU, where the
+ * parameters are then left unchanged; on cuda pp_model_metrics() reports
+ * it), -ENOMEM, -EIO (a CUDA call failed).
  */
 PP_API int pp_model_train_step(struct pp_model *model, const struct pp_tensor *inputs,
 			       const int32_t *labels);
@@ -224,7 +229,10 @@ struct pp_model_metrics {
 
 /*
  * Writes the running totals to *metrics_p (waiting for the model's queued
- * work on cuda), and sets them to zero when 'reset'.
+ * work on cuda), and sets them to zero when 'reset'.  On cuda, where a
+ * step cannot stop the host to report a label out of range, this returns
+ * -ERANGE (and writes nothing) when such a label was seen since the last
+ * reset; that sample was left out of the loss and its gradient.
  */
 PP_API int pp_model_metrics(struct pp_model *model, bool reset, struct pp_model_metrics *metrics_p);
 

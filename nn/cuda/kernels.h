@@ -86,7 +86,8 @@ int pp_cuda_maxpool_backward(float *din, const float *dout, const int32_t *idx, 
 /*
  * Softmax cross-entropy of n samples of c logits: adds the losses to
  * *loss_sum and the correct predictions to *correct (device memory), sets
- * *bad_label to 1 when a label is outside 0..c-1 (that sample is skipped),
+ * *bad_label to 1 when a label is outside 0..c-1 (that sample is left out,
+ * its gradient zero),
  * and writes (softmax - onehot) * scale to dlogits unless it is NULL.
  */
 int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,

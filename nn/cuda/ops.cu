@@ -328,6 +328,8 @@ static __global__ void softmax_xent_kernel(const float *logits, const int32_t *l
 
 		if (y < 0 || y >= c) {
 			*bad_label = 1;
+			for (int j = 0; dlogits && j < c; j++)
+				dlogits[i * c + j] = 0.0f;
 			continue;
 		}
 		for (int j = 1; j < c; j++)
