@@ -1,6 +1,6 @@
 /*
  * nn/conv2d.c: Conv2d (stride, zero padding) on the CPU by im2col and one
- * GEMM per sample, so that the column buffer of a sample stays in cache.
+ * GEMM per sample; the backward reuses the forward's columns.
  * Shapes (one sample): in (C, H, W), W (OC, C, K, K) as PyTorch's
  * nn.Conv2d, col (OH OW, C K K), out (OC, OH OW).  When a max-pool
  * follows, the backward visits only the positions with a gradient (at most
@@ -97,13 +97,14 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
 
 	for (int i = 0; i < n; i++) {
 		float *y = out + (size_t)i * l->out_size;
+		float *c = col + (size_t)i * pos * kk;
 
-		im2col(l, col, in + (size_t)i * l->in_size);
+		im2col(l, c, in + (size_t)i * l->in_size);
 		for (int o = 0; o < oc; o++)
 			for (int j = 0; j < pos; j++)
 				y[(size_t)o * pos + j] = b[o];
 		/* y (OC, P) += W (OC, CKK) . col^T (CKK, P) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, pos, kk, 1.0f, w, kk, col, kk,
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, pos, kk, 1.0f, w, kk, c, kk,
 			    1.0f, y, pos);
 	}
 }
@@ -133,15 +134,14 @@ static void backward_sparse(int oc, int kk, int pos, float *dw, float *db, const
 }
 
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
-		     const float *dout, const float *in, const float *w, float *col,
-		     float *dcol, int n)
+		     const float *dout, const float *w, const float *cols, float *dcol, int n)
 {
 	const int oc = l->out_c, kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
 
 	for (int i = 0; i < n; i++) {
 		const float *dy = dout + (size_t)i * l->out_size;
+		const float *col = cols + (size_t)i * pos * kk;
 
-		im2col(l, col, in + (size_t)i * l->in_size);
 		if (l->sparse_dout) {
 			backward_sparse(oc, kk, pos, dw, db, dy, col, w, din ? dcol : NULL);
 		} else {

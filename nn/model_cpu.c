@@ -5,6 +5,11 @@
  * BLAS and its own gradient buffer; the gradients are summed in a fixed
  * order, so that a step is bit-identical from run to run at the same
  * thread count, and the optimizer updates the parameters.
+ *
+ * A slice goes through in groups of NN_GROUP samples, each taken forward
+ * and at once backward (a sample's gradient needs only its own loss), so
+ * that the convolutions' im2col columns are made once and are still in
+ * cache when the backward uses them.
  */
 #include "config.h"
 
@@ -16,12 +21,17 @@
 #include "common/internal.h"
 #include "nn/nn_internal.h"
 
+/* Samples taken forward and backward together: their conv columns fit in L2. */
+#define NN_GROUP 8
+
 /* One thread's share of a step. */
 struct nn_worker {
 	struct pp_model *m;
 	int index;          /* 0: the calling thread */
 	float *grads;       /* (n_params); worker 0 uses the model's */
-	float *col, *dcol;  /* (col_floats) conv scratch */
+	float *col;         /* (NN_GROUP, col_floats): each conv's columns of the group,
+			     * at the layer's col_off */
+	float *dcol;        /* (col_one) the column gradient of one sample */
 	size_t start, count; /* the slice of the batch: samples */
 	double loss_sum;    /* sum of the slice's losses */
 	uint64_t correct;   /* correct predictions in the slice */
@@ -29,23 +39,16 @@ struct nn_worker {
 	char msg[256];      /* the error message of a failed slice */
 };
 
-static void run_slice(struct nn_worker *wk, const struct nn_job *job)
+/* Forward, loss, and when training backward, of samples s0..s0+n-1; 0 or -errno. */
+static int run_group(struct nn_worker *wk, const struct nn_job *job, size_t s0, int n)
 {
 	struct pp_model *m = wk->m;
-	const size_t s0 = wk->start;
-	const int n = (int)wk->count;
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	const float *P = m->params;
 	float *G = wk->grads;
 	const float *x;
+	int ret;
 
-	wk->loss_sum = 0.0;
-	wk->correct = 0;
-	wk->err = 0;
-	if (n == 0)
-		return;
-	if (job->train)
-		memset(G, 0, m->n_params * sizeof(float));
 	if (job->in_u8) {
 		size_t sz = m->layers[0].in_size;
 
@@ -61,7 +64,8 @@ static void run_slice(struct nn_worker *wk, const struct nn_job *job)
 
 		switch (l->kind) {
 		case NN_CONV:
-			conv2d_forward(l, y, x, P + l->w_off, P + l->b_off, wk->col, n);
+			conv2d_forward(l, y, x, P + l->w_off, P + l->b_off,
+				       wk->col + NN_GROUP * l->col_off, n);
 			break;
 		case NN_MAXPOOL:
 			maxpool_forward(l, y, m->pool_idx[i] + s0 * l->out_size, x, n);
@@ -78,15 +82,11 @@ static void run_slice(struct nn_worker *wk, const struct nn_job *job)
 		}
 		x = y;
 	}
-	wk->err = softmax_xent(x, job->labels + s0, n, last->out_c, 1.0f / (float)job->batch,
-			       job->train ? m->dacts[m->n_layers - 1] + s0 * last->out_size : NULL,
-			       &wk->loss_sum, &wk->correct);
-	if (wk->err) {
-		snprintf(wk->msg, sizeof(wk->msg), "%s", pp_last_error());
-		return;
-	}
-	if (!job->train)
-		return;
+	ret = softmax_xent(x, job->labels + s0, n, last->out_c, 1.0f / (float)job->batch,
+			   job->train ? m->dacts[m->n_layers - 1] + s0 * last->out_size : NULL,
+			   &wk->loss_sum, &wk->correct);
+	if (ret || !job->train)
+		return ret;
 	for (size_t i = m->n_layers; i-- > 0 && (m->layers[i].n_w || m->layers[i].need_din);) {
 		const struct nn_layer *l = &m->layers[i];
 		const float *dy = m->dacts[i] + s0 * l->out_size;
@@ -96,8 +96,8 @@ static void run_slice(struct nn_worker *wk, const struct nn_job *job)
 
 		switch (l->kind) {
 		case NN_CONV:
-			conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, xi, P + l->w_off, wk->col,
-					wk->dcol, n);
+			conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
+					wk->col + NN_GROUP * l->col_off, wk->dcol, n);
 			break;
 		case NN_MAXPOOL:
 			if (dx)
@@ -116,6 +116,22 @@ static void run_slice(struct nn_worker *wk, const struct nn_job *job)
 			break;
 		}
 	}
+	return 0;
+}
+
+static void run_slice(struct nn_worker *wk, const struct nn_job *job)
+{
+	const size_t end = wk->start + wk->count;
+
+	wk->loss_sum = 0.0;
+	wk->correct = 0;
+	wk->err = 0;
+	if (wk->count && job->train)
+		memset(wk->grads, 0, wk->m->n_params * sizeof(float));
+	for (size_t s0 = wk->start; s0 < end && !wk->err; s0 += NN_GROUP)
+		wk->err = run_group(wk, job, s0, (int)PP_MIN((size_t)NN_GROUP, end - s0));
+	if (wk->err)
+		snprintf(wk->msg, sizeof(wk->msg), "%s", pp_last_error());
 }
 
 static void *worker_main(void *arg)
@@ -215,10 +231,18 @@ static int cpu_setup(struct pp_model *m)
 	size_t pbytes = m->n_params * sizeof(float);
 	int ret = 0;
 
-	for (size_t i = 0; i < m->n_layers; i++)
-		if (m->layers[i].kind == NN_CONV)
-			m->col_floats = PP_MAX(m->col_floats, m->layers[i].n_w / (size_t)m->layers[i].out_c *
-								      (size_t)m->layers[i].out_h * m->layers[i].out_w);
+	size_t col_one = 0;
+
+	for (size_t i = 0; i < m->n_layers; i++) {
+		struct nn_layer *l = &m->layers[i];
+		size_t cols = (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k;
+
+		if (l->kind != NN_CONV)
+			continue;
+		l->col_off = m->col_floats;
+		m->col_floats += cols;
+		col_one = PP_MAX(col_one, cols);
+	}
 	m->threads = m->cfg.threads;
 	m->workers = calloc((size_t)m->threads, sizeof(*m->workers));
 	if (!m->workers)
@@ -232,9 +256,9 @@ static int cpu_setup(struct pp_model *m)
 		if (t)
 			ret = nn_mem_alloc(m->dev, pbytes, (void **)&wk->grads);
 		if (!ret)
-			ret = nn_mem_alloc(m->dev, m->col_floats * sizeof(float), (void **)&wk->col);
+			ret = nn_mem_alloc(m->dev, NN_GROUP * m->col_floats * sizeof(float), (void **)&wk->col);
 		if (!ret)
-			ret = nn_mem_alloc(m->dev, m->col_floats * sizeof(float), (void **)&wk->dcol);
+			ret = nn_mem_alloc(m->dev, col_one * sizeof(float), (void **)&wk->dcol);
 		if (ret)
 			return ret;
 	}

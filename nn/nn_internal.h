@@ -60,6 +60,7 @@ struct nn_layer {
 	size_t b_off;            /* offset of the bias (out_c floats) */
 	size_t n_b;
 	bool need_din;           /* the backward must produce the input gradient (a trainable layer precedes) */
+	size_t col_off;          /* conv: offset of its columns in a CPU worker's scratch, floats */
 	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
 				  * follows, so at most one output in each pooling window has a gradient */
 };
@@ -99,13 +100,15 @@ void linear_forward(const struct nn_layer *l, float *out, const float *in, const
 void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *in, const float *w, int n);
 
-/* col: scratch of (out_h out_w) x (in_c k k) floats */
+/* col (n, out_h out_w, in_c k k): receives each sample's im2col columns */
 void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n);
-/* col, dcol: scratch as in the forward; din may be NULL; dout (n, out_c, out_h, out_w) */
+/*
+ * col: the columns conv2d_forward() made of these n samples; dcol: scratch
+ * of one sample's columns; din may be NULL; dout (n, out_c, out_h, out_w)
+ */
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
-		     const float *dout, const float *in, const float *w, float *col,
-		     float *dcol, int n);
+		     const float *dout, const float *w, const float *col, float *dcol, int n);
 
 /* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
 void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
@@ -200,7 +203,7 @@ struct pp_model {
 	float **acts;             /* n_layers x (capacity, out_size) */
 	float **dacts;            /* n_layers x (capacity, out_size) */
 	int32_t **pool_idx;       /* n_layers x (capacity, out_size) for maxpool, else NULL */
-	size_t col_floats;        /* largest conv scratch, floats */
+	size_t col_floats;        /* the im2col columns of all conv layers, one sample, floats */
 	/* threads: worker 0 is the caller */
 	int threads;
 	struct nn_worker *workers; /* threads */

@@ -132,7 +132,7 @@ static struct gc gc_make(enum nn_layer_kind kind, int n, int c, int h, int w, in
 	g.b = rand_floats(l->n_b);
 	g.out = zero_floats((size_t)n * l->out_size);
 	g.r = rand_floats((size_t)n * l->out_size);
-	g.col = zero_floats((size_t)c * k * k * l->out_h * l->out_w + 1);
+	g.col = zero_floats((size_t)n * c * k * k * l->out_h * l->out_w + 1);
 	g.dcol = zero_floats((size_t)c * k * k * l->out_h * l->out_w + 1);
 	g.idx = calloc((size_t)n * l->out_size + 1, sizeof(int32_t));
 	return g;
@@ -160,7 +160,7 @@ static void gc_run(struct gc *g, float eps)
 	gc_loss(g);
 	switch (l->kind) {
 	case NN_CONV:
-		conv2d_backward(l, din, dw, db, g->r, g->in, g->w, g->col, g->dcol, g->n);
+		conv2d_backward(l, din, dw, db, g->r, g->w, g->col, g->dcol, g->n);
 		break;
 	case NN_LINEAR:
 		linear_backward(l, din, dw, db, g->r, g->in, g->w, g->n);
