@@ -6,10 +6,12 @@
  * order, so that a step is bit-identical from run to run at the same
  * thread count, and the optimizer updates the parameters.
  *
- * A slice goes through in groups of NN_GROUP samples, each taken forward
- * and at once backward (a sample's gradient needs only its own loss), so
- * that the convolutions' im2col columns are made once and are still in
- * cache when the backward uses them.
+ * A slice of a model with convolutions goes through in groups of samples
+ * whose im2col columns fit in NN_GROUP_BYTES, each group taken forward and
+ * at once backward (a sample's gradient needs only its own loss), so that
+ * the columns are made once and are still in cache when the backward uses
+ * them.  Without convolutions the whole slice is one group, for the
+ * largest GEMMs.
  */
 #include "config.h"
 
@@ -21,16 +23,18 @@
 #include "common/internal.h"
 #include "nn/nn_internal.h"
 
-/* Samples taken forward and backward together: their conv columns fit in L2. */
-#define NN_GROUP 8
+/* The im2col columns of a group of samples, at most: within a core's L2 (1 MiB here). */
+#define NN_GROUP_BYTES (768 * 1024)
+/* Samples in a group, at most. */
+#define NN_GROUP_MAX 64
 
 /* One thread's share of a step. */
 struct nn_worker {
 	struct pp_model *m;
 	int index;          /* 0: the calling thread */
 	float *grads;       /* (n_params); worker 0 uses the model's */
-	float *col;         /* (NN_GROUP, col_floats): each conv's columns of the group,
-			     * at the layer's col_off */
+	float *col;         /* (group, col_floats): each conv's columns of the group,
+			     * at group x the layer's col_off */
 	float *dcol;        /* (col_one) the column gradient of one sample */
 	size_t start, count; /* the slice of the batch: samples */
 	double loss_sum;    /* sum of the slice's losses */
@@ -65,7 +69,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, size_t s0, 
 		switch (l->kind) {
 		case NN_CONV:
 			conv2d_forward(l, y, x, P + l->w_off, P + l->b_off,
-				       wk->col + NN_GROUP * l->col_off, n);
+				       wk->col + m->group * l->col_off, n);
 			break;
 		case NN_MAXPOOL:
 			maxpool_forward(l, y, m->pool_idx[i] + s0 * l->out_size, x, n);
@@ -97,7 +101,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, size_t s0, 
 		switch (l->kind) {
 		case NN_CONV:
 			conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
-					wk->col + NN_GROUP * l->col_off, wk->dcol, n);
+					wk->col + m->group * l->col_off, wk->dcol, n);
 			break;
 		case NN_MAXPOOL:
 			if (dx)
@@ -128,8 +132,10 @@ static void run_slice(struct nn_worker *wk, const struct nn_job *job)
 	wk->err = 0;
 	if (wk->count && job->train)
 		memset(wk->grads, 0, wk->m->n_params * sizeof(float));
-	for (size_t s0 = wk->start; s0 < end && !wk->err; s0 += NN_GROUP)
-		wk->err = run_group(wk, job, s0, (int)PP_MIN((size_t)NN_GROUP, end - s0));
+	for (size_t s0 = wk->start, n; s0 < end && !wk->err; s0 += n) {
+		n = PP_MIN(wk->m->group, end - s0);
+		wk->err = run_group(wk, job, s0, (int)n);
+	}
 	if (wk->err)
 		snprintf(wk->msg, sizeof(wk->msg), "%s", pp_last_error());
 }
@@ -243,6 +249,8 @@ static int cpu_setup(struct pp_model *m)
 		m->col_floats += cols;
 		col_one = PP_MAX(col_one, cols);
 	}
+	m->group = m->col_floats ? PP_MIN(PP_MAX(NN_GROUP_BYTES / (m->col_floats * sizeof(float)), 1u),
+					  (size_t)NN_GROUP_MAX) : SIZE_MAX;
 	m->threads = m->cfg.threads;
 	m->workers = calloc((size_t)m->threads, sizeof(*m->workers));
 	if (!m->workers)
@@ -256,7 +264,8 @@ static int cpu_setup(struct pp_model *m)
 		if (t)
 			ret = nn_mem_alloc(m->dev, pbytes, (void **)&wk->grads);
 		if (!ret)
-			ret = nn_mem_alloc(m->dev, NN_GROUP * m->col_floats * sizeof(float), (void **)&wk->col);
+			ret = nn_mem_alloc(m->dev, (m->col_floats ? m->group * m->col_floats : 0) *
+							   sizeof(float), (void **)&wk->col);
 		if (!ret)
 			ret = nn_mem_alloc(m->dev, col_one * sizeof(float), (void **)&wk->dcol);
 		if (ret)

@@ -204,6 +204,7 @@ struct pp_model {
 	float **dacts;            /* n_layers x (capacity, out_size) */
 	int32_t **pool_idx;       /* n_layers x (capacity, out_size) for maxpool, else NULL */
 	size_t col_floats;        /* the im2col columns of all conv layers, one sample, floats */
+	size_t group;             /* CPU: samples taken forward and backward together */
 	/* threads: worker 0 is the caller */
 	int threads;
 	struct nn_worker *workers; /* threads */
