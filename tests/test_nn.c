@@ -216,17 +216,27 @@ START_TEST(test_grad_conv)
 }
 END_TEST
 
-/* Fails if MaxPool2d routes gradients anywhere but to each window's maximum (overlapping windows too). */
+/*
+ * Fails if MaxPool2d routes gradients anywhere but to each window's
+ * maximum: overlapping 3x3 windows with stride 2, and the 2x2 stride-2
+ * windows of the unrolled path, over an odd size (the last row and column
+ * unused).
+ */
 START_TEST(test_grad_maxpool)
 {
 	struct gc g = gc_make(NN_MAXPOOL, 2, 2, 7, 7, 0, 3, 2, 0);
-	size_t n = (size_t)g.n * g.l.in_size;
+	struct gc g2 = gc_make(NN_MAXPOOL, 2, 3, 7, 5, 0, 2, 2, 0);
+	size_t n = (size_t)g.n * g.l.in_size, n2 = (size_t)g2.n * g2.l.in_size;
 
 	/* distinct values 0.01 apart, so that a step of 1e-3 never changes a maximum */
 	for (size_t i = 0; i < n; i++)
 		g.in[i] = (float)((i * 37) % n) * 0.01f - 1.0f;
+	for (size_t i = 0; i < n2; i++)
+		g2.in[i] = (float)((i * 41) % n2) * 0.01f - 1.0f;
 	gc_run(&g, 1e-3f);
+	gc_run(&g2, 1e-3f);
 	gc_free(&g);
+	gc_free(&g2);
 }
 END_TEST
 
