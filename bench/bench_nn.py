@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench/bench_nn.py: the PyTorch side of bench/bench_nn.c: a training step
 (forward, cross-entropy, backward, Adam lr 0.01) on a float32 batch held in
-memory, for the presets cnn and mlp at a batch size and thread count.
+memory, for the presets cnn and mlp at a batch size and thread count;
+samples/s of wall-clock time and per second of the process's CPU time.
 
   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/bench_nn.py SPEC BATCH THREADS [SECONDS]
 """
@@ -41,6 +42,7 @@ def main():
     for _ in range(3):
         step()
     steps = 0
+    c0 = time.process_time()
     t0 = time.perf_counter()
     while True:
         step()
@@ -48,9 +50,11 @@ def main():
         t1 = time.perf_counter()
         if t1 - t0 >= seconds:
             break
+    c1 = time.process_time()
     s = t1 - t0
-    print("pytorch %s batch=%d threads=%d: %.0f samples/s, %.3f ms/step"
-          % (spec, batch, threads, steps * batch / s, 1e3 * s / steps))
+    print("pytorch %s batch=%d threads=%d: %.0f samples/s, %.3f ms/step, %.0f samples/cpu-s"
+          % (spec, batch, threads, steps * batch / s, 1e3 * s / steps,
+             steps * batch / (c1 - c0)))
 
 
 if __name__ == "__main__":
