@@ -28,10 +28,9 @@
 /* Samples in a group, at most. */
 #define NN_GROUP_MAX 64
 
-/* One thread's share of a step. */
+/* One thread's share of a step; worker 0 is the calling thread. */
 struct nn_worker {
 	struct pp_model *m;
-	int index;          /* 0: the calling thread */
 	float *grads;       /* (n_params); worker 0 uses the model's */
 	float *col;         /* (group, col_floats): each conv's columns of the group,
 			     * at group x the layer's col_off */
@@ -259,7 +258,6 @@ static int cpu_setup(struct pp_model *m)
 		struct nn_worker *wk = &m->workers[t];
 
 		wk->m = m;
-		wk->index = t;
 		wk->grads = m->grads;
 		if (t)
 			ret = nn_mem_alloc(m->dev, pbytes, (void **)&wk->grads);

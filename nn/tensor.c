@@ -14,7 +14,7 @@ static int tensor_new(struct pp_device *dev, enum pp_dtype dtype, int ndim, cons
 		      struct pp_tensor **tensor_p)
 {
 	struct pp_tensor *t;
-	size_t numel = 1;
+	size_t numel = 1, bytes;
 
 	if (dtype != PP_DTYPE_F32 && dtype != PP_DTYPE_U8)
 		return pp_error(-EINVAL, "tensor: dtype %d (expected f32 or u8)", (int)dtype);
@@ -24,7 +24,7 @@ static int tensor_new(struct pp_device *dev, enum pp_dtype dtype, int ndim, cons
 		if (shape[i] == 0)
 			return pp_error(-EINVAL, "tensor: dimension %d is 0 (expected >= 1)", i);
 		if (!pp_mul_size(numel, shape[i], &numel) ||
-		    !pp_mul_size(numel, pp_dtype_size(dtype), &(size_t){ 0 }))
+		    !pp_mul_size(numel, pp_dtype_size(dtype), &bytes))
 			return pp_error(-EOVERFLOW, "tensor: too many elements at dimension %d", i);
 	}
 	t = calloc(1, sizeof(*t));
