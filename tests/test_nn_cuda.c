@@ -2,8 +2,9 @@
  * tests/test_nn_cuda.c: the CUDA backend of nn against the CPU one: every
  * op (each spec below exercises some: convolution with stride and padding,
  * overlapping and plain max-pools, ReLU, flatten, Linear, the loss, the
- * u8 normalisation, SGD and Adam) forward, backward and in whole training
- * steps, compared with a tolerance on cuda:0.  CUDA does not survive
+ * u8 normalisation, SGD and Adam; the last specs are single layers)
+ * forward, backward and in whole training steps, compared with a
+ * tolerance on cuda:0.  CUDA does not survive
  * fork(), so this program runs its tests without forking, and it has its
  * own main: with no usable GPU it says why and exits 77 (SKIP).
  */
@@ -30,6 +31,10 @@ static const struct {
 	{ "cnn", 1, 28, 28 },
 	{ "mlp", 1, 28, 28 },
 	{ "conv:5:1,relu,maxpool:2,fc:10", 3, 8, 8 },
+	/* single layers, to tell a faulty op from the others */
+	{ "fc:10", 1, 4, 4 },
+	{ "conv:10:3", 2, 3, 3 },
+	{ "conv:10:3:2:1", 3, 2, 2 },
 };
 
 struct pair {
