@@ -297,8 +297,10 @@ int pp_model_load(const char *path, struct pp_device *dev, const struct pp_model
 {
 	uint8_t *buf = NULL;
 	size_t len = 0;
-	int ret = read_file(path, &buf, &len);
+	int ret = nn_model_check_runtime(cfg);
 
+	if (!ret)
+		ret = read_file(path, &buf, &len);
 	if (ret)
 		return ret;
 	ret = parse(path, buf, len, dev, cfg, model_p);

@@ -134,13 +134,22 @@ err_free_activations:
 	return ret;
 }
 
-static int check_config(const struct pp_model_config *cfg)
+int nn_model_check_runtime(const struct pp_model_config *cfg)
 {
 	if (cfg->threads < 1 || cfg->threads > NN_MAX_THREADS)
 		return pp_error(-EINVAL, "model: %d threads (expected 1..%d)", cfg->threads, NN_MAX_THREADS);
 	if (!(cfg->std > 0.0f) || !isfinite(cfg->mean) || !isfinite(cfg->std))
 		return pp_error(-EINVAL, "model: normalisation mean %g, std %g (expected finite, std > 0)",
 				(double)cfg->mean, (double)cfg->std);
+	return 0;
+}
+
+static int check_config(const struct pp_model_config *cfg)
+{
+	int ret = nn_model_check_runtime(cfg);
+
+	if (ret)
+		return ret;
 	if (cfg->num_classes < 2)
 		return pp_error(-EINVAL, "model: %u classes (expected >= 2)", cfg->num_classes);
 	return nn_optim_check(&cfg->optim);

@@ -179,6 +179,9 @@ struct nn_backend {
 extern const struct nn_backend nn_backend_cpu;
 extern const struct nn_backend nn_backend_cuda;
 
+/* Checks the settings a checkpoint does not hold (threads, mean, std); -EINVAL with a message. */
+int nn_model_check_runtime(const struct pp_model_config *cfg);
+
 /* Waits for the model's queued work (cuda); 0 or -errno. */
 int nn_model_wait(struct pp_model *m);
 

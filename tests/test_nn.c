@@ -905,6 +905,11 @@ START_TEST(test_checkpoint_damaged)
 	pp_put_le32(copy + len - 4, pp_crc32(0, copy, len - 4));
 	expect_rejected(bad, copy, len, -EBADMSG, "expected");
 
+	/* a bad setting of the caller's is the caller's error, not the file's */
+	cfg.threads = 0;
+	ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &m), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "0 threads"));
+	cfg.threads = 1;
 	snprintf(bad, sizeof(bad), "%s/missing.ckpt", dir);
 	ck_assert_int_eq(pp_model_load(bad, NULL, &cfg, &m), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "missing.ckpt: cannot open"));

@@ -250,9 +250,10 @@ PP_API int pp_model_save(struct pp_model *model, const char *path);
  * 'cfg' supplies what a checkpoint does not hold (threads, stream, mean,
  * std); the spec, shapes, parameters and optimizer come from the file.
  * Training continued from it gives the same parameters as if it had never
- * stopped.  Returns 0, or -EBADMSG (bad magic, unknown version, truncated,
- * a field out of range, CRC mismatch: the message names the file, the
- * offset and what was expected), -errno from opening or reading it.
+ * stopped.  Returns 0, or -EINVAL (a bad threads, mean or std in 'cfg'),
+ * -EBADMSG (bad magic, unknown version, truncated, a field out of range,
+ * CRC mismatch: the message names the file, the offset and what was
+ * expected), -errno from opening or reading it.
  */
 PP_API int pp_model_load(const char *path, struct pp_device *dev,
 			 const struct pp_model_config *cfg, struct pp_model **model_p);
