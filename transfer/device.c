@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -129,12 +130,15 @@ static int open_backend(struct pp_device *dev, const char *name)
 	int index = 0, ret;
 
 	if (len == 4 && memcmp(name, "auto", 4) == 0 && options == NULL) {
+		char why[256];
+
 		ret = pp_device_cuda_count_impl();
 		if (ret > 0)
 			return pp_device_cuda_open(dev, 0);
+		snprintf(why, sizeof(why), "%s", pp_last_error());
 		ret = pp_device_cpu_open(dev, NULL);
 		if (ret == 0)
-			pp_error(-ENODEV, "auto: using cpu, because %s", pp_last_error());
+			pp_error(-ENODEV, "auto: using cpu, because %s", why);
 		return ret;
 	}
 	if (len == 3 && memcmp(name, "cpu", 3) == 0)
