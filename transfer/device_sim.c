@@ -27,7 +27,7 @@
  * end is timed from that due end, so that the oversleep of one copy (timer
  * slack) is taken back from the next and a busy stream runs at the cap.
  */
-#define SIM_BW_CARRY_NS 500000u
+#define SIM_BW_CARRY_NS 5000000u
 
 /* Freed memory held back with poisoning on, at most, in bytes. */
 #define SIM_QUARANTINE_BYTES (256u << 20)
