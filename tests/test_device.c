@@ -267,7 +267,8 @@ static int pinned_fallback_child(void)
 		return 3;
 	if (pp_host_alloc(dev, 1 << 20, true, &big, &pinned) != 0 || pinned)
 		return 4;
-	if (strstr(pp_last_error(), "mlock") == NULL || strstr(pp_last_error(), "RLIMIT_MEMLOCK") == NULL)
+	if (strstr(pp_last_error(), "fell back to pageable") == NULL ||
+	    strstr(pp_last_error(), "mlock") == NULL || strstr(pp_last_error(), "RLIMIT_MEMLOCK") == NULL)
 		return 5;
 	memset(big, 1, 1 << 20);
 	if (pp_host_alloc(dev, 4096, true, &small, &pinned) != 0 || !pinned)
