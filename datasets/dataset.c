@@ -301,7 +301,7 @@ PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
 	if (ret < 0)
 		goto out_close;
 	total = (size_t)info.count * info.sample_bytes;
-	mem = malloc(PP_MAX(total, 1));
+	mem = pp_alloc_large(total);
 	if (mem == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory for %zu bytes of samples", name, total);
 		goto out_destroy;

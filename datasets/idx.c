@@ -110,7 +110,7 @@ static int load_idx(const char *path, uint32_t ndims, struct pp_inflater *inf,
 				       path, (unsigned long long)total, flen);
 			goto err_free_file;
 		}
-		out = malloc((size_t)total);
+		out = pp_alloc_large((size_t)total);
 		if (out == NULL) {
 			ret = pp_error(-ENOMEM, "%s: no memory for %llu bytes", path,
 				       (unsigned long long)total);

@@ -258,9 +258,9 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 	}
 	dt = now_s() - t0;
 	if (!opt->quiet)
-		printf("  %llu shards: %.1f MB of records in %.1f MB (%.1f%%), written in %.3f s "
-		       "(%.0f MB/s of records)\n",
-		       (unsigned long long)shards, mb(raw), mb(stored),
+		printf("  %llu shards: %llu records, %.1f MB of records in %.1f MB (%.1f%%), written "
+		       "in %.3f s (%.0f MB/s of records)\n",
+		       (unsigned long long)shards, (unsigned long long)n, mb(raw), mb(stored),
 		       raw > 0 ? 100.0 * (double)stored / (double)raw : 0.0, dt,
 		       dt > 0 ? mb(raw) / dt : 0.0);
 	return 0;
