@@ -54,8 +54,8 @@ static int check_idx_header(const char *path, const uint8_t *hdr, uint32_t ndims
 		if (idx->dims[d] == 0)
 			return pp_error(-EBADMSG, "%s: offset %u: dimension %u is 0, expected at least 1",
 					path, 4 + 4 * d, d);
-		data *= idx->dims[d]; /* at most 3 factors below 2^32 each... */
-		if (data > ((uint64_t)1 << 40))
+		if (__builtin_mul_overflow(data, (uint64_t)idx->dims[d], &data) ||
+		    data > ((uint64_t)1 << 40))
 			return pp_error(-EBADMSG,
 					"%s: offset %u: dimensions so far make %llu bytes, more than "
 					"any IDX file holds (1 TiB)",

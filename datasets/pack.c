@@ -250,7 +250,7 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 		}
 		stored += (uint64_t)size;
 		if (!opt->quiet)
-			printf("  %s: %llu records, %llu chunks, %.1f MB\n", path,
+			printf("  %s: %llu records, %llu chunks, %.1f MB on disk\n", path,
 			       (unsigned long long)(last - first),
 			       (unsigned long long)((last - first + opt->records_per_chunk - 1) /
 						    opt->records_per_chunk),

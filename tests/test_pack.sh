@@ -47,6 +47,17 @@ printf 'not an idx file at all' >"$tmp/junk-images"
 expect 1 "junk-images: offset 0: magic" "$pack" -o "$tmp/x" "$tmp/junk-images"
 [ -z "$(ls "$tmp" | grep '^x')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
 
+# CIFAR-10 batches (records of zeros: label 0, a black image): one split each.
+dd if=/dev/zero of="$tmp/data_batch_1.bin" bs=3073 count=3 2>/dev/null
+dd if=/dev/zero of="$tmp/test_batch.bin" bs=3073 count=2 2>/dev/null
+expect 0 "cifar10:test_batch.bin \(test\): 2 samples of u8 3072 bytes" \
+	"$pack" -o "$tmp/c10" "$tmp/data_batch_1.bin" "$tmp/test_batch.bin"
+expect 0 "2 of 2 shards ok: 5 records" "$pack" --verify "$tmp"/c10-*.pps
+printf 'x' >>"$tmp/test_batch.bin"
+expect 1 "test_batch.bin: 6147 bytes, expected a whole" \
+	"$pack" -o "$tmp/c11" "$tmp/data_batch_1.bin" "$tmp/test_batch.bin"
+[ -z "$(ls "$tmp" | grep '^c11')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
+
 if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 	# The README's command, into the temporary directory, with 3 shards.
 	expect 0 "60000 records" "$pack" -n 3 -o "$tmp/fmnist" "$fm"
