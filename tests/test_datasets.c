@@ -752,10 +752,11 @@ START_TEST(test_idx_damage)
 	pp_test_write_file(img, t, il);
 	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "more than any IDX file holds"));
-	/* 2^24 images of 2^24 x 2^24: the product wraps around 2^64 to 0. */
+	/* 2^20 images of 2^20 x 2^24: the product wraps around 2^64 to 0. */
 	memcpy(t, ib, il);
 	memset(t + 4, 0, 12);
-	t[5] = t[9] = t[13] = 1;
+	t[5] = t[9] = 0x10;
+	t[12] = 1;
 	pp_test_write_file(img, t, il);
 	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "more than any IDX file holds"));
