@@ -618,8 +618,25 @@ START_TEST(test_shard_truncated_everywhere)
 }
 END_TEST
 
+/* What the message about a byte changed at offset k of the shard buf must say. */
+static const char *flip_place(const uint8_t *buf, size_t len, size_t k)
+{
+	uint64_t index_offset = pp_le64(buf + len - PP_ST_SIZE + PP_ST_INDEX_OFFSET);
+
+	if (k < PP_SH_SIZE)
+		return "offset ";
+	if (k < PP_SHARD_ALIGN)
+		return "header padding";
+	if (k < index_offset)
+		return "chunk ";
+	if (k < len - PP_ST_SIZE)
+		return "index";
+	return "trailer";
+}
+
 /* Fails if a shard with any one byte changed is accepted by open + verify, or
- * if the message does not name the file. */
+ * if the message does not name the file and the part (header field, header
+ * padding, chunk, index, trailer) where the byte lies. */
 START_TEST(test_shard_flipped_everywhere)
 {
 	char *dir = pp_test_tmpdir(), *p;
@@ -641,6 +658,9 @@ START_TEST(test_shard_flipped_everywhere)
 				      "level %d, byte %zu flipped: returned %d", levels[v], k, ret);
 			ck_assert_msg(strncmp(pp_last_error(), p, strlen(p)) == 0, "byte %zu: %s", k,
 				      pp_last_error());
+			ck_assert_msg(strstr(pp_last_error(), flip_place(buf, len, k)) != NULL,
+				      "byte %zu: '%s' does not say '%s'", k, pp_last_error(),
+				      flip_place(buf, len, k));
 			ck_assert_int_eq(pwrite(fd, buf + k, 1, (off_t)k), 1);
 		}
 		close(fd);
