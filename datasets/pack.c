@@ -415,7 +415,7 @@ static int verify(char **files, int n)
 			pp_shard_close(sh);
 		}
 		if (ret < 0) {
-			printf("%s: BAD: %s\n", files[k], pp_last_error());
+			printf("BAD: %s\n", pp_last_error());
 			bad++;
 		}
 	}

@@ -5,6 +5,8 @@
  *   1 IDX images, raw or gzip (pp_dataset_open_idx without labels)
  *   2 IDX labels, raw or gzip, against a fixed valid images file of 3 images
  *   3 CIFAR-10 batch (pp_dataset_open_cifar10)
+ *   4 shard as in 0, with every CRC-32 it holds made right first, so that
+ *     the checks behind the CRCs are reached
  * Any crash, leak, sanitizer report or hang is a bug; rejection is not.
  * Not built by make; from a configured tree (with libdeflate):
  *
@@ -23,6 +25,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/internal.h"
+#include "datasets/shard.h"
+#include "datasets/shard_format.h"
 #include "pinpipe/dataset.h"
 
 static const char *scratch_path(const char *what)
@@ -58,6 +63,30 @@ static void read_everything(const struct pp_dataset *ds)
 	free(s);
 }
 
+/* Recomputes the header, chunk, index and trailer CRCs of a would-be shard, where they lie inside it. */
+static void fix_crcs(uint8_t *f, size_t len)
+{
+	uint8_t *t = f + len - PP_ST_SIZE;
+	uint64_t index_offset, n;
+
+	if (len < PP_SHARD_ALIGN + PP_ST_SIZE)
+		return;
+	pp_put_le32(f + PP_SH_CRC, pp_crc32(0, f, PP_SH_CRC));
+	index_offset = pp_le64(t + PP_ST_INDEX_OFFSET);
+	if (index_offset <= len - PP_ST_SIZE) {
+		n = (len - PP_ST_SIZE - index_offset) / PP_SI_SIZE;
+		for (uint64_t i = 0; i < n; i++) {
+			uint8_t *e = f + index_offset + i * PP_SI_SIZE;
+			uint64_t off = pp_le64(e + PP_SI_OFFSET), size = pp_le32(e + PP_SI_STORED);
+
+			if (off <= len && size <= len - off)
+				pp_put_le32(e + PP_SI_CRC, pp_crc32(0, f + off, size));
+		}
+		pp_put_le32(t + PP_ST_INDEX_CRC, pp_crc32(0, f + index_offset, n * PP_SI_SIZE));
+	}
+	pp_put_le32(t + PP_ST_CRC, pp_crc32(0, t, PP_ST_CRC));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
@@ -69,9 +98,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 
 	if (len < 1)
 		return 0;
-	put(a, data + 1, len - 1);
-	switch (data[0] % 4) {
+	if (data[0] % 5 == 4) {
+		uint8_t *f = malloc(len);
+
+		if (f == NULL)
+			abort();
+		memcpy(f, data + 1, len - 1);
+		fix_crcs(f, len - 1);
+		put(a, f, len - 1);
+		free(f);
+	} else {
+		put(a, data + 1, len - 1);
+	}
+	switch (data[0] % 5) {
 	case 0:
+	case 4:
 		if (pp_shard_open(a, &sh) == 0) {
 			pp_shard_verify(sh);
 			pp_shard_close(sh);

@@ -72,12 +72,12 @@ if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 	# One byte changed in the middle of a chunk: --verify says which and exits 1.
 	shard="$tmp/raw-test-00000-of-00001.pps"
 	printf '\377' | dd of="$shard" bs=1 seek=10000 conv=notrunc 2>/dev/null
-	expect 1 "raw-test-00000-of-00001.pps: BAD: .*chunk 0 at offset 4096: CRC-32 mismatch" \
+	expect 1 "BAD: .*raw-test-00000-of-00001.pps: chunk 0 at offset 4096: CRC-32 mismatch" \
 		"$pack" --verify "$shard" "$tmp/fmnist-test-00000-of-00003.pps"
 	expect 1 "1 of 2 shards ok" "$pack" --verify "$shard" "$tmp/fmnist-test-00000-of-00003.pps"
 	# A shard cut short.
 	head -c 100000 "$tmp/fmnist-test-00000-of-00003.pps" >"$tmp/cut.pps"
-	expect 1 "cut.pps: BAD: .*trailer" "$pack" --verify "$tmp/cut.pps"
+	expect 1 "BAD: .*cut.pps: offset .*trailer" "$pack" --verify "$tmp/cut.pps"
 else
 	echo "test_pack: $fm not found (install dataset-fashion-mnist): real-data checks skipped"
 fi
