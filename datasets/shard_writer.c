@@ -261,12 +261,12 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 			(size_t)w->chunk_records * w->info.sample_bytes);
 	ret = flush_chunk(w);
 	if (ret < 0)
-		goto err_fail;
+		goto err_mark_failed;
 	index_len = (size_t)w->nchunks * PP_SI_SIZE;
 	index = calloc(1, index_len + PP_SHARD_ALIGN);
 	if (index == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory for the index", w->path);
-		goto err_fail;
+		goto err_mark_failed;
 	}
 	header = index + index_len;
 	for (uint64_t i = 0; i < w->nchunks; i++) {
@@ -309,26 +309,26 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 		ret = write_full(w, header, PP_SHARD_ALIGN, 0);
 	free(index);
 	if (ret < 0)
-		goto err_fail;
+		goto err_mark_failed;
 	if (fsync(w->fd) != 0) {
 		ret = pp_error(-errno, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
-		goto err_fail;
+		goto err_mark_failed;
 	}
 	if (close(w->fd) != 0) {
 		w->fd = -1;
 		ret = pp_error(-errno, "%s: close failed: %s", w->tmp_path, strerror(errno));
-		goto err_fail;
+		goto err_mark_failed;
 	}
 	w->fd = -1;
 	if (rename(w->tmp_path, w->path) != 0) {
 		ret = pp_error(-errno, "%s: cannot rename %s into place: %s", w->path, w->tmp_path,
 			       strerror(errno));
-		goto err_fail;
+		goto err_mark_failed;
 	}
 	w->finished = true;
 	return 0;
 
-err_fail:
+err_mark_failed:
 	w->error = ret;
 	return ret;
 }
