@@ -8,6 +8,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,72 @@ START_TEST(test_synthetic)
 	pp_dataset_destroy(b);
 	pp_dataset_destroy(c);
 	pp_dataset_destroy(NULL);
+}
+END_TEST
+
+struct reader_arg {
+	const struct pp_dataset *ds;
+	uint64_t seed;
+	int mismatches; /* samples whose gathered bytes or label differ from a single read */
+};
+
+static void *gather_and_compare(void *p)
+{
+	struct reader_arg *a = p;
+	size_t sb = pp_dataset_info(a->ds)->sample_bytes;
+	uint64_t idx[64], x = a->seed;
+	uint8_t *batch = malloc(64 * sb), *one = malloc(sb);
+	int32_t labels[64], label;
+
+	for (int round = 0; round < 50; round++) {
+		for (int k = 0; k < 64; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			idx[k] = (x >> 33) % pp_dataset_info(a->ds)->count;
+		}
+		if (pp_dataset_gather(a->ds, idx, 64, batch, labels) != 0)
+			a->mismatches++;
+		for (int k = 0; k < 64; k++) {
+			if (pp_dataset_read(a->ds, idx[k], 1, one, &label) != 0 ||
+			    memcmp(one, batch + k * sb, sb) != 0 || label != labels[k])
+				a->mismatches++;
+		}
+	}
+	free(batch);
+	free(one);
+	return NULL;
+}
+
+/* Fails if reads and gathers from several threads at once disagree with
+ * each other (and, under ThreadSanitizer, if they race). */
+START_TEST(test_concurrent_reads)
+{
+	struct pp_dataset *syn = make_synthetic(2000, 3, 8, 8, 5), *mem;
+	char *dir = pp_test_tmpdir(), *p = path_in(dir, "s.pps");
+	const char *paths[1] = {p};
+	const struct pp_dataset *sets[2];
+
+	write_shard(syn, p, 256, 1);
+	ck_assert_int_eq(pp_dataset_open_shards(paths, 1, &mem), 0);
+	sets[0] = syn;
+	sets[1] = mem;
+	for (int d = 0; d < 2; d++) {
+		pthread_t t[4];
+		struct reader_arg args[4];
+
+		for (int k = 0; k < 4; k++) {
+			args[k] = (struct reader_arg){sets[d], (uint64_t)k + 1, 0};
+			ck_assert_int_eq(pthread_create(&t[k], NULL, gather_and_compare, &args[k]), 0);
+		}
+		for (int k = 0; k < 4; k++) {
+			ck_assert_int_eq(pthread_join(t[k], NULL), 0);
+			ck_assert_int_eq(args[k].mismatches, 0);
+		}
+	}
+	pp_dataset_destroy(mem);
+	pp_dataset_destroy(syn);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
 }
 END_TEST
 
@@ -464,6 +531,23 @@ START_TEST(test_cifar10)
 		ck_assert_int_eq(pp_dataset_labels(ds)[7 + r], (r + 3) % 10);
 	}
 	pp_dataset_destroy(ds);
+	{
+		char *sub = path_in(dir, "cifar-10-batches-bin"), *tb;
+
+		ck_assert_int_eq(mkdir(sub, 0700), 0);
+		tb = path_in(sub, "test_batch.bin");
+		pp_test_write_file(tb, buf2, len);
+		ck_assert_int_eq(pp_dataset_open_dir(dir, "test", &ds), 0);
+		ck_assert_str_eq(pp_dataset_name(ds), "cifar10:test_batch.bin");
+		ck_assert_uint_eq(pp_dataset_info(ds)->count, 7);
+		ck_assert_mem_eq(pp_dataset_samples(ds), buf2 + 1, 3072);
+		pp_dataset_destroy(ds);
+		/* The train split wants data_batch_1..5: 3..5 are missing. */
+		ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &ds), -ENOENT);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "data_batch_3.bin"));
+		free(tb);
+		free(sub);
+	}
 
 	buf[3 * 3073] = 10;
 	pp_test_write_file(b1, buf, len);
@@ -965,6 +1049,7 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(tc, test_synthetic);
 	tcase_add_test(tc, test_synthetic_bad_config);
+	tcase_add_test(tc, test_concurrent_reads);
 	tcase_add_test(tc, test_idx_to_shards_roundtrip);
 	tcase_add_test(tc, test_shard_variants);
 	tcase_add_test(tc, test_shard_decode_chunk);

@@ -65,6 +65,9 @@ if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 		{ echo "FAIL: expected 3 train shards"; ls "$tmp"; fail=1; }
 	[ -f "$tmp/fmnist-test-00000-of-00003.pps" ] || { echo "FAIL: no test shard"; fail=1; }
 	expect 0 "6 of 6 shards ok: 70000 records" "$pack" --verify "$tmp"/fmnist-*.pps
+	# Shards by size: 47.3 MB of train records in 10 MB shards make 5.
+	expect 0 "5 shards: 60000 records" "$pack" -s 10M -o "$tmp/sized" "$fm"
+	expect 0 "5 of 5 shards ok: 60000 records" "$pack" --verify "$tmp"/sized-train-*.pps
 	# Stored chunks and small ones, from an IDX pair given as files.
 	expect 0 "10000 records, 10 chunks" "$pack" -l 0 -c 1000 -o "$tmp/raw" \
 		"$fm/t10k-images-idx3-ubyte.gz" "$fm/t10k-labels-idx1-ubyte.gz"
