@@ -2,7 +2,8 @@
  * bench/bench_decode.c: how fast the datasets module decodes and packs:
  * the Fashion-MNIST training images (gzip IDX, 47 MB decoded) through
  * pp_dataset_open_idx() against zlib's gzread() in the same process; writing
- * them as shards (zlib level 6 and stored) and verifying those shards.
+ * them as shards (zlib level 6 on one and two threads, 1, and stored) and
+ * verifying and reading back those shards.
  * Prints one line per measurement, the median of RUNS runs:
  *   NAME SECONDS s MB/s MB/s
  * Usage: bench_decode [-r RUNS] [DIR]  (DIR: /usr/share/datasets/fashion-mnist)
@@ -113,7 +114,8 @@ int main(int argc, char **argv)
 	report("zlib_gzread", t, runs, bytes);
 
 	{
-		static const int levels[] = {6, 1, 0};
+		static const int levels[] = {6, 6, 1, 0};
+		static const uint32_t threads[] = {1, 2, 1, 1};
 		struct pp_dataset *ds;
 		const struct pp_sample_info *info;
 		double rec_bytes;
@@ -123,7 +125,7 @@ int main(int argc, char **argv)
 		info = pp_dataset_info(ds);
 		rec_bytes = (double)(info->count * (info->sample_bytes + 4));
 		for (size_t l = 0; l < sizeof(levels) / sizeof(levels[0]); l++) {
-			struct pp_shard_writer_config cfg = {info, 1024, levels[l]};
+			struct pp_shard_writer_config cfg = {info, 1024, levels[l], threads[l]};
 			char name[64];
 
 			snprintf(shard, sizeof(shard), "%s/train-l%d.pps", tmpdir, levels[l]);
@@ -139,7 +141,7 @@ int main(int argc, char **argv)
 				pp_shard_writer_destroy(w);
 				t[r] = now_s() - t0;
 			}
-			snprintf(name, sizeof(name), "pack_level%d", levels[l]);
+			snprintf(name, sizeof(name), "pack_level%d_threads%u", levels[l], threads[l]);
 			report(name, t, runs, rec_bytes);
 			for (int r = 0; r < runs; r++) {
 				struct pp_shard *sh;

@@ -106,12 +106,12 @@ static char *path_in(const char *dir, const char *name)
 	return p;
 }
 
-/* Writes ds's records first..first+count-1 to a shard at path. */
+/* Writes all of ds's records to a shard at path, compressing on 'threads' threads. */
 static void write_shard(const struct pp_dataset *ds, const char *path, uint32_t per_chunk,
-			int level)
+			int level, uint32_t threads)
 {
 	const struct pp_sample_info *info = pp_dataset_info(ds);
-	struct pp_shard_writer_config cfg = {info, per_chunk, level};
+	struct pp_shard_writer_config cfg = {info, per_chunk, level, threads};
 	struct pp_shard_writer *w = NULL;
 	uint8_t *s;
 	int32_t *l;
@@ -259,7 +259,7 @@ START_TEST(test_concurrent_reads)
 	const char *paths[1] = {p};
 	const struct pp_dataset *sets[2];
 
-	write_shard(syn, p, 256, 1);
+	write_shard(syn, p, 256, 1, 0);
 	ck_assert_int_eq(pp_dataset_open_shards(paths, 1, &mem), 0);
 	sets[0] = syn;
 	sets[1] = mem;
@@ -333,8 +333,8 @@ START_TEST(test_idx_to_shards_roundtrip)
 
 	/* Two shards of one source, one stored and one compressed, with a
 	 * last chunk shorter than the others. */
-	write_shard(gz, sh0, 64, 6);
-	write_shard(gz, sh1, 100, 0);
+	write_shard(gz, sh0, 64, 6, 3);
+	write_shard(gz, sh1, 100, 0, 1);
 	ck_assert_int_eq(pp_dataset_open_shards(paths, 2, &shards), 0);
 	ck_assert_uint_eq(pp_dataset_info(shards)->count, 2000);
 	{
@@ -381,7 +381,7 @@ START_TEST(test_shard_variants)
 	char *p = path_in(dir, "f32.pps"), *e = path_in(dir, "empty.pps");
 	struct pp_synthetic_config cfg = {333, 3, 5, 7, 4, 9, PP_DTYPE_F32};
 	struct pp_sample_info info;
-	struct pp_shard_writer_config wc = {&info, 50, 1};
+	struct pp_shard_writer_config wc = {&info, 50, 1, 0};
 	struct pp_shard_writer *w;
 	struct pp_dataset *src, *back;
 	struct pp_shard *sh;
@@ -457,7 +457,7 @@ START_TEST(test_shard_decode_chunk)
 	struct pp_shard *sh;
 	int fd;
 
-	write_shard(src, p, 128, 9);
+	write_shard(src, p, 128, 9, 1);
 	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
 	ck_assert_int_eq(pp_inflater_create(&inf), 0);
 	fd = open(p, O_RDONLY);
@@ -612,7 +612,7 @@ START_TEST(test_writer_errors)
 {
 	char *dir = pp_test_tmpdir(), *p = path_in(dir, "w.pps"), *nodir = path_in(dir, "no/w.pps");
 	struct pp_sample_info info = {0, PP_DTYPE_U8, 1, {4, 0, 0, 0}, 4, PP_LABEL_CLASS, 3};
-	struct pp_shard_writer_config cfg = {&info, 2, 6};
+	struct pp_shard_writer_config cfg = {&info, 2, 6, 3};
 	struct pp_shard_writer *w;
 	uint8_t s[12] = {0};
 	int32_t bad[3] = {0, 3, 1}, good[3] = {0, 2, 1};
@@ -642,6 +642,37 @@ START_TEST(test_writer_errors)
 }
 END_TEST
 
+/* Fails if compressing on several threads changes a single byte of the
+ * shard, whatever the number of threads and however the chunks fall. */
+START_TEST(test_writer_threads_identical)
+{
+	char *dir = pp_test_tmpdir(), *p = path_in(dir, "t.pps");
+	struct pp_dataset *src = make_synthetic(1000, 1, 7, 9, 21);
+	static const uint32_t threads[] = {2, 5, 64};
+	uint8_t *one, *many;
+	size_t one_len, many_len;
+	struct pp_shard_writer_config cfg = {pp_dataset_info(src), 37, 6, 65};
+	struct pp_shard_writer *w = NULL;
+
+	write_shard(src, p, 37, 6, 1);
+	one = pp_test_read_file(p, &one_len);
+	for (size_t k = 0; k < PP_ARRAY_SIZE(threads); k++) {
+		write_shard(src, p, 37, 6, threads[k]);
+		many = pp_test_read_file(p, &many_len);
+		ck_assert_uint_eq(many_len, one_len);
+		ck_assert(memcmp(one, many, one_len) == 0);
+		free(many);
+	}
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "65 threads"));
+	free(one);
+	pp_dataset_destroy(src);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------------- damage */
 
 /* A small shard: 40 records of 1x5x5 u8 with labels, 9 per chunk, zlib. */
@@ -651,7 +682,7 @@ static uint8_t *small_shard(const char *dir, char **path_p, size_t *len_p, int l
 	char *p = path_in(dir, "small.pps");
 	uint8_t *buf;
 
-	write_shard(src, p, 9, level);
+	write_shard(src, p, 9, level, 2);
 	pp_dataset_destroy(src);
 	buf = pp_test_read_file(p, len_p);
 	*path_p = p;
@@ -1018,8 +1049,8 @@ START_TEST(test_fashion_mnist)
 	dir = pp_test_tmpdir();
 	p0 = path_in(dir, "fm-train-0.pps");
 	p1 = path_in(dir, "fm-test-0.pps");
-	write_shard(train, p0, 1024, 1);
-	write_shard(test, p1, 1000, 0);
+	write_shard(train, p0, 1024, 1, 2);
+	write_shard(test, p1, 1000, 0, 0);
 	paths[0] = p0;
 	paths[1] = p1;
 	ck_assert_int_eq(pp_dataset_open_shards(paths, 2, &back), 0);
@@ -1056,6 +1087,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_cifar10);
 	tcase_add_test(tc, test_missing_and_empty);
 	tcase_add_test(tc, test_writer_errors);
+	tcase_add_test(tc, test_writer_threads_identical);
 	suite_add_tcase(s, tc);
 
 	tcase_set_timeout(damage, 60);

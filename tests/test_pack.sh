@@ -35,6 +35,7 @@ expect 2 "--level: expected 0..9, got '12'" "$pack" -l 12 -o "$tmp/x" "$fm"
 expect 2 "--size: expected bytes" "$pack" -s 12Q -o "$tmp/x" "$fm"
 expect 2 "--shards: expected" "$pack" -n 0 -o "$tmp/x" "$fm"
 expect 2 "exclude each other" "$pack" -n 2 -s 1M -o "$tmp/x" "$fm"
+expect 2 "--threads: expected 1..64, got '0'" "$pack" -j 0 -o "$tmp/x" "$fm"
 expect 2 "missing value" "$pack" -o
 expect 2 "no shard file given" "$pack" --verify
 [ "$("$pack" --bogus 2>&1 | wc -l)" -eq 1 ] || { echo "FAIL: usage error is not one line"; fail=1; }
