@@ -143,6 +143,10 @@ int main(int argc, char **argv)
 			}
 			snprintf(name, sizeof(name), "pack_level%d_threads%u", levels[l], threads[l]);
 			report(name, t, runs, rec_bytes);
+			if (threads[l] != 1) {
+				unlink(shard);
+				continue;
+			}
 			for (int r = 0; r < runs; r++) {
 				struct pp_shard *sh;
 				double t0 = now_s();
