@@ -41,58 +41,74 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The training and test sets of a run, shared by every run of the grid. */
+/* The data of every run of the grid, opened once. */
 struct data {
 	struct pp_dataset *train;  /* what the model learns from */
-	struct pp_dataset *test;   /* evaluation set: the test split, or the held-out part */
-	struct pp_dataset *full;   /* the whole training split, when a view of it is used */
-	struct pp_dataset *test_split;
-	char name[4200];
+	struct pp_dataset *val;    /* held out of the training split (--val-split), or NULL */
+	struct pp_dataset *test;   /* the test split, or NULL without evaluation */
 };
 
 static void data_free(struct data *d)
 {
 	pp_dataset_destroy(d->train);
+	pp_dataset_destroy(d->val);
 	pp_dataset_destroy(d->test);
-	pp_dataset_destroy(d->full);
-	pp_dataset_destroy(d->test_split);
 	memset(d, 0, sizeof(*d));
 }
 
-/* Opens --data: a directory of a known dataset, or synthetic[:COUNT]. */
+/*
+ * A synthetic dataset of COUNT training samples and COUNT/6 test samples,
+ * drawn from one source so that both show the same classes.
+ */
+static int open_synthetic(const char *spec, uint64_t seed, struct data *d)
+{
+	struct pp_synthetic_config sc = {
+		.count = 12000, .channels = 1, .height = 28, .width = 28,
+		.num_classes = 10, .seed = 7, .dtype = PP_DTYPE_U8,
+	};
+	struct pp_dataset *all;
+	char *end = NULL;
+	int ret;
+
+	if (spec[0] == ':') {
+		sc.count = strtoull(spec + 1, &end, 10);
+		if (*end != '\0' || sc.count < 6 || sc.count > (1ull << 32))
+			return pp_error(-EINVAL, "--data=synthetic%s: not synthetic:COUNT (6..2^32)", spec);
+	} else if (spec[0] != '\0') {
+		return pp_error(-EINVAL, "--data=synthetic%s: not synthetic:COUNT", spec);
+	}
+	sc.count += sc.count / 6;
+	ret = pp_dataset_create_synthetic(&sc, &all);
+	if (ret < 0)
+		return ret;
+	ret = pp_dataset_random_split(all, sc.count / 7, seed, &d->train, &d->test);
+	pp_dataset_destroy(all);
+	return ret;
+}
+
+/* Opens --data (a directory of a known dataset, or synthetic[:COUNT]) and holds out --val-split. */
 static int data_open(const struct tr_options *opt, struct data *d)
 {
 	int ret;
 
 	memset(d, 0, sizeof(*d));
-	snprintf(d->name, sizeof(d->name), "%s", opt->data);
 	if (strncmp(opt->data, "synthetic", 9) == 0) {
-		struct pp_synthetic_config sc = {
-			.count = 12000, .channels = 1, .height = 28, .width = 28,
-			.num_classes = 10, .seed = 7, .dtype = PP_DTYPE_U8,
-		};
-		char *end = NULL;
-
-		if (opt->data[9] == ':') {
-			sc.count = strtoull(opt->data + 10, &end, 10);
-			if (*end != '\0' || sc.count < 2) {
-				fprintf(stderr, "pinpipe-train: --data=%s: not synthetic:COUNT\n", opt->data);
-				return -EINVAL;
-			}
-		} else if (opt->data[9] != '\0') {
-			fprintf(stderr, "pinpipe-train: --data=%s: not synthetic:COUNT\n", opt->data);
-			return -EINVAL;
-		}
-		ret = pp_dataset_create_synthetic(&sc, &d->train);
-		if (ret == 0) {
-			sc.count = sc.count / 6 > 0 ? sc.count / 6 : 1;
-			sc.seed = 8; /* other samples, same class prototypes */
-			ret = pp_dataset_create_synthetic(&sc, &d->test);
-		}
+		ret = open_synthetic(opt->data + 9, opt->seed, d);
 	} else {
 		ret = pp_dataset_open_dir(opt->data, "train", &d->train);
 		if (ret == 0 && opt->eval)
 			ret = pp_dataset_open_dir(opt->data, "test", &d->test);
+	}
+	if (ret == 0 && !opt->eval) {
+		pp_dataset_destroy(d->test);
+		d->test = NULL;
+	}
+	if (ret == 0 && opt->val_split > 0) {
+		struct pp_dataset *full = d->train;
+
+		d->train = NULL;
+		ret = pp_dataset_random_split(full, opt->val_split, opt->seed, &d->train, &d->val);
+		pp_dataset_destroy(full);
 	}
 	if (ret < 0) {
 		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
