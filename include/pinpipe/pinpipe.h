@@ -13,5 +13,6 @@
 #include "pinpipe/dataset.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
+#include "pinpipe/summary.h"
 
 #endif
