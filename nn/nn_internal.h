@@ -25,7 +25,7 @@ struct pp_tensor {
 	bool owned;             /* free data on destroy */
 };
 
-/* Host or device memory for the nn module (nn/tensor.c). */
+/* Host or device memory for the nn module, zeroed (nn/devmem.c). */
 int nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p);
 void nn_mem_free(struct pp_device *dev, void *ptr);
 /* Copies bytes between two places, each on its device (NULL: host); returns when done. */
@@ -58,8 +58,9 @@ struct nn_layer {
 	size_t w_off;            /* offset of the weight in the parameter vector (floats) */
 	size_t n_w;              /* conv (out_c, in_c, k, k), linear (out_c, in_c) floats */
 	size_t b_off;            /* offset of the bias (out_c floats) */
-	size_t n_b;
-	bool need_din;           /* the backward must produce the input gradient (a trainable layer precedes) */
+	size_t n_b;              /* out_c for conv and linear, else 0 */
+	bool need_din;           /* the backward must produce the input gradient
+				  * (a trainable layer precedes) */
 	size_t col_off;          /* conv: offset of its columns in a CPU worker's scratch, floats */
 	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
 				  * follows, so at most one output in each pooling window has a gradient */
@@ -214,11 +215,12 @@ struct pp_model {
 	pthread_t *tids;           /* threads - 1 */
 	int threads_started;       /* of tids */
 	struct nn_job *job;        /* the step being run */
-	pthread_mutex_t lock;
-	pthread_cond_t go, done;
+	pthread_mutex_t lock;      /* guards generation, pending, quit */
+	pthread_cond_t go;         /* signalled when a job is posted or the workers are to quit */
+	pthread_cond_t done;       /* signalled when the last worker finishes a job */
 	uint64_t generation;       /* bumped for each job */
 	int pending;               /* workers still running the job */
-	bool quit;
+	bool quit;                 /* the workers are to exit */
 	struct pp_model_metrics metrics; /* cuda: samples only; the sums are in 'acc' */
 	/* cuda */
 	void *stream;             /* cudaStream_t of cfg.stream */
@@ -231,8 +233,8 @@ struct pp_model {
 
 /* The running totals of a cuda model, in device memory. */
 struct nn_cuda_acc {
-	double loss_sum;
-	unsigned long long correct;
+	double loss_sum;          /* sum of the samples' losses */
+	unsigned long long correct; /* samples whose largest logit was their label */
 	int bad_label;            /* 1 once a label outside the classes was seen */
 };
 
