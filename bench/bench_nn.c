@@ -207,8 +207,8 @@ int main(int argc, char **argv)
 		return epochs(argv[2], atoi(argv[3]), atoi(argv[4]),
 			      argc > 5 ? argv[5] : "/usr/share/datasets/fashion-mnist");
 	if (argc < 4) {
-		fprintf(stderr, "usage: %s SPEC BATCH THREADS [SECONDS] | --sgemm | --epochs SPEC THREADS EPOCHS [DIR]\n",
-			argv[0]);
+		fprintf(stderr, "usage: %s SPEC BATCH THREADS [SECONDS] | --sgemm |\n"
+			"       --epochs SPEC THREADS EPOCHS [DIR]\n", argv[0]);
 		return 2;
 	}
 	batch = (size_t)atol(argv[2]);

@@ -55,7 +55,11 @@ static void fill_uniform(float *p, size_t n, float bound, uint64_t *state)
 	}
 }
 
-/* kaiming_uniform_(a = sqrt(5)) gives bound = sqrt(6 / ((1 + 5) fan_in)) = 1 / sqrt(fan_in), as the bias. */
+/*
+ * PyTorch's defaults: kaiming_uniform_(a = sqrt(5)) gives the weights the
+ * bound sqrt(6 / ((1 + 5) fan_in)) = 1 / sqrt(fan_in), the bias's bound.
+ * Layer by layer, the weight's values then the bias's, from one stream.
+ */
 static void init_params(struct pp_model *m, float *host)
 {
 	uint64_t state = m->cfg.seed;
@@ -328,7 +332,8 @@ int pp_model_params_write(struct pp_model *m, const float *src, size_t count)
 /* True when a tensor on 'dev' can be used by a model on 'mdev'. */
 static bool same_device(const struct pp_device *dev, const struct pp_device *mdev)
 {
-	return dev == mdev || (nn_device_kind(dev) == PP_DEVICE_CPU && nn_device_kind(mdev) == PP_DEVICE_CPU);
+	return dev == mdev ||
+	       (nn_device_kind(dev) == PP_DEVICE_CPU && nn_device_kind(mdev) == PP_DEVICE_CPU);
 }
 
 /* Checks that 'inputs' fits the model (device, dtype, sample shape) and fills the job's inputs. */
@@ -345,7 +350,8 @@ static int check_inputs(struct pp_model *m, const struct pp_tensor *in, const in
 		per *= in->shape[i];
 	if (in->ndim < 2 || per != want)
 		return pp_error(-EINVAL,
-				"model inputs: a tensor of %d dimensions with %zu elements per sample, expected (batch, %u, %u, %u)",
+				"model inputs: a tensor of %d dimensions with %zu elements per sample, "
+				"expected (batch, %u, %u, %u)",
 				in->ndim, per, m->cfg.in_channels, m->cfg.in_height, m->cfg.in_width);
 	if (!labels)
 		return pp_error(-EINVAL, "model inputs: no labels");

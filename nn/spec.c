@@ -208,7 +208,8 @@ int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layer
 		n++;
 	}
 	if (n == 0 || strstr(spec, ",,") || spec[0] == ',' || spec[strlen(spec) - 1] == ',') {
-		ret = pp_error(-EINVAL, "model spec '%s': empty layer (expected layers separated by single commas)",
+		ret = pp_error(-EINVAL,
+			       "model spec '%s': empty layer (expected layers separated by single commas)",
 			       spec);
 		goto err_free;
 	}
