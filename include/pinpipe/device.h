@@ -16,6 +16,10 @@
  * made to wait for an event without the host waiting.  "auto" opens cuda:0
  * when a GPU is there and cpu otherwise.
  *
+ * Device pointers (from pp_device_alloc) and host pointers are checked on
+ * every copy: a copy that reaches outside an allocation of the right kind
+ * fails with -EFAULT rather than corrupting memory.
+ *
  * Thread safety: a device may be used from several threads at once; a
  * stream and an event each belong to one thread at a time.
  */
@@ -65,8 +69,16 @@ struct pp_event;
  */
 PP_API int pp_device_open(const char *name, struct pp_device **dev_p);
 
-/* Waits for all the device's work, frees what it holds and closes it.  NULL is allowed. */
+/*
+ * Waits for all the device's work, destroys the streams and events still
+ * open, frees the device and host memory still allocated and closes the
+ * device.  Every handle obtained from it is invalid afterwards.  NULL is
+ * allowed.
+ */
 PP_API void pp_device_close(struct pp_device *dev);
+
+/* Blocks until the work issued on every stream of the device has completed.  Returns 0 or -errno. */
+PP_API int pp_device_synchronize(struct pp_device *dev);
 
 /* Returns the device's properties; valid while it is open. */
 PP_API const struct pp_device_props *pp_device_get_props(const struct pp_device *dev);
@@ -79,17 +91,24 @@ PP_API const struct pp_device_props *pp_device_get_props(const struct pp_device 
 PP_API int pp_device_list(struct pp_device_props *props, size_t max, size_t *n_p);
 
 /*
- * Returns the number of GPUs usable (>= 0), or -ENODEV with a message that
+ * Returns the number of GPUs usable (> 0), or -ENODEV with a message that
  * says why there are none: a build without CUDA, no driver, or no device.
  */
 PP_API int pp_device_cuda_count(void);
 
 /* ------------------------------------------------------------------ memory */
 
-/* Allocates 'bytes' of device memory.  Returns 0 and the pointer in *ptr_p, or -ENOMEM. */
+/*
+ * Allocates 'bytes' (> 0) of device memory, aligned to 256 bytes.  Returns
+ * 0 and the pointer in *ptr_p, or -EINVAL (0 bytes) or -ENOMEM.  On cpu the
+ * pointer is host memory.
+ */
 PP_API int pp_device_alloc(struct pp_device *dev, size_t bytes, void **ptr_p);
 
-/* Frees device memory from pp_device_alloc().  NULL is allowed. */
+/*
+ * Waits for the device's work (as cudaFree does) and frees device memory
+ * from pp_device_alloc() on 'dev'.  NULL is allowed; another pointer is ignored.
+ */
 PP_API void pp_device_free(struct pp_device *dev, void *ptr);
 
 /*
@@ -102,7 +121,10 @@ PP_API void pp_device_free(struct pp_device *dev, void *ptr);
 PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void **ptr_p,
 			 bool *pinned_p);
 
-/* Frees host memory from pp_host_alloc().  NULL is allowed. */
+/*
+ * Waits for the device's work and frees host memory from pp_host_alloc()
+ * on 'dev'.  NULL is allowed; another pointer is ignored.
+ */
 PP_API void pp_host_free(struct pp_device *dev, void *ptr);
 
 /* ------------------------------------------------------------------ streams and events */
@@ -113,28 +135,50 @@ PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p);
 /* Waits for the stream's work and destroys it.  NULL is allowed. */
 PP_API void pp_stream_destroy(struct pp_stream *stream);
 
-/* Blocks until all work issued on the stream so far has completed.  Returns 0 or the first error of that work. */
+/*
+ * Blocks until all work issued on the stream so far has completed.  Returns
+ * 0, or the first error of that work since the last call (a failed copy:
+ * -EIO with a message naming the stream and the copy), which is then cleared.
+ */
 PP_API int pp_stream_synchronize(struct pp_stream *stream);
+
+/*
+ * Enqueues fn(arg) on the stream: it runs on a host thread once the work
+ * issued before it has completed, and the work issued after it waits for
+ * it to return (cudaLaunchHostFunc).  fn must not call into the device.
+ * On cpu it runs at once in the caller's thread.  Returns 0 or -errno.
+ */
+PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg);
 
 /* Creates an event. */
 PP_API int pp_event_create(struct pp_device *dev, struct pp_event **event_p);
 
-/* Destroys an event.  NULL is allowed. */
+/* Destroys an event, once a record of it still in flight has completed.  NULL is allowed. */
 PP_API void pp_event_destroy(struct pp_event *event);
 
-/* Records the event on the stream: it completes when the stream's work issued before it has. */
+/*
+ * Records the event on the stream: it completes when the stream's work
+ * issued before it has.  Recording again replaces the earlier record.
+ * The event and the stream must belong to the same device.
+ */
 PP_API int pp_event_record(struct pp_event *event, struct pp_stream *stream);
 
 /* Returns 1 if the event has completed (or was never recorded), 0 if not yet, or -errno. */
 PP_API int pp_event_query(struct pp_event *event);
 
-/* Blocks the host until the event has completed. */
+/*
+ * Blocks the host until the event has completed.  Returns 0, or the error
+ * of a copy that failed on its stream before it (-EIO).
+ */
 PP_API int pp_event_synchronize(struct pp_event *event);
 
 /* Makes the stream's later work wait for the event, without blocking the host. */
 PP_API int pp_stream_wait_event(struct pp_stream *stream, struct pp_event *event);
 
-/* Writes the time between two completed events, in nanoseconds, to *ns_p. */
+/*
+ * Writes the time between two completed events, in nanoseconds, to *ns_p.
+ * Returns 0, -EINVAL (an event never recorded) or -EAGAIN (not completed).
+ */
 PP_API int pp_event_elapsed_ns(struct pp_event *start, struct pp_event *end, uint64_t *ns_p);
 
 /* ------------------------------------------------------------------ copies */
@@ -150,6 +194,11 @@ enum pp_copy_kind {
  * once and the copy runs in the background; from pageable memory it blocks
  * the host while the data is staged, as CUDA does.  Completion is known
  * through an event recorded after it.  On cpu the copy is a memcpy.
+ * The device side must lie inside one pp_device_alloc() allocation of the
+ * stream's device and the host side outside all of them (except on cpu).
+ * Returns 0, or -EINVAL (NULL pointer, unknown kind), -EFAULT (a pointer
+ * outside the memory its kind names), -ENOMEM, or -EIO (a pageable copy,
+ * which completes before the call returns, failed).  n == 0 does nothing.
  */
 PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_kind kind,
 			   struct pp_stream *stream);
@@ -161,10 +210,12 @@ struct pp_device_stats {
 	uint64_t copies;           /* copies issued */
 	uint64_t bytes_h2d;        /* bytes copied host to device */
 	uint64_t bytes_d2h;        /* bytes copied device to host */
-	uint64_t copy_ns;          /* time copies ran on the device (engine time) */
-	uint64_t host_blocked_ns;  /* time the host spent inside pp_memcpy_async() */
+	uint64_t copy_ns;          /* ns copies ran on the device (engine time; on cuda, measured
+				    * with events and counted when the stream is synchronized) */
+	uint64_t host_blocked_ns;  /* ns the host spent inside pp_memcpy_async() */
 	uint64_t pinned_bytes;     /* host bytes allocated pinned */
 	uint64_t pinned_fallbacks; /* pinned allocations that fell back to pageable */
+	uint64_t pageable_copies;  /* copies from or to pageable host memory (the slow path) */
 };
 
 /* Writes the device's counters to *stats_p. */

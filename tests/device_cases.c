@@ -1,0 +1,448 @@
+/*
+ * tests/device_cases.c: tests of the device interface that hold on every
+ * backend with a queue of its own: copies arrive intact and in order,
+ * events complete only after the work before them, streams wait for one
+ * another's events, pageable copies block the host and pinned ones do not,
+ * wrong pointers are refused, and closing a device with work in flight
+ * waits for it and frees everything.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pinpipe/device.h"
+#include "tests/device_cases.h"
+#include "tests/testutil.h"
+
+static const char *const *case_names;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct pp_device *open_device(int i)
+{
+	struct pp_device *dev = NULL;
+	int ret = pp_device_open(case_names[i], &dev);
+
+	ck_assert_msg(ret == 0, "pp_device_open(%s): %s", case_names[i], pp_last_error());
+	return dev;
+}
+
+/* A host function that blocks its stream until the test opens the gate. */
+struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool open;
+	bool reached; /* the stream has reached the gate */
+};
+
+static void gate_init(struct gate *g)
+{
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	g->open = false;
+	g->reached = false;
+}
+
+static void gate_pass(void *arg)
+{
+	struct gate *g = arg;
+
+	pthread_mutex_lock(&g->mu);
+	g->reached = true;
+	pthread_cond_broadcast(&g->cv);
+	while (!g->open)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(struct gate *g)
+{
+	pthread_mutex_lock(&g->mu);
+	g->open = true;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_wait_reached(struct gate *g)
+{
+	pthread_mutex_lock(&g->mu);
+	while (!g->reached)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_destroy(struct gate *g)
+{
+	pthread_cond_destroy(&g->cv);
+	pthread_mutex_destroy(&g->mu);
+}
+
+/* A log of host functions in the order the streams ran them. */
+struct order_log {
+	pthread_mutex_t mu;
+	int v[256];
+	int n;
+};
+
+struct log_entry {
+	struct order_log *log;
+	int value;
+	unsigned delay_us; /* sleep before logging */
+};
+
+static void log_append(void *arg)
+{
+	struct log_entry *e = arg;
+
+	if (e->delay_us > 0) {
+		struct timespec ts = { 0, (long)e->delay_us * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	pthread_mutex_lock(&e->log->mu);
+	if (e->log->n < (int)(sizeof(e->log->v) / sizeof(e->log->v[0])))
+		e->log->v[e->log->n++] = e->value;
+	pthread_mutex_unlock(&e->log->mu);
+}
+
+/*
+ * Fails if a copy is lost, reordered or corrupted: 64 pinned chunks go up
+ * with host functions sleeping random times between them, the same region is
+ * written twice (the second must win), a device-to-device copy moves the
+ * lot, and everything comes back down and is compared byte for byte.
+ */
+START_TEST(test_copies_intact_in_order)
+{
+	enum { CHUNK = 64 * 1024, N = 64, SIZE = CHUNK * N };
+	struct pp_device *dev = open_device(_i);
+	struct log_entry delays[N];
+	struct order_log log = { .n = 0 };
+	struct pp_stream *s;
+	uint8_t *src, *back, *expect;
+	void *d1, *d2;
+	bool pinned;
+
+	pthread_mutex_init(&log.mu, NULL);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&src, &pinned), 0);
+	ck_assert(pinned);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&back, NULL), 0);
+	expect = malloc(SIZE);
+	ck_assert_ptr_nonnull(expect);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d1), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d2), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+
+	pp_test_fill_random(src, SIZE, 1);
+	for (int i = 0; i < N; i++) {
+		delays[i] = (struct log_entry){ &log, i, (unsigned)(rand() % 300) };
+		ck_assert_int_eq(pp_stream_launch_host(s, log_append, &delays[i]), 0);
+		ck_assert_int_eq(pp_memcpy_async((uint8_t *)d1 + (size_t)i * CHUNK,
+						 src + (size_t)i * CHUNK, CHUNK, PP_COPY_H2D, s), 0);
+	}
+	/* Chunk 0 is written again from chunk 5's bytes: the later copy wins. */
+	ck_assert_int_eq(pp_memcpy_async(d1, src + 5 * CHUNK, CHUNK, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d2, d1, SIZE, PP_COPY_D2D, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(back, d2, SIZE, PP_COPY_D2H, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+
+	memcpy(expect, src, SIZE);
+	memcpy(expect, src + 5 * CHUNK, CHUNK);
+	ck_assert(memcmp(back, expect, SIZE) == 0);
+	ck_assert_int_eq(log.n, N);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(log.v[i], i);
+
+	free(expect);
+	pthread_mutex_destroy(&log.mu);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if an event completes before the work recorded before it: the
+ * stream is held at a gate, so the event must stay pending (query 0) until
+ * the gate opens, and the copy before it must have landed when it completes.
+ */
+START_TEST(test_event_completes_after_work)
+{
+	enum { SIZE = 1 << 20 };
+	struct pp_device *dev = open_device(_i);
+	struct pp_stream *s;
+	struct pp_event *ev, *never;
+	struct gate g;
+	uint8_t *src, *back;
+	void *d;
+	uint64_t ns;
+
+	gate_init(&g);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&src, NULL), 0);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&back, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create(dev, &ev), 0);
+	ck_assert_int_eq(pp_event_create(dev, &never), 0);
+	ck_assert_int_eq(pp_event_query(never), 1);
+	ck_assert_int_eq(pp_event_synchronize(never), 0);
+	ck_assert_int_eq(pp_event_elapsed_ns(never, ev, &ns), -EINVAL);
+
+	pp_test_fill_random(src, SIZE, 2);
+	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, src, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(back, d, SIZE, PP_COPY_D2H, s), 0);
+	ck_assert_int_eq(pp_event_record(ev, s), 0);
+	gate_wait_reached(&g);
+	ck_assert_int_eq(pp_event_query(ev), 0);
+	ck_assert_int_eq(pp_event_elapsed_ns(ev, ev, &ns), -EAGAIN);
+	gate_open(&g);
+	ck_assert_int_eq(pp_event_synchronize(ev), 0);
+	ck_assert_int_eq(pp_event_query(ev), 1);
+	ck_assert(memcmp(src, back, SIZE) == 0);
+
+	pp_event_destroy(never);
+	pp_event_destroy(ev);
+	pp_stream_destroy(s);
+	gate_destroy(&g);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if pp_stream_wait_event does not hold a stream back: stream B waits
+ * for an event recorded on A after a gate, so B's host function must run
+ * after A's, and the host never blocks in the call.
+ */
+START_TEST(test_stream_waits_for_event)
+{
+	struct pp_device *dev = open_device(_i);
+	struct order_log log = { .n = 0 };
+	struct log_entry a = { &log, 1, 0 }, b = { &log, 2, 0 };
+	struct pp_stream *sa, *sb;
+	struct pp_event *ev;
+	struct gate g;
+
+	gate_init(&g);
+	pthread_mutex_init(&log.mu, NULL);
+	ck_assert_int_eq(pp_stream_create(dev, &sa), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &sb), 0);
+	ck_assert_int_eq(pp_event_create(dev, &ev), 0);
+	ck_assert_int_eq(pp_stream_launch_host(sa, gate_pass, &g), 0);
+	ck_assert_int_eq(pp_stream_launch_host(sa, log_append, &a), 0);
+	ck_assert_int_eq(pp_event_record(ev, sa), 0);
+	ck_assert_int_eq(pp_stream_wait_event(sb, ev), 0);
+	ck_assert_int_eq(pp_stream_launch_host(sb, log_append, &b), 0);
+	gate_wait_reached(&g);
+	ck_assert_int_eq(log.n, 0);
+	gate_open(&g);
+	ck_assert_int_eq(pp_stream_synchronize(sb), 0);
+	ck_assert_int_eq(log.n, 2);
+	ck_assert_int_eq(log.v[0], 1);
+	ck_assert_int_eq(log.v[1], 2);
+
+	pp_event_destroy(ev);
+	pp_stream_destroy(sb);
+	pp_stream_destroy(sa);
+	pthread_mutex_destroy(&log.mu);
+	gate_destroy(&g);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if the statistics do not show that a pageable copy blocks the host
+ * and a pinned one does not: the same 16 MiB go up from each, and the host
+ * time of the pageable copy must exceed the pinned one several times over;
+ * fails too if the byte and copy counters are off.
+ */
+START_TEST(test_pinned_async_pageable_blocks)
+{
+	enum { SIZE = 16 << 20 };
+	struct pp_device *dev = open_device(_i);
+	struct pp_device_stats st0, st1, st2;
+	struct pp_stream *s;
+	uint8_t *pinned_buf, *pageable_buf;
+	bool pinned;
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&pinned_buf, &pinned), 0);
+	ck_assert(pinned);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, false, (void **)&pageable_buf, &pinned), 0);
+	ck_assert(!pinned);
+	pp_test_fill_random(pinned_buf, SIZE, 3);
+	memcpy(pageable_buf, pinned_buf, SIZE);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	/* A first copy warms the pages and the engine up. */
+	ck_assert_int_eq(pp_memcpy_async(d, pinned_buf, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+
+	ck_assert_int_eq(pp_device_get_stats(dev, &st0), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, pinned_buf, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st1), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, pageable_buf, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st2), 0);
+
+	ck_assert_uint_eq(st1.copies - st0.copies, 1);
+	ck_assert_uint_eq(st2.copies - st0.copies, 2);
+	ck_assert_uint_eq(st2.bytes_h2d - st0.bytes_h2d, 2 * (uint64_t)SIZE);
+	ck_assert_uint_eq(st2.pageable_copies - st0.pageable_copies, 1);
+	ck_assert_uint_ge(st2.pinned_bytes, (uint64_t)SIZE);
+	ck_assert_msg((st2.host_blocked_ns - st1.host_blocked_ns) >
+			      4 * (st1.host_blocked_ns - st0.host_blocked_ns),
+		      "pageable copy blocked %llu ns, pinned %llu ns",
+		      (unsigned long long)(st2.host_blocked_ns - st1.host_blocked_ns),
+		      (unsigned long long)(st1.host_blocked_ns - st0.host_blocked_ns));
+	ck_assert_uint_gt(st2.copy_ns, st0.copy_ns);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if a copy through a wrong pointer is carried out instead of being
+ * refused with -EFAULT (device side outside an allocation, host side in
+ * device memory), or if NULL and unknown kinds are not -EINVAL.
+ */
+START_TEST(test_wrong_pointers_refused)
+{
+	enum { SIZE = 4096 };
+	struct pp_device *dev = open_device(_i);
+	struct pp_stream *s;
+	uint8_t host[SIZE];
+	uint8_t *d, *d2;
+
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, (void **)&d), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, (void **)&d2), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	memset(host, 1, sizeof(host));
+	ck_assert_int_eq(pp_memcpy_async(d + 1, host, SIZE, PP_COPY_H2D, s), -EFAULT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "not inside"));
+	ck_assert_int_eq(pp_memcpy_async(host, host, SIZE, PP_COPY_H2D, s), -EFAULT);
+	ck_assert_int_eq(pp_memcpy_async(host, d + SIZE - 8, 16, PP_COPY_D2H, s), -EFAULT);
+	ck_assert_int_eq(pp_memcpy_async(d, d2, SIZE, PP_COPY_H2D, s), -EFAULT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "device memory"));
+	ck_assert_int_eq(pp_memcpy_async(d, host, SIZE, PP_COPY_D2D, s), -EFAULT);
+	ck_assert_int_eq(pp_memcpy_async(NULL, host, SIZE, PP_COPY_H2D, s), -EINVAL);
+	ck_assert_int_eq(pp_memcpy_async(d, host, SIZE, (enum pp_copy_kind)7, s), -EINVAL);
+	ck_assert_int_eq(pp_memcpy_async(d, host, 0, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 0, (void **)&d), -EINVAL);
+	pp_device_free(dev, d2);
+	ck_assert_int_eq(pp_memcpy_async(d2, host, SIZE, PP_COPY_H2D, s), -EFAULT);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	pp_device_close(dev);
+}
+END_TEST
+
+struct flag {
+	pthread_mutex_t mu;
+	int runs; /* times the host function ran */
+};
+
+static void flag_set(void *arg)
+{
+	struct flag *f = arg;
+
+	pthread_mutex_lock(&f->mu);
+	f->runs++;
+	pthread_mutex_unlock(&f->mu);
+}
+
+/*
+ * Fails if closing a device with work in flight drops the work, hangs, or
+ * leaks (the leak shows under AddressSanitizer and valgrind): streams,
+ * events, device and host memory are all left open, and the host function
+ * queued last must have run by the time pp_device_close returns.
+ */
+START_TEST(test_close_with_work_in_flight)
+{
+	enum { SIZE = 256 * 1024 };
+	struct pp_device *dev = open_device(_i);
+	struct pp_stream *s[3];
+	struct pp_event *ev[3];
+	struct flag f = { .runs = 0 };
+	uint8_t *h;
+	void *d;
+
+	pthread_mutex_init(&f.mu, NULL);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&h, NULL), 0);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, false, (void **)&h, NULL), 0);
+	pp_test_fill_random(h, SIZE, 4);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&h, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(pp_stream_create(dev, &s[i]), 0);
+		ck_assert_int_eq(pp_event_create(dev, &ev[i]), 0);
+	}
+	for (int k = 0; k < 50; k++) {
+		for (int i = 0; i < 3; i++) {
+			ck_assert_int_eq(pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s[i]), 0);
+			ck_assert_int_eq(pp_event_record(ev[i], s[i]), 0);
+			ck_assert_int_eq(pp_stream_wait_event(s[(i + 1) % 3], ev[i]), 0);
+		}
+	}
+	ck_assert_int_eq(pp_stream_launch_host(s[2], flag_set, &f), 0);
+	pp_device_close(dev);
+	ck_assert_int_eq(f.runs, 1);
+	pthread_mutex_destroy(&f.mu);
+}
+END_TEST
+
+/*
+ * Fails if the elapsed time between two events around a copy is not the
+ * span in which the copy ran: it must be at least 1 µs for 32 MiB, and no
+ * more than the host's own measure of the whole sequence.
+ */
+START_TEST(test_event_elapsed)
+{
+	enum { SIZE = 32 << 20 };
+	struct pp_device *dev = open_device(_i);
+	struct pp_stream *s;
+	struct pp_event *a, *b;
+	uint64_t ns = 0, t0, t1;
+	uint8_t *h;
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&h, NULL), 0);
+	memset(h, 7, SIZE);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create(dev, &a), 0);
+	ck_assert_int_eq(pp_event_create(dev, &b), 0);
+	t0 = now_ns();
+	ck_assert_int_eq(pp_event_record(a, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_event_record(b, s), 0);
+	ck_assert_int_eq(pp_event_synchronize(b), 0);
+	t1 = now_ns();
+	ck_assert_int_eq(pp_event_elapsed_ns(a, b, &ns), 0);
+	ck_assert_uint_ge(ns, 1000);
+	ck_assert_uint_le(ns, t1 - t0);
+	pp_device_close(dev);
+}
+END_TEST
+
+void pp_device_cases_add(Suite *s, const char *tcase_name, const char *const *names, int n)
+{
+	TCase *tc = tcase_create(tcase_name);
+
+	case_names = names;
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_copies_intact_in_order, 0, n);
+	tcase_add_loop_test(tc, test_event_completes_after_work, 0, n);
+	tcase_add_loop_test(tc, test_stream_waits_for_event, 0, n);
+	tcase_add_loop_test(tc, test_pinned_async_pageable_blocks, 0, n);
+	tcase_add_loop_test(tc, test_wrong_pointers_refused, 0, n);
+	tcase_add_loop_test(tc, test_close_with_work_in_flight, 0, n);
+	tcase_add_loop_test(tc, test_event_elapsed, 0, n);
+	suite_add_tcase(s, tc);
+}

@@ -1,0 +1,492 @@
+/*
+ * tests/test_device.c: the device interface on the cpu and sim backends:
+ * device names and the listing, the shared cases (tests/device_cases.c) on
+ * the sim with and without a bandwidth cap, the cap itself, pinned memory
+ * and its fallback when RLIMIT_MEMLOCK refuses, poisoning, injected copy and
+ * allocation failures, and several threads on one device.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <linux/capability.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pinpipe/device.h"
+#include "tests/device_cases.h"
+#include "tests/testutil.h"
+#include "transfer/device_impl.h"
+
+static struct pp_device *open_ok(const char *name)
+{
+	struct pp_device *dev = NULL;
+	int ret = pp_device_open(name, &dev);
+
+	ck_assert_msg(ret == 0, "pp_device_open(%s): %s", name, pp_last_error());
+	return dev;
+}
+
+static void assert_error_has(const char *what)
+{
+	ck_assert_msg(strstr(pp_last_error(), what) != NULL, "message '%s' lacks '%s'",
+		      pp_last_error(), what);
+}
+
+/*
+ * Fails if a bad name or option is accepted, if its message does not name
+ * the culprit, or if the good spellings (units, options) are refused.
+ */
+START_TEST(test_names)
+{
+	struct pp_device *dev = NULL;
+
+	ck_assert_int_eq(pp_device_open("gpu", &dev), -EINVAL);
+	assert_error_has("'gpu'");
+	ck_assert_int_eq(pp_device_open("sim:bw=fast", &dev), -EINVAL);
+	assert_error_has("'fast'");
+	ck_assert_int_eq(pp_device_open("sim:bw=0GB/s", &dev), -EINVAL);
+	ck_assert_int_eq(pp_device_open("sim:bw=10GB", &dev), -EINVAL);
+	ck_assert_int_eq(pp_device_open("sim:turbo", &dev), -EINVAL);
+	assert_error_has("'turbo'");
+	ck_assert_int_eq(pp_device_open("sim:mem=lots", &dev), -EINVAL);
+	ck_assert_int_eq(pp_device_open("cpu:fast", &dev), -EINVAL);
+	ck_assert_int_eq(pp_device_open("cuda:x", &dev), -EINVAL);
+	ck_assert_int_eq(pp_device_open("cuda:-1", &dev), -EINVAL);
+	ck_assert_int_eq(pp_device_open("auto:1", &dev), -EINVAL);
+	ck_assert_ptr_null(dev);
+
+	dev = open_ok("sim:bw=25GB/s,poison,mem=2GiB");
+	ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_SIM);
+	ck_assert_uint_eq(pp_device_get_props(dev)->total_memory, 2ull << 30);
+	ck_assert_ptr_nonnull(strstr(pp_device_get_props(dev)->description, "25 GB/s"));
+	pp_device_close(dev);
+	dev = open_ok("sim:bw=900MiB/s");
+	pp_device_close(dev);
+	dev = open_ok("cpu");
+	ck_assert(pp_device_get_props(dev)->host_is_device);
+	ck_assert_str_eq(pp_device_get_props(dev)->name, "cpu");
+	pp_device_close(dev);
+	pp_device_close(NULL);
+}
+END_TEST
+
+/*
+ * Fails if asking for cuda without a usable GPU crashes, succeeds, or does
+ * not say why (no CUDA in the build, no driver, no GPU), or if "auto" does
+ * not fall back to cpu and say so.  On a machine with a GPU it checks the
+ * opposite: cuda opens and auto picks it.
+ */
+START_TEST(test_cuda_absent_or_present)
+{
+	struct pp_device *dev = NULL;
+	int count = pp_device_cuda_count();
+
+	if (count > 0) {
+		dev = open_ok("cuda");
+		ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_CUDA);
+		pp_device_close(dev);
+		dev = open_ok("auto");
+		ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_CUDA);
+		pp_device_close(dev);
+		ck_assert_int_eq(pp_device_open("cuda:999", &dev), -ENODEV);
+		assert_error_has("no such GPU");
+		return;
+	}
+	ck_assert_int_eq(count, -ENODEV);
+	ck_assert_msg(strstr(pp_last_error(), "no CUDA") || strstr(pp_last_error(), "no GPU"),
+		      "unclear reason: %s", pp_last_error());
+	ck_assert_int_eq(pp_device_open("cuda", &dev), -ENODEV);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "cuda"));
+	ck_assert_int_eq(pp_device_open("cuda:1", &dev), -ENODEV);
+	ck_assert_ptr_null(dev);
+	dev = open_ok("auto");
+	ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_CPU);
+	assert_error_has("auto: using cpu");
+	pp_device_close(dev);
+}
+END_TEST
+
+/* Fails if the listing misses cpu or sim, overflows 'max', or disagrees with the GPU count. */
+START_TEST(test_list)
+{
+	struct pp_device_props props[8], one;
+	size_t n = 99;
+	int gpus = pp_device_cuda_count();
+
+	ck_assert_int_eq(pp_device_list(props, 8, &n), 0);
+	ck_assert_uint_eq(n, 2 + (size_t)(gpus > 0 ? PP_MIN(gpus, 6) : 0));
+	ck_assert_str_eq(props[0].name, "cpu");
+	ck_assert_str_eq(props[1].name, "sim");
+	ck_assert(props[0].host_is_device);
+	ck_assert(!props[1].host_is_device && props[1].async_copy);
+	ck_assert_uint_gt(props[0].total_memory, 0);
+	ck_assert_int_eq(pp_device_list(&one, 1, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_str_eq(one.name, "cpu");
+	ck_assert_int_eq(pp_device_list(NULL, 0, NULL), -EINVAL);
+}
+END_TEST
+
+static void count_run(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/*
+ * Fails if the cpu backend copies lazily or out of order: with no queue,
+ * a copy is done when the call returns, events are complete at once, and
+ * a host function runs in the call.
+ */
+START_TEST(test_cpu_synchronous)
+{
+	struct pp_device *dev = open_ok("cpu");
+	struct pp_device_stats st;
+	struct pp_stream *s;
+	struct pp_event *a, *b;
+	uint8_t src[1000];
+	uint64_t ns;
+	void *d;
+	int runs = 0;
+
+	ck_assert_int_eq(pp_device_alloc(dev, sizeof(src), &d), 0);
+	ck_assert_uint_eq((uintptr_t)d % PP_DEVICE_ALIGN, 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create(dev, &a), 0);
+	ck_assert_int_eq(pp_event_create(dev, &b), 0);
+	pp_test_fill_random(src, sizeof(src), 9);
+	ck_assert_int_eq(pp_event_record(a, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, src, sizeof(src), PP_COPY_H2D, s), 0);
+	ck_assert(memcmp(d, src, sizeof(src)) == 0);
+	ck_assert_int_eq(pp_event_record(b, s), 0);
+	ck_assert_int_eq(pp_event_query(b), 1);
+	ck_assert_int_eq(pp_event_elapsed_ns(a, b, &ns), 0);
+	ck_assert_int_eq(pp_stream_wait_event(s, a), 0);
+	ck_assert_int_eq(pp_stream_launch_host(s, count_run, &runs), 0);
+	ck_assert_int_eq(runs, 1);
+	ck_assert_int_eq(pp_stream_launch_host(s, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st), 0);
+	ck_assert_uint_eq(st.copies, 1);
+	ck_assert_uint_eq(st.bytes_h2d, sizeof(src));
+	ck_assert_uint_eq(st.pageable_copies, 1);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if the bandwidth cap is not applied: 32 MiB at 1 GB/s must take at
+ * least 33.5 ms of engine time between two events, while the pinned copy
+ * call itself returns in a fraction of that.
+ */
+START_TEST(test_bandwidth_cap)
+{
+	enum { SIZE = 32 << 20 };
+	const uint64_t min_ns = (uint64_t)SIZE; /* 1 byte per ns */
+	struct pp_device *dev = open_ok("sim:bw=1GB/s");
+	struct pp_device_stats st;
+	struct pp_stream *s;
+	struct pp_event *a, *b;
+	uint64_t ns;
+	uint8_t *h;
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&h, NULL), 0);
+	memset(h, 1, SIZE);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create(dev, &a), 0);
+	ck_assert_int_eq(pp_event_create(dev, &b), 0);
+	ck_assert_int_eq(pp_event_record(a, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_event_record(b, s), 0);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st), 0);
+	ck_assert_uint_lt(st.host_blocked_ns, min_ns / 2);
+	ck_assert_int_eq(pp_event_synchronize(b), 0);
+	ck_assert_int_eq(pp_event_elapsed_ns(a, b, &ns), 0);
+	ck_assert_uint_ge(ns, min_ns);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st), 0);
+	ck_assert_uint_ge(st.copy_ns, min_ns);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if a pageable copy under a bandwidth cap returns before the engine
+ * has moved it: the host must be blocked for at least n / bw.
+ */
+START_TEST(test_pageable_blocks_for_transfer)
+{
+	enum { SIZE = 16 << 20 };
+	struct pp_device *dev = open_ok("sim:bw=1GB/s");
+	struct pp_device_stats st;
+	struct pp_stream *s;
+	uint8_t *h;
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, false, (void **)&h, NULL), 0);
+	memset(h, 2, SIZE);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st), 0);
+	ck_assert_uint_ge(st.host_blocked_ns, (uint64_t)SIZE);
+	ck_assert_uint_eq(st.pageable_copies, 1);
+	pp_device_close(dev);
+}
+END_TEST
+
+/* Drops CAP_IPC_LOCK, which lets root lock memory past RLIMIT_MEMLOCK. */
+static int drop_ipc_lock(void)
+{
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct data[2];
+
+	if (syscall(SYS_capget, &hdr, data) != 0)
+		return -1;
+	data[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	return (int)syscall(SYS_capset, &hdr, data);
+}
+
+/* The child of test_pinned_fallback; returns its exit status (0 pass). */
+static int pinned_fallback_child(void)
+{
+	struct rlimit lim = { 64 * 1024, 64 * 1024 };
+	struct pp_device_stats st;
+	struct pp_device *dev;
+	bool pinned = true;
+	void *big, *small;
+
+	if (drop_ipc_lock() != 0 || setrlimit(RLIMIT_MEMLOCK, &lim) != 0)
+		return 2;
+	if (pp_device_open("sim", &dev) != 0)
+		return 3;
+	if (pp_host_alloc(dev, 1 << 20, true, &big, &pinned) != 0 || pinned)
+		return 4;
+	if (strstr(pp_last_error(), "mlock") == NULL || strstr(pp_last_error(), "RLIMIT_MEMLOCK") == NULL)
+		return 5;
+	memset(big, 1, 1 << 20);
+	if (pp_host_alloc(dev, 4096, true, &small, &pinned) != 0 || !pinned)
+		return 6;
+	if (pp_device_get_stats(dev, &st) != 0 || st.pinned_fallbacks != 1 || st.pinned_bytes != 4096)
+		return 7;
+	pp_device_close(dev);
+	return 0;
+}
+
+/*
+ * Fails if a pinned allocation refused by RLIMIT_MEMLOCK is an error rather
+ * than pageable memory with *pinned_p false, a message and a count, or if a
+ * small one within the limit is not pinned.  Runs in a child so that the
+ * lowered limit does not outlive it, even under CK_FORK=no.
+ */
+START_TEST(test_pinned_fallback)
+{
+	int status = -1;
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(pinned_fallback_child());
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	ck_assert_msg(WEXITSTATUS(status) == 0, "child failed at step %d", WEXITSTATUS(status));
+}
+END_TEST
+
+/*
+ * Fails if injected copy failures hang or vanish: after 3 good copies the
+ * 4th fails, so the event after it and the stream both report -EIO with a
+ * message naming the stream, the error is cleared by the synchronize that
+ * reported it, and a pageable copy that fails returns the error itself.
+ */
+START_TEST(test_copy_failure)
+{
+	enum { SIZE = 4096 };
+	struct pp_device *dev = open_ok("sim");
+	struct pp_stream *s;
+	struct pp_event *ev;
+	uint8_t *h, pageable[SIZE];
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&h, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create(dev, &ev), 0);
+	ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_COPY, 3), 0);
+	for (int i = 0; i < 6; i++)
+		ck_assert_int_eq(pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_event_record(ev, s), 0);
+	ck_assert_int_eq(pp_event_synchronize(ev), -EIO);
+	assert_error_has("stream 1: copy 4");
+	ck_assert_int_eq(pp_stream_synchronize(s), -EIO);
+	assert_error_has("injected");
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	memset(pageable, 0, sizeof(pageable));
+	ck_assert_int_eq(pp_memcpy_async(d, pageable, SIZE, PP_COPY_H2D, s), -EIO);
+	ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_COPY, -1), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), -EIO);
+	ck_assert_int_eq(pp_memcpy_async(d, pageable, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if allocations past the sim's capacity, or injected failures,
+ * succeed or leave the accounting wrong: with 1 MiB, 2 MiB fails with a
+ * message, 512 KiB fits, 768 KiB more does not until the first is freed.
+ */
+START_TEST(test_alloc_failure)
+{
+	struct pp_device *dev = open_ok("sim:mem=1MiB");
+	struct pp_device *cpu = open_ok("cpu");
+	void *a = NULL, *b = NULL;
+
+	ck_assert_int_eq(pp_device_alloc(dev, 2 << 20, &a), -ENOMEM);
+	assert_error_has("out of device memory");
+	ck_assert_ptr_null(a);
+	ck_assert_int_eq(pp_device_alloc(dev, 512 << 10, &a), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 768 << 10, &b), -ENOMEM);
+	pp_device_free(dev, a);
+	ck_assert_int_eq(pp_device_alloc(dev, 768 << 10, &b), 0);
+	ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_ALLOC, 1), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 16, &a), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 16, &a), -ENOMEM);
+	assert_error_has("injected");
+	ck_assert_int_eq(pp_device_sim_inject(cpu, PP_SIM_FAIL_ALLOC, 1), -EINVAL);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE_MAX - 100, false, &a, NULL), -ENOMEM);
+	ck_assert_int_eq(pp_host_alloc(dev, 0, false, &a, NULL), -EINVAL);
+	pp_device_close(cpu);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if poisoning does not mark released and freed device memory, or if
+ * a copy from freed memory is carried out instead of refused.
+ */
+START_TEST(test_poison)
+{
+	enum { SIZE = 8192 };
+	struct pp_device *dev = open_ok("sim:poison");
+	struct pp_stream *s;
+	uint8_t *h, *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&h, NULL), 0);
+	memset(h, 0x11, SIZE);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, (void **)&d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	ck_assert_uint_eq(d[SIZE - 1], 0x11);
+	pp_device_release(dev, d, SIZE / 2);
+	ck_assert_uint_eq(d[0], PP_SIM_POISON_BYTE);
+	ck_assert_uint_eq(d[SIZE / 2 - 1], PP_SIM_POISON_BYTE);
+	ck_assert_uint_eq(d[SIZE / 2], 0x11);
+	pp_device_free(dev, d);
+	/* The sim keeps freed memory poisoned a while: a late read sees the pattern. */
+	ck_assert_uint_eq(d[SIZE - 1], PP_SIM_POISON_BYTE);
+	ck_assert_int_eq(pp_memcpy_async(h, d, SIZE, PP_COPY_D2H, s), -EFAULT);
+	pp_device_close(dev);
+}
+END_TEST
+
+struct worker {
+	struct pp_device *dev;
+	int seed;
+	int failures; /* rounds whose data came back wrong */
+};
+
+static void *worker_main(void *arg)
+{
+	enum { SIZE = 128 * 1024 };
+	struct worker *w = arg;
+	struct pp_stream *s;
+	struct pp_event *ev;
+	uint8_t *h, *back;
+	void *d;
+
+	if (pp_stream_create(w->dev, &s) != 0 || pp_event_create(w->dev, &ev) != 0 ||
+	    pp_host_alloc(w->dev, SIZE, true, (void **)&h, NULL) != 0 ||
+	    pp_host_alloc(w->dev, SIZE, w->seed % 2 == 0, (void **)&back, NULL) != 0 ||
+	    pp_device_alloc(w->dev, SIZE, &d) != 0) {
+		w->failures = -1;
+		return NULL;
+	}
+	for (int round = 0; round < 40; round++) {
+		pp_test_fill_random(h, SIZE, (uint64_t)(w->seed * 1000 + round));
+		if (pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s) != 0 ||
+		    pp_memcpy_async(back, d, SIZE, PP_COPY_D2H, s) != 0 ||
+		    pp_event_record(ev, s) != 0 || pp_event_synchronize(ev) != 0 ||
+		    memcmp(h, back, SIZE) != 0)
+			w->failures++;
+	}
+	pp_device_free(w->dev, d);
+	pp_host_free(w->dev, back);
+	pp_host_free(w->dev, h);
+	pp_event_destroy(ev);
+	pp_stream_destroy(s);
+	return NULL;
+}
+
+/*
+ * Fails if threads sharing one device (allocating, freeing and copying on
+ * their own streams at once) see each other's data or corrupt the tables;
+ * ThreadSanitizer checks the locking in the --enable-sanitizers=thread build.
+ */
+START_TEST(test_threads_share_device)
+{
+	enum { THREADS = 4 };
+	struct pp_device *dev = open_ok("sim");
+	struct worker w[THREADS];
+	pthread_t t[THREADS];
+	struct pp_device_stats st;
+
+	for (int i = 0; i < THREADS; i++) {
+		w[i] = (struct worker){ dev, i + 1, 0 };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, worker_main, &w[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+		ck_assert_int_eq(w[i].failures, 0);
+	}
+	ck_assert_int_eq(pp_device_get_stats(dev, &st), 0);
+	ck_assert_uint_eq(st.copies, THREADS * 40 * 2);
+	ck_assert_uint_eq(st.bytes_h2d, (uint64_t)THREADS * 40 * 128 * 1024);
+	ck_assert_uint_eq(st.bytes_d2h, st.bytes_h2d);
+	pp_device_close(dev);
+}
+END_TEST
+
+static const char *const sim_names[] = { "sim", "sim:bw=8GB/s,poison" };
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("device");
+	TCase *tc = tcase_create("api");
+
+	tcase_add_test(tc, test_names);
+	tcase_add_test(tc, test_cuda_absent_or_present);
+	tcase_add_test(tc, test_list);
+	tcase_add_test(tc, test_cpu_synchronous);
+	tcase_add_test(tc, test_pinned_fallback);
+	tcase_add_test(tc, test_copy_failure);
+	tcase_add_test(tc, test_alloc_failure);
+	tcase_add_test(tc, test_poison);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("timing");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_bandwidth_cap);
+	tcase_add_test(tc, test_pageable_blocks_for_transfer);
+	tcase_add_test(tc, test_threads_share_device);
+	suite_add_tcase(s, tc);
+
+	pp_device_cases_add(s, "sim", sim_names, (int)PP_ARRAY_SIZE(sim_names));
+	return s;
+}

@@ -1,0 +1,706 @@
+/*
+ * transfer/device.c: the device dispatcher.  Parses device names, checks
+ * every call once, keeps the tables of device and host memory handed out
+ * (so that a copy through a wrong pointer is an error, not a corruption),
+ * allocates pinned host memory with its fallbacks, counts the statistics,
+ * and does the work itself where a backend leaves an entry NULL.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "transfer/device_impl.h"
+
+static const char *copy_kind_name(enum pp_copy_kind kind)
+{
+	switch (kind) {
+	case PP_COPY_H2D:
+		return "host to device";
+	case PP_COPY_D2H:
+		return "device to host";
+	case PP_COPY_D2D:
+		return "device to device";
+	}
+	return "?";
+}
+
+/* ------------------------------------------------------------------ memory tables */
+
+/* Index of the first entry whose address is greater than addr. */
+static size_t table_upper(const struct pp_mem_table *t, uintptr_t addr)
+{
+	size_t lo = 0, hi = t->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (t->v[mid].addr <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int table_insert(struct pp_mem_table *t, const struct pp_mem_range *r)
+{
+	size_t at;
+
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 16;
+		struct pp_mem_range *v = realloc(t->v, cap * sizeof(*v));
+		if (v == NULL)
+			return pp_error(-ENOMEM, "device: no memory for the table of %zu allocations", cap);
+		t->v = v;
+		t->cap = cap;
+	}
+	at = table_upper(t, r->addr);
+	memmove(&t->v[at + 1], &t->v[at], (t->n - at) * sizeof(*t->v));
+	t->v[at] = *r;
+	t->n++;
+	return 0;
+}
+
+/* The entry that holds all of [addr, addr + n), or NULL. */
+static const struct pp_mem_range *table_find(const struct pp_mem_table *t, uintptr_t addr,
+					     size_t n)
+{
+	size_t at = table_upper(t, addr);
+	const struct pp_mem_range *r;
+
+	if (at == 0)
+		return NULL;
+	r = &t->v[at - 1];
+	if (addr - r->addr >= r->bytes || n > r->bytes - (addr - r->addr))
+		return NULL;
+	return r;
+}
+
+/* True if any byte of [addr, addr + n) lies in an entry. */
+static bool table_overlaps(const struct pp_mem_table *t, uintptr_t addr, size_t n)
+{
+	size_t at = table_upper(t, addr + n - 1);
+
+	return at > 0 && t->v[at - 1].addr + t->v[at - 1].bytes > addr;
+}
+
+/* Removes the entry that starts at addr into *r_p; false if there is none. */
+static bool table_remove(struct pp_mem_table *t, uintptr_t addr, struct pp_mem_range *r_p)
+{
+	size_t at = table_upper(t, addr);
+
+	if (at == 0 || t->v[at - 1].addr != addr)
+		return false;
+	*r_p = t->v[at - 1];
+	memmove(&t->v[at - 1], &t->v[at], (t->n - at) * sizeof(*t->v));
+	t->n--;
+	return true;
+}
+
+/* ------------------------------------------------------------------ open and close */
+
+/* Parses the N of "cuda:N" into *index_p. */
+static int parse_cuda_index(const char *name, const char *options, int *index_p)
+{
+	char *end;
+	long v;
+
+	if (options == NULL) {
+		*index_p = 0;
+		return 0;
+	}
+	errno = 0;
+	v = strtol(options, &end, 10);
+	if (options[0] < '0' || options[0] > '9' || *end != '\0' || errno != 0 || v > 1023)
+		return pp_error(-EINVAL, "device '%s': expected cuda:N with N a GPU index (0, 1, ...), got '%s'",
+				name, options);
+	*index_p = (int)v;
+	return 0;
+}
+
+static int open_backend(struct pp_device *dev, const char *name)
+{
+	const char *colon = strchr(name, ':');
+	size_t len = colon ? (size_t)(colon - name) : strlen(name);
+	const char *options = colon ? colon + 1 : NULL;
+	int index = 0, ret;
+
+	if (len == 4 && memcmp(name, "auto", 4) == 0 && options == NULL) {
+		ret = pp_device_cuda_count_impl();
+		if (ret > 0)
+			return pp_device_cuda_open(dev, 0);
+		ret = pp_device_cpu_open(dev, NULL);
+		if (ret == 0)
+			pp_error(-ENODEV, "auto: using cpu, because %s", pp_last_error());
+		return ret;
+	}
+	if (len == 3 && memcmp(name, "cpu", 3) == 0)
+		return pp_device_cpu_open(dev, options);
+	if (len == 3 && memcmp(name, "sim", 3) == 0)
+		return pp_device_sim_open(dev, options);
+	if (len == 4 && memcmp(name, "cuda", 4) == 0) {
+		ret = parse_cuda_index(name, options, &index);
+		if (ret < 0)
+			return ret;
+		return pp_device_cuda_open(dev, index);
+	}
+	return pp_error(-EINVAL, "device '%s': unknown; expected auto, cpu, sim[:options], cuda or cuda:N",
+			name);
+}
+
+PP_API int pp_device_open(const char *name, struct pp_device **dev_p)
+{
+	struct pp_device *dev;
+	int ret;
+
+	if (name == NULL || dev_p == NULL)
+		return pp_error(-EINVAL, "pp_device_open: name and dev_p must not be NULL");
+	dev = calloc(1, sizeof(*dev));
+	if (dev == NULL)
+		return pp_error(-ENOMEM, "device '%s': out of memory", name);
+	if (pthread_mutex_init(&dev->mu, NULL) != 0) {
+		ret = pp_error(-ENOMEM, "device '%s': cannot create a mutex", name);
+		goto err_free_dev;
+	}
+	dev->next_stream_id = 1;
+	ret = open_backend(dev, name);
+	if (ret < 0)
+		goto err_destroy_mutex;
+	*dev_p = dev;
+	return 0;
+
+err_destroy_mutex:
+	pthread_mutex_destroy(&dev->mu);
+err_free_dev:
+	free(dev);
+	return ret;
+}
+
+static void host_release(struct pp_device *dev, const struct pp_mem_range *r)
+{
+	void *p = (void *)r->addr;
+
+	switch (r->kind) {
+	case PP_HOST_DRIVER:
+		dev->ops->host_free_pinned(dev, p);
+		return;
+	case PP_HOST_MMAP_REGISTERED:
+		dev->ops->host_unregister(dev, p, r->mapped);
+		break;
+	case PP_HOST_MMAP_LOCKED:
+		munlock(p, r->mapped);
+		break;
+	case PP_HOST_MMAP:
+		break;
+	}
+	munmap(p, r->mapped);
+}
+
+PP_API void pp_device_close(struct pp_device *dev)
+{
+	if (dev == NULL)
+		return;
+	pp_device_synchronize(dev);
+	while (dev->events != NULL)
+		pp_event_destroy(dev->events);
+	while (dev->streams != NULL)
+		pp_stream_destroy(dev->streams);
+	for (size_t i = 0; i < dev->device_mem.n; i++)
+		dev->ops->free(dev, (void *)dev->device_mem.v[i].addr, dev->device_mem.v[i].bytes);
+	for (size_t i = 0; i < dev->host_mem.n; i++)
+		host_release(dev, &dev->host_mem.v[i]);
+	if (dev->ops->close != NULL)
+		dev->ops->close(dev);
+	free(dev->device_mem.v);
+	free(dev->host_mem.v);
+	pthread_mutex_destroy(&dev->mu);
+	free(dev);
+}
+
+PP_API const struct pp_device_props *pp_device_get_props(const struct pp_device *dev)
+{
+	return &dev->props;
+}
+
+PP_API int pp_device_synchronize(struct pp_device *dev)
+{
+	if (dev == NULL)
+		return pp_error(-EINVAL, "pp_device_synchronize: dev is NULL");
+	return dev->ops->synchronize ? dev->ops->synchronize(dev) : 0;
+}
+
+PP_API int pp_device_cuda_count(void)
+{
+	return pp_device_cuda_count_impl();
+}
+
+PP_API int pp_device_list(struct pp_device_props *props, size_t max, size_t *n_p)
+{
+	struct pp_device *dev;
+	size_t n = 0;
+	int gpus, ret;
+
+	if (n_p == NULL || (props == NULL && max > 0))
+		return pp_error(-EINVAL, "pp_device_list: props and n_p must not be NULL");
+	for (int i = 0; i < 2; i++) {
+		ret = pp_device_open(i == 0 ? "cpu" : "sim", &dev);
+		if (ret < 0)
+			return ret;
+		if (n < max)
+			props[n] = dev->props;
+		n++;
+		pp_device_close(dev);
+	}
+	gpus = pp_device_cuda_count_impl();
+	for (int i = 0; i < gpus; i++) {
+		if (n < max) {
+			ret = pp_device_cuda_props(i, &props[n]);
+			if (ret < 0)
+				return ret;
+		}
+		n++;
+	}
+	*n_p = PP_MIN(n, max);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+PP_API int pp_device_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
+{
+	struct pp_mem_range r = { 0 };
+	void *p;
+	int ret;
+
+	if (dev == NULL || ptr_p == NULL)
+		return pp_error(-EINVAL, "pp_device_alloc: dev and ptr_p must not be NULL");
+	if (bytes == 0)
+		return pp_error(-EINVAL, "%s: device allocation of 0 bytes", dev->props.name);
+	ret = dev->ops->alloc(dev, bytes, &p);
+	if (ret < 0)
+		return ret;
+	r.addr = (uintptr_t)p;
+	r.bytes = bytes;
+	r.mapped = bytes;
+	pthread_mutex_lock(&dev->mu);
+	ret = table_insert(&dev->device_mem, &r);
+	pthread_mutex_unlock(&dev->mu);
+	if (ret < 0) {
+		dev->ops->free(dev, p, bytes);
+		return ret;
+	}
+	*ptr_p = p;
+	return 0;
+}
+
+PP_API void pp_device_free(struct pp_device *dev, void *ptr)
+{
+	struct pp_mem_range r;
+	bool found;
+
+	if (dev == NULL || ptr == NULL)
+		return;
+	pp_device_synchronize(dev);
+	pthread_mutex_lock(&dev->mu);
+	found = table_remove(&dev->device_mem, (uintptr_t)ptr, &r);
+	pthread_mutex_unlock(&dev->mu);
+	if (found)
+		dev->ops->free(dev, ptr, r.bytes);
+}
+
+/* Pins [p, p + mapped) by the backend's means or mlock; writes how to *kind_p. */
+static int host_pin(struct pp_device *dev, void *p, size_t mapped, enum pp_host_mem_kind *kind_p)
+{
+	if (dev->ops->host_register != NULL) {
+		int ret = dev->ops->host_register(dev, p, mapped);
+		if (ret < 0)
+			return ret;
+		*kind_p = PP_HOST_MMAP_REGISTERED;
+		return 0;
+	}
+	if (mlock(p, mapped) != 0)
+		return pp_error(-errno, "%s: mlock of %zu bytes refused (%s; raise RLIMIT_MEMLOCK, ulimit -l)",
+				dev->props.name, mapped, strerror(errno));
+	*kind_p = PP_HOST_MMAP_LOCKED;
+	return 0;
+}
+
+PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void **ptr_p,
+			 bool *pinned_p)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct pp_mem_range r = { 0 };
+	void *p = MAP_FAILED;
+	int ret;
+
+	if (dev == NULL || ptr_p == NULL)
+		return pp_error(-EINVAL, "pp_host_alloc: dev and ptr_p must not be NULL");
+	if (bytes == 0)
+		return pp_error(-EINVAL, "%s: host allocation of 0 bytes", dev->props.name);
+	if (!pp_add_size(bytes, page - 1, &r.mapped))
+		return pp_error(-ENOMEM, "%s: host allocation of %zu bytes is too large", dev->props.name,
+				bytes);
+	r.mapped &= ~(page - 1);
+	r.bytes = bytes;
+	r.kind = PP_HOST_MMAP;
+	if (pinned && dev->ops->host_alloc_pinned != NULL && dev->ops->host_register == NULL) {
+		ret = dev->ops->host_alloc_pinned(dev, r.mapped, &p);
+		if (ret == 0)
+			r.kind = PP_HOST_DRIVER;
+	}
+	if (r.kind != PP_HOST_DRIVER) {
+		p = mmap(NULL, r.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return pp_error(-ENOMEM, "%s: host allocation of %zu bytes: mmap failed (%s)",
+					dev->props.name, bytes, strerror(errno));
+		if (pinned && host_pin(dev, p, r.mapped, &r.kind) < 0 &&
+		    dev->ops->host_alloc_pinned != NULL) {
+			void *q;
+			if (dev->ops->host_alloc_pinned(dev, r.mapped, &q) == 0) {
+				munmap(p, r.mapped);
+				p = q;
+				r.kind = PP_HOST_DRIVER;
+			}
+		}
+	}
+	r.addr = (uintptr_t)p;
+	pthread_mutex_lock(&dev->mu);
+	ret = table_insert(&dev->host_mem, &r);
+	pthread_mutex_unlock(&dev->mu);
+	if (ret < 0) {
+		host_release(dev, &r);
+		return ret;
+	}
+	if (pinned && r.kind == PP_HOST_MMAP) {
+		/* The message of the refusal is kept for pp_last_error(). */
+		atomic_fetch_add_explicit(&dev->stats.pinned_fallbacks, 1, memory_order_relaxed);
+	} else if (pinned) {
+		atomic_fetch_add_explicit(&dev->stats.pinned_bytes, bytes, memory_order_relaxed);
+	}
+	*ptr_p = p;
+	if (pinned_p != NULL)
+		*pinned_p = r.kind != PP_HOST_MMAP;
+	return 0;
+}
+
+PP_API void pp_host_free(struct pp_device *dev, void *ptr)
+{
+	struct pp_mem_range r;
+	bool found;
+
+	if (dev == NULL || ptr == NULL)
+		return;
+	pp_device_synchronize(dev);
+	pthread_mutex_lock(&dev->mu);
+	found = table_remove(&dev->host_mem, (uintptr_t)ptr, &r);
+	pthread_mutex_unlock(&dev->mu);
+	if (found)
+		host_release(dev, &r);
+}
+
+void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes)
+{
+	if (dev->ops->release != NULL && ptr != NULL && bytes > 0)
+		dev->ops->release(dev, ptr, bytes);
+}
+
+/* ------------------------------------------------------------------ streams */
+
+PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p)
+{
+	struct pp_stream *s;
+	int ret;
+
+	if (dev == NULL || stream_p == NULL)
+		return pp_error(-EINVAL, "pp_stream_create: dev and stream_p must not be NULL");
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return pp_error(-ENOMEM, "%s: out of memory for a stream", dev->props.name);
+	s->dev = dev;
+	pthread_mutex_lock(&dev->mu);
+	s->id = dev->next_stream_id++;
+	pthread_mutex_unlock(&dev->mu);
+	if (dev->ops->stream_create != NULL) {
+		ret = dev->ops->stream_create(s);
+		if (ret < 0) {
+			free(s);
+			return ret;
+		}
+	}
+	pthread_mutex_lock(&dev->mu);
+	s->next = dev->streams;
+	if (dev->streams != NULL)
+		dev->streams->prev = s;
+	dev->streams = s;
+	pthread_mutex_unlock(&dev->mu);
+	*stream_p = s;
+	return 0;
+}
+
+PP_API void pp_stream_destroy(struct pp_stream *stream)
+{
+	struct pp_device *dev;
+
+	if (stream == NULL)
+		return;
+	dev = stream->dev;
+	pthread_mutex_lock(&dev->mu);
+	if (stream->prev != NULL)
+		stream->prev->next = stream->next;
+	else
+		dev->streams = stream->next;
+	if (stream->next != NULL)
+		stream->next->prev = stream->prev;
+	pthread_mutex_unlock(&dev->mu);
+	if (dev->ops->stream_destroy != NULL)
+		dev->ops->stream_destroy(stream);
+	free(stream);
+}
+
+PP_API int pp_stream_synchronize(struct pp_stream *stream)
+{
+	if (stream == NULL)
+		return pp_error(-EINVAL, "pp_stream_synchronize: stream is NULL");
+	if (stream->dev->ops->stream_synchronize == NULL)
+		return 0;
+	return stream->dev->ops->stream_synchronize(stream);
+}
+
+PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg)
+{
+	if (stream == NULL || fn == NULL)
+		return pp_error(-EINVAL, "pp_stream_launch_host: stream and fn must not be NULL");
+	if (stream->dev->ops->launch_host == NULL) {
+		fn(arg);
+		return 0;
+	}
+	return stream->dev->ops->launch_host(stream, fn, arg);
+}
+
+PP_API int pp_stream_wait_event(struct pp_stream *stream, struct pp_event *event)
+{
+	if (stream == NULL || event == NULL)
+		return pp_error(-EINVAL, "pp_stream_wait_event: stream and event must not be NULL");
+	if (stream->dev != event->dev)
+		return pp_error(-EINVAL, "%s: stream %u cannot wait for an event of device %s",
+				stream->dev->props.name, stream->id, event->dev->props.name);
+	if (stream->dev->ops->stream_wait_event == NULL)
+		return 0;
+	return stream->dev->ops->stream_wait_event(stream, event);
+}
+
+/* ------------------------------------------------------------------ events */
+
+PP_API int pp_event_create(struct pp_device *dev, struct pp_event **event_p)
+{
+	struct pp_event *e;
+	int ret;
+
+	if (dev == NULL || event_p == NULL)
+		return pp_error(-EINVAL, "pp_event_create: dev and event_p must not be NULL");
+	e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return pp_error(-ENOMEM, "%s: out of memory for an event", dev->props.name);
+	e->dev = dev;
+	if (dev->ops->event_create != NULL) {
+		ret = dev->ops->event_create(e);
+		if (ret < 0) {
+			free(e);
+			return ret;
+		}
+	}
+	pthread_mutex_lock(&dev->mu);
+	e->next = dev->events;
+	if (dev->events != NULL)
+		dev->events->prev = e;
+	dev->events = e;
+	pthread_mutex_unlock(&dev->mu);
+	*event_p = e;
+	return 0;
+}
+
+PP_API void pp_event_destroy(struct pp_event *event)
+{
+	struct pp_device *dev;
+
+	if (event == NULL)
+		return;
+	dev = event->dev;
+	pthread_mutex_lock(&dev->mu);
+	if (event->prev != NULL)
+		event->prev->next = event->next;
+	else
+		dev->events = event->next;
+	if (event->next != NULL)
+		event->next->prev = event->prev;
+	pthread_mutex_unlock(&dev->mu);
+	if (dev->ops->event_destroy != NULL)
+		dev->ops->event_destroy(event);
+	free(event);
+}
+
+PP_API int pp_event_record(struct pp_event *event, struct pp_stream *stream)
+{
+	int ret = 0;
+
+	if (event == NULL || stream == NULL)
+		return pp_error(-EINVAL, "pp_event_record: event and stream must not be NULL");
+	if (event->dev != stream->dev)
+		return pp_error(-EINVAL, "%s: an event of device %s cannot be recorded on stream %u",
+				stream->dev->props.name, event->dev->props.name, stream->id);
+	if (stream->dev->ops->event_record != NULL)
+		ret = stream->dev->ops->event_record(event, stream);
+	else
+		event->host_ns = pp_now_ns();
+	if (ret == 0)
+		event->recorded = true;
+	return ret;
+}
+
+PP_API int pp_event_query(struct pp_event *event)
+{
+	if (event == NULL)
+		return pp_error(-EINVAL, "pp_event_query: event is NULL");
+	if (!event->recorded || event->dev->ops->event_query == NULL)
+		return 1;
+	return event->dev->ops->event_query(event);
+}
+
+PP_API int pp_event_synchronize(struct pp_event *event)
+{
+	if (event == NULL)
+		return pp_error(-EINVAL, "pp_event_synchronize: event is NULL");
+	if (!event->recorded || event->dev->ops->event_synchronize == NULL)
+		return 0;
+	return event->dev->ops->event_synchronize(event);
+}
+
+PP_API int pp_event_elapsed_ns(struct pp_event *start, struct pp_event *end, uint64_t *ns_p)
+{
+	if (start == NULL || end == NULL || ns_p == NULL)
+		return pp_error(-EINVAL, "pp_event_elapsed_ns: start, end and ns_p must not be NULL");
+	if (start->dev != end->dev)
+		return pp_error(-EINVAL, "pp_event_elapsed_ns: the events belong to two devices");
+	if (!start->recorded || !end->recorded)
+		return pp_error(-EINVAL, "%s: elapsed time asked of an event never recorded",
+				start->dev->props.name);
+	if (start->dev->ops->event_elapsed_ns != NULL)
+		return start->dev->ops->event_elapsed_ns(start, end, ns_p);
+	*ns_p = end->host_ns > start->host_ns ? end->host_ns - start->host_ns : 0;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ copies */
+
+/*
+ * Checks that the device side(s) of a copy lie in device allocations and the
+ * host side outside them; writes whether the host side is pinned memory.
+ */
+static int check_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
+		      enum pp_copy_kind kind, bool *host_pinned_p)
+{
+	struct pp_device *dev = stream->dev;
+	const char *name = dev->props.name;
+	uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src, host = 0;
+	const struct pp_mem_range *r;
+	int ret = 0;
+
+	if (d + n < d || s + n < s)
+		return pp_error(-EFAULT, "%s: stream %u: copy of %zu bytes wraps around the address space",
+				name, stream->id, n);
+	pthread_mutex_lock(&dev->mu);
+	switch (kind) {
+	case PP_COPY_H2D:
+	case PP_COPY_D2H: {
+		uintptr_t dv = kind == PP_COPY_H2D ? d : s;
+		host = kind == PP_COPY_H2D ? s : d;
+		if (table_find(&dev->device_mem, dv, n) == NULL)
+			ret = pp_error(-EFAULT, "%s: stream %u: %s copy of %zu bytes: %s %p is not inside "
+				       "one allocation of this device", name, stream->id,
+				       copy_kind_name(kind), n,
+				       kind == PP_COPY_H2D ? "destination" : "source", (void *)dv);
+		else if (!dev->props.host_is_device && table_overlaps(&dev->device_mem, host, n))
+			ret = pp_error(-EFAULT, "%s: stream %u: %s copy of %zu bytes: host %s %p is "
+				       "device memory", name, stream->id, copy_kind_name(kind), n,
+				       kind == PP_COPY_H2D ? "source" : "destination", (void *)host);
+		break;
+	}
+	case PP_COPY_D2D:
+		if (table_find(&dev->device_mem, d, n) == NULL ||
+		    table_find(&dev->device_mem, s, n) == NULL)
+			ret = pp_error(-EFAULT, "%s: stream %u: device to device copy of %zu bytes from "
+				       "%p to %p: both must lie inside allocations of this device",
+				       name, stream->id, n, src, dst);
+		break;
+	}
+	if (ret == 0) {
+		r = kind == PP_COPY_D2D ? NULL : table_find(&dev->host_mem, host, n);
+		*host_pinned_p = r != NULL && r->kind != PP_HOST_MMAP;
+	}
+	pthread_mutex_unlock(&dev->mu);
+	return ret;
+}
+
+PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_kind kind,
+			   struct pp_stream *stream)
+{
+	struct pp_device *dev;
+	bool pinned = false;
+	uint64_t t0, dt;
+	int ret;
+
+	if (stream == NULL || dst == NULL || src == NULL)
+		return pp_error(-EINVAL, "pp_memcpy_async: dst, src and stream must not be NULL");
+	dev = stream->dev;
+	if (kind != PP_COPY_H2D && kind != PP_COPY_D2H && kind != PP_COPY_D2D)
+		return pp_error(-EINVAL, "%s: stream %u: unknown copy kind %d", dev->props.name,
+				stream->id, (int)kind);
+	if (n == 0)
+		return 0;
+	t0 = pp_now_ns();
+	ret = check_copy(stream, dst, src, n, kind, &pinned);
+	if (ret < 0)
+		return ret;
+	if (dev->ops->memcpy_async != NULL) {
+		ret = dev->ops->memcpy_async(stream, dst, src, n, kind, pinned);
+		dt = pp_now_ns() - t0;
+	} else {
+		memmove(dst, src, n);
+		dt = pp_now_ns() - t0;
+		pp_device_add_copy_ns(dev, dt);
+	}
+	atomic_fetch_add_explicit(&dev->stats.host_blocked_ns, dt, memory_order_relaxed);
+	if (ret < 0)
+		return ret;
+	atomic_fetch_add_explicit(&dev->stats.copies, 1, memory_order_relaxed);
+	if (kind == PP_COPY_H2D)
+		atomic_fetch_add_explicit(&dev->stats.bytes_h2d, n, memory_order_relaxed);
+	else if (kind == PP_COPY_D2H)
+		atomic_fetch_add_explicit(&dev->stats.bytes_d2h, n, memory_order_relaxed);
+	if (kind != PP_COPY_D2D && !pinned)
+		atomic_fetch_add_explicit(&dev->stats.pageable_copies, 1, memory_order_relaxed);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ statistics */
+
+PP_API int pp_device_get_stats(struct pp_device *dev, struct pp_device_stats *stats_p)
+{
+	struct pp_device_counters *c;
+
+	if (dev == NULL || stats_p == NULL)
+		return pp_error(-EINVAL, "pp_device_get_stats: dev and stats_p must not be NULL");
+	c = &dev->stats;
+	stats_p->copies = atomic_load_explicit(&c->copies, memory_order_relaxed);
+	stats_p->bytes_h2d = atomic_load_explicit(&c->bytes_h2d, memory_order_relaxed);
+	stats_p->bytes_d2h = atomic_load_explicit(&c->bytes_d2h, memory_order_relaxed);
+	stats_p->copy_ns = atomic_load_explicit(&c->copy_ns, memory_order_relaxed);
+	stats_p->host_blocked_ns = atomic_load_explicit(&c->host_blocked_ns, memory_order_relaxed);
+	stats_p->pinned_bytes = atomic_load_explicit(&c->pinned_bytes, memory_order_relaxed);
+	stats_p->pinned_fallbacks = atomic_load_explicit(&c->pinned_fallbacks, memory_order_relaxed);
+	stats_p->pageable_copies = atomic_load_explicit(&c->pageable_copies, memory_order_relaxed);
+	return 0;
+}

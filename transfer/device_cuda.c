@@ -1,0 +1,484 @@
+/*
+ * transfer/device_cuda.c: the cuda backend, on the CUDA runtime API.
+ * Device memory from cudaMalloc; pinned host memory is the dispatcher's
+ * mmap registered with cudaHostRegister (so io_uring can register the same
+ * pages), or cudaHostAlloc when registering is refused; streams, events and
+ * copies are CUDA's.  Each copy is bracketed by a pair of timing events, and
+ * the engine time they measure is counted into copy_ns once the copy is
+ * known to be done.  Every CUDA call is checked, and a failure becomes a
+ * negative errno value with a message naming the call.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+#include "transfer/device_impl.h"
+
+/* Copies timed at once on a stream; the oldest is harvested to time a new one. */
+#define CUDA_TIMED_COPIES 32
+
+struct cuda_device {
+	int index; /* N of cuda:N */
+};
+
+struct cuda_stream {
+	cudaStream_t s;
+	cudaEvent_t start[CUDA_TIMED_COPIES]; /* recorded before each timed copy */
+	cudaEvent_t end[CUDA_TIMED_COPIES];   /* recorded after it */
+	unsigned head;                        /* oldest pair in flight */
+	unsigned count;                       /* pairs in flight */
+};
+
+static int errno_of(cudaError_t err)
+{
+	switch (err) {
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorInvalidValue:
+		return -EINVAL;
+	case cudaErrorNotReady:
+		return -EAGAIN;
+	case cudaErrorNoDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorStubLibrary:
+	case cudaErrorInvalidDevice:
+		return -ENODEV;
+	default:
+		return -EIO;
+	}
+}
+
+/* Records "<who>: <call>: <CUDA's message> (<error name>)" and returns the errno. */
+static int cuda_fail(cudaError_t err, const char *who, const char *call)
+{
+	return pp_error(errno_of(err), "%s: %s: %s (%s)", who, call, cudaGetErrorString(err),
+			cudaGetErrorName(err));
+}
+
+#define CUDA_NAME(dev) ((dev)->props.name)
+
+static int set_device(struct pp_device *dev)
+{
+	struct cuda_device *cd = dev->ctx;
+	cudaError_t err = cudaSetDevice(cd->index);
+
+	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(dev), "cudaSetDevice");
+}
+
+/* ------------------------------------------------------------------ discovery */
+
+int pp_device_cuda_count_impl(void)
+{
+	int n = 0;
+	cudaError_t err = cudaGetDeviceCount(&n);
+
+	switch (err) {
+	case cudaSuccess:
+		break;
+	case cudaErrorInsufficientDriver:
+	case cudaErrorStubLibrary:
+		cudaGetLastError();
+		return pp_error(-ENODEV, "cuda: no GPU driver (cudaGetDeviceCount: %s, %s)",
+				cudaGetErrorString(err), cudaGetErrorName(err));
+	case cudaErrorNoDevice:
+		cudaGetLastError();
+		return pp_error(-ENODEV, "cuda: no GPU (cudaGetDeviceCount: %s, %s)",
+				cudaGetErrorString(err), cudaGetErrorName(err));
+	default:
+		cudaGetLastError();
+		return pp_error(-ENODEV, "cuda: the GPUs cannot be used (cudaGetDeviceCount: %s, %s)",
+				cudaGetErrorString(err), cudaGetErrorName(err));
+	}
+	if (n <= 0)
+		return pp_error(-ENODEV, "cuda: no GPU (cudaGetDeviceCount found none)");
+	return n;
+}
+
+int pp_device_cuda_props(int index, struct pp_device_props *props)
+{
+	struct cudaDeviceProp prop;
+	int engines = 0, major = 0, minor = 0;
+	char who[32];
+	cudaError_t err;
+
+	snprintf(who, sizeof(who), "cuda:%d", index);
+	err = cudaGetDeviceProperties(&prop, index);
+	if (err != cudaSuccess)
+		return cuda_fail(err, who, "cudaGetDeviceProperties");
+	err = cudaDeviceGetAttribute(&engines, cudaDevAttrAsyncEngineCount, index);
+	if (err == cudaSuccess)
+		err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index);
+	if (err == cudaSuccess)
+		err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index);
+	if (err != cudaSuccess)
+		return cuda_fail(err, who, "cudaDeviceGetAttribute");
+	memset(props, 0, sizeof(*props));
+	snprintf(props->name, sizeof(props->name), "%s", who);
+	snprintf(props->description, sizeof(props->description), "%.100s (sm_%d%d)", prop.name,
+		 major, minor);
+	props->kind = PP_DEVICE_CUDA;
+	props->index = index;
+	props->total_memory = prop.totalGlobalMem;
+	props->host_is_device = false;
+	props->async_copy = engines > 0;
+	props->copy_engines = engines;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static int cuda_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
+{
+	cudaError_t err;
+	void *p;
+	int ret = set_device(dev);
+
+	if (ret < 0)
+		return ret;
+	err = cudaMalloc(&p, bytes);
+	if (err != cudaSuccess) {
+		cudaGetLastError();
+		return pp_error(errno_of(err), "%s: cudaMalloc of %zu bytes: %s (%s)", CUDA_NAME(dev),
+				bytes, cudaGetErrorString(err), cudaGetErrorName(err));
+	}
+	*ptr_p = p;
+	return 0;
+}
+
+static void cuda_free(struct pp_device *dev, void *ptr, size_t bytes)
+{
+	if (set_device(dev) == 0)
+		cudaFree(ptr);
+}
+
+static int cuda_host_register(struct pp_device *dev, void *ptr, size_t bytes)
+{
+	cudaError_t err = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+
+	if (err != cudaSuccess) {
+		cudaGetLastError();
+		return pp_error(errno_of(err), "%s: cudaHostRegister of %zu bytes: %s (%s)",
+				CUDA_NAME(dev), bytes, cudaGetErrorString(err), cudaGetErrorName(err));
+	}
+	return 0;
+}
+
+static void cuda_host_unregister(struct pp_device *dev, void *ptr, size_t bytes)
+{
+	cudaHostUnregister(ptr);
+}
+
+static int cuda_host_alloc_pinned(struct pp_device *dev, size_t bytes, void **ptr_p)
+{
+	void *p;
+	cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+
+	if (err != cudaSuccess) {
+		cudaGetLastError();
+		return pp_error(errno_of(err), "%s: cudaHostAlloc of %zu bytes: %s (%s)",
+				CUDA_NAME(dev), bytes, cudaGetErrorString(err), cudaGetErrorName(err));
+	}
+	*ptr_p = p;
+	return 0;
+}
+
+static void cuda_host_free_pinned(struct pp_device *dev, void *ptr)
+{
+	cudaFreeHost(ptr);
+}
+
+static int cuda_synchronize(struct pp_device *dev)
+{
+	cudaError_t err;
+	int ret = set_device(dev);
+
+	if (ret < 0)
+		return ret;
+	err = cudaDeviceSynchronize();
+	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(dev), "cudaDeviceSynchronize");
+}
+
+static void cuda_close(struct pp_device *dev)
+{
+	free(dev->ctx);
+}
+
+/* ------------------------------------------------------------------ streams */
+
+/* Counts the engine time of the oldest timed copy into copy_ns, waiting for it if needed. */
+static int harvest_one(struct pp_stream *stream)
+{
+	struct cuda_stream *cs = stream->ctx;
+	unsigned i = cs->head;
+	float ms = 0;
+	cudaError_t err = cudaEventSynchronize(cs->end[i]);
+
+	cs->head = (cs->head + 1) % CUDA_TIMED_COPIES;
+	cs->count--;
+	if (err == cudaSuccess)
+		err = cudaEventElapsedTime(&ms, cs->start[i], cs->end[i]);
+	if (err != cudaSuccess)
+		return cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventElapsedTime");
+	pp_device_add_copy_ns(stream->dev, (uint64_t)((double)ms * 1e6));
+	return 0;
+}
+
+static int harvest_all(struct pp_stream *stream)
+{
+	struct cuda_stream *cs = stream->ctx;
+	int ret = 0;
+
+	while (cs->count > 0) {
+		int r = harvest_one(stream);
+		if (ret == 0)
+			ret = r;
+	}
+	return ret;
+}
+
+static void destroy_timing_events(struct cuda_stream *cs, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		cudaEventDestroy(cs->start[i]);
+		cudaEventDestroy(cs->end[i]);
+	}
+}
+
+static int cuda_stream_create(struct pp_stream *stream)
+{
+	struct pp_device *dev = stream->dev;
+	struct cuda_stream *cs;
+	cudaError_t err = cudaSuccess;
+	unsigned made = 0;
+	int ret = set_device(dev);
+
+	if (ret < 0)
+		return ret;
+	cs = calloc(1, sizeof(*cs));
+	if (cs == NULL)
+		return pp_error(-ENOMEM, "%s: out of memory for stream %u", CUDA_NAME(dev), stream->id);
+	err = cudaStreamCreateWithFlags(&cs->s, cudaStreamNonBlocking);
+	if (err != cudaSuccess) {
+		ret = cuda_fail(err, CUDA_NAME(dev), "cudaStreamCreateWithFlags");
+		goto err_free_stream;
+	}
+	for (made = 0; made < CUDA_TIMED_COPIES; made++) {
+		err = cudaEventCreate(&cs->start[made]);
+		if (err != cudaSuccess)
+			break;
+		err = cudaEventCreate(&cs->end[made]);
+		if (err != cudaSuccess) {
+			cudaEventDestroy(cs->start[made]);
+			break;
+		}
+	}
+	if (err != cudaSuccess) {
+		ret = cuda_fail(err, CUDA_NAME(dev), "cudaEventCreate");
+		goto err_destroy_events;
+	}
+	stream->ctx = cs;
+	return 0;
+
+err_destroy_events:
+	destroy_timing_events(cs, made);
+	cudaStreamDestroy(cs->s);
+err_free_stream:
+	free(cs);
+	return ret;
+}
+
+static void cuda_stream_destroy(struct pp_stream *stream)
+{
+	struct cuda_stream *cs = stream->ctx;
+
+	cudaStreamSynchronize(cs->s);
+	harvest_all(stream);
+	destroy_timing_events(cs, CUDA_TIMED_COPIES);
+	cudaStreamDestroy(cs->s);
+	free(cs);
+}
+
+static int cuda_stream_synchronize(struct pp_stream *stream)
+{
+	struct cuda_stream *cs = stream->ctx;
+	cudaError_t err = cudaStreamSynchronize(cs->s);
+	int ret = harvest_all(stream);
+
+	if (err != cudaSuccess)
+		return cuda_fail(err, CUDA_NAME(stream->dev), "cudaStreamSynchronize");
+	return ret;
+}
+
+static int cuda_stream_wait_event(struct pp_stream *stream, struct pp_event *event)
+{
+	struct cuda_stream *cs = stream->ctx;
+	cudaError_t err = cudaStreamWaitEvent(cs->s, (cudaEvent_t)event->ctx, 0);
+
+	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(stream->dev), "cudaStreamWaitEvent");
+}
+
+static int cuda_launch_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg)
+{
+	struct cuda_stream *cs = stream->ctx;
+	cudaError_t err = cudaLaunchHostFunc(cs->s, fn, arg);
+
+	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(stream->dev), "cudaLaunchHostFunc");
+}
+
+/* ------------------------------------------------------------------ events */
+
+static int cuda_event_create(struct pp_event *event)
+{
+	cudaEvent_t e;
+	cudaError_t err;
+	int ret = set_device(event->dev);
+
+	if (ret < 0)
+		return ret;
+	err = cudaEventCreate(&e);
+	if (err != cudaSuccess)
+		return cuda_fail(err, CUDA_NAME(event->dev), "cudaEventCreate");
+	event->ctx = e;
+	return 0;
+}
+
+static void cuda_event_destroy(struct pp_event *event)
+{
+	cudaEventDestroy((cudaEvent_t)event->ctx);
+}
+
+static int cuda_event_record(struct pp_event *event, struct pp_stream *stream)
+{
+	struct cuda_stream *cs = stream->ctx;
+	cudaError_t err = cudaEventRecord((cudaEvent_t)event->ctx, cs->s);
+
+	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventRecord");
+}
+
+static int cuda_event_query(struct pp_event *event)
+{
+	cudaError_t err = cudaEventQuery((cudaEvent_t)event->ctx);
+
+	if (err == cudaSuccess)
+		return 1;
+	if (err == cudaErrorNotReady) {
+		cudaGetLastError();
+		return 0;
+	}
+	return cuda_fail(err, CUDA_NAME(event->dev), "cudaEventQuery");
+}
+
+static int cuda_event_synchronize(struct pp_event *event)
+{
+	cudaError_t err = cudaEventSynchronize((cudaEvent_t)event->ctx);
+
+	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(event->dev), "cudaEventSynchronize");
+}
+
+static int cuda_event_elapsed_ns(struct pp_event *start, struct pp_event *end, uint64_t *ns_p)
+{
+	float ms = 0;
+	cudaError_t err = cudaEventElapsedTime(&ms, (cudaEvent_t)start->ctx, (cudaEvent_t)end->ctx);
+
+	if (err != cudaSuccess) {
+		cudaGetLastError();
+		return cuda_fail(err, CUDA_NAME(start->dev), "cudaEventElapsedTime");
+	}
+	*ns_p = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ copies */
+
+static int cuda_memcpy_async(struct pp_stream *stream, void *dst, const void *src, size_t n,
+			     enum pp_copy_kind kind, bool host_pinned)
+{
+	static const enum cudaMemcpyKind kinds[] = {
+		[PP_COPY_H2D] = cudaMemcpyHostToDevice,
+		[PP_COPY_D2H] = cudaMemcpyDeviceToHost,
+		[PP_COPY_D2D] = cudaMemcpyDeviceToDevice,
+	};
+	struct cuda_stream *cs = stream->ctx;
+	unsigned slot;
+	cudaError_t err;
+	int ret;
+
+	if (cs->count == CUDA_TIMED_COPIES) {
+		ret = harvest_one(stream);
+		if (ret < 0)
+			return ret;
+	}
+	slot = (cs->head + cs->count) % CUDA_TIMED_COPIES;
+	err = cudaEventRecord(cs->start[slot], cs->s);
+	if (err != cudaSuccess)
+		return cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventRecord");
+	err = cudaMemcpyAsync(dst, src, n, kinds[kind], cs->s);
+	if (err != cudaSuccess) {
+		cudaGetLastError();
+		return pp_error(errno_of(err), "%s: stream %u: cudaMemcpyAsync of %zu bytes (%s): %s (%s)",
+				CUDA_NAME(stream->dev), stream->id, n,
+				host_pinned ? "pinned" : "pageable", cudaGetErrorString(err),
+				cudaGetErrorName(err));
+	}
+	err = cudaEventRecord(cs->end[slot], cs->s);
+	if (err != cudaSuccess)
+		return cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventRecord");
+	cs->count++;
+	return 0;
+}
+
+static const struct pp_device_ops cuda_ops = {
+	.alloc = cuda_alloc,
+	.free = cuda_free,
+	.close = cuda_close,
+	.synchronize = cuda_synchronize,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
+	.host_alloc_pinned = cuda_host_alloc_pinned,
+	.host_free_pinned = cuda_host_free_pinned,
+	.stream_create = cuda_stream_create,
+	.stream_destroy = cuda_stream_destroy,
+	.stream_synchronize = cuda_stream_synchronize,
+	.stream_wait_event = cuda_stream_wait_event,
+	.launch_host = cuda_launch_host,
+	.event_create = cuda_event_create,
+	.event_destroy = cuda_event_destroy,
+	.event_record = cuda_event_record,
+	.event_query = cuda_event_query,
+	.event_synchronize = cuda_event_synchronize,
+	.event_elapsed_ns = cuda_event_elapsed_ns,
+	.memcpy_async = cuda_memcpy_async,
+};
+
+int pp_device_cuda_open(struct pp_device *dev, int index)
+{
+	struct cuda_device *cd;
+	cudaError_t err;
+	int n = pp_device_cuda_count_impl();
+	int ret;
+
+	if (n < 0)
+		return n;
+	if (index >= n)
+		return pp_error(-ENODEV, "cuda:%d: no such GPU (%d present: cuda:0 to cuda:%d)", index, n,
+				n - 1);
+	ret = pp_device_cuda_props(index, &dev->props);
+	if (ret < 0)
+		return ret;
+	err = cudaSetDevice(index);
+	if (err == cudaSuccess)
+		err = cudaFree(NULL);
+	if (err != cudaSuccess)
+		return cuda_fail(err, dev->props.name, "cudaSetDevice");
+	cd = calloc(1, sizeof(*cd));
+	if (cd == NULL)
+		return pp_error(-ENOMEM, "%s: out of memory", dev->props.name);
+	cd->index = index;
+	dev->ops = &cuda_ops;
+	dev->ctx = cd;
+	return 0;
+}

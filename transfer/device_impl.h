@@ -1,0 +1,204 @@
+/*
+ * transfer/device_impl.h: what a device backend implements (the ops table)
+ * and what the dispatcher (transfer/device.c) keeps for every device: its
+ * properties, its counters, and the tables of the memory it handed out.
+ * Not installed; the tests include it to reach the sim's failure injection.
+ */
+#ifndef PP_TRANSFER_DEVICE_IMPL_H
+#define PP_TRANSFER_DEVICE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+#include "pinpipe/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Byte written over sim device memory that was freed or released, when poisoning is on. */
+#define PP_SIM_POISON_BYTE 0xfb
+
+/* Alignment of pp_device_alloc() memory, in bytes. */
+#define PP_DEVICE_ALIGN 256
+
+/*
+ * A backend's operations.  Entries marked (optional) may be NULL, and the
+ * dispatcher then does the work itself:
+ *   - host_register NULL: pages are pinned with mlock();
+ *   - stream_create NULL (and with it every stream and event entry): the
+ *     device has no queue; work runs at once in the caller's thread, events
+ *     complete when recorded, copies are memcpy();
+ *   - synchronize NULL: nothing is ever in flight;
+ *   - release NULL: releasing memory does nothing.
+ * The stream and event entries come all together or not at all.  Every
+ * entry returns 0 or -errno with pp_error() set, like the public calls.
+ */
+struct pp_device_ops {
+	/* Device memory of at least 'bytes', aligned to PP_DEVICE_ALIGN. */
+	int (*alloc)(struct pp_device *dev, size_t bytes, void **ptr_p);
+	/* Frees it, after the work that may use it (the dispatcher synchronizes first). */
+	void (*free)(struct pp_device *dev, void *ptr, size_t bytes);
+	/* Releases the backend's context.  (optional) */
+	void (*close)(struct pp_device *dev);
+	/* Waits for the work on every stream, without clearing their errors.  (optional) */
+	int (*synchronize)(struct pp_device *dev);
+	/* Device memory given back by its user, still allocated (pp_device_release).  (optional) */
+	void (*release)(struct pp_device *dev, void *ptr, size_t bytes);
+
+	/* Page-locks host memory from mmap so the device can copy it asynchronously.  (optional) */
+	int (*host_register)(struct pp_device *dev, void *ptr, size_t bytes);
+	void (*host_unregister)(struct pp_device *dev, void *ptr, size_t bytes);
+	/* Pinned host memory from the driver, tried when host_register fails.  (optional) */
+	int (*host_alloc_pinned)(struct pp_device *dev, size_t bytes, void **ptr_p);
+	void (*host_free_pinned)(struct pp_device *dev, void *ptr);
+
+	/* Streams and events (optional, all together). */
+	int (*stream_create)(struct pp_stream *stream);
+	void (*stream_destroy)(struct pp_stream *stream);
+	int (*stream_synchronize)(struct pp_stream *stream);
+	int (*stream_wait_event)(struct pp_stream *stream, struct pp_event *event);
+	int (*launch_host)(struct pp_stream *stream, void (*fn)(void *arg), void *arg);
+	int (*event_create)(struct pp_event *event);
+	void (*event_destroy)(struct pp_event *event);
+	int (*event_record)(struct pp_event *event, struct pp_stream *stream);
+	int (*event_query)(struct pp_event *event);
+	int (*event_synchronize)(struct pp_event *event);
+	int (*event_elapsed_ns)(struct pp_event *start, struct pp_event *end, uint64_t *ns_p);
+	/*
+	 * Copies n > 0 bytes, already validated; 'host_pinned' says whether the
+	 * host side (src of H2D, dst of D2H) is pinned memory of this device.
+	 */
+	int (*memcpy_async)(struct pp_stream *stream, void *dst, const void *src, size_t n,
+			    enum pp_copy_kind kind, bool host_pinned);
+};
+
+/* How a host allocation was made, so that it is freed the same way. */
+enum pp_host_mem_kind {
+	PP_HOST_MMAP = 0,        /* mmap, pageable */
+	PP_HOST_MMAP_LOCKED = 1, /* mmap + mlock */
+	PP_HOST_MMAP_REGISTERED = 2, /* mmap + ops->host_register */
+	PP_HOST_DRIVER = 3,      /* ops->host_alloc_pinned */
+};
+
+/* One allocation handed out by the device. */
+struct pp_mem_range {
+	uintptr_t addr;              /* first byte */
+	size_t bytes;                /* length asked for */
+	size_t mapped;               /* length mapped (host: rounded to pages), bytes */
+	enum pp_host_mem_kind kind;  /* host memory only */
+};
+
+/* Allocations sorted by address, for range lookups on every copy. */
+struct pp_mem_table {
+	struct pp_mem_range *v; /* [n], sorted by addr */
+	size_t n;               /* entries in use */
+	size_t cap;             /* entries allocated */
+};
+
+/* The counters of struct pp_device_stats, updated from any thread. */
+struct pp_device_counters {
+	atomic_uint_least64_t copies;
+	atomic_uint_least64_t bytes_h2d;
+	atomic_uint_least64_t bytes_d2h;
+	atomic_uint_least64_t copy_ns;
+	atomic_uint_least64_t host_blocked_ns;
+	atomic_uint_least64_t pinned_bytes;
+	atomic_uint_least64_t pinned_fallbacks;
+	atomic_uint_least64_t pageable_copies;
+};
+
+struct pp_device {
+	const struct pp_device_ops *ops;
+	struct pp_device_props props;
+	struct pp_device_counters stats;
+	pthread_mutex_t mu;          /* guards the tables, lists and ids below */
+	struct pp_mem_table device_mem; /* pp_device_alloc() allocations */
+	struct pp_mem_table host_mem;   /* pp_host_alloc() allocations */
+	struct pp_stream *streams;   /* open streams, linked by next */
+	struct pp_event *events;     /* open events, linked by next */
+	unsigned next_stream_id;     /* id of the next stream, from 1 */
+	void *ctx;                   /* the backend's context */
+};
+
+struct pp_stream {
+	struct pp_device *dev;
+	struct pp_stream *prev, *next; /* in dev->streams */
+	unsigned id;                   /* 1, 2, ... in creation order, for messages */
+	void *ctx;                     /* the backend's stream */
+};
+
+struct pp_event {
+	struct pp_device *dev;
+	struct pp_event *prev, *next; /* in dev->events */
+	bool recorded;                /* recorded at least once */
+	uint64_t host_ns;             /* when recorded, without a backend queue (pp_now_ns) */
+	void *ctx;                    /* the backend's event */
+};
+
+/* Adds engine time measured by a backend to the device's copy_ns. */
+static inline void pp_device_add_copy_ns(struct pp_device *dev, uint64_t ns)
+{
+	atomic_fetch_add_explicit(&dev->stats.copy_ns, ns, memory_order_relaxed);
+}
+
+/*
+ * Backends: each fills dev->ops, dev->props and dev->ctx from the options
+ * after the colon of the device name (NULL when there were none).
+ */
+int pp_device_cpu_open(struct pp_device *dev, const char *options);
+int pp_device_sim_open(struct pp_device *dev, const char *options);
+
+/*
+ * Marks [ptr, ptr + bytes) of device memory as released by its user: the
+ * sim with poisoning on overwrites it with PP_SIM_POISON_BYTE, so that a
+ * later read of it shows; elsewhere it does nothing.  For the transfer stage,
+ * when a device slot goes back to FREE.
+ */
+void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes);
+
+/* Failures the sim can be told to inject (for the tests of the error paths). */
+enum pp_sim_fault {
+	PP_SIM_FAIL_COPY = 0,  /* copies run by the engines fail with -EIO */
+	PP_SIM_FAIL_ALLOC = 1, /* pp_device_alloc fails with -ENOMEM */
+};
+
+/*
+ * Makes the sim device fail every 'fault' after the next 'after' succeed
+ * (after < 0: never again).  Returns 0, or -EINVAL if dev is not a sim.
+ */
+int pp_device_sim_inject(struct pp_device *dev, enum pp_sim_fault fault, long long after);
+
+#ifdef PP_HAVE_CUDA
+int pp_device_cuda_open(struct pp_device *dev, int index);
+int pp_device_cuda_count_impl(void);
+int pp_device_cuda_props(int index, struct pp_device_props *props);
+#else
+static inline int pp_device_cuda_open(struct pp_device *dev, int index)
+{
+	(void)dev;
+	(void)index;
+	return pp_error(-ENODEV, "cuda: this build of pinpipe has no CUDA (configured without the toolkit)");
+}
+
+static inline int pp_device_cuda_count_impl(void)
+{
+	return pp_error(-ENODEV, "cuda: this build of pinpipe has no CUDA (configured without the toolkit)");
+}
+
+static inline int pp_device_cuda_props(int index, struct pp_device_props *props)
+{
+	(void)index;
+	(void)props;
+	return pp_device_cuda_count_impl();
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
