@@ -71,6 +71,7 @@ struct pp_loader {
 	bool streaming;
 	uint64_t plan_key;
 
+	struct pp_device *device; /* the ring's allocator, or NULL for posix_memalign */
 	uint8_t *ring;           /* depth * slot_bytes, 4096-aligned */
 	size_t slot_bytes;
 	struct slot *slots;      /* [depth] */
@@ -504,7 +505,10 @@ PP_API void pp_loader_destroy(struct pp_loader *l)
 	}
 	pp_plan_free(&l->plan);
 	free(l->slots);
-	free(l->ring);
+	if (l->device != NULL)
+		pp_host_free(l->device, l->ring);
+	else
+		free(l->ring);
 	free(l->cache);
 	free(l->cache_labels);
 	if (l->src.destroy != NULL)
@@ -658,7 +662,15 @@ static int setup_ring(struct pp_loader *l, const struct pp_loader_config *cfg)
 				l->depth, l->slot_bytes);
 	if ((ret = budget_add(l, cfg, ring_bytes, "the ring of slots")) < 0)
 		return ret;
-	if (posix_memalign((void **)&l->ring, PP_LOADER_IO_ALIGN, ring_bytes)) {
+	if (cfg->device != NULL) {
+		void *ring;
+		bool pinned = false;
+		if ((ret = pp_host_alloc(cfg->device, ring_bytes, cfg->pin_memory, &ring, &pinned)) < 0)
+			return ret;
+		l->device = cfg->device;
+		l->ring = ring;
+		l->stats.pinned = pinned;
+	} else if (posix_memalign((void **)&l->ring, PP_LOADER_IO_ALIGN, ring_bytes)) {
 		l->ring = NULL;
 		return pp_error(-ENOMEM, "loader: no memory for a ring of %zu bytes", ring_bytes);
 	}

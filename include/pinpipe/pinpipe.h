@@ -12,5 +12,6 @@
 #include "pinpipe/common.h"
 #include "pinpipe/dataset.h"
 #include "pinpipe/device.h"
+#include "pinpipe/loader.h"
 
 #endif
