@@ -13,5 +13,6 @@
 #include "pinpipe/dataset.h"
 #include "pinpipe/device.h"
 #include "pinpipe/summary.h"
+#include "pinpipe/loader.h"
 
 #endif

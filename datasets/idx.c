@@ -1,0 +1,324 @@
+/*
+ * datasets/idx.c: IDX files as published for MNIST and Fashion-MNIST (an
+ * idx3 file of uint8 images and an idx1 file of uint8 labels, raw or gzip),
+ * and CIFAR-10 binary batches.  A gzip file's header is inflated first and
+ * checked, so that the output buffer is sized by a validated header and
+ * never by the untrusted gzip trailer; then the whole file is inflated in one
+ * call, straight into the dataset's memory.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/internal.h"
+#include "datasets/codec.h"
+#include "datasets/source.h"
+
+#define IDX_TYPE_U8 0x08
+#define IDX_MAX_DIMS 3
+#define IDX_NUM_CLASSES 10 /* MNIST and Fashion-MNIST labels are 0..9 */
+
+#define CIFAR_IMAGE_BYTES 3072u
+#define CIFAR_RECORD_BYTES (1u + CIFAR_IMAGE_BYTES)
+#define CIFAR_NUM_CLASSES 10
+
+/* An IDX file decoded into memory. */
+struct idx_data {
+	void *mem;                   /* block to free; holds the header, then the data */
+	const uint8_t *data;         /* the elements, after the header */
+	size_t data_len;             /* bytes at data: the product of dims[] */
+	uint32_t dims[IDX_MAX_DIMS]; /* sizes of the ndims dimensions, outermost first */
+};
+
+static int check_idx_header(const char *path, const uint8_t *hdr, uint32_t ndims,
+			    struct idx_data *idx, uint64_t *total_p)
+{
+	uint32_t magic = pp_be32(hdr);
+	uint64_t total = 4 + 4 * (uint64_t)ndims, data = 1;
+
+	if (hdr[0] != 0 || hdr[1] != 0 || hdr[3] != ndims)
+		return pp_error(-EBADMSG,
+				"%s: offset 0: magic 0x%08x, expected 0x%08x (IDX of unsigned "
+				"bytes, %u dimensions)",
+				path, magic, (unsigned)(IDX_TYPE_U8 << 8 | ndims), ndims);
+	if (hdr[2] != IDX_TYPE_U8)
+		return pp_error(-EBADMSG,
+				"%s: offset 2: IDX element type 0x%02x, expected 0x08 (unsigned byte)",
+				path, hdr[2]);
+	for (uint32_t d = 0; d < ndims; d++) {
+		idx->dims[d] = pp_be32(hdr + 4 + 4 * d);
+		if (idx->dims[d] == 0)
+			return pp_error(-EBADMSG, "%s: offset %u: dimension %u is 0, expected at least 1",
+					path, 4 + 4 * d, d);
+		data *= idx->dims[d]; /* at most 3 factors below 2^32 each... */
+		if (data > ((uint64_t)1 << 40))
+			return pp_error(-EBADMSG,
+					"%s: offset %u: dimensions so far make %llu bytes, more than "
+					"any IDX file holds (1 TiB)",
+					path, 4 + 4 * d, (unsigned long long)data);
+	}
+	if ((uint64_t)(size_t)data != data)
+		return pp_error(-EOVERFLOW, "%s: %llu bytes do not fit in memory", path,
+				(unsigned long long)data);
+	idx->data_len = (size_t)data;
+	*total_p = total + data;
+	return 0;
+}
+
+/* Reads an IDX file of 'ndims' dimensions, raw or gzip, and checks its header against its size. */
+static int load_idx(const char *path, uint32_t ndims, struct pp_inflater *inf,
+		    struct idx_data *idx_p)
+{
+	struct idx_data idx = {0};
+	size_t hdr_len = 4 + 4 * (size_t)ndims, flen;
+	uint8_t hdr[4 + 4 * IDX_MAX_DIMS];
+	uint8_t *file, *out;
+	uint64_t total;
+	int ret;
+
+	ret = pp_read_whole_file(path, 0, (void **)&file, &flen);
+	if (ret < 0)
+		return ret;
+	if (flen >= 2 && file[0] == 0x1f && file[1] == 0x8b) {
+		uint32_t isize;
+
+		if (pp_gunzip_head(file, flen, hdr, hdr_len) < 0) {
+			ret = pp_error(-EBADMSG,
+				       "%s: gzip stream is corrupt or ends before the %zu-byte IDX header",
+				       path, hdr_len);
+			goto err_free_file;
+		}
+		ret = check_idx_header(path, hdr, ndims, &idx, &total);
+		if (ret < 0)
+			goto err_free_file;
+		isize = pp_le32(file + flen - 4);
+		if (isize != (uint32_t)total) {
+			ret = pp_error(-EBADMSG,
+				       "%s: offset %zu: gzip trailer gives %u bytes (mod 2^32), the IDX "
+				       "header %llu: the file is truncated or corrupt",
+				       path, flen - 4, isize, (unsigned long long)total);
+			goto err_free_file;
+		}
+		if (total > (uint64_t)flen * PP_DEFLATE_MAX_RATIO + PP_DEFLATE_MAX_SLACK) {
+			ret = pp_error(-EBADMSG,
+				       "%s: IDX header gives %llu bytes, more than %zu bytes of gzip "
+				       "can hold",
+				       path, (unsigned long long)total, flen);
+			goto err_free_file;
+		}
+		out = malloc((size_t)total);
+		if (out == NULL) {
+			ret = pp_error(-ENOMEM, "%s: no memory for %llu bytes", path,
+				       (unsigned long long)total);
+			goto err_free_file;
+		}
+		if (pp_gunzip(inf, file, flen, out, (size_t)total) < 0) {
+			ret = pp_error(-EBADMSG,
+				       "%s: gzip stream is corrupt, ends early or is followed by other "
+				       "data (expected %llu bytes of IDX data, as its header says)",
+				       path, (unsigned long long)total);
+			free(out);
+			goto err_free_file;
+		}
+		free(file);
+		file = out;
+	} else {
+		if (flen < hdr_len) {
+			ret = pp_error(-EBADMSG, "%s: %zu bytes, shorter than the %zu-byte IDX header",
+				       path, flen, hdr_len);
+			goto err_free_file;
+		}
+		ret = check_idx_header(path, file, ndims, &idx, &total);
+		if (ret < 0)
+			goto err_free_file;
+		if (total != flen) {
+			ret = pp_error(-EBADMSG,
+				       "%s: IDX header (offset 4..%zu) gives %llu bytes of file, the "
+				       "file has %zu",
+				       path, hdr_len - 1, (unsigned long long)total, flen);
+			goto err_free_file;
+		}
+	}
+	idx.mem = file;
+	idx.data = file + hdr_len;
+	*idx_p = idx;
+	return 0;
+
+err_free_file:
+	free(file);
+	return ret;
+}
+
+/* Decodes the idx1 label file into ds->labels, which holds ds->info.count of them. */
+static int load_labels(const char *path, struct pp_inflater *inf, struct pp_dataset *ds,
+		       const char *images_path)
+{
+	struct idx_data idx;
+	int ret = load_idx(path, 1, inf, &idx);
+
+	if (ret < 0)
+		return ret;
+	if (idx.dims[0] != ds->info.count) {
+		ret = pp_error(-EINVAL, "%s has %u labels, %s has %llu images", path, idx.dims[0],
+			       images_path, (unsigned long long)ds->info.count);
+		goto out;
+	}
+	for (size_t i = 0; i < idx.data_len; i++) {
+		if (idx.data[i] >= IDX_NUM_CLASSES) {
+			ret = pp_error(-EBADMSG, "%s: label %zu (data offset %zu): %u, expected 0..%d",
+				       path, i, i, idx.data[i], IDX_NUM_CLASSES - 1);
+			goto out;
+		}
+		ds->labels[i] = idx.data[i];
+	}
+out:
+	free(idx.mem);
+	return ret;
+}
+
+PP_API int pp_dataset_open_idx(const char *images_path, const char *labels_path,
+			       struct pp_dataset **ds_p)
+{
+	struct pp_sample_info info = {0};
+	struct pp_inflater *inf;
+	struct pp_dataset *ds;
+	struct idx_data idx;
+	char name[256];
+	int ret;
+
+	ret = pp_inflater_create(&inf);
+	if (ret < 0)
+		return pp_error(ret, "%s: no memory for an inflater", images_path);
+	ret = load_idx(images_path, 3, inf, &idx);
+	if (ret < 0)
+		goto out_inflater;
+	info.count = idx.dims[0];
+	info.dtype = PP_DTYPE_U8;
+	info.ndim = 3;
+	info.shape[0] = 1;
+	info.shape[1] = idx.dims[1];
+	info.shape[2] = idx.dims[2];
+	info.label_kind = labels_path != NULL ? PP_LABEL_CLASS : PP_LABEL_NONE;
+	info.num_classes = labels_path != NULL ? IDX_NUM_CLASSES : 0;
+	ret = pp_sample_info_finish(&info);
+	if (ret < 0)
+		goto err_free_idx;
+	snprintf(name, sizeof(name), "idx:%s", pp_path_base(images_path));
+	ret = pp_dataset_alloc(&info, name, &ds);
+	if (ret < 0)
+		goto err_free_idx;
+	ds->mem = idx.mem;
+	ds->samples = idx.data;
+	if (labels_path != NULL) {
+		ret = load_labels(labels_path, inf, ds, images_path);
+		if (ret < 0) {
+			pp_dataset_destroy(ds);
+			goto out_inflater;
+		}
+	}
+	*ds_p = ds;
+	goto out_inflater;
+
+err_free_idx:
+	free(idx.mem);
+out_inflater:
+	pp_inflater_destroy(inf);
+	return ret;
+}
+
+/* ------------------------------------------------------------- CIFAR-10 */
+
+PP_API int pp_dataset_open_cifar10(const char *const *paths, size_t npaths,
+				   struct pp_dataset **ds_p)
+{
+	struct pp_sample_info info = {0};
+	struct pp_dataset *ds;
+	char name[256];
+	uint64_t count = 0, done = 0;
+	uint8_t *mem;
+	int ret;
+
+	if (npaths == 0)
+		return pp_error(-EINVAL, "no CIFAR-10 batch given");
+	for (size_t k = 0; k < npaths; k++) {
+		struct stat st;
+
+		if (stat(paths[k], &st) != 0)
+			return pp_error(-errno, "%s: cannot open: %s", paths[k], strerror(errno));
+		if (st.st_size == 0 || st.st_size % CIFAR_RECORD_BYTES != 0)
+			return pp_error(-EBADMSG,
+					"%s: %lld bytes, expected a whole non-zero number of %u-byte "
+					"records (1 label byte, 3072 image bytes)",
+					paths[k], (long long)st.st_size, CIFAR_RECORD_BYTES);
+		count += (uint64_t)st.st_size / CIFAR_RECORD_BYTES;
+	}
+	info.count = count;
+	info.dtype = PP_DTYPE_U8;
+	info.ndim = 3;
+	info.shape[0] = 3;
+	info.shape[1] = 32;
+	info.shape[2] = 32;
+	info.label_kind = PP_LABEL_CLASS;
+	info.num_classes = CIFAR_NUM_CLASSES;
+	ret = pp_sample_info_finish(&info);
+	if (ret < 0)
+		return ret;
+	if (npaths > 1)
+		snprintf(name, sizeof(name), "cifar10:%s+%zu", pp_path_base(paths[0]), npaths - 1);
+	else
+		snprintf(name, sizeof(name), "cifar10:%s", pp_path_base(paths[0]));
+	ret = pp_dataset_alloc(&info, name, &ds);
+	if (ret < 0)
+		return ret;
+	mem = malloc((size_t)count * CIFAR_IMAGE_BYTES);
+	if (mem == NULL) {
+		ret = pp_error(-ENOMEM, "%s: no memory for %llu images", name,
+			       (unsigned long long)count);
+		goto err_destroy;
+	}
+	ds->mem = mem;
+	ds->samples = mem;
+	for (size_t k = 0; k < npaths; k++) {
+		uint8_t *file;
+		size_t flen, n;
+
+		ret = pp_read_whole_file(paths[k], 0, (void **)&file, &flen);
+		if (ret < 0)
+			goto err_destroy;
+		n = flen / CIFAR_RECORD_BYTES;
+		if (flen % CIFAR_RECORD_BYTES != 0 || n > count - done) {
+			ret = pp_error(-EBADMSG, "%s: changed size while being read", paths[k]);
+			free(file);
+			goto err_destroy;
+		}
+		for (size_t r = 0; r < n; r++) {
+			const uint8_t *rec = file + r * CIFAR_RECORD_BYTES;
+
+			if (rec[0] >= CIFAR_NUM_CLASSES) {
+				ret = pp_error(-EBADMSG,
+					       "%s: record %zu (offset %zu): label %u, expected 0..9",
+					       paths[k], r, r * CIFAR_RECORD_BYTES, rec[0]);
+				free(file);
+				goto err_destroy;
+			}
+			ds->labels[done + r] = rec[0];
+			memcpy(mem + (done + r) * CIFAR_IMAGE_BYTES, rec + 1, CIFAR_IMAGE_BYTES);
+		}
+		done += n;
+		free(file);
+	}
+	if (done != count) {
+		ret = pp_error(-EBADMSG, "%s: files changed size while being read", name);
+		goto err_destroy;
+	}
+	*ds_p = ds;
+	return 0;
+
+err_destroy:
+	pp_dataset_destroy(ds);
+	return ret;
+}

@@ -1,0 +1,511 @@
+/*
+ * datasets/pack.c: pinpipe-pack, which converts IDX (MNIST, Fashion-MNIST;
+ * raw or gzip) and CIFAR-10 binary batches into pinpipe shards, and checks
+ * every chunk of a set of shards with --verify.  It uses the public API only.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pinpipe/pinpipe.h"
+
+#define DEFAULT_SHARD_BYTES (64ull << 20)
+#define DEFAULT_RECORDS_PER_CHUNK 1024u
+#define DEFAULT_LEVEL 6
+#define MAX_SHARDS 100000u
+
+static const char usage_text[] =
+	"Usage: pinpipe-pack [-n SHARDS | -s SIZE] [-c RECORDS] [-l LEVEL] -o PREFIX INPUT...\n"
+	"       pinpipe-pack --verify FILE...\n"
+	"\n"
+	"Converts a dataset into pinpipe shards (docs/SHARDS.md), PREFIX-SPLIT-00000-of-0000N.pps,\n"
+	"and prints what it wrote.  INPUT is one of:\n"
+	"  a directory        with Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz],\n"
+	"                     t10k-...) or CIFAR-10 batches: both its train and test splits are packed\n"
+	"  IMAGES [LABELS]    an idx3 images file and its idx1 labels file, raw or gzip; the split\n"
+	"                     is 'test' when the images file's name holds t10k or test, else 'train'\n"
+	"  BATCH.bin...       CIFAR-10 binary batches: data_batch_* to train, test_batch* to test\n"
+	"\n"
+	"Options:\n"
+	"  -n, --shards=N        write N shards per split (default: as many as --size gives)\n"
+	"  -s, --size=SIZE       decoded bytes per shard, with a K, M or G suffix (default: 64M)\n"
+	"  -c, --chunk=RECORDS   records per chunk (default: 1024)\n"
+	"  -l, --level=LEVEL     zlib level 1..9, or 0 to store chunks uncompressed (default: 6)\n"
+	"  -o, --output=PREFIX   path prefix of the shards (required), e.g. /tmp/fmnist\n"
+	"  -q, --quiet           print only errors\n"
+	"      --verify          read every chunk of each FILE, check its CRC-32, size and labels,\n"
+	"                        and report; the exit status is 1 if any shard is bad\n"
+	"  -h, --help            print this help and exit\n"
+	"  -V, --version         print the version and exit\n"
+	"\n"
+	"Exit status: 0 success, 1 a failure (bad or missing input, bad shard), 2 bad usage.\n"
+	"Fashion-MNIST: install Debian's dataset-fashion-mnist, then\n"
+	"  pinpipe-pack -o /tmp/fmnist /usr/share/datasets/fashion-mnist\n"
+	"  pinpipe-pack --verify /tmp/fmnist-*.pps\n";
+
+/* What the command line asks for. */
+struct pack_options {
+	uint32_t shards;            /* shards per split; 0: from shard_bytes */
+	uint64_t shard_bytes;       /* decoded bytes per shard */
+	uint32_t records_per_chunk;
+	int level;                  /* 0 stored, 1..9 zlib */
+	const char *prefix;
+	bool quiet;
+};
+
+/* The files a run has written so far, removed again if the run fails. */
+struct written {
+	char **paths; /* [n] */
+	size_t n;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double mb(uint64_t bytes)
+{
+	return (double)bytes / 1e6;
+}
+
+static int usage_error(const char *msg, const char *arg)
+{
+	fprintf(stderr, "pinpipe-pack: %s%s%s%s (try --help)\n", msg, arg != NULL ? " '" : "",
+		arg != NULL ? arg : "", arg != NULL ? "'" : "");
+	return 2;
+}
+
+static bool parse_u64(const char *s, uint64_t max, uint64_t *v_p)
+{
+	char *end;
+	unsigned long long v;
+
+	if (s[0] < '0' || s[0] > '9')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v > max)
+		return false;
+	*v_p = v;
+	return true;
+}
+
+static bool parse_size(const char *s, uint64_t *v_p)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	if (s[0] < '0' || s[0] > '9')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0)
+		return false;
+	if (*end == 'K' || *end == 'k')
+		shift = 10;
+	else if (*end == 'M' || *end == 'm')
+		shift = 20;
+	else if (*end == 'G' || *end == 'g')
+		shift = 30;
+	else if (*end != '\0')
+		return false;
+	if (shift != 0 && end[1] != '\0' && strcmp(end + 1, "B") != 0 && strcmp(end + 1, "iB") != 0)
+		return false;
+	if (v == 0 || v > (UINT64_MAX >> shift))
+		return false;
+	*v_p = (uint64_t)v << shift;
+	return true;
+}
+
+static bool has_suffix(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash != NULL ? slash + 1 : path;
+}
+
+static bool remember(struct written *w, const char *path)
+{
+	char **p = realloc(w->paths, (w->n + 1) * sizeof(*p));
+
+	if (p == NULL)
+		return false;
+	w->paths = p;
+	w->paths[w->n] = strdup(path);
+	if (w->paths[w->n] == NULL)
+		return false;
+	w->n++;
+	return true;
+}
+
+/* Writes one shard of records first..first+count-1 of ds; returns its size in bytes, or -1. */
+static int64_t write_shard(const struct pack_options *opt, const struct pp_dataset *ds,
+			   const char *path, uint64_t first, uint64_t count)
+{
+	const struct pp_sample_info *info = pp_dataset_info(ds);
+	struct pp_shard_writer_config cfg = {info, opt->records_per_chunk, opt->level};
+	struct pp_shard_writer *w;
+	uint64_t batch = opt->records_per_chunk;
+	int32_t *labels = NULL;
+	void *samples;
+	struct stat st;
+	int ret;
+
+	ret = pp_shard_writer_create(path, &cfg, &w);
+	if (ret < 0) {
+		fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+		return -1;
+	}
+	samples = malloc(batch * info->sample_bytes);
+	if (info->label_kind != PP_LABEL_NONE)
+		labels = malloc(batch * sizeof(int32_t));
+	if (samples == NULL || (info->label_kind != PP_LABEL_NONE && labels == NULL)) {
+		fprintf(stderr, "pinpipe-pack: %s: out of memory\n", path);
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t done = 0; done < count && ret == 0; done += batch) {
+		uint64_t n = count - done < batch ? count - done : batch;
+
+		ret = pp_dataset_read(ds, first + done, n, samples, labels);
+		if (ret == 0)
+			ret = pp_shard_writer_add(w, samples, labels, n);
+	}
+	if (ret == 0)
+		ret = pp_shard_writer_finish(w);
+	if (ret < 0)
+		fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+out:
+	free(labels);
+	free(samples);
+	pp_shard_writer_destroy(w);
+	if (ret < 0)
+		return -1;
+	if (stat(path, &st) != 0) {
+		fprintf(stderr, "pinpipe-pack: %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return (int64_t)st.st_size;
+}
+
+/* Packs one split of a dataset; returns 0 or 1 (the message printed). */
+static int pack_split(const struct pack_options *opt, const struct pp_dataset *ds,
+		      const char *split, double load_s, struct written *written)
+{
+	const struct pp_sample_info *info = pp_dataset_info(ds);
+	uint64_t n = info->count, record = info->sample_bytes +
+					   (info->label_kind != PP_LABEL_NONE ? 4 : 0);
+	uint64_t raw = n * record, stored = 0, shards = opt->shards;
+	double t0 = now_s(), dt;
+
+	if (shards == 0)
+		shards = raw / opt->shard_bytes + (raw % opt->shard_bytes != 0);
+	if (shards > n)
+		shards = n;
+	if (shards == 0)
+		shards = 1;
+	if (!opt->quiet)
+		printf("%s (%s): %llu samples of %s %zu bytes, decoded in %.3f s (%.0f MB/s)\n",
+		       pp_dataset_name(ds), split, (unsigned long long)n,
+		       pp_dtype_name(info->dtype), info->sample_bytes, load_s,
+		       load_s > 0 ? mb(n * info->sample_bytes) / load_s : 0.0);
+	for (uint64_t k = 0; k < shards; k++) {
+		uint64_t first = k * n / shards, last = (k + 1) * n / shards;
+		char path[4096];
+		int64_t size;
+
+		if ((size_t)snprintf(path, sizeof(path), "%s-%s-%05llu-of-%05llu.pps", opt->prefix,
+				     split, (unsigned long long)k,
+				     (unsigned long long)shards) >= sizeof(path)) {
+			fprintf(stderr, "pinpipe-pack: %s: prefix too long\n", opt->prefix);
+			return 1;
+		}
+		size = write_shard(opt, ds, path, first, last - first);
+		if (size < 0)
+			return 1;
+		if (!remember(written, path)) {
+			fprintf(stderr, "pinpipe-pack: out of memory\n");
+			return 1;
+		}
+		stored += (uint64_t)size;
+		if (!opt->quiet)
+			printf("  %s: %llu records, %llu chunks, %.1f MB\n", path,
+			       (unsigned long long)(last - first),
+			       (unsigned long long)((last - first + opt->records_per_chunk - 1) /
+						    opt->records_per_chunk),
+			       mb((uint64_t)size));
+	}
+	dt = now_s() - t0;
+	if (!opt->quiet)
+		printf("  %llu shards: %.1f MB of records in %.1f MB (%.1f%%), written in %.3f s "
+		       "(%.0f MB/s of records)\n",
+		       (unsigned long long)shards, mb(raw), mb(stored),
+		       raw > 0 ? 100.0 * (double)stored / (double)raw : 0.0, dt,
+		       dt > 0 ? mb(raw) / dt : 0.0);
+	return 0;
+}
+
+/* Opens and packs a split from a directory; a missing test split is skipped when 'optional'. */
+static int pack_dir_split(const struct pack_options *opt, const char *dir, const char *split,
+			  bool optional, struct written *written)
+{
+	struct pp_dataset *ds;
+	double t0 = now_s();
+	int ret = pp_dataset_open_dir(dir, split, &ds);
+
+	if (ret == -ENOENT && optional) {
+		if (!opt->quiet)
+			printf("%s: no %s split, skipped\n", dir, split);
+		return 0;
+	}
+	if (ret < 0) {
+		fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+		return 1;
+	}
+	ret = pack_split(opt, ds, split, now_s() - t0, written);
+	pp_dataset_destroy(ds);
+	return ret;
+}
+
+static const char *split_of(const char *path)
+{
+	const char *b = base_name(path);
+
+	return strstr(b, "t10k") != NULL || strstr(b, "test") != NULL ? "test" : "train";
+}
+
+/* Packs CIFAR-10 batches: the test batches and the others, each as one split. */
+static int pack_cifar10(const struct pack_options *opt, char **paths, int n,
+			struct written *written)
+{
+	static const char *const splits[] = {"train", "test"};
+	const char **group = calloc((size_t)n, sizeof(*group));
+	int ret = 0;
+
+	if (group == NULL) {
+		fprintf(stderr, "pinpipe-pack: out of memory\n");
+		return 1;
+	}
+	for (size_t s = 0; s < 2 && ret == 0; s++) {
+		struct pp_dataset *ds;
+		size_t m = 0;
+		double t0 = now_s();
+
+		for (int k = 0; k < n; k++)
+			if (strcmp(split_of(paths[k]), splits[s]) == 0)
+				group[m++] = paths[k];
+		if (m == 0)
+			continue;
+		if (pp_dataset_open_cifar10(group, m, &ds) < 0) {
+			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+			ret = 1;
+			break;
+		}
+		ret = pack_split(opt, ds, splits[s], now_s() - t0, written);
+		pp_dataset_destroy(ds);
+	}
+	free(group);
+	return ret;
+}
+
+static int pack(const struct pack_options *opt, char **inputs, int n)
+{
+	struct written written = {NULL, 0};
+	struct stat st;
+	bool all_bin = true;
+	int ret;
+
+	for (int k = 0; k < n; k++)
+		all_bin = all_bin && has_suffix(inputs[k], ".bin");
+	if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode)) {
+		ret = pack_dir_split(opt, inputs[0], "train", false, &written);
+		if (ret == 0)
+			ret = pack_dir_split(opt, inputs[0], "test", true, &written);
+	} else if (n == 1 && stat(inputs[0], &st) != 0) {
+		fprintf(stderr,
+			"pinpipe-pack: %s: %s (for Fashion-MNIST, install Debian's "
+			"dataset-fashion-mnist: it puts the files in /usr/share/datasets/fashion-mnist)\n",
+			inputs[0], strerror(errno));
+		ret = 1;
+	} else if (all_bin) {
+		ret = pack_cifar10(opt, inputs, n, &written);
+	} else if (n <= 2) {
+		struct pp_dataset *ds;
+		double t0 = now_s();
+
+		if (pp_dataset_open_idx(inputs[0], n == 2 ? inputs[1] : NULL, &ds) < 0) {
+			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+			ret = 1;
+		} else {
+			ret = pack_split(opt, ds, split_of(inputs[0]), now_s() - t0, &written);
+			pp_dataset_destroy(ds);
+		}
+	} else {
+		ret = usage_error("expected a directory, IMAGES [LABELS], or CIFAR-10 .bin files; got",
+				  inputs[2]);
+	}
+	for (size_t k = 0; k < written.n; k++) {
+		if (ret != 0)
+			unlink(written.paths[k]);
+		free(written.paths[k]);
+	}
+	free(written.paths);
+	if (ret == 1 && written.n > 0)
+		fprintf(stderr, "pinpipe-pack: removed the %zu shards written before the failure\n",
+			written.n);
+	return ret;
+}
+
+static int verify(char **files, int n)
+{
+	uint64_t total_records = 0, total_chunks = 0, total_stored = 0, total_raw = 0;
+	double total_s = 0;
+	int bad = 0;
+
+	for (int k = 0; k < n; k++) {
+		struct pp_shard *sh;
+		uint64_t stored = 0, raw = 0, chunks;
+		double t0 = now_s(), dt;
+		int ret = pp_shard_open(files[k], &sh);
+
+		if (ret == 0) {
+			ret = pp_shard_verify(sh);
+			dt = now_s() - t0;
+			chunks = pp_shard_chunk_count(sh);
+			for (uint64_t c = 0; c < chunks; c++) {
+				struct pp_shard_chunk_info ci;
+
+				pp_shard_chunk(sh, c, &ci);
+				stored += ci.stored_size;
+				raw += ci.raw_size;
+			}
+			if (ret == 0) {
+				printf("%s: ok, %llu records, %llu chunks, %.1f MB stored, %.1f MB "
+				       "decoded in %.3f s (%.0f MB/s)\n",
+				       files[k], (unsigned long long)pp_shard_info(sh)->count,
+				       (unsigned long long)chunks, mb(stored), mb(raw), dt,
+				       dt > 0 ? mb(raw) / dt : 0.0);
+				total_records += pp_shard_info(sh)->count;
+				total_chunks += chunks;
+				total_stored += stored;
+				total_raw += raw;
+				total_s += dt;
+			}
+			pp_shard_close(sh);
+		}
+		if (ret < 0) {
+			printf("%s: BAD: %s\n", files[k], pp_last_error());
+			bad++;
+		}
+	}
+	printf("%d of %d shards ok: %llu records, %llu chunks, %.1f MB stored, %.1f MB decoded "
+	       "in %.3f s (%.0f MB/s)\n",
+	       n - bad, n, (unsigned long long)total_records, (unsigned long long)total_chunks,
+	       mb(total_stored), mb(total_raw), total_s, total_s > 0 ? mb(total_raw) / total_s : 0.0);
+	return bad == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"shards", required_argument, NULL, 'n'},
+		{"size", required_argument, NULL, 's'},
+		{"chunk", required_argument, NULL, 'c'},
+		{"level", required_argument, NULL, 'l'},
+		{"output", required_argument, NULL, 'o'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"verify", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	struct pack_options opt = {0, DEFAULT_SHARD_BYTES, DEFAULT_RECORDS_PER_CHUNK, DEFAULT_LEVEL,
+				   NULL, false};
+	bool do_verify = false, have_n = false, have_s = false;
+	uint64_t v;
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":n:s:c:l:o:qhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			if (!parse_u64(optarg, MAX_SHARDS, &v) || v == 0)
+				return usage_error("--shards: expected a count of 1..100000, got",
+						   optarg);
+			opt.shards = (uint32_t)v;
+			have_n = true;
+			break;
+		case 's':
+			if (!parse_size(optarg, &opt.shard_bytes))
+				return usage_error("--size: expected bytes with a K, M or G suffix, got",
+						   optarg);
+			have_s = true;
+			break;
+		case 'c':
+			if (!parse_u64(optarg, UINT32_MAX, &v) || v == 0)
+				return usage_error("--chunk: expected a record count of 1 or more, got",
+						   optarg);
+			opt.records_per_chunk = (uint32_t)v;
+			break;
+		case 'l':
+			if (!parse_u64(optarg, 9, &v))
+				return usage_error("--level: expected 0..9, got", optarg);
+			opt.level = (int)v;
+			break;
+		case 'o':
+			opt.prefix = optarg;
+			break;
+		case 'q':
+			opt.quiet = true;
+			break;
+		case 'v':
+			do_verify = true;
+			break;
+		case 'h':
+			fputs(usage_text, stdout);
+			return 0;
+		case 'V':
+			printf("pinpipe-pack %s\n", pp_version());
+			return 0;
+		case ':':
+			return usage_error("missing value for option", argv[optind - 1]);
+		default:
+			return usage_error("unknown option", argv[optind - 1]);
+		}
+	}
+	if (have_n && have_s)
+		return usage_error("--shards and --size exclude each other", NULL);
+	if (do_verify) {
+		if (optind == argc)
+			return usage_error("--verify: no shard file given", NULL);
+		if (opt.prefix != NULL || have_n || have_s)
+			return usage_error("--verify takes only files", NULL);
+		return verify(argv + optind, argc - optind);
+	}
+	if (opt.prefix == NULL)
+		return usage_error("no output prefix given (-o PREFIX)", NULL);
+	if (optind == argc)
+		return usage_error("no input given", NULL);
+	return pack(&opt, argv + optind, argc - optind);
+}

@@ -1,0 +1,351 @@
+/*
+ * datasets/shard_writer.c: the pinpipe shard writer.  Records are gathered
+ * into a chunk buffer; each full chunk is compressed (or stored), padded with
+ * zeros to the next 4 KiB boundary and written; finish() writes the index,
+ * the trailer and the header, syncs, and renames the temporary file into
+ * place, so that only complete shards ever carry the final name.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "datasets/codec.h"
+#include "datasets/shard.h"
+#include "datasets/shard_format.h"
+#include "datasets/source.h"
+
+#define PP_SHARD_DEFAULT_RECORDS_PER_CHUNK 1024u
+
+struct pp_shard_writer {
+	char *path;                         /* final name */
+	char *tmp_path;                     /* where the data goes until finish() */
+	int fd;                             /* of tmp_path; -1 once closed */
+	struct pp_sample_info info;         /* count is the records added so far */
+	uint32_t records_per_chunk;
+	size_t record_bytes;                /* label bytes + sample_bytes */
+	size_t label_bytes;                 /* per record: 4 with labels, else 0 */
+	uint8_t *chunk;                     /* [records_per_chunk * record_bytes]: labels, then samples */
+	uint32_t chunk_records;             /* records in 'chunk' so far */
+	uint8_t *out;                       /* [out_cap] compressed chunk and its padding */
+	size_t out_cap;
+	struct pp_deflater *def;            /* NULL when chunks are stored */
+	uint64_t offset;                    /* where the next chunk goes, bytes */
+	struct pp_shard_chunk_info *chunks; /* [nchunks], capacity chunks_cap */
+	uint64_t nchunks, chunks_cap;
+	bool finished;                      /* renamed into place */
+	int error;                          /* first failure; later calls return it */
+};
+
+static int write_full(struct pp_shard_writer *w, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(w->fd, p + done, len - done, (off_t)(off + done));
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return pp_error(-errno, "%s: write of %zu bytes at offset %llu failed: %s",
+					w->tmp_path, len - done, (unsigned long long)(off + done),
+					strerror(errno));
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer_config *cfg,
+				  struct pp_shard_writer **w_p)
+{
+	struct pp_shard_writer *w;
+	size_t chunk_bytes;
+	int ret;
+
+	if (cfg->level < 0 || cfg->level > 9)
+		return pp_error(-EINVAL, "%s: compression level %d, expected 0 (stored) to 9", path,
+				cfg->level);
+	w = calloc(1, sizeof(*w));
+	if (w == NULL)
+		return pp_error(-ENOMEM, "%s: no memory", path);
+	w->fd = -1;
+	w->info = *cfg->info;
+	w->info.count = 0;
+	ret = pp_sample_info_finish(&w->info);
+	if (ret < 0) {
+		ret = pp_error(ret, "%s: %s", path, pp_last_error());
+		goto err_free;
+	}
+	if (w->info.label_kind == PP_LABEL_CLASS) {
+		if (w->info.num_classes < 1 || w->info.num_classes > INT32_MAX) {
+			ret = pp_error(-EINVAL, "%s: %u classes, expected 1..%d", path,
+				       w->info.num_classes, INT32_MAX);
+			goto err_free;
+		}
+		w->label_bytes = sizeof(int32_t);
+	} else if (w->info.label_kind == PP_LABEL_NONE) {
+		w->info.num_classes = 0;
+	} else {
+		ret = pp_error(-EINVAL, "%s: unknown label kind %d", path, (int)w->info.label_kind);
+		goto err_free;
+	}
+	w->records_per_chunk = cfg->records_per_chunk != 0 ? cfg->records_per_chunk
+							    : PP_SHARD_DEFAULT_RECORDS_PER_CHUNK;
+	w->record_bytes = w->label_bytes + w->info.sample_bytes;
+	if (w->info.sample_bytes > PP_SHARD_MAX_SAMPLE_BYTES ||
+	    (uint64_t)w->records_per_chunk * w->record_bytes > PP_SHARD_MAX_RAW) {
+		ret = pp_error(-EINVAL, "%s: %u records of %zu bytes make a chunk larger than 4 GiB",
+			       path, w->records_per_chunk, w->record_bytes);
+		goto err_free;
+	}
+	chunk_bytes = w->records_per_chunk * w->record_bytes;
+	if (cfg->level > 0) {
+		ret = pp_deflater_create(cfg->level, &w->def);
+		if (ret < 0) {
+			ret = pp_error(ret, "%s: cannot create a compressor", path);
+			goto err_free;
+		}
+		w->out_cap = pp_shard_align_up(pp_deflate_bound(w->def, chunk_bytes));
+	} else {
+		w->out_cap = pp_shard_align_up(chunk_bytes);
+	}
+	w->path = strdup(path);
+	w->chunk = malloc(chunk_bytes);
+	w->out = malloc(w->out_cap);
+	if (w->path == NULL || w->chunk == NULL || w->out == NULL ||
+	    asprintf(&w->tmp_path, "%s.tmp-XXXXXX", path) < 0) {
+		w->tmp_path = NULL;
+		ret = pp_error(-ENOMEM, "%s: no memory for a chunk of %zu bytes", path, chunk_bytes);
+		goto err_free;
+	}
+	w->fd = mkstemp(w->tmp_path);
+	if (w->fd < 0) {
+		ret = pp_error(-errno, "%s: cannot create: %s", w->tmp_path, strerror(errno));
+		goto err_free;
+	}
+	if (fchmod(w->fd, 0644) != 0) {
+		ret = pp_error(-errno, "%s: cannot set its mode: %s", w->tmp_path, strerror(errno));
+		goto err_unlink;
+	}
+	w->offset = PP_SHARD_ALIGN;
+	*w_p = w;
+	return 0;
+
+err_unlink:
+	close(w->fd);
+	unlink(w->tmp_path);
+err_free:
+	free(w->tmp_path);
+	free(w->out);
+	free(w->chunk);
+	free(w->path);
+	pp_deflater_destroy(w->def);
+	free(w);
+	return ret;
+}
+
+/* Compresses or stores the chunk buffer, writes it with its padding and records its index entry. */
+static int flush_chunk(struct pp_shard_writer *w)
+{
+	struct pp_shard_chunk_info *c;
+	size_t raw_size = (size_t)w->chunk_records * w->record_bytes, stored, padded;
+	int ret;
+
+	if (w->chunk_records == 0)
+		return 0;
+	if (w->nchunks == w->chunks_cap) {
+		uint64_t cap = w->chunks_cap != 0 ? w->chunks_cap * 2 : 64;
+		void *p = realloc(w->chunks, cap * sizeof(*w->chunks));
+
+		if (p == NULL)
+			return pp_error(-ENOMEM, "%s: no memory for the chunk index", w->path);
+		w->chunks = p;
+		w->chunks_cap = cap;
+	}
+	if (w->def != NULL) {
+		ret = pp_deflate(w->def, w->chunk, raw_size, w->out, w->out_cap, &stored);
+		if (ret < 0)
+			return pp_error(ret, "%s: chunk %llu: compression failed", w->path,
+					(unsigned long long)w->nchunks);
+	} else {
+		memcpy(w->out, w->chunk, raw_size);
+		stored = raw_size;
+	}
+	padded = (size_t)pp_shard_align_up(stored);
+	memset(w->out + stored, 0, padded - stored);
+	ret = write_full(w, w->out, padded, w->offset);
+	if (ret < 0)
+		return ret;
+	c = &w->chunks[w->nchunks];
+	c->offset = w->offset;
+	c->stored_size = (uint32_t)stored;
+	c->raw_size = (uint32_t)raw_size;
+	c->records = w->chunk_records;
+	c->crc32 = pp_crc32(0, w->out, stored);
+	c->first_record = w->info.count - w->chunk_records;
+	w->nchunks++;
+	w->offset += padded;
+	w->chunk_records = 0;
+	return 0;
+}
+
+PP_API int pp_shard_writer_add(struct pp_shard_writer *w, const void *samples,
+			       const int32_t *labels, uint64_t count)
+{
+	const uint8_t *src = samples;
+	size_t sb = w->info.sample_bytes;
+
+	if (w->error != 0)
+		return pp_error(w->error, "%s: an earlier write failed", w->path);
+	if (w->finished)
+		return pp_error(-EINVAL, "%s: already finished", w->path);
+	if (w->label_bytes != 0 && labels == NULL && count > 0)
+		return pp_error(-EINVAL, "%s: the shard has labels, none given", w->path);
+	if (labels != NULL)
+		for (uint64_t k = 0; k < count && w->label_bytes != 0; k++)
+			if (labels[k] < 0 || (uint32_t)labels[k] >= w->info.num_classes)
+				return pp_error(-EINVAL, "%s: label %d of record %llu, expected 0..%u",
+						w->path, labels[k],
+						(unsigned long long)(w->info.count + k),
+						w->info.num_classes - 1);
+	while (count > 0) {
+		uint32_t n = (uint32_t)PP_MIN(count, (uint64_t)(w->records_per_chunk -
+								  w->chunk_records));
+		uint8_t *lab = w->chunk + (size_t)w->chunk_records * w->label_bytes;
+		uint8_t *dst = w->chunk + (size_t)w->records_per_chunk * w->label_bytes;
+
+		/* The labels block is sized for a full chunk while filling; a
+		 * short last chunk is compacted in finish(). */
+		for (uint32_t k = 0; k < n && w->label_bytes != 0; k++)
+			pp_put_le32(lab + 4 * (size_t)k, (uint32_t)labels[k]);
+		memcpy(dst + (size_t)w->chunk_records * sb, src, (size_t)n * sb);
+		w->chunk_records += n;
+		w->info.count += n;
+		src += (size_t)n * sb;
+		if (labels != NULL)
+			labels += n;
+		count -= n;
+		if (w->chunk_records == w->records_per_chunk) {
+			int ret = flush_chunk(w);
+
+			if (ret < 0) {
+				w->error = ret;
+				return ret;
+			}
+		}
+	}
+	return 0;
+}
+
+PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
+{
+	uint8_t *index, *header, trailer[PP_ST_SIZE];
+	size_t index_len;
+	int ret;
+
+	if (w->error != 0)
+		return pp_error(w->error, "%s: an earlier write failed", w->path);
+	if (w->finished)
+		return pp_error(-EINVAL, "%s: already finished", w->path);
+	if (w->chunk_records > 0 && w->chunk_records < w->records_per_chunk && w->label_bytes != 0)
+		memmove(w->chunk + (size_t)w->chunk_records * w->label_bytes,
+			w->chunk + (size_t)w->records_per_chunk * w->label_bytes,
+			(size_t)w->chunk_records * w->info.sample_bytes);
+	ret = flush_chunk(w);
+	if (ret < 0)
+		goto err_fail;
+	index_len = (size_t)w->nchunks * PP_SI_SIZE;
+	index = calloc(1, index_len + PP_SHARD_ALIGN);
+	if (index == NULL) {
+		ret = pp_error(-ENOMEM, "%s: no memory for the index", w->path);
+		goto err_fail;
+	}
+	header = index + index_len;
+	for (uint64_t i = 0; i < w->nchunks; i++) {
+		uint8_t *e = index + i * PP_SI_SIZE;
+		const struct pp_shard_chunk_info *c = &w->chunks[i];
+
+		pp_put_le64(e + PP_SI_OFFSET, c->offset);
+		pp_put_le32(e + PP_SI_STORED, c->stored_size);
+		pp_put_le32(e + PP_SI_RAW, c->raw_size);
+		pp_put_le32(e + PP_SI_RECORDS, c->records);
+		pp_put_le32(e + PP_SI_CRC, c->crc32);
+		pp_put_le64(e + PP_SI_FIRST, c->first_record);
+	}
+	memcpy(trailer + PP_ST_MAGIC, PP_SHARD_END_MAGIC, 8);
+	pp_put_le64(trailer + PP_ST_INDEX_OFFSET, w->offset);
+	pp_put_le64(trailer + PP_ST_CHUNKS, w->nchunks);
+	pp_put_le64(trailer + PP_ST_FILE_SIZE, w->offset + index_len + PP_ST_SIZE);
+	pp_put_le32(trailer + PP_ST_INDEX_CRC, pp_crc32(0, index, index_len));
+	pp_put_le32(trailer + PP_ST_CRC, pp_crc32(0, trailer, PP_ST_CRC));
+
+	memcpy(header + PP_SH_MAGIC, PP_SHARD_MAGIC, 8);
+	pp_put_le32(header + PP_SH_VERSION, PP_SHARD_VERSION);
+	pp_put_le32(header + PP_SH_DTYPE, (uint32_t)w->info.dtype);
+	pp_put_le32(header + PP_SH_NDIM, w->info.ndim);
+	for (int d = 0; d < PP_MAX_DIMS; d++)
+		pp_put_le32(header + PP_SH_SHAPE + 4 * d, w->info.shape[d]);
+	pp_put_le32(header + PP_SH_LABEL_KIND, (uint32_t)w->info.label_kind);
+	pp_put_le32(header + PP_SH_NUM_CLASSES, w->info.num_classes);
+	pp_put_le32(header + PP_SH_RECORDS_PER_CHUNK, w->records_per_chunk);
+	pp_put_le64(header + PP_SH_RECORDS, w->info.count);
+	pp_put_le64(header + PP_SH_CHUNKS, w->nchunks);
+	pp_put_le32(header + PP_SH_COMPRESSION, w->def != NULL ? PP_SHARD_COMPRESSION_ZLIB
+							     : PP_SHARD_COMPRESSION_STORED);
+	pp_put_le32(header + PP_SH_CRC, pp_crc32(0, header, PP_SH_CRC));
+
+	ret = write_full(w, index, index_len, w->offset);
+	if (ret == 0)
+		ret = write_full(w, trailer, PP_ST_SIZE, w->offset + index_len);
+	if (ret == 0)
+		ret = write_full(w, header, PP_SHARD_ALIGN, 0);
+	free(index);
+	if (ret < 0)
+		goto err_fail;
+	if (fsync(w->fd) != 0) {
+		ret = pp_error(-errno, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
+		goto err_fail;
+	}
+	if (close(w->fd) != 0) {
+		w->fd = -1;
+		ret = pp_error(-errno, "%s: close failed: %s", w->tmp_path, strerror(errno));
+		goto err_fail;
+	}
+	w->fd = -1;
+	if (rename(w->tmp_path, w->path) != 0) {
+		ret = pp_error(-errno, "%s: cannot rename %s into place: %s", w->path, w->tmp_path,
+			       strerror(errno));
+		goto err_fail;
+	}
+	w->finished = true;
+	return 0;
+
+err_fail:
+	w->error = ret;
+	return ret;
+}
+
+PP_API void pp_shard_writer_destroy(struct pp_shard_writer *w)
+{
+	if (w == NULL)
+		return;
+	if (w->fd >= 0)
+		close(w->fd);
+	if (!w->finished)
+		unlink(w->tmp_path);
+	pp_deflater_destroy(w->def);
+	free(w->chunks);
+	free(w->out);
+	free(w->chunk);
+	free(w->tmp_path);
+	free(w->path);
+	free(w);
+}

@@ -1,0 +1,961 @@
+/*
+ * tests/test_datasets.c: the datasets module: IDX (raw and gzip), CIFAR-10,
+ * the synthetic source, the shard writer and reader, and how every reader
+ * rejects damaged input (truncated at every offset, every byte flipped).
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/internal.h"
+#include "datasets/codec.h"
+#include "datasets/shard.h"
+#include "datasets/shard_format.h"
+#include "pinpipe/dataset.h"
+#include "tests/testutil.h"
+
+/* ------------------------------------------------------------- helpers */
+
+static struct pp_dataset *make_synthetic(uint64_t count, uint32_t c, uint32_t h, uint32_t w,
+					 uint64_t seed)
+{
+	struct pp_synthetic_config cfg = {count, c, h, w, 10, seed, PP_DTYPE_U8};
+	struct pp_dataset *ds = NULL;
+
+	ck_assert_int_eq(pp_dataset_create_synthetic(&cfg, &ds), 0);
+	return ds;
+}
+
+/* Reads every sample and label of ds into malloc'd arrays. */
+static void read_all(const struct pp_dataset *ds, uint8_t **samples_p, int32_t **labels_p)
+{
+	const struct pp_sample_info *info = pp_dataset_info(ds);
+	uint8_t *s = malloc(info->count * info->sample_bytes + 1);
+	int32_t *l = malloc(info->count * sizeof(int32_t) + 1);
+
+	ck_assert_ptr_nonnull(s);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_int_eq(pp_dataset_read(ds, 0, info->count, s, l), 0);
+	*samples_p = s;
+	*labels_p = l;
+}
+
+/* Wraps buf in a gzip stream (zlib's deflate with a gzip header). */
+static uint8_t *gzip_bytes(const void *buf, size_t len, size_t *out_len_p)
+{
+	z_stream zs;
+	size_t cap = len + len / 100 + 1024;
+	uint8_t *out = malloc(cap);
+
+	ck_assert_ptr_nonnull(out);
+	memset(&zs, 0, sizeof(zs));
+	ck_assert_int_eq(deflateInit2(&zs, 6, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY), Z_OK);
+	zs.next_in = (Bytef *)(uintptr_t)buf;
+	zs.avail_in = (uInt)len;
+	zs.next_out = out;
+	zs.avail_out = (uInt)cap;
+	ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+	*out_len_p = cap - zs.avail_out;
+	deflateEnd(&zs);
+	return out;
+}
+
+/* Builds an idx3 image file and an idx1 label file for ds in memory. */
+static void make_idx(const struct pp_dataset *ds, uint8_t **img_p, size_t *img_len_p,
+		     uint8_t **lab_p, size_t *lab_len_p)
+{
+	const struct pp_sample_info *info = pp_dataset_info(ds);
+	size_t n = info->count, sb = info->sample_bytes;
+	uint8_t *img = malloc(16 + n * sb), *lab = malloc(8 + n);
+	int32_t *labels = malloc(n * sizeof(int32_t) + 1);
+	static const uint8_t img_magic[4] = {0, 0, 8, 3}, lab_magic[4] = {0, 0, 8, 1};
+
+	ck_assert(img != NULL && lab != NULL && labels != NULL);
+	memcpy(img, img_magic, 4);
+	memcpy(lab, lab_magic, 4);
+	for (int k = 0; k < 4; k++) {
+		img[4 + k] = (uint8_t)(n >> (24 - 8 * k));
+		img[8 + k] = (uint8_t)(info->shape[1] >> (24 - 8 * k));
+		img[12 + k] = (uint8_t)(info->shape[2] >> (24 - 8 * k));
+		lab[4 + k] = (uint8_t)(n >> (24 - 8 * k));
+	}
+	ck_assert_int_eq(pp_dataset_read(ds, 0, n, img + 16, labels), 0);
+	for (size_t i = 0; i < n; i++)
+		lab[8 + i] = (uint8_t)labels[i];
+	free(labels);
+	*img_p = img;
+	*img_len_p = 16 + n * sb;
+	*lab_p = lab;
+	*lab_len_p = 8 + n;
+}
+
+static char *path_in(const char *dir, const char *name)
+{
+	char *p;
+
+	ck_assert_int_gt(asprintf(&p, "%s/%s", dir, name), 0);
+	return p;
+}
+
+/* Writes ds's records first..first+count-1 to a shard at path. */
+static void write_shard(const struct pp_dataset *ds, const char *path, uint32_t per_chunk,
+			int level)
+{
+	const struct pp_sample_info *info = pp_dataset_info(ds);
+	struct pp_shard_writer_config cfg = {info, per_chunk, level};
+	struct pp_shard_writer *w = NULL;
+	uint8_t *s;
+	int32_t *l;
+
+	read_all(ds, &s, &l);
+	ck_assert_int_eq(pp_shard_writer_create(path, &cfg, &w), 0);
+	/* Added in uneven pieces, so that pieces cross chunk boundaries. */
+	for (uint64_t done = 0; done < info->count;) {
+		uint64_t n = PP_MIN(info->count - done, 3 + done % 11);
+
+		ck_assert_int_eq(pp_shard_writer_add(w, s + done * info->sample_bytes,
+						     info->label_kind != PP_LABEL_NONE ? l + done : NULL,
+						     n), 0);
+		done += n;
+	}
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+	free(s);
+	free(l);
+}
+
+static void assert_same_data(const struct pp_dataset *a, const struct pp_dataset *b)
+{
+	const struct pp_sample_info *ia = pp_dataset_info(a), *ib = pp_dataset_info(b);
+	uint8_t *sa, *sb;
+	int32_t *la, *lb;
+
+	ck_assert_uint_eq(ia->count, ib->count);
+	ck_assert_uint_eq(ia->sample_bytes, ib->sample_bytes);
+	ck_assert_int_eq(ia->dtype, ib->dtype);
+	ck_assert_uint_eq(ia->ndim, ib->ndim);
+	ck_assert_mem_eq(ia->shape, ib->shape, sizeof(ia->shape));
+	ck_assert_int_eq(ia->label_kind, ib->label_kind);
+	ck_assert_uint_eq(ia->num_classes, ib->num_classes);
+	read_all(a, &sa, &la);
+	read_all(b, &sb, &lb);
+	ck_assert(memcmp(sa, sb, ia->count * ia->sample_bytes) == 0);
+	if (ia->label_kind != PP_LABEL_NONE)
+		ck_assert(memcmp(la, lb, ia->count * sizeof(int32_t)) == 0);
+	free(sa);
+	free(sb);
+	free(la);
+	free(lb);
+}
+
+/* ------------------------------------------------------------- sources */
+
+/* Fails if the synthetic source is not a function of (seed, i), if read and
+ * gather disagree, or if its classes are not told apart by their prototypes. */
+START_TEST(test_synthetic)
+{
+	struct pp_dataset *a = make_synthetic(500, 1, 8, 8, 42), *b = make_synthetic(500, 1, 8, 8, 42);
+	struct pp_dataset *c = make_synthetic(500, 1, 8, 8, 43);
+	uint8_t sa[64], sg[64 * 3], all[500 * 64];
+	int32_t la, lg[3], labels[500];
+	uint64_t idx[3] = {499, 0, 250};
+	double within = 0, between = 0;
+	int nw = 0, nb = 0, seen[10] = {0};
+	uint8_t *s;
+	int32_t *l;
+
+	assert_same_data(a, b);
+	read_all(a, &s, &l);
+	ck_assert_int_eq(pp_dataset_read(c, 0, 500, all, labels), 0);
+	ck_assert(memcmp(s, all, sizeof(all)) != 0);
+	ck_assert_ptr_null(pp_dataset_samples(a));
+	ck_assert_int_eq(pp_dataset_gather(a, idx, 3, sg, lg), 0);
+	for (int k = 0; k < 3; k++) {
+		ck_assert_int_eq(pp_dataset_read(a, idx[k], 1, sa, &la), 0);
+		ck_assert_mem_eq(sa, sg + 64 * k, 64);
+		ck_assert_int_eq(la, lg[k]);
+	}
+	for (int i = 0; i < 500; i++) {
+		ck_assert(l[i] >= 0 && l[i] < 10);
+		seen[l[i]]++;
+	}
+	for (int k = 0; k < 10; k++)
+		ck_assert_int_gt(seen[k], 20);
+	for (int i = 0; i < 100; i++)
+		for (int j = i + 1; j < 100; j++) {
+			double d = 0;
+
+			for (int p = 0; p < 64; p++)
+				d += abs((int)s[i * 64 + p] - (int)s[j * 64 + p]);
+			if (l[i] == l[j]) {
+				within += d;
+				nw++;
+			} else {
+				between += d;
+				nb++;
+			}
+		}
+	ck_assert(within / nw < 0.5 * between / nb);
+	ck_assert_int_eq(pp_dataset_read(a, 499, 2, sa, NULL), -ERANGE);
+	idx[1] = 500;
+	ck_assert_int_eq(pp_dataset_gather(a, idx, 3, sg, lg), -ERANGE);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "500"));
+	free(s);
+	free(l);
+	pp_dataset_destroy(a);
+	pp_dataset_destroy(b);
+	pp_dataset_destroy(c);
+	pp_dataset_destroy(NULL);
+}
+END_TEST
+
+/* Fails if a bad synthetic configuration is accepted. */
+START_TEST(test_synthetic_bad_config)
+{
+	struct pp_synthetic_config cfg = {10, 1, 4, 4, 1, 0, PP_DTYPE_U8};
+	struct pp_dataset *ds = NULL;
+
+	ck_assert_int_eq(pp_dataset_create_synthetic(&cfg, &ds), -EINVAL);
+	cfg.num_classes = 10;
+	cfg.height = 0;
+	ck_assert_int_eq(pp_dataset_create_synthetic(&cfg, &ds), -EINVAL);
+	cfg.height = 4;
+	cfg.dtype = (enum pp_dtype)7;
+	ck_assert_int_eq(pp_dataset_create_synthetic(&cfg, &ds), -EINVAL);
+	ck_assert_ptr_null(ds);
+}
+END_TEST
+
+/* Fails if IDX files (raw and gzip) do not decode to the bytes and labels they
+ * were made from, or if shards made from them do not read back the same. */
+START_TEST(test_idx_to_shards_roundtrip)
+{
+	char *dir = pp_test_tmpdir();
+	char *img = path_in(dir, "train-images-idx3-ubyte"), *lab = path_in(dir, "train-labels-idx1-ubyte");
+	char *imgz = path_in(dir, "x-images.gz"), *labz = path_in(dir, "x-labels.gz");
+	char *sh0 = path_in(dir, "set-train-0.pps"), *sh1 = path_in(dir, "set-train-1.pps");
+	struct pp_dataset *src = make_synthetic(1000, 1, 28, 28, 7), *raw, *gz, *shards, *bydir;
+	uint8_t *ib, *lb, *ibz, *lbz;
+	size_t il, ll, ilz, llz;
+	const char *paths[2] = {sh0, sh1};
+
+	make_idx(src, &ib, &il, &lb, &ll);
+	pp_test_write_file(img, ib, il);
+	pp_test_write_file(lab, lb, ll);
+	ibz = gzip_bytes(ib, il, &ilz);
+	lbz = gzip_bytes(lb, ll, &llz);
+	pp_test_write_file(imgz, ibz, ilz);
+	pp_test_write_file(labz, lbz, llz);
+
+	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &raw), 0);
+	ck_assert_int_eq(pp_dataset_open_idx(imgz, labz, &gz), 0);
+	assert_same_data(src, raw);
+	assert_same_data(src, gz);
+	ck_assert_mem_eq(pp_dataset_samples(gz), ib + 16, il - 16);
+	ck_assert_str_eq(pp_dataset_name(gz), "idx:x-images.gz");
+	ck_assert_uint_eq(pp_dataset_info(gz)->shape[0], 1);
+	ck_assert_uint_eq(pp_dataset_info(gz)->shape[1], 28);
+
+	/* Two shards of one source, one stored and one compressed, with a
+	 * last chunk shorter than the others. */
+	write_shard(gz, sh0, 64, 6);
+	write_shard(gz, sh1, 100, 0);
+	ck_assert_int_eq(pp_dataset_open_shards(paths, 2, &shards), 0);
+	ck_assert_uint_eq(pp_dataset_info(shards)->count, 2000);
+	{
+		const uint8_t *s = pp_dataset_samples(shards);
+		const int32_t *l = pp_dataset_labels(shards);
+
+		ck_assert_mem_eq(s, ib + 16, il - 16);
+		ck_assert_mem_eq(s + (il - 16), ib + 16, il - 16);
+		for (size_t i = 0; i < 1000; i++) {
+			ck_assert_int_eq(l[i], lb[8 + i]);
+			ck_assert_int_eq(l[1000 + i], lb[8 + i]);
+		}
+	}
+	/* open_dir prefers shards, sorted by name. */
+	ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &bydir), 0);
+	assert_same_data(shards, bydir);
+	ck_assert_str_eq(pp_dataset_name(bydir), "shards:set-train-0.pps+1");
+
+	pp_dataset_destroy(bydir);
+	pp_dataset_destroy(shards);
+	pp_dataset_destroy(gz);
+	pp_dataset_destroy(raw);
+	pp_dataset_destroy(src);
+	free(ib);
+	free(lb);
+	free(ibz);
+	free(lbz);
+	pp_test_rmtree(dir);
+	free(img);
+	free(lab);
+	free(imgz);
+	free(labz);
+	free(sh0);
+	free(sh1);
+	free(dir);
+}
+END_TEST
+
+/* Fails if shards without labels, of f32 samples, or with no records at all
+ * do not round-trip, or if the chunk index is not what the layout says. */
+START_TEST(test_shard_variants)
+{
+	char *dir = pp_test_tmpdir();
+	char *p = path_in(dir, "f32.pps"), *e = path_in(dir, "empty.pps");
+	struct pp_synthetic_config cfg = {333, 3, 5, 7, 4, 9, PP_DTYPE_F32};
+	struct pp_sample_info info;
+	struct pp_shard_writer_config wc = {&info, 50, 1};
+	struct pp_shard_writer *w;
+	struct pp_dataset *src, *back;
+	struct pp_shard *sh;
+	struct pp_shard_chunk_info ci;
+	float *samples, *got;
+	const char *paths[1] = {p};
+
+	ck_assert_int_eq(pp_dataset_create_synthetic(&cfg, &src), 0);
+	info = *pp_dataset_info(src);
+	info.label_kind = PP_LABEL_NONE;
+	info.num_classes = 0;
+	samples = malloc(333 * info.sample_bytes);
+	got = malloc(333 * info.sample_bytes);
+	ck_assert_int_eq(pp_dataset_read(src, 0, 333, samples, NULL), 0);
+	ck_assert_int_eq(pp_shard_writer_create(p, &wc, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_add(w, samples, NULL, 333), 0);
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+
+	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+	ck_assert_uint_eq(pp_shard_chunk_count(sh), 7);
+	ck_assert_uint_eq(pp_shard_info(sh)->sample_bytes, 3 * 5 * 7 * 4);
+	ck_assert_int_eq(pp_shard_info(sh)->label_kind, PP_LABEL_NONE);
+	ck_assert_uint_eq(pp_shard_label_bytes(sh, 10), 0);
+	for (uint64_t i = 0; i < 7; i++) {
+		ck_assert_int_eq(pp_shard_chunk(sh, i, &ci), 0);
+		ck_assert_uint_eq(ci.offset % PP_SHARD_ALIGN, 0);
+		ck_assert_uint_eq(ci.first_record, i * 50);
+		ck_assert_uint_eq(ci.records, i < 6 ? 50 : 33);
+		ck_assert_uint_eq(ci.raw_size, ci.records * info.sample_bytes);
+		ck_assert_int_eq(pp_shard_read_chunk(sh, i, (uint8_t *)got + ci.first_record *
+							    info.sample_bytes, NULL), 0);
+	}
+	ck_assert_int_eq(pp_shard_chunk(sh, 7, &ci), -ERANGE);
+	ck_assert_int_eq(pp_shard_read_chunk(sh, 7, got, NULL), -ERANGE);
+	ck_assert_mem_eq(got, samples, 333 * info.sample_bytes);
+	ck_assert_int_eq(pp_shard_verify(sh), 0);
+	ck_assert_str_eq(pp_shard_path(sh), p);
+	pp_shard_close(sh);
+	pp_shard_close(NULL);
+	ck_assert_int_eq(pp_dataset_open_shards(paths, 1, &back), 0);
+	ck_assert_mem_eq(pp_dataset_samples(back), samples, 333 * info.sample_bytes);
+	ck_assert_ptr_null(pp_dataset_labels(back));
+	pp_dataset_destroy(back);
+
+	/* A shard with no records: header, index of nothing, trailer. */
+	ck_assert_int_eq(pp_shard_writer_create(e, &wc, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+	ck_assert_int_eq(pp_shard_open(e, &sh), 0);
+	ck_assert_uint_eq(pp_shard_chunk_count(sh), 0);
+	ck_assert_uint_eq(pp_shard_info(sh)->count, 0);
+	ck_assert_int_eq(pp_shard_verify(sh), 0);
+	pp_shard_close(sh);
+
+	free(samples);
+	free(got);
+	pp_dataset_destroy(src);
+	pp_test_rmtree(dir);
+	free(p);
+	free(e);
+	free(dir);
+}
+END_TEST
+
+/* Fails if pp_shard_decode_chunk (the loader's path: its own reads, its own
+ * inflater) does not give the labels block then the samples, as read_chunk does. */
+START_TEST(test_shard_decode_chunk)
+{
+	char *dir = pp_test_tmpdir(), *p = path_in(dir, "a.pps");
+	struct pp_dataset *src = make_synthetic(300, 1, 6, 6, 3);
+	struct pp_inflater *inf;
+	struct pp_shard *sh;
+	int fd;
+
+	write_shard(src, p, 128, 9);
+	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+	ck_assert_int_eq(pp_inflater_create(&inf), 0);
+	fd = open(p, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	for (uint64_t i = 0; i < pp_shard_chunk_count(sh); i++) {
+		struct pp_shard_chunk_info ci;
+		uint8_t *stored, *raw, *s = malloc(128 * 36);
+		int32_t l[128], want_l[128];
+		size_t lb;
+
+		ck_assert_int_eq(pp_shard_chunk(sh, i, &ci), 0);
+		stored = malloc(ci.stored_size);
+		raw = malloc(ci.raw_size);
+		ck_assert_int_eq(pread(fd, stored, ci.stored_size, (off_t)ci.offset),
+				 (ssize_t)ci.stored_size);
+		ck_assert_int_eq(pp_shard_decode_chunk(sh, i, stored, raw, inf), 0);
+		lb = pp_shard_label_bytes(sh, ci.records);
+		ck_assert_uint_eq(lb, 4 * ci.records);
+		ck_assert_int_eq(pp_dataset_read(src, ci.first_record, ci.records, s, want_l), 0);
+		memcpy(l, raw, lb);
+		ck_assert_mem_eq(l, want_l, lb);
+		ck_assert_mem_eq(raw + lb, s, ci.records * 36);
+		/* One flipped stored byte is a CRC mismatch naming chunk and offset. */
+		stored[ci.stored_size / 2] ^= 0x10;
+		ck_assert_int_eq(pp_shard_decode_chunk(sh, i, stored, raw, inf), -EBADMSG);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "CRC-32 mismatch"));
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "chunk"));
+		free(stored);
+		free(raw);
+		free(s);
+	}
+	close(fd);
+	pp_inflater_destroy(inf);
+	pp_shard_close(sh);
+	pp_dataset_destroy(src);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
+/* Fails if CIFAR-10 batches do not decode to their records, in file order, or
+ * if a bad size or an out-of-range label is accepted. */
+START_TEST(test_cifar10)
+{
+	char *dir = pp_test_tmpdir();
+	char *b1 = path_in(dir, "data_batch_1.bin"), *b2 = path_in(dir, "data_batch_2.bin");
+	const char *paths[2] = {b1, b2};
+	size_t len = 7 * 3073;
+	uint8_t *buf = malloc(len + 1), *buf2 = malloc(len);
+	struct pp_dataset *ds;
+
+	pp_test_fill_random(buf, len, 1);
+	pp_test_fill_random(buf2, len, 2);
+	for (int r = 0; r < 7; r++) {
+		buf[r * 3073] = (uint8_t)(r % 10);
+		buf2[r * 3073] = (uint8_t)((r + 3) % 10);
+	}
+	pp_test_write_file(b1, buf, len);
+	pp_test_write_file(b2, buf2, len);
+	ck_assert_int_eq(pp_dataset_open_cifar10(paths, 2, &ds), 0);
+	ck_assert_uint_eq(pp_dataset_info(ds)->count, 14);
+	ck_assert_uint_eq(pp_dataset_info(ds)->sample_bytes, 3072);
+	ck_assert_uint_eq(pp_dataset_info(ds)->shape[0], 3);
+	for (int r = 0; r < 7; r++) {
+		const uint8_t *s = pp_dataset_samples(ds);
+
+		ck_assert_mem_eq(s + r * 3072, buf + r * 3073 + 1, 3072);
+		ck_assert_mem_eq(s + (7 + r) * 3072, buf2 + r * 3073 + 1, 3072);
+		ck_assert_int_eq(pp_dataset_labels(ds)[r], r % 10);
+		ck_assert_int_eq(pp_dataset_labels(ds)[7 + r], (r + 3) % 10);
+	}
+	pp_dataset_destroy(ds);
+
+	buf[3 * 3073] = 10;
+	pp_test_write_file(b1, buf, len);
+	ck_assert_int_eq(pp_dataset_open_cifar10(paths, 2, &ds), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "record 3 (offset 9219): label 10"));
+	pp_test_write_file(b1, buf, len - 1);
+	ck_assert_int_eq(pp_dataset_open_cifar10(paths, 2, &ds), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "data_batch_1.bin: 21510 bytes"));
+	pp_test_write_file(b1, buf, 0);
+	ck_assert_int_eq(pp_dataset_open_cifar10(paths, 2, &ds), -EBADMSG);
+	unlink(b1);
+	ck_assert_int_eq(pp_dataset_open_cifar10(paths, 2, &ds), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), b1));
+	free(buf);
+	free(buf2);
+	pp_test_rmtree(dir);
+	free(b1);
+	free(b2);
+	free(dir);
+}
+END_TEST
+
+/* Fails if a missing file, an empty file or a missing dataset directory is
+ * not reported with the file's name and a clear reason. */
+START_TEST(test_missing_and_empty)
+{
+	char *dir = pp_test_tmpdir(), *missing = path_in(dir, "nope.gz"), *empty = path_in(dir, "empty");
+	const char *paths[1] = {missing};
+	struct pp_dataset *ds = NULL;
+	struct pp_shard *sh = NULL;
+
+	ck_assert_int_eq(pp_dataset_open_idx(missing, NULL, &ds), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), missing));
+	ck_assert_int_eq(pp_shard_open(missing, &sh), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "nope.gz: cannot open"));
+	ck_assert_int_eq(pp_dataset_open_shards(paths, 1, &ds), -ENOENT);
+	pp_test_write_file(empty, "", 0);
+	ck_assert_int_eq(pp_dataset_open_idx(empty, NULL, &ds), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "empty: empty file"));
+	ck_assert_int_eq(pp_shard_open(empty, &sh), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "empty file"));
+	ck_assert_int_eq(pp_dataset_open_idx(dir, NULL, &ds), -EISDIR);
+
+	ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &ds), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "looked for"));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "dataset-fashion-mnist"));
+	ck_assert_int_eq(pp_dataset_open_dir(missing, "train", &ds), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no such directory"));
+	ck_assert_int_eq(pp_dataset_open_dir(dir, "validation", &ds), -EINVAL);
+	ck_assert_ptr_null(ds);
+	ck_assert_ptr_null(sh);
+	pp_test_rmtree(dir);
+	free(missing);
+	free(empty);
+	free(dir);
+}
+END_TEST
+
+/* Fails if the writer accepts bad labels or configurations, or if an
+ * abandoned or failed write leaves any file behind. */
+START_TEST(test_writer_errors)
+{
+	char *dir = pp_test_tmpdir(), *p = path_in(dir, "w.pps"), *nodir = path_in(dir, "no/w.pps");
+	struct pp_sample_info info = {0, PP_DTYPE_U8, 1, {4, 0, 0, 0}, 4, PP_LABEL_CLASS, 3};
+	struct pp_shard_writer_config cfg = {&info, 2, 6};
+	struct pp_shard_writer *w;
+	uint8_t s[12] = {0};
+	int32_t bad[3] = {0, 3, 1}, good[3] = {0, 2, 1};
+	struct stat st;
+
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_add(w, s, bad, 3), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "label 3 of record 1"));
+	ck_assert_int_eq(pp_shard_writer_add(w, s, NULL, 3), -EINVAL);
+	ck_assert_int_eq(pp_shard_writer_add(w, s, good, 3), 0);
+	pp_shard_writer_destroy(w);
+	ck_assert_int_ne(stat(p, &st), 0);
+	ck_assert_int_eq(rmdir(dir), 0); /* empty: no temporary left either */
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+
+	ck_assert_int_eq(pp_shard_writer_create(nodir, &cfg, &w), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no/w.pps"));
+	cfg.level = 10;
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	cfg.level = 0;
+	cfg.records_per_chunk = UINT32_MAX;
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_int_eq(rmdir(dir), 0);
+	free(p);
+	free(nodir);
+	free(dir);
+}
+END_TEST
+
+/* ------------------------------------------------------------- damage */
+
+/* A small shard: 40 records of 1x5x5 u8 with labels, 9 per chunk, zlib. */
+static uint8_t *small_shard(const char *dir, char **path_p, size_t *len_p, int level)
+{
+	struct pp_dataset *src = make_synthetic(40, 1, 5, 5, 11);
+	char *p = path_in(dir, "small.pps");
+	uint8_t *buf;
+
+	write_shard(src, p, 9, level);
+	pp_dataset_destroy(src);
+	buf = pp_test_read_file(p, len_p);
+	*path_p = p;
+	return buf;
+}
+
+static int open_and_verify(const char *path)
+{
+	struct pp_shard *sh;
+	int ret = pp_shard_open(path, &sh);
+
+	if (ret < 0)
+		return ret;
+	ret = pp_shard_verify(sh);
+	pp_shard_close(sh);
+	return ret;
+}
+
+/* Fails if a shard cut short at any byte is accepted, or is rejected without
+ * naming the file and saying it is truncated (or naming what is missing). */
+START_TEST(test_shard_truncated_everywhere)
+{
+	char *dir = pp_test_tmpdir(), *p;
+	size_t len;
+	uint8_t *buf = small_shard(dir, &p, &len, 6);
+
+	ck_assert_int_eq(open_and_verify(p), 0);
+	ck_assert_uint_gt(len, 5 * PP_SHARD_ALIGN);
+	/* Cut from the end downwards: each step only shrinks the file. */
+	for (size_t n = len; n-- > 0;) {
+		const char *msg;
+
+		ck_assert_int_eq(truncate(p, (off_t)n), 0);
+		ck_assert_msg(open_and_verify(p) == -EBADMSG, "truncated to %zu: accepted", n);
+		msg = pp_last_error();
+		ck_assert_msg(strncmp(msg, p, strlen(p)) == 0, "truncated to %zu: %s", n, msg);
+		if (n == 0)
+			ck_assert_ptr_nonnull(strstr(msg, "empty file"));
+		else if (n < PP_SHARD_ALIGN + PP_ST_SIZE)
+			ck_assert_msg(strstr(msg, "truncated") != NULL, "truncated to %zu: %s", n, msg);
+		else
+			ck_assert_msg(strstr(msg, "trailer") != NULL, "truncated to %zu: %s", n, msg);
+	}
+	free(buf);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
+/* Fails if a shard with any one byte changed is accepted by open + verify, or
+ * if the message does not name the file. */
+START_TEST(test_shard_flipped_everywhere)
+{
+	char *dir = pp_test_tmpdir(), *p;
+	size_t len;
+	int levels[2] = {6, 0};
+
+	for (int v = 0; v < 2; v++) {
+		uint8_t *buf = small_shard(dir, &p, &len, levels[v]);
+		int fd = open(p, O_RDWR);
+
+		ck_assert_int_ge(fd, 0);
+		for (size_t k = 0; k < len; k++) {
+			uint8_t b = buf[k] ^ 0xff;
+			int ret;
+
+			ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)k), 1);
+			ret = open_and_verify(p);
+			ck_assert_msg(ret == -EBADMSG || (k >= 8 && k < 12 && ret == -EPROTONOSUPPORT),
+				      "level %d, byte %zu flipped: returned %d", levels[v], k, ret);
+			ck_assert_msg(strncmp(pp_last_error(), p, strlen(p)) == 0, "byte %zu: %s", k,
+				      pp_last_error());
+			ck_assert_int_eq(pwrite(fd, buf + k, 1, (off_t)k), 1);
+		}
+		close(fd);
+		ck_assert_int_eq(open_and_verify(p), 0);
+		free(buf);
+		free(p);
+	}
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/* Writes buf with a header CRC made right again (so that checks past the CRC are reached). */
+static void write_with_header_crc(const char *p, uint8_t *buf, size_t len)
+{
+	pp_put_le32(buf + PP_SH_CRC, pp_crc32(0, buf, PP_SH_CRC));
+	pp_test_write_file(p, buf, len);
+}
+
+/* Fails if absurd counts, a label outside the classes, an unknown version or
+ * a wrong magic get past open, or if their messages miss what is wrong. */
+START_TEST(test_shard_bad_fields)
+{
+	char *dir = pp_test_tmpdir(), *p;
+	size_t len;
+	uint8_t *buf = small_shard(dir, &p, &len, 6), *t = malloc(len);
+	struct pp_shard *sh = NULL;
+
+	memcpy(t, buf, len);
+	t[0] = 'X';
+	pp_test_write_file(p, t, len);
+	ck_assert_int_eq(pp_shard_open(p, &sh), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "not a pinpipe shard"));
+
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH_VERSION, 2);
+	write_with_header_crc(p, t, len);
+	ck_assert_int_eq(pp_shard_open(p, &sh), -EPROTONOSUPPORT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "version 2"));
+
+	/* 2^40 records in 2^40 chunks: the header agrees with itself, the
+	 * trailer and file size do not; nothing of that size is allocated. */
+	memcpy(t, buf, len);
+	pp_put_le64(t + PP_SH_RECORDS, (uint64_t)1 << 40);
+	pp_put_le32(t + PP_SH_RECORDS_PER_CHUNK, 1);
+	pp_put_le64(t + PP_SH_CHUNKS, (uint64_t)1 << 40);
+	write_with_header_crc(p, t, len);
+	ck_assert_int_eq(pp_shard_open(p, &sh), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "trailer gives 5 chunks"));
+
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH_SHAPE, 0x40000000);
+	write_with_header_crc(p, t, len);
+	ck_assert_int_eq(pp_shard_open(p, &sh), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "exceeds"));
+
+	/* Fewer classes than the labels need: found when the chunk is decoded. */
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH_NUM_CLASSES, 2);
+	write_with_header_crc(p, t, len);
+	ck_assert_int_eq(open_and_verify(p), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "has label"));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "expected 0..1"));
+	ck_assert_ptr_null(sh);
+	free(t);
+	free(buf);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
+/* A small IDX pair: 6 images of 3x4 and their labels. */
+static void small_idx(uint8_t **img_p, size_t *il_p, uint8_t **lab_p, size_t *ll_p)
+{
+	struct pp_dataset *src = make_synthetic(6, 1, 3, 4, 5);
+
+	make_idx(src, img_p, il_p, lab_p, ll_p);
+	pp_dataset_destroy(src);
+}
+
+/* Fails if a raw IDX file cut short anywhere, or with any header byte changed,
+ * is accepted, or if absurd dimensions get past the size check. */
+START_TEST(test_idx_damage)
+{
+	char *dir = pp_test_tmpdir(), *img = path_in(dir, "img"), *lab = path_in(dir, "lab");
+	uint8_t *ib, *lb, t[128];
+	size_t il, ll;
+	struct pp_dataset *ds = NULL;
+
+	small_idx(&ib, &il, &lb, &ll);
+	pp_test_write_file(lab, lb, ll);
+	for (size_t n = 0; n < il; n++) {
+		pp_test_write_file(img, ib, n);
+		ck_assert_msg(pp_dataset_open_idx(img, lab, &ds) == -EBADMSG, "cut at %zu", n);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), img));
+	}
+	for (size_t k = 0; k < 16; k++) {
+		memcpy(t, ib, il);
+		t[k] ^= 0xff;
+		pp_test_write_file(img, t, il);
+		ck_assert_msg(pp_dataset_open_idx(img, lab, &ds) == -EBADMSG, "byte %zu", k);
+		ck_assert_msg(strstr(pp_last_error(), "offset") != NULL, "byte %zu: %s", k,
+			      pp_last_error());
+	}
+	/* Absurd dimensions: 2^32-1 images of 2^32-1 x 2^32-1. */
+	memcpy(t, ib, il);
+	memset(t + 4, 0xff, 12);
+	pp_test_write_file(img, t, il);
+	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "more than any IDX file holds"));
+	/* Labels: cut short, a count that differs, a label of 10. */
+	pp_test_write_file(img, ib, il);
+	for (size_t n = 0; n < ll; n++) {
+		pp_test_write_file(lab, lb, n);
+		ck_assert_msg(pp_dataset_open_idx(img, lab, &ds) == -EBADMSG, "labels cut at %zu", n);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), lab));
+	}
+	memcpy(t, lb, ll);
+	t[7] = 5;
+	pp_test_write_file(lab, t, 8 + 5);
+	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "has 5 labels"));
+	memcpy(t, lb, ll);
+	t[8 + 4] = 10;
+	pp_test_write_file(lab, t, ll);
+	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "label 4 (data offset 4): 10"));
+	/* The images file given as labels. */
+	ck_assert_int_eq(pp_dataset_open_idx(img, img, &ds), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "1 dimensions"));
+	ck_assert_ptr_null(ds);
+	free(ib);
+	free(lb);
+	pp_test_rmtree(dir);
+	free(img);
+	free(lab);
+	free(dir);
+}
+END_TEST
+
+/* Fails if a gzip IDX file cut short anywhere, with any byte changed (except
+ * the header fields gzip itself ignores), with trailing data, or whose
+ * trailer disagrees with the IDX header, is accepted. */
+START_TEST(test_gzip_damage)
+{
+	char *dir = pp_test_tmpdir(), *img = path_in(dir, "img.gz"), *lab = path_in(dir, "lab");
+	uint8_t *ib, *lb, *gz, *t;
+	size_t il, ll, gl;
+	struct pp_dataset *ds = NULL;
+
+	small_idx(&ib, &il, &lb, &ll);
+	pp_test_write_file(lab, lb, ll);
+	gz = gzip_bytes(ib, il, &gl);
+	t = malloc(gl + 16);
+	pp_test_write_file(img, gz, gl);
+	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), 0);
+	ck_assert_mem_eq(pp_dataset_samples(ds), ib + 16, il - 16);
+	pp_dataset_destroy(ds);
+	ds = NULL;
+	for (size_t n = 1; n < gl; n++) {
+		pp_test_write_file(img, gz, n);
+		ck_assert_msg(pp_dataset_open_idx(img, lab, &ds) == -EBADMSG, "cut at %zu", n);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), img));
+	}
+	for (size_t k = 0; k < gl; k++) {
+		int ret;
+
+		memcpy(t, gz, gl);
+		t[k] ^= 0xff;
+		pp_test_write_file(img, t, gl);
+		ret = pp_dataset_open_idx(img, lab, &ds);
+		if (k >= 4 && k < 10) {
+			/* MTIME, XFL, OS: informational, ignored by gzip too. */
+			ck_assert_msg(ret == 0, "byte %zu: %s", k, pp_last_error());
+			ck_assert_mem_eq(pp_dataset_samples(ds), ib + 16, il - 16);
+			pp_dataset_destroy(ds);
+			ds = NULL;
+			continue;
+		}
+		ck_assert_msg(ret == -EBADMSG, "byte %zu flipped: returned %d", k, ret);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), img));
+	}
+	memcpy(t, gz, gl);
+	memcpy(t + gl, "junk", 4);
+	pp_test_write_file(img, t, gl + 4);
+	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "gzip"));
+	ck_assert_ptr_null(ds);
+	free(t);
+	free(gz);
+	free(ib);
+	free(lb);
+	pp_test_rmtree(dir);
+	free(img);
+	free(lab);
+	free(dir);
+}
+END_TEST
+
+/* Fails if a gzip file whose stream and trailer both claim a huge IDX is
+ * inflated into a buffer sized by the claim rather than rejected. */
+START_TEST(test_gzip_absurd_header)
+{
+	char *dir = pp_test_tmpdir(), *img = path_in(dir, "big.gz");
+	uint8_t hdr[16] = {0, 0, 8, 3, 0x00, 0x10, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x10, 0};
+	uint8_t *gz;
+	size_t gl;
+	struct pp_dataset *ds = NULL;
+
+	/* 2^20 images of 2^12 x 2^12: 2^44 bytes, claimed by 16 bytes of data. */
+	gz = gzip_bytes(hdr, sizeof(hdr), &gl);
+	pp_put_le32(gz + gl - 4, 16); /* ISIZE agrees with 2^44 + 16 modulo 2^32 */
+	pp_test_write_file(img, gz, gl);
+	ck_assert_int_eq(pp_dataset_open_idx(img, NULL, &ds), -EBADMSG);
+	ck_assert_msg(strstr(pp_last_error(), "more than") != NULL, "%s", pp_last_error());
+	ck_assert_ptr_null(ds);
+	free(gz);
+	pp_test_rmtree(dir);
+	free(img);
+	free(dir);
+}
+END_TEST
+
+/* ------------------------------------------------------------- real data */
+
+/* Fails if the real Fashion-MNIST does not decode to the sizes and class
+ * balance it is published with, to the bytes zlib's own gzread gives, or if
+ * shards made from it do not read back the same. */
+START_TEST(test_fashion_mnist)
+{
+	const char *fm = pp_test_fashion_mnist_dir();
+	char *dir, *gzpath, *p0, *p1;
+	struct pp_dataset *train, *test, *back;
+	uint8_t *ref;
+	int counts[10] = {0};
+	gzFile f;
+	const char *paths[2];
+
+	if (fm == NULL) {
+		fprintf(stderr, "test_fashion_mnist: skipped, dataset-fashion-mnist is not installed\n");
+		return;
+	}
+	ck_assert_int_eq(pp_dataset_open_dir(fm, "train", &train), 0);
+	ck_assert_int_eq(pp_dataset_open_dir(fm, "test", &test), 0);
+	ck_assert_uint_eq(pp_dataset_info(train)->count, 60000);
+	ck_assert_uint_eq(pp_dataset_info(test)->count, 10000);
+	ck_assert_uint_eq(pp_dataset_info(train)->sample_bytes, 784);
+	ck_assert_uint_eq(pp_dataset_info(train)->num_classes, 10);
+	for (int i = 0; i < 60000; i++)
+		counts[pp_dataset_labels(train)[i]]++;
+	for (int k = 0; k < 10; k++)
+		ck_assert_int_eq(counts[k], 6000);
+
+	ck_assert_int_gt(asprintf(&gzpath, "%s/t10k-images-idx3-ubyte.gz", fm), 0);
+	ref = malloc(16 + 10000 * 784);
+	f = gzopen(gzpath, "rb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(gzread(f, ref, 16 + 10000 * 784), 16 + 10000 * 784);
+	gzclose(f);
+	ck_assert_mem_eq(pp_dataset_samples(test), ref + 16, 10000 * 784);
+
+	dir = pp_test_tmpdir();
+	p0 = path_in(dir, "fm-train-0.pps");
+	p1 = path_in(dir, "fm-test-0.pps");
+	write_shard(train, p0, 1024, 1);
+	write_shard(test, p1, 1000, 0);
+	paths[0] = p0;
+	paths[1] = p1;
+	ck_assert_int_eq(pp_dataset_open_shards(paths, 2, &back), 0);
+	ck_assert_mem_eq(pp_dataset_samples(back), pp_dataset_samples(train), 60000 * 784);
+	ck_assert_mem_eq((const uint8_t *)pp_dataset_samples(back) + 60000 * 784,
+			 pp_dataset_samples(test), 10000 * 784);
+	ck_assert_mem_eq(pp_dataset_labels(back), pp_dataset_labels(train), 60000 * 4);
+	ck_assert_mem_eq(pp_dataset_labels(back) + 60000, pp_dataset_labels(test), 10000 * 4);
+	pp_dataset_destroy(back);
+	pp_dataset_destroy(train);
+	pp_dataset_destroy(test);
+	free(ref);
+	free(gzpath);
+	pp_test_rmtree(dir);
+	free(p0);
+	free(p1);
+	free(dir);
+}
+END_TEST
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("datasets");
+	TCase *tc = tcase_create("sources");
+	TCase *damage = tcase_create("damage");
+	TCase *real = tcase_create("fashion-mnist");
+
+	tcase_add_test(tc, test_synthetic);
+	tcase_add_test(tc, test_synthetic_bad_config);
+	tcase_add_test(tc, test_idx_to_shards_roundtrip);
+	tcase_add_test(tc, test_shard_variants);
+	tcase_add_test(tc, test_shard_decode_chunk);
+	tcase_add_test(tc, test_cifar10);
+	tcase_add_test(tc, test_missing_and_empty);
+	tcase_add_test(tc, test_writer_errors);
+	suite_add_tcase(s, tc);
+
+	tcase_set_timeout(damage, 60);
+	tcase_add_test(damage, test_shard_truncated_everywhere);
+	tcase_add_test(damage, test_shard_flipped_everywhere);
+	tcase_add_test(damage, test_shard_bad_fields);
+	tcase_add_test(damage, test_idx_damage);
+	tcase_add_test(damage, test_gzip_damage);
+	tcase_add_test(damage, test_gzip_absurd_header);
+	suite_add_tcase(s, damage);
+
+	tcase_set_timeout(real, 60);
+	tcase_add_test(real, test_fashion_mnist);
+	suite_add_tcase(s, real);
+	return s;
+}
