@@ -14,5 +14,6 @@
 #include "pinpipe/device.h"
 #include "pinpipe/summary.h"
 #include "pinpipe/loader.h"
+#include "pinpipe/transfer.h"
 
 #endif
