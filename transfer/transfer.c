@@ -43,6 +43,7 @@ struct tslot {
 	struct pp_event *released;  /* compute stream, after the trainer's last use */
 	struct pp_batch *hb;        /* the loader's batch until its copy is known complete, or NULL */
 	bool timing;                /* handed out, its times not yet counted */
+	uint64_t release_seq;       /* order of its release among all releases, from 1 */
 	uint64_t blocked_ns;        /* host time inside pp_memcpy_async for this batch, ns */
 	struct pp_device_batch b;   /* what the trainer sees */
 };
@@ -65,6 +66,7 @@ struct pp_transfer {
 	size_t slot_bytes;          /* bytes of a slot's memory */
 	bool epoch_begun;           /* begin_epoch succeeded at least once */
 	bool loader_done;           /* the loader said end of epoch */
+	uint64_t releases;          /* releases so far */
 	struct pp_transfer_stats stats; /* counters; hidden_share is filled at get_stats */
 };
 
@@ -261,8 +263,10 @@ static int fetch_blocking(struct pp_transfer *t)
 	while ((s = find_free(t)) == NULL) {
 		struct tslot *r = NULL;
 
-		for (uint32_t i = 0; i < t->nslots && r == NULL; i++)
-			if (t->slots[i].state == TSLOT_RELEASED)
+		/* The oldest release completes first: compute runs in order. */
+		for (uint32_t i = 0; i < t->nslots; i++)
+			if (t->slots[i].state == TSLOT_RELEASED &&
+			    (r == NULL || t->slots[i].release_seq < r->release_seq))
 				r = &t->slots[i];
 		if (r == NULL)
 			return pp_error(-ENOBUFS, "transfer: all %u device slots are held by the "
@@ -405,6 +409,7 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 	if ((ret = pp_event_record(s->released, compute)) < 0)
 		return ret;
 	s->state = TSLOT_RELEASED;
+	s->release_seq = ++t->releases;
 	return 0;
 }
 
