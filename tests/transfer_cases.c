@@ -296,29 +296,51 @@ START_TEST(test_stream_intact_in_order)
 }
 END_TEST
 
-/* Runs 'batches' batches with 'compute_us' of compute each and returns the stage's stats. */
-static void run_compute(struct pp_tfix *f, int batches, uint32_t compute_us,
-			struct pp_transfer_stats *st)
+/* Runs 'n' batches with 'compute_us' of compute each on the compute stream. */
+static void run_batches(struct pp_tfix *f, int n, uint32_t compute_us)
 {
 	struct pp_device_batch *b;
 
-	ck_assert_int_eq(pp_transfer_begin_epoch(f->t, 0), 0);
-	for (int i = 0; i < batches; i++) {
+	for (int i = 0; i < n; i++) {
 		int ret = pp_transfer_next(f->t, f->compute, &b);
 
 		ck_assert_msg(ret == 1, "next: %d %s", ret, pp_last_error());
 		ck_assert_int_eq(pp_stream_spin(f->compute, (uint64_t)compute_us * 1000u), 0);
 		ck_assert_int_eq(pp_transfer_release(f->t, b, f->compute), 0);
 	}
-	ck_assert_int_eq(pp_stream_synchronize(f->compute), 0);
-	ck_assert_int_eq(pp_transfer_get_stats(f->t, st), 0);
 }
 
 /*
- * Float32 batches of 64 (200 KB), compute of 400 µs each.  Fails if the
- * host is blocked in the copy call for pinned batches (more than a tenth of
- * the copy time), or not blocked for most of it for pageable ones, or if
- * pinned copies are not mostly hidden behind compute, or pageable ones are.
+ * Runs 'batches' batches with 'compute_us' of compute each, after 8 not
+ * counted (the first use of every slot and page), and writes the stats of
+ * the counted ones.
+ */
+static void run_compute(struct pp_tfix *f, int batches, uint32_t compute_us,
+			struct pp_transfer_stats *st)
+{
+	struct pp_transfer_stats s0;
+
+	ck_assert_int_eq(pp_transfer_begin_epoch(f->t, 0), 0);
+	run_batches(f, 8, compute_us);
+	ck_assert_int_eq(pp_transfer_get_stats(f->t, &s0), 0);
+	run_batches(f, batches, compute_us);
+	ck_assert_int_eq(pp_stream_synchronize(f->compute), 0);
+	ck_assert_int_eq(pp_transfer_get_stats(f->t, st), 0);
+	st->batches -= s0.batches;
+	st->bytes -= s0.bytes;
+	st->copies_timed -= s0.copies_timed;
+	st->copy_ns -= s0.copy_ns;
+	st->exposed_ns -= s0.exposed_ns;
+	st->host_blocked_ns -= s0.host_blocked_ns;
+	st->hidden_share = 1.0 - (double)st->exposed_ns / (double)st->copy_ns;
+}
+
+/*
+ * Float32 batches of 64 (200 KB; 200 µs at the sim's 1 GB/s), compute of
+ * 600 µs each.  Fails if the host is blocked in the copy call for pinned
+ * batches (more than a tenth of the copy time), or not blocked for most of
+ * it for pageable ones, or if pinned copies are not mostly hidden behind
+ * compute, or pageable ones are.
  */
 START_TEST(test_pinned_async_pageable_blocks)
 {
@@ -326,17 +348,17 @@ START_TEST(test_pinned_async_pageable_blocks)
 	struct pp_tfix f;
 
 	pp_tfix_open(&f, case_names[_i], 64 * 40, 64, PP_DTYPE_F32, true, 2, 0);
-	run_compute(&f, 30, 400, &pin);
+	run_compute(&f, 30, 600, &pin);
 	pp_tfix_close(&f);
 	pp_tfix_open(&f, case_names[_i], 64 * 40, 64, PP_DTYPE_F32, false, 2, 0);
-	run_compute(&f, 30, 400, &page);
+	run_compute(&f, 30, 600, &page);
 	pp_tfix_close(&f);
 
-	/* Bytes of the 30 batches handed out, and of at most 2 (depth) copied ahead. */
-	ck_assert_uint_ge(pin.bytes, 30ull * 64 * (3136 + 4));
+	/* Bytes of the 30 batches handed out, give or take the 2 (depth) copied ahead. */
+	ck_assert_uint_ge(pin.bytes, 28ull * 64 * (3136 + 4));
 	ck_assert_uint_le(pin.bytes, 32ull * 64 * (3136 + 4));
-	ck_assert_uint_eq(pin.copies_timed, 30);
-	ck_assert_uint_eq(page.copies_timed, 30);
+	ck_assert_uint_ge(pin.copies_timed, 28);
+	ck_assert_uint_ge(page.copies_timed, 28);
 	ck_assert_msg(pin.host_blocked_ns * 10 < pin.copy_ns,
 		      "pinned: host blocked %llu ns of %llu ns of copies",
 		      (unsigned long long)pin.host_blocked_ns, (unsigned long long)pin.copy_ns);

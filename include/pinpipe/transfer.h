@@ -122,8 +122,9 @@ PP_API int pp_transfer_begin_epoch(struct pp_transfer *t, uint64_t epoch);
  * begun, or a stream of another device), -EIO (a copy failed: the message
  * names the stream and the copy), or the loader's error.  A batch is handed
  * out without the host waiting for its copy, so the failure of a copy still
- * running then is returned by the next call (and by pp_event_synchronize()
- * of the batch's 'ready' event).  After an error the stage holds no copy in
+ * running then is returned by a later call, at the latest when its device
+ * slot is needed again (and at once by pp_event_synchronize() of the
+ * batch's 'ready' event, for a trainer that must know).  After an error the stage holds no copy in
  * flight, and a new epoch may be begun.
  */
 PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
