@@ -23,7 +23,7 @@
  *	pp_loader_destroy(l);
  *
  * Thread safety: one consumer thread calls create, begin_epoch, resume,
- * next and destroy; release, get_position and get_stats may be called from
+ * next, try_next and destroy; release, get_position and get_stats may be called from
  * any thread.  The workers are the loader's own.
  */
 #ifndef PINPIPE_LOADER_H
