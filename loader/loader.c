@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "common/internal.h"
+#include "loader/convert.h"
 #include "loader/loader.h"
 
 enum slot_state {
@@ -110,24 +111,6 @@ struct pp_loader {
 
 /* ------------------------------------------------------------------ conversion */
 
-typedef uint8_t u8x16 __attribute__((vector_size(16)));
-typedef float f32x16 __attribute__((vector_size(64)));
-
-static void convert_u8_f32(const uint8_t *src, float *dst, size_t n, float scale, float bias)
-{
-	size_t i = 0;
-
-	for (; i + 16 <= n; i += 16) {
-		u8x16 v;
-		f32x16 f;
-		memcpy(&v, src + i, sizeof(v));
-		f = __builtin_convertvector(v, f32x16) * scale + bias;
-		memcpy(dst + i, &f, sizeof(f));
-	}
-	for (; i < n; i++)
-		dst[i] = (float)src[i] * scale + bias;
-}
-
 static void convert_f32_f32(const float *src, float *dst, size_t n, float scale, float bias)
 {
 	for (size_t i = 0; i < n; i++)
@@ -143,7 +126,7 @@ void pp_convert_sample(const struct pp_convert *cv, const void *src, void *dst)
 	for (uint32_t c = 0; c < cv->channels; c++) {
 		size_t o = c * cv->plane;
 		if (cv->in == PP_DTYPE_U8)
-			convert_u8_f32((const uint8_t *)src + o, (float *)dst + o, cv->plane,
+			pp_convert_u8_f32((const uint8_t *)src + o, (float *)dst + o, cv->plane,
 				       cv->scale[c], cv->bias[c]);
 		else
 			convert_f32_f32((const float *)src + o, (float *)dst + o, cv->plane,

@@ -999,6 +999,7 @@ Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("loader");
 	TCase *tc = tcase_create("plan");
+	TCase *te = tcase_create("errors");
 	TCase *tio = tcase_create("io");
 
 	tcase_set_timeout(tc, 60);
@@ -1007,14 +1008,16 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(tc, test_exactly_once_stream, 0, 16);
 	tcase_add_loop_test(tc, test_order_deterministic, 0, 3);
 	tcase_add_loop_test(tc, test_resume, 0, 2);
-	tcase_add_loop_test(tc, test_corrupt_chunk, 0, 3);
-	tcase_add_test(tc, test_destroy_midepoch);
-	tcase_add_loop_test(tc, test_enobufs, 0, 3);
-	tcase_add_test(tc, test_normalise_channels);
-	tcase_add_test(tc, test_bad_config);
-	tcase_add_test(tc, test_stats);
 	suite_add_tcase(s, tc);
-	tcase_set_timeout(tio, 30);
+	tcase_set_timeout(te, 30);
+	tcase_add_loop_test(te, test_corrupt_chunk, 0, 3);
+	tcase_add_test(te, test_destroy_midepoch);
+	tcase_add_loop_test(te, test_enobufs, 0, 3);
+	tcase_add_test(te, test_normalise_channels);
+	tcase_add_test(te, test_bad_config);
+	tcase_add_test(te, test_stats);
+	suite_add_tcase(s, te);
+	tcase_set_timeout(tio, 60);
 	tcase_add_loop_test(tio, test_reader, 0, 2);
 	tcase_add_loop_test(tio, test_shards_exactly_once, 0, 2);
 	tcase_add_loop_test(tio, test_shards_corrupt, 0, 2);
