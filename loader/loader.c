@@ -126,7 +126,7 @@ void pp_convert_sample(const struct pp_convert *cv, const void *src, void *dst)
 	for (uint32_t c = 0; c < cv->channels; c++) {
 		size_t o = c * cv->plane;
 		if (cv->in == PP_DTYPE_U8)
-			pp_convert_u8_f32((const uint8_t *)src + o, (float *)dst + o, cv->plane,
+			cv->u8_f32((const uint8_t *)src + o, (float *)dst + o, cv->plane,
 				       cv->scale[c], cv->bias[c]);
 		else
 			convert_f32_f32((const float *)src + o, (float *)dst + o, cv->plane,
@@ -152,6 +152,7 @@ static int convert_setup(struct pp_convert *cv, const struct pp_sample_info *inf
 	if (info->ndim == 3 && info->shape[0] <= PP_LOADER_MAX_CHANNELS)
 		cv->channels = info->shape[0];
 	cv->plane = elems / cv->channels;
+	cv->u8_f32 = pp_convert_u8_f32_best();
 	for (uint32_t c = 0; c < cv->channels; c++) {
 		float sd = cfg->std[c] != 0.0f ? cfg->std[c] : 1.0f;
 		float unit = cv->in == PP_DTYPE_U8 ? 1.0f / 255.0f : 1.0f;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/internal.h"
+#include "loader/convert.h"
 #include "loader/loader.h"
 #include "tests/testutil.h"
 
@@ -615,6 +616,39 @@ START_TEST(test_normalise_channels)
 END_TEST
 
 /*
+ * The uint8-to-float kernels agree with the scalar loop for every length
+ * around their vector widths (16) and tails.  Fails if a vector kernel
+ * drops, reorders or misconverts an element.
+ */
+START_TEST(test_convert_kernels)
+{
+	uint8_t src[100];
+	float want[100], got[100];
+	pp_convert_u8_f32_fn *kernels[3] = { pp_convert_u8_f32_best(), NULL, NULL };
+
+#if defined(__x86_64__) && defined(__GNUC__)
+	kernels[1] = pp_convert_u8_f32_sse2;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		kernels[2] = pp_convert_u8_f32_avx2;
+#endif
+	pp_test_fill_random(src, sizeof(src), 11);
+	for (size_t n = 0; n <= 100; n++) {
+		pp_convert_u8_f32_scalar(src, want, n, 1.0f / (255.0f * 0.353f), -0.286f / 0.353f);
+		for (int k = 0; k < 3; k++) {
+			if (kernels[k] == NULL)
+				continue;
+			memset(got, 0xff, sizeof(got));
+			kernels[k](src, got, n, 1.0f / (255.0f * 0.353f), -0.286f / 0.353f);
+			for (size_t i = 0; i < n; i++)
+				ck_assert_float_eq_tol(got[i], want[i], 1e-5);
+			if (n < 100)
+				ck_assert_uint_eq(((uint32_t *)got)[n], 0xffffffffu);
+		}
+	}
+}
+END_TEST
+
+/*
  * Bad settings and a memory budget too small are refused with a message.
  * Fails if a wrong setting is accepted or the message is missing.
  */
@@ -1028,6 +1062,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(te, test_destroy_midepoch);
 	tcase_add_loop_test(te, test_enobufs, 0, 3);
 	tcase_add_test(te, test_normalise_channels);
+	tcase_add_test(te, test_convert_kernels);
 	tcase_add_test(te, test_bad_config);
 	tcase_add_test(te, test_stats);
 	suite_add_tcase(s, te);
