@@ -10,12 +10,13 @@
  * batch buffers, and (for shards) inflating every chunk on one thread.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pinpipe/pinpipe.h"
 
@@ -27,17 +28,44 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Peak resident memory of this process in kB (VmHWM; unlike ru_maxrss, not inherited across exec). */
 static long peak_rss_kb(void)
 {
-	struct rusage ru;
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
 
-	getrusage(RUSAGE_SELF, &ru);
-	return ru.ru_maxrss;
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
 }
 
-/* Runs 'epochs' epochs after one warm-up epoch; returns seconds per epoch, samples in *n_p. */
-static int run(struct pp_loader *l, int epochs, double *secs_p, uint64_t *n_p)
+/* Evicts the files from the page cache, so that the next epoch reads them from the disk. */
+static void evict(char **paths, int n)
 {
+	for (int i = 0; i < n; i++) {
+		int fd = open(paths[i], O_RDONLY);
+		if (fd < 0)
+			continue;
+		fdatasync(fd);
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+}
+
+/*
+ * Runs 'epochs' epochs after one warm-up epoch; returns seconds per epoch,
+ * samples in *n_p.  With 'cold', the files are evicted from the page cache
+ * before every timed epoch (outside the timing).
+ */
+static int run(struct pp_loader *l, int epochs, char **cold, int ncold, double *secs_p,
+	       uint64_t *n_p)
+{
+	double paused = 0;
 	struct pp_batch *b;
 	uint64_t n = 0;
 	double t0 = 0;
@@ -46,6 +74,11 @@ static int run(struct pp_loader *l, int epochs, double *secs_p, uint64_t *n_p)
 	for (int e = 0; e <= epochs; e++) {
 		if (e == 1)
 			t0 = now_s();
+		if (e > 0 && cold != NULL) {
+			double p0 = now_s();
+			evict(cold, ncold);
+			paused += now_s() - p0;
+		}
 		if ((ret = pp_loader_begin_epoch(l, (uint64_t)e)) < 0)
 			return ret;
 		while ((ret = pp_loader_next(l, &b)) == 1) {
@@ -56,7 +89,7 @@ static int run(struct pp_loader *l, int epochs, double *secs_p, uint64_t *n_p)
 		if (ret < 0)
 			return ret;
 	}
-	*secs_p = (now_s() - t0) / epochs;
+	*secs_p = (now_s() - t0 - paused) / epochs;
 	*n_p = n / (uint64_t)epochs;
 	return 0;
 }
@@ -122,11 +155,12 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"Usage: bench_loader [-w WORKERS] [-b BATCH] [-e EPOCHS] [-p] [-u] [-S] [-W WINDOW]\n"
-		"                    [-P] [-D] [-m BUDGET_MB] [--baseline] (DIR | --shards FILE...)\n"
+		"                    [-P] [-D] [-C] [-m BUDGET_MB] [--baseline] (DIR | --shards FILE...)\n"
 		"  -w workers (0)  -b batch (100)  -e timed epochs after a warm-up one (3)\n"
 		"  -p pin_memory (ring from the cpu device's pinned allocator)  -u uint8 output\n"
 		"  -S stream shards (default: decode them into memory)  -W window chunks (8)\n"
-		"  -P force pread  -D O_DIRECT  -m memory budget in MB\n");
+		"  -P force pread  -D O_DIRECT  -C cold: evict the shards from the page cache\n"
+		"  before each timed epoch  -m memory budget in MB\n");
 }
 
 int main(int argc, char **argv)
@@ -143,12 +177,12 @@ int main(int argc, char **argv)
 	struct pp_device *dev = NULL;
 	struct pp_loader *l = NULL;
 	struct pp_loader_stats st;
-	bool shards = false, baseline = false;
+	bool shards = false, baseline = false, cold = false;
 	int epochs = 3, c, ret;
 	double secs;
 	uint64_t n;
 
-	while ((c = getopt_long(argc, argv, "w:b:e:puSW:PDm:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "w:b:e:puSW:PDCm:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'w': cfg.workers = (uint32_t)atoi(optarg); break;
 		case 'b': cfg.batch_size = (uint32_t)atoi(optarg); break;
@@ -159,6 +193,7 @@ int main(int argc, char **argv)
 		case 'W': cfg.window_chunks = (uint32_t)atoi(optarg); break;
 		case 'P': cfg.io = PP_LOADER_IO_PREAD; break;
 		case 'D': cfg.direct_io = true; break;
+		case 'C': cold = true; break;
 		case 'm': cfg.memory_budget = (size_t)atol(optarg) << 20; break;
 		case 's': shards = true; break;
 		case 'B': baseline = true; break;
@@ -183,18 +218,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	cfg.device = dev;
-	if ((ret = pp_loader_create(&cfg, &l)) < 0 || (ret = run(l, epochs, &secs, &n)) < 0) {
+	if ((ret = pp_loader_create(&cfg, &l)) < 0 || (ret = run(l, epochs, cold && shards ? argv + optind : NULL, argc - optind,
+					      &secs, &n)) < 0) {
 		fprintf(stderr, "bench_loader: %s\n", pp_last_error());
 		pp_loader_destroy(l);
 		return 1;
 	}
 	pp_loader_get_stats(l, &st);
 	size_t out_bytes = (size_t)n * (st.bytes / (st.samples ? st.samples : 1));
-	printf("source=%s cache=%s workers=%u pin=%d dtype=%s batch=%u samples=%llu "
+	printf("cold=%d source=%s cache=%s workers=%u pin=%d dtype=%s batch=%u samples=%llu "
 	       "epoch_s=%.4f samples_per_s=%.0f out_MB_per_s=%.1f io=%s direct=%d pinned=%d "
 	       "consumer_wait_s=%.3f read_s=%.3f decode_s=%.3f fill_s=%.3f slot_wait_s=%.3f "
 	       "loader_MB=%.1f peak_rss_MB=%.1f\n",
-	       shards ? "shards" : "memory", shards ? (cfg.cache ? "stream" : "memory") : "-",
+	       cold, shards ? "shards" : "memory", shards ? (cfg.cache ? "stream" : "memory") : "-",
 	       cfg.workers, cfg.pin_memory, cfg.dtype == PP_DTYPE_F32 ? "f32" : "u8",
 	       cfg.batch_size, (unsigned long long)n, secs, (double)n / secs,
 	       (double)out_bytes / secs / 1e6, st.io_path, st.direct_io, st.pinned,

@@ -766,6 +766,12 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		goto err_destroy;
 	if (src->load_chunks != NULL && !l->streaming && (ret = cache_chunks(l, cfg)) < 0)
 		goto err_destroy;
+	if (l->streaming && src->nchunks < l->params.world_size) {
+		ret = pp_error(-EINVAL, "loader: %zu chunks are too few to stream to %u ranks "
+			       "(each rank needs a chunk; use PP_LOADER_CACHE_MEMORY)",
+			       src->nchunks, l->params.world_size);
+		goto err_destroy;
+	}
 	if (l->streaming) {
 		if ((ret = pp_plan_alloc_stream(&l->plan, &l->params, src->chunks, src->nchunks)) < 0)
 			goto err_destroy;

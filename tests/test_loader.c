@@ -678,6 +678,13 @@ START_TEST(test_bad_config)
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "uint8 output"));
 
 	cfg.dtype = 0;
+	cfg.world_size = 4;
+	cfg.cache = PP_LOADER_CACHE_STREAM;
+	src = tsource_make(T_CHUNKS, 100, 40, NULL);
+	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "3 chunks are too few to stream to 4 ranks"));
+
+	cfg.world_size = 1;
 	src = tsource_make(T_ARRAY, 100, 0, NULL);
 	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), 0);
 	ck_assert_int_eq(pp_loader_next(l, &(struct pp_batch *){ NULL }), -EINVAL);
