@@ -69,6 +69,7 @@ struct pp_loader {
 	uint32_t depth;          /* ring slots */
 	uint32_t nworkers;       /* threads; 0: the consumer fills */
 	uint32_t io_depth;       /* chunks per load */
+	uint32_t claimers;       /* threads that decode chunks: max(nworkers, 1) */
 	bool streaming;
 	uint64_t plan_key;
 
@@ -225,8 +226,11 @@ static void window_index(struct pp_loader *l, struct window *w, const struct pp_
  * Makes segment s available in its window, decoding its chunks with the
  * other workers that need it, and counts this fill as a user.  Returns the
  * window, or NULL when the fill must quit (error recorded or epoch ended).
+ * With 'ahead', it only decodes what it can without waiting (the window
+ * buffer may not be free yet, other workers may hold the last chunks) and
+ * returns NULL: read-ahead by a worker that would otherwise wait for a slot.
  */
-static struct window *window_acquire(struct pp_loader *l, struct worker *wk, size_t s)
+static struct window *window_acquire(struct pp_loader *l, struct worker *wk, size_t s, bool ahead)
 {
 	struct window *w = &l->windows[s % l->nwindows];
 	const struct pp_plan_segment *seg = &l->plan.segs[s];
@@ -252,13 +256,17 @@ static struct window *window_acquire(struct pp_loader *l, struct worker *wk, siz
 			}
 			break;
 		}
+		if (ahead)
+			goto out_quit;
 		t0 = pp_now_ns();
 		pthread_cond_wait(&l->cond_window, &l->mu);
 		wk->slot_wait_ns += pp_now_ns() - t0;
 	}
 	while (w->next_chunk < seg->nchunks) {
-		uint32_t c0 = w->next_chunk;
-		uint32_t n = PP_MIN(l->io_depth, seg->nchunks - c0);
+		/* claims small enough that the workers finish the window together */
+		uint32_t c0 = w->next_chunk, left = seg->nchunks - c0;
+		uint32_t share = (left + 2 * l->claimers - 1) / (2 * l->claimers);
+		uint32_t n = PP_MIN(l->io_depth, share);
 		w->next_chunk += n;
 		pthread_mutex_unlock(&l->mu);
 		for (uint32_t i = 0; i < n; i++)
@@ -275,6 +283,8 @@ static struct window *window_acquire(struct pp_loader *l, struct worker *wk, siz
 		w->chunks_done += n;
 		pthread_cond_broadcast(&l->cond_window);
 	}
+	if (ahead)
+		goto out_quit;
 	while (w->chunks_done < seg->nchunks) {
 		if (must_quit(l))
 			goto out_quit;
@@ -325,7 +335,7 @@ static int fill_batch(struct pp_loader *l, struct worker *wk, uint64_t b, struct
 		while (pos < end) {
 			size_t s = pp_plan_segment_of(plan, pos);
 			uint64_t stop = PP_MIN(end, plan->segs[s].end);
-			struct window *w = window_acquire(l, wk, s);
+			struct window *w = window_acquire(l, wk, s, false);
 			if (w == NULL)
 				return -ECANCELED;
 			t0 = pp_now_ns();
@@ -405,6 +415,14 @@ static void *worker_main(void *arg)
 		b = l->next_claim++;
 		l->busy++;
 		sl = &l->slots[b % l->depth];
+		if (l->streaming && !(sl->state == SLOT_FREE && sl->expect == b)) {
+			size_t s = pp_plan_segment_of(&l->plan, b * l->batch_size);
+			pthread_mutex_unlock(&l->mu);
+			window_acquire(l, wk, s, true);
+			if (s + 1 < l->plan.nsegs)
+				window_acquire(l, wk, s + 1, true);
+			pthread_mutex_lock(&l->mu);
+		}
 		t0 = pp_now_ns();
 		while (!must_quit(l) && !(sl->state == SLOT_FREE && sl->expect == b))
 			pthread_cond_wait(&l->cond_slot, &l->mu);
@@ -538,9 +556,9 @@ static int budget_add(struct pp_loader *l, const struct pp_loader_config *cfg, s
 {
 	if (!pp_add_size(l->memory_bytes, bytes, &l->memory_bytes) ||
 	    (cfg->memory_budget != 0 && l->memory_bytes > cfg->memory_budget))
-		return pp_error(-ENOMEM, "loader: memory budget of %zu bytes exceeded: %s needs %zu "
-				"bytes, %zu in all so far", cfg->memory_budget, what, bytes,
-				l->memory_bytes);
+		return pp_error(-ENOMEM, "loader: memory budget of %zu bytes exceeded: %zu bytes "
+				"needed so far, of which %zu for %s", cfg->memory_budget,
+				l->memory_bytes, bytes, what);
 	return 0;
 }
 
@@ -748,6 +766,7 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 	l->nworkers = cfg->workers;
 	l->depth = cfg->prefetch ? cfg->prefetch : 2 * cfg->workers + 2;
 	l->io_depth = cfg->io_depth ? cfg->io_depth : 4;
+	l->claimers = PP_MAX(cfg->workers, 1u);
 	l->streaming = src->load_chunks != NULL && cfg->cache == PP_LOADER_CACHE_STREAM;
 	l->params = (struct pp_plan_params){
 		.seed = cfg->seed,
