@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "common/internal.h"
+#include "loader/convert.h"
 #include "loader/loader.h"
 
 enum slot_state {
@@ -68,6 +69,7 @@ struct pp_loader {
 	uint32_t depth;          /* ring slots */
 	uint32_t nworkers;       /* threads; 0: the consumer fills */
 	uint32_t io_depth;       /* chunks per load */
+	uint32_t claimers;       /* threads that decode chunks: max(nworkers, 1) */
 	bool streaming;
 	uint64_t plan_key;
 
@@ -110,24 +112,6 @@ struct pp_loader {
 
 /* ------------------------------------------------------------------ conversion */
 
-typedef uint8_t u8x16 __attribute__((vector_size(16)));
-typedef float f32x16 __attribute__((vector_size(64)));
-
-static void convert_u8_f32(const uint8_t *src, float *dst, size_t n, float scale, float bias)
-{
-	size_t i = 0;
-
-	for (; i + 16 <= n; i += 16) {
-		u8x16 v;
-		f32x16 f;
-		memcpy(&v, src + i, sizeof(v));
-		f = __builtin_convertvector(v, f32x16) * scale + bias;
-		memcpy(dst + i, &f, sizeof(f));
-	}
-	for (; i < n; i++)
-		dst[i] = (float)src[i] * scale + bias;
-}
-
 static void convert_f32_f32(const float *src, float *dst, size_t n, float scale, float bias)
 {
 	for (size_t i = 0; i < n; i++)
@@ -143,7 +127,7 @@ void pp_convert_sample(const struct pp_convert *cv, const void *src, void *dst)
 	for (uint32_t c = 0; c < cv->channels; c++) {
 		size_t o = c * cv->plane;
 		if (cv->in == PP_DTYPE_U8)
-			convert_u8_f32((const uint8_t *)src + o, (float *)dst + o, cv->plane,
+			cv->u8_f32((const uint8_t *)src + o, (float *)dst + o, cv->plane,
 				       cv->scale[c], cv->bias[c]);
 		else
 			convert_f32_f32((const float *)src + o, (float *)dst + o, cv->plane,
@@ -169,6 +153,7 @@ static int convert_setup(struct pp_convert *cv, const struct pp_sample_info *inf
 	if (info->ndim == 3 && info->shape[0] <= PP_LOADER_MAX_CHANNELS)
 		cv->channels = info->shape[0];
 	cv->plane = elems / cv->channels;
+	cv->u8_f32 = pp_convert_u8_f32_best();
 	for (uint32_t c = 0; c < cv->channels; c++) {
 		float sd = cfg->std[c] != 0.0f ? cfg->std[c] : 1.0f;
 		float unit = cv->in == PP_DTYPE_U8 ? 1.0f / 255.0f : 1.0f;
@@ -241,8 +226,11 @@ static void window_index(struct pp_loader *l, struct window *w, const struct pp_
  * Makes segment s available in its window, decoding its chunks with the
  * other workers that need it, and counts this fill as a user.  Returns the
  * window, or NULL when the fill must quit (error recorded or epoch ended).
+ * With 'ahead', it only decodes what it can without waiting (the window
+ * buffer may not be free yet, other workers may hold the last chunks) and
+ * returns NULL: read-ahead by a worker that would otherwise wait for a slot.
  */
-static struct window *window_acquire(struct pp_loader *l, struct worker *wk, size_t s)
+static struct window *window_acquire(struct pp_loader *l, struct worker *wk, size_t s, bool ahead)
 {
 	struct window *w = &l->windows[s % l->nwindows];
 	const struct pp_plan_segment *seg = &l->plan.segs[s];
@@ -268,13 +256,17 @@ static struct window *window_acquire(struct pp_loader *l, struct worker *wk, siz
 			}
 			break;
 		}
+		if (ahead)
+			goto out_quit;
 		t0 = pp_now_ns();
 		pthread_cond_wait(&l->cond_window, &l->mu);
 		wk->slot_wait_ns += pp_now_ns() - t0;
 	}
 	while (w->next_chunk < seg->nchunks) {
-		uint32_t c0 = w->next_chunk;
-		uint32_t n = PP_MIN(l->io_depth, seg->nchunks - c0);
+		/* claims small enough that the workers finish the window together */
+		uint32_t c0 = w->next_chunk, left = seg->nchunks - c0;
+		uint32_t share = (left + 2 * l->claimers - 1) / (2 * l->claimers);
+		uint32_t n = PP_MIN(l->io_depth, share);
 		w->next_chunk += n;
 		pthread_mutex_unlock(&l->mu);
 		for (uint32_t i = 0; i < n; i++)
@@ -291,6 +283,8 @@ static struct window *window_acquire(struct pp_loader *l, struct worker *wk, siz
 		w->chunks_done += n;
 		pthread_cond_broadcast(&l->cond_window);
 	}
+	if (ahead)
+		goto out_quit;
 	while (w->chunks_done < seg->nchunks) {
 		if (must_quit(l))
 			goto out_quit;
@@ -341,7 +335,7 @@ static int fill_batch(struct pp_loader *l, struct worker *wk, uint64_t b, struct
 		while (pos < end) {
 			size_t s = pp_plan_segment_of(plan, pos);
 			uint64_t stop = PP_MIN(end, plan->segs[s].end);
-			struct window *w = window_acquire(l, wk, s);
+			struct window *w = window_acquire(l, wk, s, false);
 			if (w == NULL)
 				return -ECANCELED;
 			t0 = pp_now_ns();
@@ -421,6 +415,14 @@ static void *worker_main(void *arg)
 		b = l->next_claim++;
 		l->busy++;
 		sl = &l->slots[b % l->depth];
+		if (l->streaming && !(sl->state == SLOT_FREE && sl->expect == b)) {
+			size_t s = pp_plan_segment_of(&l->plan, b * l->batch_size);
+			pthread_mutex_unlock(&l->mu);
+			window_acquire(l, wk, s, true);
+			if (s + 1 < l->plan.nsegs)
+				window_acquire(l, wk, s + 1, true);
+			pthread_mutex_lock(&l->mu);
+		}
 		t0 = pp_now_ns();
 		while (!must_quit(l) && !(sl->state == SLOT_FREE && sl->expect == b))
 			pthread_cond_wait(&l->cond_slot, &l->mu);
@@ -554,9 +556,9 @@ static int budget_add(struct pp_loader *l, const struct pp_loader_config *cfg, s
 {
 	if (!pp_add_size(l->memory_bytes, bytes, &l->memory_bytes) ||
 	    (cfg->memory_budget != 0 && l->memory_bytes > cfg->memory_budget))
-		return pp_error(-ENOMEM, "loader: memory budget of %zu bytes exceeded: %s needs %zu "
-				"bytes, %zu in all so far", cfg->memory_budget, what, bytes,
-				l->memory_bytes);
+		return pp_error(-ENOMEM, "loader: memory budget of %zu bytes exceeded: %zu bytes "
+				"needed so far, of which %zu for %s", cfg->memory_budget,
+				l->memory_bytes, bytes, what);
 	return 0;
 }
 
@@ -764,6 +766,7 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 	l->nworkers = cfg->workers;
 	l->depth = cfg->prefetch ? cfg->prefetch : 2 * cfg->workers + 2;
 	l->io_depth = cfg->io_depth ? cfg->io_depth : 4;
+	l->claimers = PP_MAX(cfg->workers, 1u);
 	l->streaming = src->load_chunks != NULL && cfg->cache == PP_LOADER_CACHE_STREAM;
 	l->params = (struct pp_plan_params){
 		.seed = cfg->seed,
@@ -782,6 +785,12 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		goto err_destroy;
 	if (src->load_chunks != NULL && !l->streaming && (ret = cache_chunks(l, cfg)) < 0)
 		goto err_destroy;
+	if (l->streaming && src->nchunks < l->params.world_size) {
+		ret = pp_error(-EINVAL, "loader: %zu chunks are too few to stream to %u ranks "
+			       "(each rank needs a chunk; use PP_LOADER_CACHE_MEMORY)",
+			       src->nchunks, l->params.world_size);
+		goto err_destroy;
+	}
 	if (l->streaming) {
 		if ((ret = pp_plan_alloc_stream(&l->plan, &l->params, src->chunks, src->nchunks)) < 0)
 			goto err_destroy;

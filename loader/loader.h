@@ -137,6 +137,8 @@ struct pp_convert {
 	size_t plane;          /* elements per channel plane */
 	float scale[PP_LOADER_MAX_CHANNELS]; /* out = in * scale + bias, per channel */
 	float bias[PP_LOADER_MAX_CHANNELS];
+	/* the uint8-to-float kernel picked for this processor (loader/convert.h) */
+	void (*u8_f32)(const uint8_t *src, float *dst, size_t n, float scale, float bias);
 };
 
 /* Converts one sample from src into dst. */

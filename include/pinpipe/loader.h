@@ -148,7 +148,7 @@ struct pp_loader;
  * are opened and validated here, and with PP_LOADER_CACHE_MEMORY decoded.
  * Returns 0 and the loader in *l_p, or -errno with a message:
  * -EINVAL (a setting out of range, both or neither source given, uint8
- * output from float samples), -ENOMEM (the memory budget would be exceeded:
+ * output from float samples, fewer chunks than ranks when streaming), -ENOMEM (the memory budget would be exceeded:
  * the message says how much is needed; or an allocation failed), -ENOSYS or
  * -EPERM (PP_LOADER_IO_URING where io_uring is refused), or the error of
  * opening or decoding a shard (-ENOENT, -EBADMSG...).
@@ -206,7 +206,12 @@ PP_API int pp_loader_get_position(struct pp_loader *l, struct pp_loader_position
  */
 PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position *pos);
 
-/* Returns the number of batches of an epoch on this rank (the same on every rank). */
+/*
+ * Returns the number of batches of the current epoch on this rank (the same
+ * on every rank); 0 before the first epoch is begun.  In memory it is the
+ * same for every epoch; streamed, it can differ by a batch or two between
+ * epochs, as the ranks' shares of chunks of unequal sizes change.
+ */
 PP_API uint64_t pp_loader_batches_per_epoch(const struct pp_loader *l);
 
 /*
