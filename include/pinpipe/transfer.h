@@ -47,7 +47,8 @@ struct pp_transfer_config {
 	struct pp_loader *loader;  /* the source; must outlive the stage; the stage is its only consumer */
 	struct pp_device *device;  /* the destination; the loader's ring should come from it */
 	uint32_t depth;            /* batches copied ahead of the trainer; 0: 2 */
-	uint32_t slots;            /* device slots (>= 2, > depth not required); 0: depth + 2 */
+	uint32_t slots;            /* device slots, 2..256 (with depth + 1 or fewer, fewer copies
+	                              run ahead while the trainer holds batches); 0: depth + 2 */
 };
 
 /* One device-resident batch, as handed out by pp_transfer_next(); valid until released. */
