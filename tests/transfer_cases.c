@@ -341,9 +341,11 @@ static void run_compute(struct pp_tfix *f, int batches, uint32_t compute_us,
  * on a busy machine): on sim batches of 64 (200 KB, 200 µs at 1 GB/s), on
  * a GPU batches of 4096 (12.8 MB, about 250 µs at 50 GB/s, so that the copy
  * is long against the cost of the call).  Fails if the host is blocked in
- * the copy call for pinned batches (more than a tenth of the copy time), or
+ * the copy call for pinned batches (more than a quarter of the copy time), or
  * not blocked for most of it for pageable ones, or if pinned copies are not
- * mostly hidden behind compute, or pageable ones are.
+ * mostly hidden behind compute, or pageable ones are.  (Under the
+ * sanitizers the call itself costs up to a seventh of a copy; a blocking
+ * copy costs all of it.)
  */
 START_TEST(test_pinned_async_pageable_blocks)
 {
@@ -369,7 +371,7 @@ START_TEST(test_pinned_async_pageable_blocks)
 	ck_assert_uint_le(pin.bytes, 32 * per_batch);
 	ck_assert_uint_ge(pin.copies_timed, 28);
 	ck_assert_uint_ge(page.copies_timed, 28);
-	ck_assert_msg(pin.host_blocked_ns * 10 < pin.copy_ns,
+	ck_assert_msg(pin.host_blocked_ns * 4 < pin.copy_ns,
 		      "pinned: host blocked %llu ns of %llu ns of copies",
 		      (unsigned long long)pin.host_blocked_ns, (unsigned long long)pin.copy_ns);
 	ck_assert_msg(page.host_blocked_ns * 2 > page.copy_ns,
