@@ -21,6 +21,7 @@ static struct tr_row row(unsigned run, unsigned epoch, double epoch_s, const cha
 	r.epoch = epoch;
 	r.epoch_s = epoch_s;
 	r.test_loss = NAN;
+	r.val_loss = r.val_acc = NAN;
 	r.hidden_pct = NAN;
 	r.p.batch_size = 100 * run;
 	r.p.lr = 0.01;

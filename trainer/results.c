@@ -31,6 +31,8 @@ static const struct column columns[] = {
 	{ "epoch", COL_UINT, ROW(epoch), 0 },
 	{ "train_loss", COL_REAL, ROW(train_loss), 4 },
 	{ "train_acc", COL_REAL, ROW(train_acc), 4 },
+	{ "val_loss", COL_REAL, ROW(val_loss), 4 },
+	{ "val_acc", COL_REAL, ROW(val_acc), 4 },
 	{ "test_loss", COL_REAL, ROW(test_loss), 4 },
 	{ "test_acc", COL_REAL, ROW(test_acc), 4 },
 	{ "epoch_s", COL_REAL, ROW(epoch_s), 3 },

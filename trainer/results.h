@@ -27,6 +27,8 @@ struct tr_row {
 	unsigned epoch;        /* 1-based; 0 for a run that could not start */
 	double train_loss;     /* mean over the epoch's batches; NaN when unknown */
 	double train_acc;      /* fraction 0..1 */
+	double val_loss;       /* on the held-out validation samples; NaN without --val-split */
+	double val_acc;
 	double test_loss;      /* NaN when not evaluated */
 	double test_acc;
 	double epoch_s;        /* seconds of the epoch's training loop */

@@ -338,7 +338,7 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct pp_mem_range r = { 0 };
-	void *p = MAP_FAILED;
+	void *p;
 	int ret;
 
 	if (dev == NULL || ptr_p == NULL)
@@ -351,24 +351,16 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 	r.mapped &= ~(page - 1);
 	r.bytes = bytes;
 	r.kind = PP_HOST_MMAP;
-	if (pinned && dev->ops->host_alloc_pinned != NULL && dev->ops->host_register == NULL) {
-		ret = dev->ops->host_alloc_pinned(dev, r.mapped, &p);
-		if (ret == 0)
+	p = mmap(NULL, r.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return pp_error(-ENOMEM, "%s: host allocation of %zu bytes: mmap failed (%s)",
+				dev->props.name, bytes, strerror(errno));
+	if (pinned && host_pin(dev, p, r.mapped, &r.kind) < 0 && dev->ops->host_alloc_pinned != NULL) {
+		void *q;
+		if (dev->ops->host_alloc_pinned(dev, r.mapped, &q) == 0) {
+			munmap(p, r.mapped);
+			p = q;
 			r.kind = PP_HOST_DRIVER;
-	}
-	if (r.kind != PP_HOST_DRIVER) {
-		p = mmap(NULL, r.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			return pp_error(-ENOMEM, "%s: host allocation of %zu bytes: mmap failed (%s)",
-					dev->props.name, bytes, strerror(errno));
-		if (pinned && host_pin(dev, p, r.mapped, &r.kind) < 0 &&
-		    dev->ops->host_alloc_pinned != NULL) {
-			void *q;
-			if (dev->ops->host_alloc_pinned(dev, r.mapped, &q) == 0) {
-				munmap(p, r.mapped);
-				p = q;
-				r.kind = PP_HOST_DRIVER;
-			}
 		}
 	}
 	r.addr = (uintptr_t)p;
@@ -380,7 +372,10 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 		return ret;
 	}
 	if (pinned && r.kind == PP_HOST_MMAP) {
-		/* The message of the refusal is kept for pp_last_error(). */
+		char why[512];
+		snprintf(why, sizeof(why), "%s", pp_last_error());
+		pp_error(-ENOMEM, "%s: pinned allocation of %zu bytes fell back to pageable memory: %s",
+			 dev->props.name, bytes, why);
 		atomic_fetch_add_explicit(&dev->stats.pinned_fallbacks, 1, memory_order_relaxed);
 	} else if (pinned) {
 		atomic_fetch_add_explicit(&dev->stats.pinned_bytes, bytes, memory_order_relaxed);

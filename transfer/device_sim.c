@@ -612,7 +612,7 @@ static int sim_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 static void sim_free(struct pp_device *dev, void *ptr, size_t bytes)
 {
 	struct sim_device *sim = sim_of(dev);
-	struct sim_quarantined *q = NULL, *old = NULL;
+	struct sim_quarantined *q = NULL;
 
 	if (sim->poison) {
 		memset(ptr, PP_SIM_POISON_BYTE, bytes);
@@ -631,18 +631,16 @@ static void sim_free(struct pp_device *dev, void *ptr, size_t bytes)
 		sim->q_tail = q;
 		sim->q_bytes += bytes;
 		ptr = NULL;
-		if (sim->q_bytes > SIM_QUARANTINE_BYTES && sim->q_head != q) {
-			old = sim->q_head;
+		while (sim->q_bytes > SIM_QUARANTINE_BYTES && sim->q_head != q) {
+			struct sim_quarantined *old = sim->q_head;
 			sim->q_head = old->next;
 			sim->q_bytes -= old->bytes;
+			free(old->ptr);
+			free(old);
 		}
 	}
 	pthread_mutex_unlock(&sim->mem_mu);
 	free(ptr);
-	if (old != NULL) {
-		free(old->ptr);
-		free(old);
-	}
 }
 
 static void sim_release(struct pp_device *dev, void *ptr, size_t bytes)

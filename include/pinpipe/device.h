@@ -17,9 +17,10 @@
  * made to wait for an event without the host waiting.  "auto" opens cuda:0
  * when a GPU is there and cpu otherwise.
  *
- * Device pointers (from pp_device_alloc) and host pointers are checked on
- * every copy: a copy that reaches outside an allocation of the right kind
- * fails with -EFAULT rather than corrupting memory.
+ * Device pointers (from pp_device_alloc; memory allocated by other means is
+ * refused) and host pointers are checked on every copy: a copy that reaches
+ * outside an allocation of the right kind fails with -EFAULT rather than
+ * corrupting memory.
  *
  * Thread safety: a device may be used from several threads at once; a
  * stream and an event each belong to one thread at a time.
@@ -65,9 +66,11 @@ struct pp_event;
  * ("sim:bw=25GB/s", "sim:poison", "sim:bw=10GB/s,poison,mem=2GiB"), "cuda"
  * or "cuda:N".  The sim's options: bw=RATE caps each copy engine (units
  * B/s, KB/s, MB/s, GB/s, TB/s and KiB/s ... TiB/s); mem=SIZE sets its memory
- * (default: the host's); poison overwrites device memory that is freed or
- * released, and keeps freed memory back for a while (up to 256 MiB) so a
- * late read of it sees the pattern rather than someone else's data.  Returns 0 and the device in *dev_p, or -errno:
+ * (default: the host's); poison overwrites device memory that is freed, or
+ * released by the transfer stage, with 0xfb, and keeps freed memory back
+ * for a while (up to 256 MiB) so that a late read of it sees the pattern
+ * rather than someone else's data.  Returns 0 and the device in *dev_p, or
+ * -errno:
  * -EINVAL (a name or option it does not know), -ENODEV (cuda asked for, and
  * the build has no CUDA, or there is no driver, or no GPU, or no GPU N; the
  * message says which).  "auto" never fails for want of a GPU: it opens cpu
