@@ -139,6 +139,44 @@ START_TEST(test_cpu_in_place)
 END_TEST
 
 /*
+ * pp_transfer_resume() mid-epoch, on a stage that has handed out batches of
+ * another epoch and still copies ahead.  Fails if the batches after the
+ * position are not exactly the reference's batches 7.. of epoch 1 (ids,
+ * labels, device bytes), or if a position of other settings is accepted.
+ */
+START_TEST(test_resume)
+{
+	struct pp_loader_position pos;
+	struct pp_device_batch *b;
+	struct pp_tcheck *c;
+	struct pp_tfix f;
+	int ret;
+
+	pp_tfix_open(&f, "sim:poison", 480, 16, PP_DTYPE_U8, true, 2, 0);
+	ck_assert_int_eq(pp_transfer_begin_epoch(f.t, 0), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &b), 1);
+		ck_assert_int_eq(pp_transfer_release(f.t, b, f.compute), 0);
+	}
+	ck_assert_int_eq(pp_loader_get_position(f.loader, &pos), 0);
+	pos.epoch = 1;
+	pos.batch = 7;
+	c = pp_tcheck_create(&f);
+	pp_tcheck_epoch(c, 1);
+	pp_tcheck_skip(c, 7);
+	ck_assert_int_eq(pp_transfer_resume(f.t, &pos), 0);
+	while ((ret = pp_transfer_next(f.t, f.compute, &b)) == 1)
+		pp_tcheck_batch(c, b, 0);
+	ck_assert_int_eq(ret, 0);
+	ck_assert_uint_eq(pp_tcheck_finish(c), 30 - 7);
+	pos.plan_key ^= 1;
+	ck_assert_int_eq(pp_transfer_resume(f.t, &pos), -EINVAL);
+	ck_assert_int_eq(pp_transfer_resume(f.t, NULL), -EINVAL);
+	pp_tfix_close(&f);
+}
+END_TEST
+
+/*
  * pp_loader_try_next() hands out the same batches, in the same order, as
  * pp_loader_next() on a loader of the same settings, with workers and
  * without.  Fails if it returns anything but 1, -EAGAIN (without workers:
@@ -206,6 +244,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_copy_failure);
 	tcase_add_test(tc, test_cpu_in_place);
 	tcase_add_test(tc, test_loader_try_next);
+	tcase_add_test(tc, test_resume);
 	suite_add_tcase(s, tc);
 	pp_transfer_cases_add(s, "shared", sim_names, 1);
 	return s;

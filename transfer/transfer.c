@@ -413,17 +413,31 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 	return 0;
 }
 
-PP_API int pp_transfer_begin_epoch(struct pp_transfer *t, uint64_t epoch)
+/* Drops what is in flight and starts the loader at 'pos', or at the start of 'epoch' when pos is NULL. */
+static int restart(struct pp_transfer *t, uint64_t epoch, const struct pp_loader_position *pos)
 {
 	int ret = t->in_place ? 0 : drain(t);
 
 	if (ret < 0)
 		return ret;
 	t->loader_done = false;
-	if ((ret = pp_loader_begin_epoch(t->loader, epoch)) < 0)
+	ret = pos != NULL ? pp_loader_resume(t->loader, pos) : pp_loader_begin_epoch(t->loader, epoch);
+	if (ret < 0)
 		return ret;
 	t->epoch_begun = true;
 	return 0;
+}
+
+PP_API int pp_transfer_begin_epoch(struct pp_transfer *t, uint64_t epoch)
+{
+	return restart(t, epoch, NULL);
+}
+
+PP_API int pp_transfer_resume(struct pp_transfer *t, const struct pp_loader_position *pos)
+{
+	if (pos == NULL)
+		return pp_error(-EINVAL, "transfer: resume needs a position");
+	return restart(t, pos->epoch, pos);
 }
 
 PP_API int pp_transfer_get_stats(struct pp_transfer *t, struct pp_transfer_stats *stats_p)

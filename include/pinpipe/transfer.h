@@ -115,6 +115,15 @@ PP_API void pp_transfer_destroy(struct pp_transfer *t);
 PP_API int pp_transfer_begin_epoch(struct pp_transfer *t, uint64_t epoch);
 
 /*
+ * Begins pos->epoch at batch pos->batch, as pp_transfer_begin_epoch() and
+ * pp_loader_resume() do: the batches that follow are exactly those that
+ * came after the first pos->batch of that epoch.  For resuming a run from a
+ * checkpoint.  Returns 0 or -errno (-EINVAL: a position saved with other
+ * loader settings, or past the end of the epoch).
+ */
+PP_API int pp_transfer_resume(struct pp_transfer *t, const struct pp_loader_position *pos);
+
+/*
  * Hands out the next batch of the epoch, on the device, in *b_p, after
  * making 'compute' (a stream of the stage's device) wait for its copy; also
  * issues the copies of the batches after it, up to 'depth' ahead.  Returns
