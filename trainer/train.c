@@ -73,9 +73,9 @@ static int open_synthetic(const char *spec, uint64_t seed, struct data *d)
 	if (spec[0] == ':') {
 		sc.count = strtoull(spec + 1, &end, 10);
 		if (*end != '\0' || sc.count < 6 || sc.count > (1ull << 32))
-			return pp_error(-EINVAL, "--data=synthetic%s: not synthetic:COUNT (6..2^32)", spec);
+			goto bad_spec;
 	} else if (spec[0] != '\0') {
-		return pp_error(-EINVAL, "--data=synthetic%s: not synthetic:COUNT", spec);
+		goto bad_spec;
 	}
 	sc.count += sc.count / 6;
 	ret = pp_dataset_create_synthetic(&sc, &all);
@@ -83,7 +83,14 @@ static int open_synthetic(const char *spec, uint64_t seed, struct data *d)
 		return ret;
 	ret = pp_dataset_random_split(all, sc.count / 7, seed, &d->train, &d->test);
 	pp_dataset_destroy(all);
+	if (ret < 0)
+		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
 	return ret;
+
+bad_spec:
+	fprintf(stderr, "pinpipe-train: --data=synthetic%s: not synthetic:COUNT (COUNT from 6 to 2^32)\n",
+		spec);
+	return -EINVAL;
 }
 
 /* Opens --data (a directory of a known dataset, or synthetic[:COUNT]) and holds out --val-split. */
@@ -94,6 +101,8 @@ static int data_open(const struct tr_options *opt, struct data *d)
 	memset(d, 0, sizeof(*d));
 	if (strncmp(opt->data, "synthetic", 9) == 0) {
 		ret = open_synthetic(opt->data + 9, opt->seed, d);
+		if (ret < 0)
+			return ret;
 	} else {
 		ret = pp_dataset_open_dir(opt->data, "train", &d->train);
 		if (ret == 0 && opt->eval)
@@ -251,7 +260,7 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 {
 	struct pp_device_batch *b;
 	uint64_t done = 0, samples = 0;
-	int ret;
+	int ret = 0;
 
 	while (!interrupted && (ret = pp_transfer_next(xfer, r->compute, &b)) == 1) {
 		size_t shape[4] = { b->size, 1, 1, 1 };
@@ -330,6 +339,7 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
 		     const struct data *d, struct tr_results *res, FILE *jsonl)
 {
+	struct tr_params params = *p;
 	const struct pp_sample_info *info = pp_dataset_info(d->train);
 	struct run r;
 	double t_run = now_s();
@@ -340,6 +350,9 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	ret = run_open(opt, p, run, d, &r);
 	if (ret < 0)
 		goto fail;
+	/* Rows name the device that ran ("auto" opens cpu or cuda:0). */
+	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
+	p = &params;
 	batches = pp_loader_batches_per_epoch(r.train_loader);
 	steps = pp_model_steps(r.model);
 	first_epoch = batches ? (unsigned)(steps / batches) : 0;
@@ -367,8 +380,15 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			break;
 		pp_transfer_get_stats(r.train_xfer, &s0);
 		ret = pp_transfer_begin_epoch(r.train_xfer, epoch);
-		if (ret == 0 && steps % (batches ? batches : 1) != 0 && epoch == first_epoch)
-			ret = pp_transfer_resume(r.train_xfer, epoch, steps % batches);
+		if (ret == 0 && batches && steps % batches != 0 && epoch == first_epoch) {
+			struct pp_loader_position pos;
+
+			ret = pp_loader_get_position(r.train_loader, &pos);
+			pos.epoch = epoch;
+			pos.batch = steps % batches;
+			if (ret == 0)
+				ret = pp_transfer_resume(r.train_xfer, &pos);
+		}
 		if (ret < 0)
 			goto fail;
 		pp_model_metrics(r.model, true, &m);
@@ -391,7 +411,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			? 100.0 * (1.0 - (double)(s1.exposed_ns - s0.exposed_ns) /
 				   (double)(s1.copy_ns - s0.copy_ns))
 			: NAN;
-		row.test_loss = row.test_acc = NAN;
+		row.val_loss = row.val_acc = row.test_loss = row.test_acc = NAN;
 		if (r.test_xfer != NULL) {
 			ret = pp_transfer_begin_epoch(r.test_xfer, 0);
 			if (ret == 0)
