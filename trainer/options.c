@@ -271,7 +271,12 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		case OPT_LR: ret = add_values(&opt->lr, c, name, optarg); break;
 		case 'm': ret = add_values(&opt->model, c, name, optarg); break;
 		case 'o': ret = add_values(&opt->optimizer, c, name, optarg); break;
-		case OPT_DATA: ret = copy_path(opt->data, sizeof(opt->data), name, optarg); break;
+		case OPT_DATA:
+			ret = copy_path(opt->data, sizeof(opt->data), name, optarg);
+			if (ret == 0 && strncmp(optarg, "synthetic", 9) == 0 && optarg[9] != '\0' &&
+			    (optarg[9] != ':' || parse_u64(optarg + 10, 6, 1ull << 32, &u) < 0))
+				ret = bad(name, optarg, "not synthetic:COUNT (COUNT from 6 to 2^32)");
+			break;
 		case 'e':
 			if (parse_u64(optarg, 1, 100000, &u) < 0)
 				ret = bad(name, optarg, "not an epoch count (1..100000)");

@@ -12,7 +12,7 @@
 
 /* One run's parameters: a point of the grid. */
 struct tr_params {
-	char device[32];     /* "cpu", "sim", "cuda:0" */
+	char device[64];     /* "cpu", "sim", "cuda:0" */
 	unsigned batch_size; /* samples per batch */
 	unsigned workers;    /* loader worker threads */
 	bool pin_memory;     /* pinned ring */

@@ -25,6 +25,9 @@
 #define NORM_MEAN 0.2860f
 #define NORM_STD 0.3530f
 
+/* Steps between two points of the per-step training loss in TensorBoard. */
+#define TB_STEP_EVERY 10
+
 static volatile sig_atomic_t interrupted;
 
 static void on_sigint(int sig)
@@ -73,9 +76,9 @@ static int open_synthetic(const char *spec, uint64_t seed, struct data *d)
 	if (spec[0] == ':') {
 		sc.count = strtoull(spec + 1, &end, 10);
 		if (*end != '\0' || sc.count < 6 || sc.count > (1ull << 32))
-			return pp_error(-EINVAL, "--data=synthetic%s: not synthetic:COUNT (6..2^32)", spec);
+			goto bad_spec;
 	} else if (spec[0] != '\0') {
-		return pp_error(-EINVAL, "--data=synthetic%s: not synthetic:COUNT", spec);
+		goto bad_spec;
 	}
 	sc.count += sc.count / 6;
 	ret = pp_dataset_create_synthetic(&sc, &all);
@@ -83,7 +86,14 @@ static int open_synthetic(const char *spec, uint64_t seed, struct data *d)
 		return ret;
 	ret = pp_dataset_random_split(all, sc.count / 7, seed, &d->train, &d->test);
 	pp_dataset_destroy(all);
+	if (ret < 0)
+		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
 	return ret;
+
+bad_spec:
+	fprintf(stderr, "pinpipe-train: --data=synthetic%s: not synthetic:COUNT (COUNT from 6 to 2^32)\n",
+		spec);
+	return -EINVAL;
 }
 
 /* Opens --data (a directory of a known dataset, or synthetic[:COUNT]) and holds out --val-split. */
@@ -94,6 +104,8 @@ static int data_open(const struct tr_options *opt, struct data *d)
 	memset(d, 0, sizeof(*d));
 	if (strncmp(opt->data, "synthetic", 9) == 0) {
 		ret = open_synthetic(opt->data + 9, opt->seed, d);
+		if (ret < 0)
+			return ret;
 	} else {
 		ret = pp_dataset_open_dir(opt->data, "train", &d->train);
 		if (ret == 0 && opt->eval)
@@ -124,10 +136,12 @@ static int data_open(const struct tr_options *opt, struct data *d)
 struct run {
 	struct pp_device *dev;
 	struct pp_stream *compute;
-	struct pp_loader *train_loader, *test_loader;
-	struct pp_transfer *train_xfer, *test_xfer;
+	struct pp_loader *train_loader, *val_loader, *test_loader;
+	struct pp_transfer *train_xfer, *val_xfer, *test_xfer;
 	struct pp_model *model;
 	struct pp_summary_writer *tb;
+	double tb_loss;            /* the model's running loss sum at the last per-step point */
+	uint64_t tb_samples;       /* and its sample count */
 	bool host_compute_on_copy; /* sim: CPU kernels read device memory, so wait for copies on the host */
 };
 
@@ -136,8 +150,10 @@ static void run_close(struct run *r)
 	pp_summary_writer_destroy(r->tb);
 	pp_model_destroy(r->model);
 	pp_transfer_destroy(r->test_xfer);
+	pp_transfer_destroy(r->val_xfer);
 	pp_transfer_destroy(r->train_xfer);
 	pp_loader_destroy(r->test_loader);
+	pp_loader_destroy(r->val_loader);
 	pp_loader_destroy(r->train_loader);
 	pp_stream_destroy(r->compute);
 	pp_device_close(r->dev);
@@ -207,7 +223,12 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	ret = make_pipeline(opt, p, d->train, true, r, &r->train_loader, &r->train_xfer);
 	if (ret < 0)
 		return ret;
-	if (opt->eval && d->test != NULL) {
+	if (d->val != NULL) {
+		ret = make_pipeline(opt, p, d->val, false, r, &r->val_loader, &r->val_xfer);
+		if (ret < 0)
+			return ret;
+	}
+	if (d->test != NULL) {
 		ret = make_pipeline(opt, p, d->test, false, r, &r->test_loader, &r->test_xfer);
 		if (ret < 0)
 			return ret;
@@ -251,7 +272,7 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 {
 	struct pp_device_batch *b;
 	uint64_t done = 0, samples = 0;
-	int ret;
+	int ret = 0;
 
 	while (!interrupted && (ret = pp_transfer_next(xfer, r->compute, &b)) == 1) {
 		size_t shape[4] = { b->size, 1, 1, 1 };
@@ -275,6 +296,19 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 		if (ret < 0)
 			return ret;
 		done++;
+		if (train && r->tb && (*steps + 1) % TB_STEP_EVERY == 0) {
+			struct pp_model_metrics m;
+
+			/* The running totals since the last point give the mean loss of these steps. */
+			ret = pp_model_metrics(r->model, false, &m);
+			if (ret == 0 && m.samples > r->tb_samples) {
+				pp_summary_writer_add_scalar(r->tb, "loss/train_step", (int64_t)*steps + 1,
+							     (m.loss_sum - r->tb_loss) /
+								     (double)(m.samples - r->tb_samples));
+				r->tb_loss = m.loss_sum;
+				r->tb_samples = m.samples;
+			}
+		}
 		if (train && ++*steps >= max_steps && max_steps)
 			break;
 		if (progress > 0 && (done % 8 == 0 || done == batches)) {
@@ -292,12 +326,40 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 	return interrupted ? -EINTR : (ret < 0 ? ret : 0);
 }
 
+/* Evaluates the model on one pass of a transfer stage; NaN results when there is none. */
+static int evaluate(struct run *r, struct pp_transfer *xfer, struct pp_loader *loader,
+		    const struct pp_sample_info *info, int progress, const char *what,
+		    double *loss_p, double *acc_p)
+{
+	struct pp_model_metrics m;
+	uint64_t steps = 0;
+	int ret;
+
+	*loss_p = *acc_p = NAN;
+	if (xfer == NULL)
+		return 0;
+	pp_model_metrics(r->model, true, &m);
+	ret = pp_transfer_begin_epoch(xfer, 0);
+	if (ret == 0)
+		ret = run_pass(r, xfer, false, &steps, 0, info, progress,
+			       pp_loader_batches_per_epoch(loader), now_s(), what);
+	if (ret == 0)
+		ret = pp_model_metrics(r->model, true, &m);
+	if (ret < 0)
+		return ret;
+	*loss_p = m.samples ? m.loss_sum / (double)m.samples : NAN;
+	*acc_p = m.samples ? (double)m.correct / (double)m.samples : NAN;
+	return 0;
+}
+
 static void print_row(const struct tr_row *row, int progress)
 {
 	if (progress < 0)
 		return;
 	printf("run %u epoch %u: train loss %.4f acc %.4f", row->run, row->epoch, row->train_loss,
 	       row->train_acc);
+	if (!isnan(row->val_acc))
+		printf(", val loss %.4f acc %.4f", row->val_loss, row->val_acc);
 	if (!isnan(row->test_acc))
 		printf(", test loss %.4f acc %.4f", row->test_loss, row->test_acc);
 	printf(", %.2f s, %.0f samples/s, waited %.3f s", row->epoch_s, row->samples_per_s,
@@ -330,6 +392,7 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
 		     const struct data *d, struct tr_results *res, FILE *jsonl)
 {
+	struct tr_params params = *p;
 	const struct pp_sample_info *info = pp_dataset_info(d->train);
 	struct run r;
 	double t_run = now_s();
@@ -340,6 +403,9 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	ret = run_open(opt, p, run, d, &r);
 	if (ret < 0)
 		goto fail;
+	/* Rows name the device that ran ("auto" opens cpu or cuda:0). */
+	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
+	p = &params;
 	batches = pp_loader_batches_per_epoch(r.train_loader);
 	steps = pp_model_steps(r.model);
 	first_epoch = batches ? (unsigned)(steps / batches) : 0;
@@ -367,11 +433,20 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			break;
 		pp_transfer_get_stats(r.train_xfer, &s0);
 		ret = pp_transfer_begin_epoch(r.train_xfer, epoch);
-		if (ret == 0 && steps % (batches ? batches : 1) != 0 && epoch == first_epoch)
-			ret = pp_transfer_resume(r.train_xfer, epoch, steps % batches);
+		if (ret == 0 && batches && steps % batches != 0 && epoch == first_epoch) {
+			struct pp_loader_position pos;
+
+			ret = pp_loader_get_position(r.train_loader, &pos);
+			pos.epoch = epoch;
+			pos.batch = steps % batches;
+			if (ret == 0)
+				ret = pp_transfer_resume(r.train_xfer, &pos);
+		}
 		if (ret < 0)
 			goto fail;
 		pp_model_metrics(r.model, true, &m);
+		r.tb_loss = 0;
+		r.tb_samples = 0;
 		t0 = now_s();
 		ret = run_pass(&r, r.train_xfer, true, &steps, opt->max_steps, info, opt->progress,
 			       batches, t0, "train");
@@ -391,18 +466,13 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			? 100.0 * (1.0 - (double)(s1.exposed_ns - s0.exposed_ns) /
 				   (double)(s1.copy_ns - s0.copy_ns))
 			: NAN;
-		row.test_loss = row.test_acc = NAN;
-		if (r.test_xfer != NULL) {
-			ret = pp_transfer_begin_epoch(r.test_xfer, 0);
-			if (ret == 0)
-				ret = run_pass(&r, r.test_xfer, false, &steps, 0, info, opt->progress,
-					       pp_loader_batches_per_epoch(r.test_loader), now_s(), "test");
-			if (ret < 0)
-				goto fail;
-			pp_model_metrics(r.model, true, &m);
-			row.test_loss = m.samples ? m.loss_sum / (double)m.samples : NAN;
-			row.test_acc = m.samples ? (double)m.correct / (double)m.samples : NAN;
-		}
+		ret = evaluate(&r, r.val_xfer, r.val_loader, info, opt->progress, "val",
+			       &row.val_loss, &row.val_acc);
+		if (ret == 0)
+			ret = evaluate(&r, r.test_xfer, r.test_loader, info, opt->progress, "test",
+				       &row.test_loss, &row.test_acc);
+		if (ret < 0)
+			goto fail;
 		row.run_s = now_s() - t_run;
 		snprintf(row.status, sizeof(row.status), "ok");
 		tr_results_add(res, &row);
@@ -412,6 +482,10 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		if (r.tb) {
 			pp_summary_writer_add_scalar(r.tb, "loss/train", (int64_t)steps, row.train_loss);
 			pp_summary_writer_add_scalar(r.tb, "accuracy/train", (int64_t)steps, row.train_acc);
+			if (!isnan(row.val_acc)) {
+				pp_summary_writer_add_scalar(r.tb, "loss/val", (int64_t)steps, row.val_loss);
+				pp_summary_writer_add_scalar(r.tb, "accuracy/val", (int64_t)steps, row.val_acc);
+			}
 			if (!isnan(row.test_acc)) {
 				pp_summary_writer_add_scalar(r.tb, "loss/test", (int64_t)steps, row.test_loss);
 				pp_summary_writer_add_scalar(r.tb, "accuracy/test", (int64_t)steps, row.test_acc);

@@ -14,5 +14,7 @@
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
 #include "pinpipe/summary.h"
+#include "pinpipe/loader.h"
+#include "pinpipe/transfer.h"
 
 #endif

@@ -1,0 +1,234 @@
+/*
+ * pinpipe/loader.h: the loader: batches of samples, shuffled and sharded
+ * across ranks by a plan decided from (seed, epoch, rank, world size) alone,
+ * filled by worker threads into a ring of host buffers and handed out in
+ * order.  What PyTorch's DataLoader(num_workers, pin_memory) with a
+ * DistributedSampler does, in C.
+ *
+ * Sources: an in-memory dataset (pinpipe/dataset.h), or a set of shard files
+ * read with io_uring (pread where io_uring is refused) and decoded by the
+ * workers, either once into memory or streamed chunk by chunk with a shuffle
+ * window.
+ *
+ * Use:
+ *	pp_loader_create(&cfg, &l);
+ *	for (epoch...) {
+ *		pp_loader_begin_epoch(l, epoch);
+ *		while ((ret = pp_loader_next(l, &b)) == 1) {
+ *			... use b->samples, b->labels ...
+ *			pp_loader_release(l, b);
+ *		}
+ *		if (ret < 0) fail with pp_last_error();
+ *	}
+ *	pp_loader_destroy(l);
+ *
+ * Thread safety: one consumer thread calls create, begin_epoch, resume,
+ * next, try_next and destroy; release, get_position and get_stats may be called from
+ * any thread.  The workers are the loader's own.
+ */
+#ifndef PINPIPE_LOADER_H
+#define PINPIPE_LOADER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pinpipe/common.h"
+#include "pinpipe/dataset.h"
+#include "pinpipe/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How a shard set is held. */
+enum pp_loader_cache {
+	PP_LOADER_CACHE_MEMORY = 0, /* decode every chunk once, at create, into memory */
+	PP_LOADER_CACHE_STREAM = 1, /* read and decode chunks as batches need them */
+};
+
+/* Which system calls read the shards. */
+enum pp_loader_io {
+	PP_LOADER_IO_AUTO = 0,     /* io_uring, or pread where the kernel refuses io_uring */
+	PP_LOADER_IO_URING = 1,    /* io_uring only: create fails where it is refused */
+	PP_LOADER_IO_PREAD = 2,    /* pread only */
+};
+
+/* Normalisation of up to this many channels (shape[0] of a 3-d sample). */
+#define PP_LOADER_MAX_CHANNELS 4
+
+/*
+ * What to load and how.  Zero-initialise it and set what differs from the
+ * defaults: every field's zero value is the default written beside it.
+ */
+struct pp_loader_config {
+	/* The source: exactly one of 'dataset' or 'shard_paths'. */
+	const struct pp_dataset *dataset;  /* in memory; must outlive the loader */
+	const char *const *shard_paths;    /* shard files (pp_shard_open()), in this order */
+	size_t nshards;                    /* number of shard_paths */
+
+	uint32_t batch_size;    /* samples per batch; 0: 64 */
+	bool shuffle;           /* false: dataset order */
+	uint64_t seed;          /* shuffling seed */
+	bool drop_last;         /* drop this rank's last batch when it is short */
+	uint32_t workers;       /* worker threads; 0: the consumer's thread fills batches in next() */
+	uint32_t prefetch;      /* ring slots (batches filled ahead); 0: 2 * workers + 2 */
+
+	struct pp_device *device; /* where batches go next, or NULL; the ring comes from its host allocator */
+	bool pin_memory;          /* ring in pinned memory (only with a device that pins) */
+
+	uint32_t rank;          /* this process's rank, 0..world_size-1 */
+	uint32_t world_size;    /* ranks sharing each epoch; 0: 1 */
+	bool rank_drop;         /* false: pad every rank to the same sample count by
+	                           repeating samples from the start of its order (marked
+	                           as padding); true: drop the samples that do not divide
+	                           evenly, so that no sample is repeated */
+
+	enum pp_dtype dtype;    /* output element type; 0: as stored.  PP_DTYPE_F32 from
+	                           uint8 gives (x / 255 - mean) / std, as ToTensor + Normalize */
+	float mean[PP_LOADER_MAX_CHANNELS]; /* per channel, in units of the output (0..1 for uint8) */
+	float std[PP_LOADER_MAX_CHANNELS];  /* per channel; 0: 1 */
+
+	enum pp_loader_cache cache; /* for shards only; in-memory datasets are used where they lie */
+	uint32_t window_chunks; /* streaming: chunks shuffled together; 0: 8 */
+	uint32_t io_depth;      /* streaming: chunk reads in flight per worker; 0: 4 */
+	bool direct_io;         /* streaming: O_DIRECT reads (buffered where the file system refuses) */
+	enum pp_loader_io io;   /* I/O path */
+	size_t memory_budget;   /* bytes the loader may allocate (ring, caches, buffers); 0: no limit */
+};
+
+/*
+ * One batch, as handed out by pp_loader_next().  It lives in a ring slot and
+ * stays valid, unchanged, until it is given back with pp_loader_release().
+ */
+struct pp_batch {
+	uint64_t epoch;        /* epoch it belongs to */
+	uint64_t index;        /* batch number within the epoch on this rank, from 0 */
+	uint32_t size;         /* samples in the batch */
+	uint32_t padding;      /* the last 'padding' samples are repeats that pad the rank
+	                          to the same count as the others: mask them in evaluation */
+	enum pp_dtype dtype;   /* element type of samples */
+	size_t sample_bytes;   /* bytes of one sample in 'samples' */
+	void *samples;         /* size x sample shape, contiguous, 4096-byte aligned */
+	int32_t *labels;       /* size class labels, or NULL for a source without labels */
+	uint64_t *ids;         /* size sample indices in the dataset (shards: in the set, in path order) */
+	uint32_t slot;         /* ring slot holding it */
+};
+
+/* Where the consumer stands, to save with a checkpoint and resume from. */
+struct pp_loader_position {
+	uint64_t epoch;        /* current epoch */
+	uint64_t batch;        /* batches handed out in this epoch so far */
+	uint64_t plan_key;     /* hash of the settings that decide the order; checked on resume */
+};
+
+/* Counters since the loader was created. */
+struct pp_loader_stats {
+	uint64_t batches;          /* batches handed out */
+	uint64_t samples;          /* samples handed out, padding included */
+	uint64_t bytes;            /* bytes of samples handed out */
+	uint64_t consumer_wait_ns; /* time pp_loader_next() waited for a batch (or filled it, with 0 workers) */
+	uint64_t read_ns;          /* summed over workers: waiting for chunk reads */
+	uint64_t decode_ns;        /* summed over workers: CRC and inflate of chunks */
+	uint64_t fill_ns;          /* summed over workers: gathering and converting samples into slots */
+	uint64_t slot_wait_ns;     /* summed over workers: waiting for a free slot (or a chunk window) */
+	uint64_t bytes_read;       /* bytes read from shard files */
+	uint64_t chunks_decoded;   /* chunks read and decoded */
+	const char *io_path;       /* "io_uring", "pread", or "none" (nothing read from files) */
+	bool direct_io;            /* O_DIRECT reads were used */
+	bool pinned;               /* the ring is pinned host memory */
+	size_t memory_bytes;       /* bytes the loader allocated (ring, caches, buffers) */
+	uint32_t slots;            /* ring slots */
+};
+
+struct pp_loader;
+
+/*
+ * Creates a loader and starts its workers; no epoch is begun yet.  Shards
+ * are opened and validated here, and with PP_LOADER_CACHE_MEMORY decoded.
+ * Returns 0 and the loader in *l_p, or -errno with a message:
+ * -EINVAL (a setting out of range, both or neither source given, uint8
+ * output from float samples, fewer chunks than ranks when streaming), -ENOMEM (the memory budget would be exceeded:
+ * the message says how much is needed; or an allocation failed), -ENOSYS or
+ * -EPERM (PP_LOADER_IO_URING where io_uring is refused), or the error of
+ * opening or decoding a shard (-ENOENT, -EBADMSG...).
+ */
+PP_API int pp_loader_create(const struct pp_loader_config *cfg, struct pp_loader **l_p);
+
+/*
+ * Stops the workers (joining every thread, also mid-epoch and with batches
+ * still held) and frees everything.  Batches not yet released become
+ * invalid.  NULL is allowed.
+ */
+PP_API void pp_loader_destroy(struct pp_loader *l);
+
+/*
+ * Begins epoch 'epoch' (any number: the order is a function of it), ending
+ * the current one wherever it stands.  Batches the consumer still holds stay
+ * valid until released.  Returns 0 or -errno (a worker's earlier error).
+ */
+PP_API int pp_loader_begin_epoch(struct pp_loader *l, uint64_t epoch);
+
+/*
+ * Waits for the next batch of the epoch and hands it out in *batch_p.
+ * Returns 1 with a batch, 0 at the end of the epoch (*batch_p = NULL), or
+ * -errno: -ENOBUFS when every ring slot is held by the consumer (release a
+ * batch first), -EINVAL before any epoch was begun, or the first error of a
+ * worker (-EIO, -EBADMSG...) with its message naming the file and chunk;
+ * once a worker failed, every later call returns that error.
+ */
+PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p);
+
+/*
+ * pp_loader_next() without waiting: returns -EAGAIN (and no message) when
+ * the next batch is not filled yet; otherwise the same as pp_loader_next()
+ * (with 0 workers it fills the batch in the caller's thread).  For a
+ * consumer that has other work while it waits, such as the transfer stage.
+ */
+PP_API int pp_loader_try_next(struct pp_loader *l, struct pp_batch **batch_p);
+
+/*
+ * Gives a batch's slot back to the ring.  Callable from any thread, at any
+ * time after pp_loader_next() handed it out, in any order.  Returns 0, or
+ * -EINVAL when the batch is not one that is held.
+ */
+PP_API int pp_loader_release(struct pp_loader *l, struct pp_batch *batch);
+
+/* Writes where the consumer stands (epoch, batches handed out) to *pos_p. */
+PP_API int pp_loader_get_position(struct pp_loader *l, struct pp_loader_position *pos_p);
+
+/*
+ * Begins pos->epoch at batch pos->batch: the batches that follow are exactly
+ * those a loader with the same settings would have handed out after the
+ * first pos->batch.  Returns 0, or -EINVAL when the position was saved with
+ * other settings (seed, shuffle, batch size, ranks, drop rules, window,
+ * dataset size) or lies past the end of the epoch.
+ */
+PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position *pos);
+
+/*
+ * Returns the number of batches of the current epoch on this rank (the same
+ * on every rank); 0 before the first epoch is begun.  In memory it is the
+ * same for every epoch; streamed, it can differ by a batch or two between
+ * epochs, as the ranks' shares of chunks of unequal sizes change.
+ */
+PP_API uint64_t pp_loader_batches_per_epoch(const struct pp_loader *l);
+
+/*
+ * Writes the samples of a full batch (the largest) to *batch_size_p and the
+ * bytes of one sample as handed out (after conversion to the output dtype)
+ * to *sample_bytes_p, so that a consumer can size its buffers once.  Returns 0.
+ */
+PP_API int pp_loader_get_layout(const struct pp_loader *l, uint32_t *batch_size_p,
+				size_t *sample_bytes_p);
+
+/* Returns the shape of the source's samples (count: the whole source, all ranks). */
+PP_API const struct pp_sample_info *pp_loader_info(const struct pp_loader *l);
+
+/* Writes the counters to *stats_p. */
+PP_API int pp_loader_get_stats(struct pp_loader *l, struct pp_loader_stats *stats_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

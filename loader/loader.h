@@ -1,0 +1,193 @@
+/*
+ * loader/loader.h: the loader's internals shared by its files: the epoch
+ * plan (plan.c), the file reader with its io_uring and pread paths (io.c),
+ * the loader proper (loader.c) and its sources (source.c, stream.c).
+ * Not exported.
+ */
+#ifndef PP_LOADER_LOADER_H
+#define PP_LOADER_LOADER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pinpipe/loader.h"
+
+/* ------------------------------------------------------------------ plan */
+
+/* One chunk of a shard set, as the plan sees it. */
+struct pp_plan_chunk {
+	uint32_t shard;        /* index into the shard paths */
+	uint64_t index;        /* chunk number in its shard */
+	uint32_t records;      /* records in the chunk */
+	uint64_t first_id;     /* sample id (in the whole set) of its first record */
+};
+
+/*
+ * A run of consecutive plan positions whose samples all lie in one window
+ * of chunks (streaming only).  Padding repeats windows from the start of the
+ * order as segments of their own.
+ */
+struct pp_plan_segment {
+	uint64_t first;        /* first position in the order */
+	uint64_t end;          /* one past its last position */
+	uint32_t chunk0;       /* its chunks are seg_chunks[chunk0 .. chunk0 + nchunks) */
+	uint32_t nchunks;
+	uint64_t records;      /* records in those chunks */
+};
+
+/* What decides the order of an epoch. */
+struct pp_plan_params {
+	uint64_t seed;
+	bool shuffle;
+	uint32_t rank;
+	uint32_t world_size;
+	bool rank_drop;        /* drop instead of pad to an equal count per rank */
+	bool drop_last;
+	uint32_t batch_size;
+	uint32_t window_chunks; /* streaming only */
+};
+
+/* This rank's plan of one epoch. */
+struct pp_plan {
+	uint64_t epoch;
+	uint64_t len;          /* positions in the epoch (after drop_last) */
+	uint64_t real;         /* positions below this are real samples, the rest padding */
+	uint64_t batches;      /* ceil or floor(len / batch_size) */
+	uint64_t *order;       /* [cap] sample id at each position */
+	uint64_t *perm;        /* [n] scratch: the permuted dataset, or chunk order */
+	uint64_t cap;          /* positions order[] can hold */
+	/* streaming only */
+	uint32_t *loc;         /* [cap] record of each position within its segment's window */
+	struct pp_plan_segment *segs; /* [seg_cap] */
+	size_t nsegs;
+	size_t seg_cap;
+	uint32_t *seg_chunks;  /* [chunk_cap] indices into the chunk table */
+	size_t chunk_cap;
+	uint64_t *rank_len;    /* [world_size] scratch: samples of each rank before padding */
+};
+
+/* A 64-bit mix of two values (splitmix64's finaliser); keys of the shuffles. */
+uint64_t pp_plan_mix(uint64_t a, uint64_t b);
+
+/* Hash of the parameters and the source size: what a saved position must match. */
+uint64_t pp_plan_key(const struct pp_plan_params *p, uint64_t count, uint64_t nchunks);
+
+/* Allocates a plan for a source of n samples (in memory) or of the given chunks (streaming). */
+int pp_plan_alloc_memory(struct pp_plan *plan, const struct pp_plan_params *p, uint64_t n);
+int pp_plan_alloc_stream(struct pp_plan *plan, const struct pp_plan_params *p,
+			 const struct pp_plan_chunk *chunks, size_t nchunks);
+void pp_plan_free(struct pp_plan *plan);
+
+/* Makes the plan of 'epoch': a pure function of the parameters, the epoch and the source. */
+void pp_plan_make_memory(struct pp_plan *plan, const struct pp_plan_params *p, uint64_t n,
+			 uint64_t epoch);
+int pp_plan_make_stream(struct pp_plan *plan, const struct pp_plan_params *p,
+			const struct pp_plan_chunk *chunks, size_t nchunks, uint64_t epoch);
+
+/* Index of the segment holding position 'pos' (streaming). */
+size_t pp_plan_segment_of(const struct pp_plan *plan, uint64_t pos);
+
+/* ------------------------------------------------------------------ reader */
+
+/* Alignment of offsets, lengths and buffers of O_DIRECT reads. */
+#define PP_LOADER_IO_ALIGN 4096u
+
+/* One read: 'len' bytes at 'offset' of 'fd' into 'buf'; done when at least 'need' arrived. */
+struct pp_read {
+	int fd;
+	int fd_buffered;       /* same file without O_DIRECT, for unaligned rest of a short read */
+	uint64_t offset;       /* bytes from the start of the file */
+	size_t len;            /* bytes asked for (rounded up to 4096 for O_DIRECT) */
+	size_t need;           /* bytes that must arrive; fewer means the file is truncated */
+	void *buf;
+	const char *path;      /* for messages */
+	uint64_t chunk;        /* for messages */
+	size_t done;           /* bytes arrived so far */
+};
+
+/* A reader of one thread: an io_uring of its own, or nothing for pread. */
+struct pp_reader {
+	bool uring;            /* io_uring set up and used */
+	unsigned depth;        /* submission queue entries */
+	void *ring;            /* struct io_uring, when 'uring' */
+};
+
+/*
+ * Sets a reader up: with io_uring when 'mode' allows and the kernel accepts
+ * it, else for pread.  PP_LOADER_IO_URING where io_uring is refused returns
+ * that error (-ENOSYS, -EPERM...) with a message.
+ */
+int pp_reader_init(struct pp_reader *r, enum pp_loader_io mode, unsigned depth);
+void pp_reader_fini(struct pp_reader *r);
+
+/* Reads all of reqs[0..n) (n <= depth), requeueing short reads.  Returns 0 or -errno with a message. */
+int pp_reader_read(struct pp_reader *r, struct pp_read *reqs, size_t n);
+
+/* ------------------------------------------------------------------ sample conversion */
+
+/* How samples are converted into the output dtype. */
+struct pp_convert {
+	enum pp_dtype in;      /* source dtype */
+	enum pp_dtype out;     /* output dtype */
+	size_t in_bytes;       /* bytes of one source sample */
+	size_t out_bytes;      /* bytes of one output sample */
+	uint32_t channels;     /* planes with their own mean and std */
+	size_t plane;          /* elements per channel plane */
+	float scale[PP_LOADER_MAX_CHANNELS]; /* out = in * scale + bias, per channel */
+	float bias[PP_LOADER_MAX_CHANNELS];
+	/* the uint8-to-float kernel picked for this processor (loader/convert.h) */
+	void (*u8_f32)(const uint8_t *src, float *dst, size_t n, float scale, float bias);
+};
+
+/* Converts one sample from src into dst. */
+void pp_convert_sample(const struct pp_convert *cv, const void *src, void *dst);
+
+/* ------------------------------------------------------------------ sources */
+
+/* Time and bytes a worker spent on chunks, added to the loader's statistics. */
+struct pp_loader_work {
+	uint64_t read_ns;
+	uint64_t decode_ns;
+	uint64_t bytes_read;
+	uint64_t chunks;
+};
+
+/*
+ * Where samples come from.  Exactly one of three kinds:
+ *   array   'samples' and 'labels' hold the whole source in memory;
+ *   gather  'gather' copies samples by id (e.g. a synthetic dataset);
+ *   chunks  'chunks' describe records stored in chunks that 'load_chunks'
+ *           decodes, each into its raw layout: the labels block (records
+ *           int32 little-endian, absent without labels), then the samples.
+ * 'ctx' is the source's own state; 'destroy' frees it (may be NULL).
+ */
+struct pp_loader_source {
+	struct pp_sample_info info;
+	const char *io_path;           /* "io_uring", "pread" or "none", once set up */
+	bool direct_io;                /* O_DIRECT in use */
+	const void *samples;           /* array: count * sample_bytes */
+	const int32_t *labels;         /* array: count int32, or NULL */
+	int (*gather)(void *ctx, const uint64_t *ids, size_t n, void *samples, int32_t *labels);
+	const struct pp_plan_chunk *chunks; /* chunks: [nchunks] */
+	size_t nchunks;
+	size_t max_stored;             /* chunks: bytes of the largest stored chunk */
+	/* chunks: per-thread state (reader, inflater, staging), made once per worker */
+	int (*worker_create)(void *ctx, void **wctx_p);
+	void (*worker_destroy)(void *ctx, void *wctx);
+	/* chunks: decodes chunks ids[0..n) (n <= io_depth) into dst[0..n); 0 or -errno with a message */
+	int (*load_chunks)(void *ctx, void *wctx, const uint32_t *ids, size_t n, void *const *dst,
+			   struct pp_loader_work *work);
+	void (*destroy)(void *ctx);
+	void *ctx;
+};
+
+/*
+ * Creates a loader over 'src' (the config's dataset and shard fields are
+ * ignored).  Takes 'src' over: its destroy is called, on failure too.
+ */
+int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader_source *src,
+			    struct pp_loader **l_p);
+
+#endif

@@ -1,0 +1,284 @@
+/*
+ * loader/source.c: the loader's sources and its public constructor: an
+ * in-memory dataset (used where it lies, or gathered through
+ * pp_dataset_gather() when it has no array, as a synthetic one), and a set
+ * of shard files whose chunks each worker reads with its own reader
+ * (io_uring, or pread) into aligned staging buffers and decodes with its own
+ * inflater.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "datasets/shard.h"
+#include "loader/loader.h"
+
+/* ------------------------------------------------------------------ in-memory datasets */
+
+static int dataset_gather(void *ctx, const uint64_t *ids, size_t n, void *samples, int32_t *labels)
+{
+	return pp_dataset_gather(ctx, ids, n, samples, labels);
+}
+
+static void dataset_source(const struct pp_dataset *ds, struct pp_loader_source *src)
+{
+	memset(src, 0, sizeof(*src));
+	src->info = *pp_dataset_info(ds);
+	src->samples = pp_dataset_samples(ds);
+	src->labels = pp_dataset_labels(ds);
+	if (src->samples == NULL)
+		src->gather = dataset_gather;
+	src->io_path = "none";
+	src->ctx = (void *)ds;
+}
+
+/* ------------------------------------------------------------------ shard sets */
+
+struct shard_set {
+	size_t nshards;
+	struct pp_shard **shards;       /* [nshards] */
+	int *fd;                        /* [nshards] buffered descriptors */
+	int *fd_direct;                 /* [nshards] O_DIRECT where allowed, else = fd */
+	struct pp_plan_chunk *chunks;   /* [nchunks] */
+	size_t nchunks;
+	enum pp_loader_io io;
+	unsigned depth;                 /* reads in flight per worker */
+	size_t staging;                 /* bytes of one read's staging buffer (4096-aligned) */
+};
+
+struct shard_worker {
+	struct pp_reader reader;
+	struct pp_inflater *inf;
+	uint8_t *staging;               /* depth * staging bytes, 4096-aligned */
+	struct pp_read *reqs;           /* [depth] */
+};
+
+static void shard_set_destroy(void *ctx)
+{
+	struct shard_set *set = ctx;
+
+	for (size_t i = 0; i < set->nshards; i++) {
+		if (set->fd_direct[i] >= 0 && set->fd_direct[i] != set->fd[i])
+			close(set->fd_direct[i]);
+		if (set->fd[i] >= 0)
+			close(set->fd[i]);
+		pp_shard_close(set->shards[i]);
+	}
+	free(set->shards);
+	free(set->fd);
+	free(set->fd_direct);
+	free(set->chunks);
+	free(set);
+}
+
+static void shard_worker_destroy(void *ctx, void *wctx)
+{
+	struct shard_worker *w = wctx;
+
+	(void)ctx;
+	pp_reader_fini(&w->reader);
+	pp_inflater_destroy(w->inf);
+	free(w->staging);
+	free(w->reqs);
+	free(w);
+}
+
+static int shard_worker_create(void *ctx, void **wctx_p)
+{
+	struct shard_set *set = ctx;
+	struct shard_worker *w = calloc(1, sizeof(*w));
+	int ret;
+
+	if (w == NULL)
+		return pp_error(-ENOMEM, "loader: no memory for a worker");
+	if ((ret = pp_reader_init(&w->reader, set->io, set->depth)) < 0) {
+		free(w);
+		return ret;
+	}
+	if ((ret = pp_inflater_create(&w->inf)) < 0)
+		goto err_free;
+	w->reqs = calloc(set->depth, sizeof(struct pp_read));
+	if (w->reqs == NULL ||
+	    posix_memalign((void **)&w->staging, PP_LOADER_IO_ALIGN, set->depth * set->staging)) {
+		w->staging = NULL;
+		ret = pp_error(-ENOMEM, "loader: no memory for %u read buffers of %zu bytes",
+			       set->depth, set->staging);
+		goto err_free;
+	}
+	*wctx_p = w;
+	return 0;
+
+err_free:
+	shard_worker_destroy(ctx, w);
+	return ret;
+}
+
+static int shard_load(void *ctx, void *wctx, const uint32_t *ids, size_t n, void *const *dst,
+		      struct pp_loader_work *work)
+{
+	struct shard_set *set = ctx;
+	struct shard_worker *w = wctx;
+	uint64_t t0 = pp_now_ns(), t1;
+	int ret;
+
+	for (size_t k = 0; k < n; k++) {
+		const struct pp_plan_chunk *ch = &set->chunks[ids[k]];
+		struct pp_shard_chunk_info info;
+		pp_shard_chunk(set->shards[ch->shard], ch->index, &info);
+		w->reqs[k] = (struct pp_read){
+			.fd = set->fd_direct[ch->shard],
+			.fd_buffered = set->fd[ch->shard],
+			.offset = info.offset,
+			.len = (info.stored_size + PP_LOADER_IO_ALIGN - 1) / PP_LOADER_IO_ALIGN *
+			       PP_LOADER_IO_ALIGN,
+			.need = info.stored_size,
+			.buf = w->staging + k * set->staging,
+			.path = pp_shard_path(set->shards[ch->shard]),
+			.chunk = ch->index,
+		};
+		work->bytes_read += info.stored_size;
+	}
+	ret = pp_reader_read(&w->reader, w->reqs, n);
+	t1 = pp_now_ns();
+	work->read_ns += t1 - t0;
+	if (ret < 0)
+		return ret;
+	for (size_t k = 0; k < n && ret == 0; k++) {
+		const struct pp_plan_chunk *ch = &set->chunks[ids[k]];
+		ret = pp_shard_decode_chunk(set->shards[ch->shard], ch->index, w->reqs[k].buf, dst[k],
+					    w->inf);
+		work->chunks += ret == 0;
+	}
+	work->decode_ns += pp_now_ns() - t1;
+	return ret;
+}
+
+/* Whether two shards hold samples of the same kind. */
+static bool same_kind(const struct pp_sample_info *a, const struct pp_sample_info *b)
+{
+	if (a->dtype != b->dtype || a->ndim != b->ndim || a->sample_bytes != b->sample_bytes ||
+	    a->label_kind != b->label_kind)
+		return false;
+	for (uint32_t d = 0; d < a->ndim; d++)
+		if (a->shape[d] != b->shape[d])
+			return false;
+	return true;
+}
+
+/* Opens every shard, validates it, and lists its chunks. */
+static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_source *src)
+{
+	struct shard_set *set = calloc(1, sizeof(*set));
+	size_t total = 0, max_stored = 0;
+	uint64_t first = 0;
+	struct pp_reader probe;
+	int ret;
+
+	memset(src, 0, sizeof(*src));
+	if (set == NULL)
+		return pp_error(-ENOMEM, "loader: no memory");
+	set->shards = calloc(cfg->nshards, sizeof(*set->shards));
+	set->fd = malloc(cfg->nshards * sizeof(int));
+	set->fd_direct = malloc(cfg->nshards * sizeof(int));
+	if (set->shards == NULL || set->fd == NULL || set->fd_direct == NULL) {
+		ret = pp_error(-ENOMEM, "loader: no memory for %zu shards", cfg->nshards);
+		goto err_destroy;
+	}
+	for (size_t i = 0; i < cfg->nshards; i++)
+		set->fd[i] = set->fd_direct[i] = -1;
+	set->nshards = cfg->nshards;
+	set->io = cfg->io;
+	set->depth = cfg->io_depth ? cfg->io_depth : 4;
+	src->io_path = "pread";
+	for (size_t i = 0; i < cfg->nshards; i++) {
+		const char *path = cfg->shard_paths[i];
+		const struct pp_sample_info *info;
+		if ((ret = pp_shard_open(path, &set->shards[i])) < 0)
+			goto err_destroy;
+		info = pp_shard_info(set->shards[i]);
+		if (i == 0) {
+			src->info = *info;
+			src->info.count = 0;
+		} else if (!same_kind(info, &src->info)) {
+			ret = pp_error(-EINVAL, "%s: samples of another shape, type or labels than "
+				       "those of %s", path, cfg->shard_paths[0]);
+			goto err_destroy;
+		}
+		src->info.count += info->count;
+		src->info.num_classes = PP_MAX(src->info.num_classes, info->num_classes);
+		total += pp_shard_chunk_count(set->shards[i]);
+		set->fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+		if (set->fd[i] < 0) {
+			ret = -errno;
+			ret = pp_error(ret, "%s: cannot open: %s", path, pp_strerror(ret));
+			goto err_destroy;
+		}
+		set->fd_direct[i] = set->fd[i];
+		if (cfg->direct_io) {
+			int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+			if (fd >= 0) {
+				set->fd_direct[i] = fd;
+				src->direct_io = true;
+			}
+		}
+	}
+	set->chunks = calloc(total ? total : 1, sizeof(*set->chunks));
+	if (set->chunks == NULL) {
+		ret = pp_error(-ENOMEM, "loader: no memory for %zu chunks", total);
+		goto err_destroy;
+	}
+	for (size_t i = 0; i < cfg->nshards; i++) {
+		uint64_t nc = pp_shard_chunk_count(set->shards[i]);
+		for (uint64_t c = 0; c < nc; c++) {
+			struct pp_shard_chunk_info ci;
+			pp_shard_chunk(set->shards[i], c, &ci);
+			set->chunks[set->nchunks++] = (struct pp_plan_chunk){
+				.shard = (uint32_t)i, .index = c, .records = ci.records,
+				.first_id = first + ci.first_record };
+			max_stored = PP_MAX(max_stored, (size_t)ci.stored_size);
+		}
+		first += pp_shard_info(set->shards[i])->count;
+	}
+	set->staging = (max_stored + PP_LOADER_IO_ALIGN - 1) / PP_LOADER_IO_ALIGN * PP_LOADER_IO_ALIGN;
+	if ((ret = pp_reader_init(&probe, cfg->io, set->depth)) < 0)
+		goto err_destroy;
+	src->io_path = probe.uring ? "io_uring" : "pread";
+	pp_reader_fini(&probe);
+	src->chunks = set->chunks;
+	src->nchunks = set->nchunks;
+	src->max_stored = set->staging;
+	src->worker_create = shard_worker_create;
+	src->worker_destroy = shard_worker_destroy;
+	src->load_chunks = shard_load;
+	src->destroy = shard_set_destroy;
+	src->ctx = set;
+	return 0;
+
+err_destroy:
+	shard_set_destroy(set);
+	return ret;
+}
+
+PP_API int pp_loader_create(const struct pp_loader_config *cfg, struct pp_loader **l_p)
+{
+	struct pp_loader_source src;
+	int ret;
+
+	if (cfg == NULL || l_p == NULL)
+		return pp_error(-EINVAL, "pp_loader_create: cfg and l_p must not be NULL");
+	if ((cfg->dataset != NULL) == (cfg->nshards > 0))
+		return pp_error(-EINVAL, "loader: give exactly one source: a dataset or shard paths "
+				"(got %s)", cfg->dataset != NULL ? "both" : "neither");
+	if (cfg->nshards > 0 && cfg->shard_paths == NULL)
+		return pp_error(-EINVAL, "loader: %zu shards but no shard_paths", cfg->nshards);
+	if (cfg->dataset != NULL) {
+		dataset_source(cfg->dataset, &src);
+	} else if ((ret = shard_source(cfg, &src)) < 0) {
+		return ret;
+	}
+	return pp_loader_create_source(cfg, &src, l_p);
+}

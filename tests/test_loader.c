@@ -1,0 +1,1084 @@
+/*
+ * tests/test_loader.c: the loader: every sample once per epoch over batch
+ * sizes, drop rules, worker counts, world sizes and cache modes; the same
+ * order for every worker count; resuming from a saved position; worker
+ * errors, destroy under load, a consumer that never releases; the io_uring
+ * and pread reads; real shards and datasets.
+ *
+ * Most tests run over test-only sources whose sample i encodes i, so that
+ * every delivered sample can be checked against its id: an array in memory,
+ * a gather callback, and chunks decoded by a callback that can be told to
+ * fail on one chunk or to be slow.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "loader/convert.h"
+#include "loader/loader.h"
+#include "tests/testutil.h"
+
+#define SAMPLE_BYTES 12
+#define NCLASSES 10
+
+/* Byte j of sample i: its id in the first 4 bytes, then a pattern of (i, j). */
+static uint8_t sample_byte(uint64_t i, size_t j)
+{
+	if (j < 4)
+		return (uint8_t)(i >> (8 * j));
+	return (uint8_t)(i * 31 + j * 7);
+}
+
+static int32_t sample_label(uint64_t i)
+{
+	return (int32_t)((i * 7 + 3) % NCLASSES);
+}
+
+/* A test source: n samples of SAMPLE_BYTES, kept as an array, a gather callback or chunks. */
+struct tsource {
+	uint64_t n;
+	uint8_t *samples;
+	int32_t *labels;
+	struct pp_plan_chunk *chunks;
+	size_t nchunks;
+	int64_t fail_chunk;     /* chunk whose decoding fails, or -1 */
+	unsigned delay_us;      /* per chunk load */
+	int workers_alive;      /* per-thread states not yet destroyed */
+	pthread_mutex_t mu;
+};
+
+static void tsource_destroy(void *ctx)
+{
+	struct tsource *t = ctx;
+
+	ck_assert_int_eq(t->workers_alive, 0);
+	pthread_mutex_destroy(&t->mu);
+	free(t->samples);
+	free(t->labels);
+	free(t->chunks);
+	free(t);
+}
+
+static int tsource_gather(void *ctx, const uint64_t *ids, size_t n, void *samples, int32_t *labels)
+{
+	struct tsource *t = ctx;
+
+	for (size_t k = 0; k < n; k++) {
+		if (ids[k] >= t->n)
+			return pp_error(-ERANGE, "test: id %llu out of range", (unsigned long long)ids[k]);
+		memcpy((uint8_t *)samples + k * SAMPLE_BYTES, t->samples + ids[k] * SAMPLE_BYTES,
+		       SAMPLE_BYTES);
+		if (labels != NULL)
+			labels[k] = t->labels[ids[k]];
+	}
+	return 0;
+}
+
+static int tsource_worker_create(void *ctx, void **wctx_p)
+{
+	struct tsource *t = ctx;
+	int *w = malloc(sizeof(int));
+
+	if (w == NULL)
+		return -ENOMEM;
+	pthread_mutex_lock(&t->mu);
+	t->workers_alive++;
+	pthread_mutex_unlock(&t->mu);
+	*wctx_p = w;
+	return 0;
+}
+
+static void tsource_worker_destroy(void *ctx, void *wctx)
+{
+	struct tsource *t = ctx;
+
+	pthread_mutex_lock(&t->mu);
+	t->workers_alive--;
+	pthread_mutex_unlock(&t->mu);
+	free(wctx);
+}
+
+static int tsource_load(void *ctx, void *wctx, const uint32_t *ids, size_t n, void *const *dst,
+			struct pp_loader_work *work)
+{
+	struct tsource *t = ctx;
+
+	(void)wctx;
+	for (size_t k = 0; k < n; k++) {
+		const struct pp_plan_chunk *ch = &t->chunks[ids[k]];
+		uint8_t *raw = dst[k];
+		if (t->delay_us)
+			usleep(t->delay_us);
+		if ((int64_t)ids[k] == t->fail_chunk)
+			return pp_error(-EBADMSG, "test.pps: chunk %u at offset %u: CRC-32 mismatch",
+					ids[k], ids[k] * 4096);
+		for (uint32_t j = 0; j < ch->records; j++)
+			pp_put_le32(raw + 4 * j, (uint32_t)t->labels[ch->first_id + j]);
+		memcpy(raw + 4 * ch->records, t->samples + ch->first_id * SAMPLE_BYTES,
+		       (size_t)ch->records * SAMPLE_BYTES);
+		work->chunks++;
+	}
+	return 0;
+}
+
+/*
+ * The I/O path of the tests that let the loader choose: PP_TEST_IO=pread
+ * forces pread, for valgrind, which does not see the kernel write through
+ * io_uring into a buffer.
+ */
+static enum pp_loader_io auto_io(void)
+{
+	const char *e = getenv("PP_TEST_IO");
+
+	return e != NULL && strcmp(e, "pread") == 0 ? PP_LOADER_IO_PREAD : PP_LOADER_IO_AUTO;
+}
+
+enum tkind { T_ARRAY, T_GATHER, T_CHUNKS };
+
+/* Makes a source of n samples; chunks of 'per_chunk' records (the last one shorter). */
+static struct pp_loader_source tsource_make(enum tkind kind, uint64_t n, uint32_t per_chunk,
+					    struct tsource **t_p)
+{
+	struct tsource *t = calloc(1, sizeof(*t));
+	struct pp_loader_source src = { 0 };
+
+	ck_assert_ptr_nonnull(t);
+	t->n = n;
+	t->fail_chunk = -1;
+	pthread_mutex_init(&t->mu, NULL);
+	t->samples = malloc(n * SAMPLE_BYTES + 1);
+	t->labels = malloc(n * sizeof(int32_t) + 1);
+	ck_assert_ptr_nonnull(t->samples);
+	ck_assert_ptr_nonnull(t->labels);
+	for (uint64_t i = 0; i < n; i++) {
+		for (size_t j = 0; j < SAMPLE_BYTES; j++)
+			t->samples[i * SAMPLE_BYTES + j] = sample_byte(i, j);
+		t->labels[i] = sample_label(i);
+	}
+	src.info = (struct pp_sample_info){ .count = n, .dtype = PP_DTYPE_U8, .ndim = 3,
+					    .shape = { 1, 3, 4 }, .sample_bytes = SAMPLE_BYTES,
+					    .label_kind = PP_LABEL_CLASS, .num_classes = NCLASSES };
+	src.destroy = tsource_destroy;
+	src.ctx = t;
+	if (kind == T_ARRAY) {
+		src.samples = t->samples;
+		src.labels = t->labels;
+	} else if (kind == T_GATHER) {
+		src.gather = tsource_gather;
+	} else {
+		t->nchunks = (n + per_chunk - 1) / per_chunk;
+		t->chunks = calloc(t->nchunks + 1, sizeof(*t->chunks));
+		ck_assert_ptr_nonnull(t->chunks);
+		for (size_t c = 0; c < t->nchunks; c++) {
+			t->chunks[c].shard = 0;
+			t->chunks[c].index = c;
+			t->chunks[c].first_id = c * per_chunk;
+			t->chunks[c].records = (uint32_t)PP_MIN((uint64_t)per_chunk, n - c * per_chunk);
+		}
+		src.chunks = t->chunks;
+		src.nchunks = t->nchunks;
+		src.max_stored = (size_t)per_chunk * (SAMPLE_BYTES + 4);
+		src.worker_create = tsource_worker_create;
+		src.worker_destroy = tsource_worker_destroy;
+		src.load_chunks = tsource_load;
+		src.io_path = "none";
+	}
+	if (t_p != NULL)
+		*t_p = t;
+	return src;
+}
+
+static struct pp_loader *make_loader(enum tkind kind, uint64_t n, uint32_t per_chunk,
+				     const struct pp_loader_config *cfg, struct tsource **t_p)
+{
+	struct pp_loader_source src = tsource_make(kind, n, per_chunk, t_p);
+	struct pp_loader *l = NULL;
+	int ret = pp_loader_create_source(cfg, &src, &l);
+
+	ck_assert_msg(ret == 0, "create: %s", pp_last_error());
+	return l;
+}
+
+/* Checks that every sample of the batch is the one its id names, in u8 or normalised f32. */
+static void check_batch_content(const struct pp_batch *b, const struct pp_loader_config *cfg)
+{
+	for (uint32_t k = 0; k < b->size; k++) {
+		uint64_t id = b->ids[k];
+		ck_assert_int_eq(b->labels[k], sample_label(id));
+		for (size_t j = 0; j < SAMPLE_BYTES; j++) {
+			uint8_t x = sample_byte(id, j);
+			if (b->dtype == PP_DTYPE_U8) {
+				ck_assert_uint_eq(((uint8_t *)b->samples)[k * SAMPLE_BYTES + j], x);
+			} else {
+				float sd = cfg->std[0] != 0.0f ? cfg->std[0] : 1.0f;
+				float want = (x / 255.0f - cfg->mean[0]) / sd;
+				float got = ((float *)b->samples)[k * SAMPLE_BYTES + j];
+				ck_assert_msg(got > want - 1e-5f && got < want + 1e-5f,
+					      "sample %llu byte %zu: %g, want %g",
+					      (unsigned long long)id, j, (double)got, (double)want);
+			}
+		}
+	}
+}
+
+/*
+ * Runs one epoch and appends the ids it delivered (all of them, padding
+ * included) to ids[], and 1 for padding to pad[]; returns the batch count.
+ */
+static uint64_t run_epoch(struct pp_loader *l, uint64_t epoch, const struct pp_loader_config *cfg,
+			  uint64_t *ids, uint8_t *pad, uint64_t *n_p, bool check_content)
+{
+	struct pp_batch *b;
+	uint64_t nb = 0, bs = cfg->batch_size;
+	int ret;
+
+	ck_assert_int_eq(pp_loader_begin_epoch(l, epoch), 0);
+	while ((ret = pp_loader_next(l, &b)) == 1) {
+		ck_assert_uint_eq(b->index, nb);
+		ck_assert_uint_eq(b->epoch, epoch);
+		ck_assert_uint_le(b->size, bs);
+		ck_assert_uint_le(b->padding, b->size);
+		if (cfg->drop_last)
+			ck_assert_uint_eq(b->size, bs);
+		if (check_content)
+			check_batch_content(b, cfg);
+		for (uint32_t k = 0; k < b->size; k++) {
+			ids[*n_p] = b->ids[k];
+			pad[*n_p] = k >= b->size - b->padding;
+			(*n_p)++;
+		}
+		nb++;
+		ck_assert_int_eq(pp_loader_release(l, b), 0);
+	}
+	ck_assert_msg(ret == 0, "next: %s", pp_last_error());
+	ck_assert_ptr_null(b);
+	ck_assert_uint_eq(nb, pp_loader_batches_per_epoch(l));
+	return nb;
+}
+
+/*
+ * Every sample once per epoch (loops over kinds, drop rules and world sizes
+ * for one batch size and worker count).  Fails if a sample is missing,
+ * repeated without being marked as padding, delivered by two ranks, wrong in
+ * content, or if ranks get different batch counts.
+ */
+static void exactly_once(enum tkind kind, uint32_t bs, uint32_t workers)
+{
+	const uint64_t n = 1003;
+	uint64_t *ids = malloc(4 * n * sizeof(uint64_t) + 4 * bs * sizeof(uint64_t));
+	uint8_t *pad = malloc(4 * n + 4 * (size_t)bs);
+	uint32_t *seen = malloc(n * sizeof(uint32_t));
+
+	for (int drop = 0; drop < 2; drop++) {
+		for (int rank_drop = 0; rank_drop < 2; rank_drop++) {
+			for (uint32_t ws = 1; ws <= 3; ws++) {
+				uint64_t total = 0, nreal = 0, batches = UINT64_MAX, lost;
+				memset(seen, 0, n * sizeof(uint32_t));
+				for (uint32_t r = 0; r < ws; r++) {
+					struct pp_loader_config cfg = {
+						.batch_size = bs, .shuffle = true, .seed = 42,
+						.drop_last = drop, .workers = workers, .rank = r,
+						.world_size = ws, .rank_drop = rank_drop,
+						.cache = PP_LOADER_CACHE_STREAM, .window_chunks = 3,
+						.dtype = (bs == 7 ? PP_DTYPE_F32 : 0),
+						.mean = { 0.25f }, .std = { 0.5f },
+					};
+					struct pp_loader *l = make_loader(kind, n, 37, &cfg, NULL);
+					uint64_t cnt = 0, nb;
+					nb = run_epoch(l, 3, &cfg, ids, pad, &cnt, true);
+					if (batches != UINT64_MAX)
+						ck_assert_uint_eq(nb, batches);
+					batches = nb;
+					for (uint64_t k = 0; k < cnt; k++) {
+						ck_assert_uint_lt(ids[k], n);
+						if (pad[k]) {
+							ck_assert(!rank_drop);
+							continue;
+						}
+						seen[ids[k]]++;
+						ck_assert_msg(seen[ids[k]] == 1, "sample %llu twice "
+							      "(ws %u rank %u)", (unsigned long long)ids[k],
+							      ws, r);
+						nreal++;
+					}
+					total += cnt;
+					pp_loader_destroy(l);
+				}
+				/* equal shares; batch counts that match them */
+				ck_assert_uint_eq(total % ws, 0);
+				if (drop)
+					ck_assert_uint_eq(total / ws, batches * bs);
+				else
+					ck_assert_uint_eq(batches, (total / ws + bs - 1) / bs);
+				/* what may be left out: nothing, the uneven rest, a short batch */
+				if (!drop && !rank_drop)
+					ck_assert_uint_eq(nreal, n);
+				else if (!drop && kind != T_CHUNKS)
+					ck_assert_uint_eq(nreal, n - n % ws);
+				lost = rank_drop ? (kind == T_CHUNKS ? ws * 37 : n % ws) : 0;
+				lost += drop ? (uint64_t)ws * (bs - 1) : 0;
+				ck_assert_uint_ge(nreal + lost, n);
+			}
+		}
+	}
+	free(ids);
+	free(pad);
+	free(seen);
+}
+
+static const uint32_t batch_sizes[] = { 1, 7, 100, 60000 };
+static const uint32_t worker_counts[] = { 0, 1, 2, 8 };
+
+/* Every sample once, in memory (array source), for every batch size and worker count (loop index). */
+START_TEST(test_exactly_once_memory)
+{
+	exactly_once(T_ARRAY, batch_sizes[_i / 4], worker_counts[_i % 4]);
+}
+END_TEST
+
+/* The same with chunks decoded into memory at create (PP_LOADER_CACHE_MEMORY). */
+START_TEST(test_exactly_once_gather)
+{
+	exactly_once(T_GATHER, batch_sizes[_i / 4], worker_counts[_i % 4]);
+}
+END_TEST
+
+/* The same streamed through windows of chunks. */
+START_TEST(test_exactly_once_stream)
+{
+	exactly_once(T_CHUNKS, batch_sizes[_i / 4], worker_counts[_i % 4]);
+}
+END_TEST
+
+static uint64_t *epoch_ids(enum tkind kind, uint32_t workers, uint64_t seed, uint64_t epoch,
+			   enum pp_loader_cache cache, uint64_t *n_p)
+{
+	struct pp_loader_config cfg = { .batch_size = 10, .shuffle = true, .seed = seed,
+					.workers = workers, .cache = cache, .window_chunks = 2 };
+	uint64_t *ids = malloc(2000 * sizeof(uint64_t));
+	uint8_t pad[2000];
+	struct pp_loader *l = make_loader(kind, 997, 50, &cfg, NULL);
+
+	*n_p = 0;
+	run_epoch(l, epoch, &cfg, ids, pad, n_p, false);
+	pp_loader_destroy(l);
+	return ids;
+}
+
+/*
+ * The same order for 0, 1, 2 and 8 workers and on a second run; a
+ * different one for another epoch or seed.  Fails if the order depends on
+ * the workers or on timing, or if the shuffle ignores epoch or seed.
+ */
+START_TEST(test_order_deterministic)
+{
+	enum tkind kind = _i == 0 ? T_ARRAY : T_CHUNKS;
+	enum pp_loader_cache cache = _i == 2 ? PP_LOADER_CACHE_STREAM : PP_LOADER_CACHE_MEMORY;
+	uint64_t n0, n;
+	uint64_t *ref = epoch_ids(kind, 0, 5, 1, cache, &n0);
+	uint64_t *ids;
+	bool sorted = true;
+
+	ck_assert_uint_eq(n0, 997);
+	for (uint64_t k = 1; k < n0; k++)
+		sorted &= ref[k] > ref[k - 1];
+	ck_assert(!sorted);
+	for (uint32_t w = 0; w <= 8; w = w ? w * 2 : 1) {
+		for (int run = 0; run < 2; run++) {
+			ids = epoch_ids(kind, w, 5, 1, cache, &n);
+			ck_assert_uint_eq(n, n0);
+			ck_assert_int_eq(memcmp(ids, ref, n * sizeof(uint64_t)), 0);
+			free(ids);
+		}
+	}
+	ids = epoch_ids(kind, 2, 5, 2, cache, &n);
+	ck_assert_int_ne(memcmp(ids, ref, n * sizeof(uint64_t)), 0);
+	free(ids);
+	ids = epoch_ids(kind, 2, 6, 1, cache, &n);
+	ck_assert_int_ne(memcmp(ids, ref, n * sizeof(uint64_t)), 0);
+	free(ids);
+	free(ref);
+}
+END_TEST
+
+/*
+ * Save the position mid-epoch, destroy, recreate, resume: the remaining
+ * batches are those of an uninterrupted run.  Fails if resume restarts the
+ * epoch, skips or repeats a batch, or accepts a position from other settings.
+ */
+START_TEST(test_resume)
+{
+	enum tkind kind = _i == 0 ? T_ARRAY : T_CHUNKS;
+	struct pp_loader_config cfg = { .batch_size = 9, .shuffle = true, .seed = 77, .workers = 2,
+					.world_size = 2, .rank = 1, .cache = PP_LOADER_CACHE_STREAM,
+					.window_chunks = 3 };
+	uint64_t full[1000], n_full = 0, rest[1000], n_rest = 0;
+	uint8_t pad[1000];
+	struct pp_loader_position pos;
+	struct pp_batch *b;
+	struct pp_loader *l = make_loader(kind, 1500, 40, &cfg, NULL);
+	uint64_t nb = run_epoch(l, 4, &cfg, full, pad, &n_full, false);
+
+	pp_loader_destroy(l);
+	ck_assert_uint_gt(nb, 20);
+
+	l = make_loader(kind, 1500, 40, &cfg, NULL);
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 4), 0);
+	for (int k = 0; k < 13; k++) {
+		ck_assert_int_eq(pp_loader_next(l, &b), 1);
+		ck_assert_int_eq(pp_loader_release(l, b), 0);
+	}
+	ck_assert_int_eq(pp_loader_get_position(l, &pos), 0);
+	ck_assert_uint_eq(pos.epoch, 4);
+	ck_assert_uint_eq(pos.batch, 13);
+	pp_loader_destroy(l);
+
+	l = make_loader(kind, 1500, 40, &cfg, NULL);
+	ck_assert_int_eq(pp_loader_resume(l, &pos), 0);
+	while (pp_loader_next(l, &b) == 1) {
+		memcpy(rest + n_rest, b->ids, b->size * sizeof(uint64_t));
+		n_rest += b->size;
+		check_batch_content(b, &cfg);
+		ck_assert_int_eq(pp_loader_release(l, b), 0);
+	}
+	ck_assert_uint_eq(n_rest, n_full - 13 * 9);
+	ck_assert_int_eq(memcmp(rest, full + 13 * 9, n_rest * sizeof(uint64_t)), 0);
+	pos.batch = nb + 1;
+	ck_assert_int_eq(pp_loader_resume(l, &pos), -EINVAL);
+	pp_loader_destroy(l);
+
+	cfg.seed = 78;
+	l = make_loader(kind, 1500, 40, &cfg, NULL);
+	pos.batch = 1;
+	ck_assert_int_eq(pp_loader_resume(l, &pos), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "other settings"));
+	pp_loader_destroy(l);
+}
+END_TEST
+
+/*
+ * A chunk that fails to decode: next() returns its error with its message,
+ * and keeps returning it; destroy is clean.  Fails on a hang, a lost or
+ * rewritten message, or a leak (under ASan or valgrind).
+ */
+START_TEST(test_corrupt_chunk)
+{
+	uint32_t workers = _i == 0 ? 0 : 2;
+	enum pp_loader_cache cache = _i == 2 ? PP_LOADER_CACHE_MEMORY : PP_LOADER_CACHE_STREAM;
+	struct pp_loader_config cfg = { .batch_size = 16, .shuffle = true, .workers = workers,
+					.cache = PP_LOADER_CACHE_STREAM, .window_chunks = 2 };
+	struct pp_loader_source src = tsource_make(T_CHUNKS, 500, 20, NULL);
+	struct tsource *t = src.ctx;
+	struct pp_loader *l = NULL;
+	struct pp_batch *b;
+	int ret, got = 0;
+
+	cfg.cache = cache;
+	t->fail_chunk = 13;
+	ret = pp_loader_create_source(&cfg, &src, &l);
+	if (cache == PP_LOADER_CACHE_MEMORY) {
+		ck_assert_int_eq(ret, -EBADMSG);
+		ck_assert_str_eq(pp_last_error(), "test.pps: chunk 13 at offset 53248: CRC-32 mismatch");
+		return;
+	}
+	ck_assert_int_eq(ret, 0);
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	while ((ret = pp_loader_next(l, &b)) == 1) {
+		got++;
+		pp_loader_release(l, b);
+	}
+	ck_assert_int_eq(ret, -EBADMSG);
+	ck_assert_int_lt(got, 500 / 16);
+	ck_assert_str_eq(pp_last_error(), "test.pps: chunk 13 at offset 53248: CRC-32 mismatch");
+	pp_error(-EINVAL, "something else");
+	ck_assert_int_eq(pp_loader_next(l, &b), -EBADMSG);
+	ck_assert_str_eq(pp_last_error(), "test.pps: chunk 13 at offset 53248: CRC-32 mismatch");
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 1), -EBADMSG);
+	pp_loader_destroy(l);
+}
+END_TEST
+
+/*
+ * Destroy at any point: mid-epoch with batches held, workers blocked on
+ * full slots, workers in the middle of slow chunk loads.  Fails on a hang
+ * (the test's timeout), a crash, or a leak under ASan or valgrind; the test
+ * source also checks that every worker's state was destroyed.
+ */
+START_TEST(test_destroy_midepoch)
+{
+	for (int k = 0; k < 6; k++) {
+		struct pp_loader_config cfg = { .batch_size = 5, .shuffle = true, .workers = 8,
+						.prefetch = 6, .cache = PP_LOADER_CACHE_STREAM,
+						.window_chunks = 2 };
+		struct tsource *t;
+		struct pp_loader *l = make_loader(k % 2 ? T_CHUNKS : T_ARRAY, 3000, 25, &cfg, &t);
+		struct pp_batch *b;
+
+		if (k % 2)
+			t->delay_us = 300;
+		ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+		for (int j = 0; j < k; j++) {
+			ck_assert_int_eq(pp_loader_next(l, &b), 1);
+			if (j % 2)
+				pp_loader_release(l, b);
+		}
+		if (k == 4)
+			usleep(20000);
+		pp_loader_destroy(l);
+	}
+}
+END_TEST
+
+/*
+ * A consumer that holds every slot gets -ENOBUFS, not a deadlock; once it
+ * releases one (from another thread, out of order), next() goes on.
+ */
+struct release_arg {
+	struct pp_loader *l;
+	struct pp_batch *b;
+};
+
+static void *release_other_thread(void *arg)
+{
+	struct release_arg *a = arg;
+
+	ck_assert_int_eq(pp_loader_release(a->l, a->b), 0);
+	return NULL;
+}
+
+START_TEST(test_enobufs)
+{
+	struct pp_loader_config cfg = { .batch_size = 3, .workers = _i, .prefetch = 3 };
+	struct pp_loader *l = make_loader(T_ARRAY, 100, 0, &cfg, NULL);
+	struct pp_batch *held[3], *b;
+	struct release_arg a;
+	pthread_t th;
+
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	ck_assert_int_eq(pp_loader_next(l, &b), 1);
+	held[0] = b;
+	ck_assert_int_eq(pp_loader_next(l, &held[1]), 1);
+	ck_assert_int_eq(pp_loader_next(l, &held[2]), 1);
+	ck_assert_int_eq(pp_loader_next(l, &b), -ENOBUFS);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "held by the consumer"));
+	ck_assert_int_eq(pp_loader_release(l, held[2]), 0);
+	ck_assert_int_eq(pp_loader_release(l, held[2]), -EINVAL);
+	ck_assert_int_eq(pp_loader_next(l, &b), -ENOBUFS);
+	a.l = l;
+	a.b = held[0];
+	ck_assert_int_eq(pthread_create(&th, NULL, release_other_thread, &a), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(pp_loader_next(l, &b), 1);
+	ck_assert_uint_eq(b->index, 3);
+	ck_assert_uint_eq(b->ids[0], 9);
+	pp_loader_destroy(l);
+}
+END_TEST
+
+/*
+ * Float output is (x / 255 - mean) / std per channel, for 3 channels.
+ * Fails if the channels are mixed up or the formula is wrong.
+ */
+START_TEST(test_normalise_channels)
+{
+	struct pp_loader_config cfg = { .batch_size = 4, .dtype = PP_DTYPE_F32,
+					.mean = { 0.1f, 0.5f, 0.9f }, .std = { 0.2f, 0.3f, 0.4f } };
+	struct pp_loader_source src = tsource_make(T_ARRAY, 8, 0, NULL);
+	struct pp_loader *l = NULL;
+	struct pp_batch *b;
+
+	/* 12 bytes as 3 channels of 2 x 2 */
+	src.info.shape[0] = 3;
+	src.info.shape[1] = 2;
+	src.info.shape[2] = 2;
+	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), 0);
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	ck_assert_int_eq(pp_loader_next(l, &b), 1);
+	ck_assert_int_eq(b->dtype, PP_DTYPE_F32);
+	ck_assert_uint_eq(b->sample_bytes, 48);
+	for (uint32_t k = 0; k < 4; k++)
+		for (size_t j = 0; j < 12; j++) {
+			size_t c = j / 4;
+			float want = (sample_byte(k, j) / 255.0f - cfg.mean[c]) / cfg.std[c];
+			float got = ((float *)b->samples)[k * 12 + j];
+			ck_assert_float_eq_tol(got, want, 1e-5);
+		}
+	pp_loader_destroy(l);
+}
+END_TEST
+
+/*
+ * The uint8-to-float kernels agree with the scalar loop for every length
+ * around their vector widths (16) and tails.  Fails if a vector kernel
+ * drops, reorders or misconverts an element.
+ */
+START_TEST(test_convert_kernels)
+{
+	uint8_t src[100];
+	float want[100], got[100];
+	pp_convert_u8_f32_fn *kernels[3] = { pp_convert_u8_f32_best(), NULL, NULL };
+
+#if defined(__x86_64__) && defined(__GNUC__)
+	kernels[1] = pp_convert_u8_f32_sse2;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		kernels[2] = pp_convert_u8_f32_avx2;
+#endif
+	pp_test_fill_random(src, sizeof(src), 11);
+	for (size_t n = 0; n <= 100; n++) {
+		pp_convert_u8_f32_scalar(src, want, n, 1.0f / (255.0f * 0.353f), -0.286f / 0.353f);
+		for (int k = 0; k < 3; k++) {
+			if (kernels[k] == NULL)
+				continue;
+			memset(got, 0xff, sizeof(got));
+			kernels[k](src, got, n, 1.0f / (255.0f * 0.353f), -0.286f / 0.353f);
+			for (size_t i = 0; i < n; i++)
+				ck_assert_float_eq_tol(got[i], want[i], 1e-5);
+			if (n < 100)
+				ck_assert_uint_eq(((uint32_t *)got)[n], 0xffffffffu);
+		}
+	}
+}
+END_TEST
+
+/*
+ * Bad settings and a memory budget too small are refused with a message.
+ * Fails if a wrong setting is accepted or the message is missing.
+ */
+START_TEST(test_bad_config)
+{
+	struct pp_loader_config cfg = { .batch_size = 100, .world_size = 2, .rank = 2 };
+	struct pp_loader_source src = tsource_make(T_ARRAY, 100, 0, NULL);
+	struct pp_loader *l = NULL;
+
+	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "rank 2"));
+	ck_assert_ptr_null(l);
+
+	cfg.rank = 0;
+	cfg.memory_budget = 10000;
+	cfg.dtype = PP_DTYPE_F32;
+	src = tsource_make(T_ARRAY, 100, 0, NULL);
+	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), -ENOMEM);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "memory budget of 10000 bytes exceeded"));
+
+	cfg.memory_budget = 0;
+	cfg.dtype = PP_DTYPE_U8;
+	src = tsource_make(T_ARRAY, 100, 0, NULL);
+	src.info.dtype = PP_DTYPE_F32;
+	src.info.sample_bytes = 48;
+	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "uint8 output"));
+
+	cfg.dtype = 0;
+	cfg.world_size = 4;
+	cfg.cache = PP_LOADER_CACHE_STREAM;
+	src = tsource_make(T_CHUNKS, 100, 40, NULL);
+	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "3 chunks are too few to stream to 4 ranks"));
+
+	cfg.world_size = 1;
+	src = tsource_make(T_ARRAY, 100, 0, NULL);
+	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), 0);
+	ck_assert_int_eq(pp_loader_next(l, &(struct pp_batch *){ NULL }), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no epoch begun"));
+	pp_loader_destroy(l);
+}
+END_TEST
+
+/*
+ * The reader reads what the file holds, through io_uring and through pread,
+ * with and without O_DIRECT, and reports a truncated file.  Fails if a read
+ * comes back short or wrong, or a short file is not an error.
+ */
+START_TEST(test_reader)
+{
+	enum pp_loader_io mode = _i == 0 && auto_io() == PP_LOADER_IO_AUTO ? PP_LOADER_IO_URING
+									    : PP_LOADER_IO_PREAD;
+	char *dir = pp_test_tmpdir();
+	char path[4096];
+	size_t len = 5 * 4096 + 100;
+	uint8_t *data = malloc(len);
+	uint8_t *buf[3];
+	struct pp_reader r;
+	struct pp_read q[3];
+	int fd, fd_direct, ret;
+
+	snprintf(path, sizeof(path), "%s/f", dir);
+	pp_test_fill_random(data, len, 3);
+	pp_test_write_file(path, data, len);
+	ret = pp_reader_init(&r, mode, 4);
+	if (ret == -ENOSYS || ret == -EPERM) {
+		/* io_uring refused here: the pread case covers the reads */
+		ck_assert_int_eq(mode, PP_LOADER_IO_URING);
+		pp_test_rmtree(dir);
+		free(dir);
+		free(data);
+		return;
+	}
+	ck_assert_msg(ret == 0, "%s", pp_last_error());
+	ck_assert(r.uring == (mode == PP_LOADER_IO_URING));
+	fd = open(path, O_RDONLY);
+	fd_direct = open(path, O_RDONLY | O_DIRECT);
+	if (fd_direct < 0)
+		fd_direct = fd;
+	ck_assert_int_ge(fd, 0);
+	for (int k = 0; k < 3; k++)
+		ck_assert_int_eq(posix_memalign((void **)&buf[k], 4096, 3 * 4096), 0);
+	/* two aligned reads, one running into the end of the file */
+	q[0] = (struct pp_read){ .fd = fd_direct, .fd_buffered = fd, .offset = 0, .len = 8192,
+				 .need = 8192, .buf = buf[0], .path = path, .chunk = 0 };
+	q[1] = (struct pp_read){ .fd = fd_direct, .fd_buffered = fd, .offset = 4 * 4096,
+				 .len = 8192, .need = 4096 + 100, .buf = buf[1], .path = path, .chunk = 1 };
+	q[2] = (struct pp_read){ .fd = fd, .fd_buffered = fd, .offset = 4096, .len = 3 * 4096,
+				 .need = 3 * 4096, .buf = buf[2], .path = path, .chunk = 2 };
+	ck_assert_msg(pp_reader_read(&r, q, 3) == 0, "%s", pp_last_error());
+	ck_assert_int_eq(memcmp(buf[0], data, 8192), 0);
+	ck_assert_int_eq(memcmp(buf[1], data + 4 * 4096, 4096 + 100), 0);
+	ck_assert_int_eq(memcmp(buf[2], data + 4096, 3 * 4096), 0);
+	/* a chunk said to run past the end of the file */
+	q[0] = (struct pp_read){ .fd = fd_direct, .fd_buffered = fd, .offset = 4 * 4096,
+				 .len = 8192, .need = 8000, .buf = buf[0], .path = path, .chunk = 7 };
+	ck_assert_int_eq(pp_reader_read(&r, q, 1), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "chunk 7 at offset 16384: file ends after 4196"));
+	pp_reader_fini(&r);
+	close(fd);
+	if (fd_direct != fd)
+		close(fd_direct);
+	for (int k = 0; k < 3; k++)
+		free(buf[k]);
+	pp_test_rmtree(dir);
+	free(dir);
+	free(data);
+}
+END_TEST
+
+/*
+ * Statistics count what was handed out.  Fails if a counter misses batches
+ * or samples, or the I/O path is not reported.
+ */
+START_TEST(test_stats)
+{
+	struct pp_loader_config cfg = { .batch_size = 10, .workers = 2, .cache = PP_LOADER_CACHE_STREAM };
+	struct pp_loader *l = make_loader(T_CHUNKS, 95, 10, &cfg, NULL);
+	struct pp_loader_stats st;
+	uint64_t ids[200], n = 0;
+	uint8_t pad[200];
+
+	run_epoch(l, 0, &cfg, ids, pad, &n, true);
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	ck_assert_uint_eq(st.batches, 10);
+	ck_assert_uint_eq(st.samples, 95);
+	ck_assert_uint_eq(st.bytes, 95 * SAMPLE_BYTES);
+	ck_assert_uint_eq(st.chunks_decoded, 10);
+	ck_assert_str_eq(st.io_path, "none");
+	ck_assert_uint_eq(st.slots, 6);
+	ck_assert_uint_gt(st.memory_bytes, 6 * 10 * SAMPLE_BYTES);
+	pp_loader_destroy(l);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ real shards and datasets */
+
+
+/* Writes n samples of the test pattern as 'nshards' shards of chunks of 'rpc' records. */
+static char **write_shards(const char *dir, uint64_t n, size_t nshards, uint32_t rpc, int level)
+{
+	struct pp_sample_info info = { .dtype = PP_DTYPE_U8, .ndim = 3, .shape = { 1, 3, 4 },
+				       .sample_bytes = SAMPLE_BYTES, .label_kind = PP_LABEL_CLASS,
+				       .num_classes = NCLASSES };
+	struct pp_shard_writer_config wc = { .info = &info, .records_per_chunk = rpc, .level = level };
+	char **paths = calloc(nshards, sizeof(char *));
+	uint64_t first = 0;
+
+	for (size_t s = 0; s < nshards; s++) {
+		uint64_t cnt = n / nshards + (s < n % nshards);
+		uint8_t *samples = malloc(cnt * SAMPLE_BYTES + 1);
+		int32_t *labels = malloc(cnt * sizeof(int32_t) + 1);
+		struct pp_shard_writer *w;
+		for (uint64_t i = 0; i < cnt; i++) {
+			for (size_t j = 0; j < SAMPLE_BYTES; j++)
+				samples[i * SAMPLE_BYTES + j] = sample_byte(first + i, j);
+			labels[i] = sample_label(first + i);
+		}
+		ck_assert_int_gt(asprintf(&paths[s], "%s/part%zu.pps", dir, s), 0);
+		ck_assert_msg(pp_shard_writer_create(paths[s], &wc, &w) == 0, "%s", pp_last_error());
+		ck_assert_msg(pp_shard_writer_add(w, samples, labels, cnt) == 0, "%s", pp_last_error());
+		ck_assert_msg(pp_shard_writer_finish(w) == 0, "%s", pp_last_error());
+		pp_shard_writer_destroy(w);
+		free(samples);
+		free(labels);
+		first += cnt;
+	}
+	return paths;
+}
+
+static void free_paths(char **paths, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(paths[i]);
+	free(paths);
+}
+
+/*
+ * Shards read through io_uring (or pread where refused) and through pread,
+ * buffered and O_DIRECT, cached or streamed, by 0 or 2 workers, on 1 or 2
+ * ranks: every sample once, with its content and label.  Fails on a sample
+ * lost, repeated or wrong, or when the I/O path reported is not the one run.
+ */
+START_TEST(test_shards_exactly_once)
+{
+	char *dir = pp_test_tmpdir();
+	char **paths = write_shards(dir, 2500, 3, 64, 1);
+	uint32_t *seen = calloc(2500, sizeof(uint32_t));
+	uint64_t *ids = malloc(4000 * sizeof(uint64_t));
+	uint8_t *pad = malloc(4000);
+
+	for (int k = 0; k < 16; k++) {
+		struct pp_loader_config cfg = {
+			.shard_paths = (const char *const *)paths, .nshards = 3, .batch_size = 33,
+			.shuffle = true, .seed = 9, .workers = k & 1 ? 2 : 0,
+			.cache = k & 2 ? PP_LOADER_CACHE_STREAM : PP_LOADER_CACHE_MEMORY,
+			.io = _i == 0 ? auto_io() : PP_LOADER_IO_PREAD,
+			.direct_io = k & 4, .world_size = k & 8 ? 2 : 1, .window_chunks = 3,
+		};
+		uint64_t nreal = 0;
+		memset(seen, 0, 2500 * sizeof(uint32_t));
+		for (uint32_t r = 0; r < cfg.world_size; r++) {
+			struct pp_loader *l = NULL;
+			struct pp_loader_stats st;
+			uint64_t cnt = 0;
+			cfg.rank = r;
+			ck_assert_msg(pp_loader_create(&cfg, &l) == 0, "%s", pp_last_error());
+			ck_assert_uint_eq(pp_loader_info(l)->count, 2500);
+			run_epoch(l, 1, &cfg, ids, pad, &cnt, true);
+			for (uint64_t i = 0; i < cnt; i++)
+				if (!pad[i]) {
+					ck_assert_uint_eq(++seen[ids[i]], 1);
+					nreal++;
+				}
+			ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+			if (cfg.io == PP_LOADER_IO_PREAD)
+				ck_assert_str_eq(st.io_path, "pread");
+			else
+				ck_assert(strcmp(st.io_path, "io_uring") == 0 ||
+					  strcmp(st.io_path, "pread") == 0);
+			ck_assert_uint_gt(st.chunks_decoded, 0);
+			ck_assert_uint_gt(st.bytes_read, 0);
+			pp_loader_destroy(l);
+		}
+		ck_assert_uint_eq(nreal, 2500);
+	}
+	free(seen);
+	free(ids);
+	free(pad);
+	free_paths(paths, 3);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * A byte flipped in a chunk's stored bytes: streaming delivers the error of
+ * that chunk with the file's name, caching fails at create; a file cut
+ * short is refused at create.  Fails if a damaged chunk goes unnoticed or
+ * its message does not name the file and chunk.
+ */
+START_TEST(test_shards_corrupt)
+{
+	char *dir = pp_test_tmpdir();
+	char **paths = write_shards(dir, 1000, 1, 100, 6);
+	struct pp_shard *sh;
+	struct pp_shard_chunk_info ci;
+	struct pp_loader_config cfg = { .shard_paths = (const char *const *)paths, .nshards = 1,
+					.batch_size = 10, .workers = _i,
+					.cache = PP_LOADER_CACHE_STREAM, .io = auto_io() };
+	struct pp_loader *l = NULL;
+	struct pp_batch *b;
+	char want[256];
+	size_t len;
+	uint8_t *data;
+	int ret;
+
+	ck_assert_int_eq(pp_shard_open(paths[0], &sh), 0);
+	ck_assert_int_eq(pp_shard_chunk(sh, 6, &ci), 0);
+	pp_shard_close(sh);
+	data = pp_test_read_file(paths[0], &len);
+	data[ci.offset + ci.stored_size / 2] ^= 0x40;
+	pp_test_write_file(paths[0], data, len);
+	snprintf(want, sizeof(want), "%s: chunk 6", paths[0]);
+
+	ck_assert_msg(pp_loader_create(&cfg, &l) == 0, "%s", pp_last_error());
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	while ((ret = pp_loader_next(l, &b)) == 1)
+		pp_loader_release(l, b);
+	ck_assert_int_eq(ret, -EBADMSG);
+	ck_assert_msg(strstr(pp_last_error(), want) != NULL, "message: %s", pp_last_error());
+	pp_loader_destroy(l);
+
+	cfg.cache = PP_LOADER_CACHE_MEMORY;
+	l = NULL;
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), -EBADMSG);
+	ck_assert_msg(strstr(pp_last_error(), want) != NULL, "message: %s", pp_last_error());
+	ck_assert_ptr_null(l);
+
+	pp_test_write_file(paths[0], data, len - 5000);
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), paths[0]));
+	free(data);
+	free_paths(paths, 1);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Sources and options at the edge: a missing shard, two sources, io_uring
+ * forced (an error only where the kernel refuses it), a ring from a
+ * device's host allocator.  Fails if a bad source is accepted, or an error
+ * lacks its message.
+ */
+START_TEST(test_sources)
+{
+	char *dir = pp_test_tmpdir();
+	char **paths = write_shards(dir, 300, 1, 50, 0);
+	const char *missing[] = { "/nonexistent/x.pps" };
+	struct pp_synthetic_config sc = { .count = 500, .channels = 1, .height = 4, .width = 3,
+					  .num_classes = 10, .seed = 1, .dtype = PP_DTYPE_U8 };
+	struct pp_loader_config cfg = { .shard_paths = missing, .nshards = 1, .batch_size = 10 };
+	struct pp_loader *l = NULL;
+	struct pp_dataset *ds;
+	struct pp_device *dev;
+	struct pp_loader_stats st;
+	struct pp_batch *b;
+	uint8_t want[10 * 12];
+	int ret;
+
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "/nonexistent/x.pps"));
+
+	ck_assert_int_eq(pp_dataset_create_synthetic(&sc, &ds), 0);
+	cfg.dataset = ds;
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "both"));
+
+	/* a synthetic dataset goes through pp_dataset_gather(), into a device's host memory */
+	ck_assert_int_eq(pp_device_open("cpu", &dev), 0);
+	cfg.nshards = 0;
+	cfg.shuffle = true;
+	cfg.workers = 2;
+	cfg.device = dev;
+	cfg.pin_memory = true;
+	ck_assert_msg(pp_loader_create(&cfg, &l) == 0, "%s", pp_last_error());
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	ck_assert_int_eq(pp_loader_next(l, &b), 1);
+	ck_assert_int_eq(pp_dataset_gather(ds, b->ids, 10, want, NULL), 0);
+	ck_assert_int_eq(memcmp(b->samples, want, sizeof(want)), 0);
+	ck_assert_uint_eq((uintptr_t)b->samples % 4096, 0);
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	ck_assert_str_eq(st.io_path, "none");
+	pp_loader_destroy(l);
+	pp_device_close(dev);
+	pp_dataset_destroy(ds);
+
+	cfg = (struct pp_loader_config){ .shard_paths = (const char *const *)paths, .nshards = 1,
+					 .io = PP_LOADER_IO_URING, .cache = PP_LOADER_CACHE_STREAM };
+	ret = pp_loader_create(&cfg, &l);
+	if (ret == 0) {
+		ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+		ck_assert_str_eq(st.io_path, "io_uring");
+		pp_loader_destroy(l);
+	} else {
+		ck_assert(ret == -ENOSYS || ret == -EPERM);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "io_uring"));
+	}
+	free_paths(paths, 1);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Fashion-MNIST's training set as an in-memory dataset, float32 normalised:
+ * all 60000 once, each batch equal to the dataset's samples converted by
+ * hand.  Skipped without the data.  Fails if a sample is lost or repeated
+ * or a value differs from (x / 255 - mean) / std.
+ */
+START_TEST(test_fashion_mnist)
+{
+	const char *fm = pp_test_fashion_mnist_dir();
+	struct pp_dataset *ds;
+	struct pp_loader *l = NULL;
+	struct pp_batch *b;
+	uint8_t *seen, *raw;
+	uint64_t total = 0;
+
+	if (fm == NULL)
+		return;
+	ck_assert_msg(pp_dataset_open_dir(fm, "train", &ds) == 0, "%s", pp_last_error());
+	struct pp_loader_config cfg = { .dataset = ds, .batch_size = 100, .shuffle = true,
+					.workers = 2, .dtype = PP_DTYPE_F32,
+					.mean = { 0.2860f }, .std = { 0.3530f } };
+	ck_assert_msg(pp_loader_create(&cfg, &l) == 0, "%s", pp_last_error());
+	seen = calloc(60000, 1);
+	raw = malloc(100 * 784);
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	while (pp_loader_next(l, &b) == 1) {
+		ck_assert_int_eq(pp_dataset_gather(ds, b->ids, b->size, raw, NULL), 0);
+		for (uint32_t k = 0; k < b->size; k++) {
+			ck_assert_uint_eq(seen[b->ids[k]]++, 0);
+			for (int j = 0; j < 784; j += 97) {
+				float want = (raw[k * 784 + j] / 255.0f - 0.2860f) / 0.3530f;
+				ck_assert_float_eq_tol(((float *)b->samples)[k * 784 + j], want, 1e-5);
+			}
+		}
+		total += b->size;
+		pp_loader_release(l, b);
+	}
+	ck_assert_uint_eq(total, 60000);
+	free(seen);
+	free(raw);
+	pp_loader_destroy(l);
+	pp_dataset_destroy(ds);
+}
+END_TEST
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("loader");
+	TCase *tc = tcase_create("plan");
+	TCase *te = tcase_create("errors");
+	TCase *tio = tcase_create("io");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_exactly_once_memory, 0, 16);
+	tcase_add_loop_test(tc, test_exactly_once_gather, 0, 16);
+	tcase_add_loop_test(tc, test_exactly_once_stream, 0, 16);
+	tcase_add_loop_test(tc, test_order_deterministic, 0, 3);
+	tcase_add_loop_test(tc, test_resume, 0, 2);
+	suite_add_tcase(s, tc);
+	tcase_set_timeout(te, 30);
+	tcase_add_loop_test(te, test_corrupt_chunk, 0, 3);
+	tcase_add_test(te, test_destroy_midepoch);
+	tcase_add_loop_test(te, test_enobufs, 0, 3);
+	tcase_add_test(te, test_normalise_channels);
+	tcase_add_test(te, test_convert_kernels);
+	tcase_add_test(te, test_bad_config);
+	tcase_add_test(te, test_stats);
+	suite_add_tcase(s, te);
+	tcase_set_timeout(tio, 60);
+	tcase_add_loop_test(tio, test_reader, 0, 2);
+	tcase_add_loop_test(tio, test_shards_exactly_once, 0, 2);
+	tcase_add_loop_test(tio, test_shards_corrupt, 0, 2);
+	tcase_add_test(tio, test_sources);
+	tcase_add_test(tio, test_fashion_mnist);
+	suite_add_tcase(s, tio);
+	return s;
+}
