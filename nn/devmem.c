@@ -33,8 +33,7 @@ bool nn_host_addressable(const struct pp_device *dev)
 
 void *nn_cuda_stream(struct pp_stream *stream)
 {
-	/* transfer/device_cuda.c's stream context starts with its cudaStream_t */
-	return stream ? *(void **)stream->ctx : NULL;
+	return pp_stream_cuda_handle(stream);
 }
 
 int nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)

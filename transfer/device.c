@@ -460,6 +460,13 @@ PP_API void pp_stream_destroy(struct pp_stream *stream)
 	free(stream);
 }
 
+PP_API void *pp_stream_cuda_handle(struct pp_stream *stream)
+{
+	if (stream == NULL || stream->dev->props.kind != PP_DEVICE_CUDA)
+		return NULL;
+	return pp_device_cuda_stream(stream);
+}
+
 PP_API int pp_stream_synchronize(struct pp_stream *stream)
 {
 	if (stream == NULL)

@@ -159,6 +159,14 @@ PP_API int pp_stream_synchronize(struct pp_stream *stream);
  */
 PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg);
 
+/*
+ * Returns the cudaStream_t of a stream of a cuda device (as a void *), so
+ * that a trainer can put its own kernels and cuBLAS calls on the stream the
+ * transfer stage makes wait for each batch; NULL for a stream of another
+ * device.  The handle stays owned by pinpipe: do not destroy it.
+ */
+PP_API void *pp_stream_cuda_handle(struct pp_stream *stream);
+
 /* Creates an event. */
 PP_API int pp_event_create(struct pp_device *dev, struct pp_event **event_p);
 
