@@ -666,6 +666,7 @@ START_TEST(test_writer_errors)
 	struct pp_shard_writer *w;
 	uint8_t s[12] = {0};
 	int32_t bad[3] = {0, 3, 1}, good[3] = {0, 2, 1};
+	char expect[512];
 	struct stat st;
 
 	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
@@ -685,6 +686,21 @@ START_TEST(test_writer_errors)
 	cfg.level = 0;
 	cfg.records_per_chunk = UINT32_MAX;
 	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	/* A compressed chunk just under 4 GiB raw may compress to more than 4 GiB,
+	 * whose size the index cannot hold: it used to be accepted (and the
+	 * stored size would wrap); refused before any buffer is allocated. */
+	cfg.level = 1;
+	cfg.records_per_chunk = UINT32_MAX / 8; /* records of 8 bytes */
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "compress to more than 4 GiB"));
+	cfg.level = 0;
+	/* A bad shape names the file once, then the shape's fault: the message
+	 * used to be formatted over itself and came out "<path>: <path>: ". */
+	cfg.records_per_chunk = 6;
+	info.ndim = 0;
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	snprintf(expect, sizeof(expect), "%s: 0 dimensions, expected 1..%d", p, PP_MAX_DIMS);
+	ck_assert_str_eq(pp_last_error(), expect);
 	ck_assert_int_eq(rmdir(dir), 0);
 	free(p);
 	free(nodir);
