@@ -18,9 +18,6 @@
 /* ...plus this many (zlib or gzip framing and the last block). */
 #define PP_DEFLATE_MAX_SLACK 64u
 
-/* Name of the inflate implementation: "libdeflate" or "zlib". */
-const char *pp_inflater_impl(void);
-
 /*
  * Inflates the single-member gzip stream src[0..src_len) into exactly dst_len
  * bytes at dst, checking the gzip CRC-32 and ISIZE.  Returns 0, or -EBADMSG
