@@ -92,6 +92,8 @@ static int inflate_exact(struct pp_inflater *inf, int window_bits, const void *s
 		out_left -= out_used;
 		if (zret == Z_BUF_ERROR && in_used == 0 && out_used == 0)
 			return -EBADMSG;
+		if (zret == Z_MEM_ERROR)
+			return -ENOMEM;
 		if (zret != Z_OK && zret != Z_STREAM_END && zret != Z_BUF_ERROR)
 			return -EBADMSG;
 	} while (zret != Z_STREAM_END);

@@ -923,6 +923,38 @@ static void small_idx(uint8_t **img_p, size_t *il_p, uint8_t **lab_p, size_t *ll
 	pp_dataset_destroy(src);
 }
 
+/* Fails if a dataset opened without labels gives anything but the -1 its
+ * contract promises for each label, through pp_dataset_read and gather. */
+START_TEST(test_no_labels_read_minus_one)
+{
+	char *dir = pp_test_tmpdir(), *img = path_in(dir, "img");
+	uint64_t idx[3] = {5, 0, 2};
+	int32_t labels[6];
+	uint8_t *ib, *lb, samples[6 * 12];
+	size_t il, ll;
+	struct pp_dataset *ds = NULL;
+
+	small_idx(&ib, &il, &lb, &ll);
+	pp_test_write_file(img, ib, il);
+	ck_assert_int_eq(pp_dataset_open_idx(img, NULL, &ds), 0);
+	ck_assert_int_eq(pp_dataset_info(ds)->label_kind, PP_LABEL_NONE);
+	memset(labels, 0, sizeof(labels));
+	ck_assert_int_eq(pp_dataset_read(ds, 0, 6, samples, labels), 0);
+	for (int k = 0; k < 6; k++)
+		ck_assert_int_eq(labels[k], -1);
+	memset(labels, 0, sizeof(labels));
+	ck_assert_int_eq(pp_dataset_gather(ds, idx, 3, samples, labels), 0);
+	for (int k = 0; k < 3; k++)
+		ck_assert_int_eq(labels[k], -1);
+	pp_dataset_destroy(ds);
+	free(ib);
+	free(lb);
+	pp_test_rmtree(dir);
+	free(img);
+	free(dir);
+}
+END_TEST
+
 /* Fails if a raw IDX file cut short anywhere, or with any header byte changed,
  * is accepted, or if absurd dimensions get past the size check. */
 START_TEST(test_idx_damage)
@@ -1162,6 +1194,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(damage, test_shard_flipped_everywhere);
 	tcase_add_test(damage, test_shard_bad_fields);
 	tcase_add_test(damage, test_idx_damage);
+	tcase_add_test(damage, test_no_labels_read_minus_one);
 	tcase_add_test(damage, test_gzip_damage);
 	tcase_add_test(damage, test_gzip_absurd_header);
 	suite_add_tcase(s, damage);

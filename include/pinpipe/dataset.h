@@ -132,7 +132,8 @@ PP_API const char *pp_dataset_name(const struct pp_dataset *ds);
 
 /*
  * Copies samples first..first+count-1 into 'samples' (count * sample_bytes
- * bytes) and their labels into 'labels' (count int32; may be NULL).
+ * bytes) and their labels into 'labels' (count int32; may be NULL), -1
+ * for each sample of a dataset without labels (PP_LABEL_NONE).
  * Returns 0, or -ERANGE when the range runs past the end.
  */
 PP_API int pp_dataset_read(const struct pp_dataset *ds, uint64_t first, uint64_t count,
@@ -140,7 +141,8 @@ PP_API int pp_dataset_read(const struct pp_dataset *ds, uint64_t first, uint64_t
 
 /*
  * Copies the samples indices[0..n-1], in that order, into 'samples' and
- * their labels into 'labels' (may be NULL).  Returns 0, or -ERANGE when an
+ * their labels into 'labels' (may be NULL; -1 for each sample of a dataset
+ * without labels).  Returns 0, or -ERANGE when an
  * index is out of range (nothing is written then).
  */
 PP_API int pp_dataset_gather(const struct pp_dataset *ds, const uint64_t *indices, size_t n,
