@@ -656,6 +656,40 @@ START_TEST(test_missing_and_empty)
 }
 END_TEST
 
+/*
+ * Fails if pp_dataset_open_dir loads a leftover shard set as extra data:
+ * a set of 2 next to a set of 1 (re-packed with another -n) used to be
+ * opened as one dataset of twice the samples; so did a set with a shard
+ * missing.  A whole set alone opens, with its own count.
+ */
+START_TEST(test_open_dir_one_shard_set)
+{
+	char *dir = pp_test_tmpdir(), *a = path_in(dir, "p-train-00000-of-00002.pps"),
+	     *b = path_in(dir, "p-train-00001-of-00002.pps"),
+	     *old = path_in(dir, "p-train-00000-of-00001.pps");
+	struct pp_dataset *src = make_synthetic(40, 1, 2, 2, 3), *ds = NULL;
+
+	write_shard(src, old, 8, 1, 1);
+	write_shard(src, a, 8, 1, 1);
+	ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &ds), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "not one set"));
+	ck_assert_ptr_null(ds);
+	ck_assert_int_eq(unlink(old), 0);
+	ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &ds), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "1 train shards of a set of 2"));
+	write_shard(src, b, 8, 1, 1);
+	ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &ds), 0);
+	ck_assert_uint_eq(pp_dataset_info(ds)->count, 80);
+	pp_dataset_destroy(ds);
+	pp_dataset_destroy(src);
+	pp_test_rmtree(dir);
+	free(a);
+	free(b);
+	free(old);
+	free(dir);
+}
+END_TEST
+
 /* Fails if the writer accepts bad labels or configurations, or if an
  * abandoned or failed write leaves any file behind. */
 START_TEST(test_writer_errors)
@@ -1195,6 +1229,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(damage, test_shard_bad_fields);
 	tcase_add_test(damage, test_idx_damage);
 	tcase_add_test(damage, test_no_labels_read_minus_one);
+	tcase_add_test(damage, test_open_dir_one_shard_set);
 	tcase_add_test(damage, test_gzip_damage);
 	tcase_add_test(damage, test_gzip_absurd_header);
 	suite_add_tcase(s, damage);

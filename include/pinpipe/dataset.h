@@ -80,7 +80,8 @@ PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
 /*
  * Opens the dataset in a directory by what it holds, the first found of:
  * pinpipe shards named *train*.pps / *test*.pps (all of them, sorted by
- * name), Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz] and
+ * name; shards named -of-N.pps, as pinpipe-pack writes them, must be one
+ * whole set, N of them all of the same N, else -EINVAL), Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz] and
  * train-labels-idx1-ubyte[.gz], t10k-... for test), CIFAR-10 binary batches
  * (data_batch_1..5.bin and test_batch.bin, directly or in
  * cifar-10-batches-bin/).  'split' is "train" or "test" (else -EINVAL).
