@@ -12,13 +12,20 @@
 
 static _Thread_local char pp_msg[1024];
 
+/*
+ * Formats into a buffer of its own first: an argument may be pp_last_error()
+ * itself ("%s: %s", path, pp_last_error()), which vsnprintf must not write
+ * over while it reads it.
+ */
 int pp_error(int err, const char *fmt, ...)
 {
+	char buf[sizeof(pp_msg)];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(pp_msg, sizeof(pp_msg), fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
+	memcpy(pp_msg, buf, sizeof(pp_msg));
 	return err;
 }
 

@@ -91,7 +91,7 @@ static inline void pp_put_le64(void *p, uint64_t v)
 	pp_put_le32((uint8_t *)p + 4, (uint32_t)(v >> 32));
 }
 
-/* CRC-32 (ISO-HDLC, as zlib's crc32), continued from 'crc' (0 to start). */
+/* CRC-32 (ISO-HDLC, as zlib's crc32), continued from 'crc' (0 to start); in the codec file built. */
 uint32_t pp_crc32(uint32_t crc, const void *buf, size_t len);
 
 /* Monotonic time in nanoseconds. */

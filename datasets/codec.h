@@ -18,22 +18,20 @@
 /* ...plus this many (zlib or gzip framing and the last block). */
 #define PP_DEFLATE_MAX_SLACK 64u
 
-/* Name of the inflate implementation: "libdeflate" or "zlib". */
-const char *pp_inflater_impl(void);
-
 /*
  * Inflates the single-member gzip stream src[0..src_len) into exactly dst_len
- * bytes at dst, checking the gzip CRC-32 and ISIZE.  Returns 0, or -EBADMSG
- * when the stream is corrupt, ends early, decodes to another size or is
- * followed by other bytes (no message is recorded; the caller names the file).
+ * bytes at dst, checking the gzip CRC-32 and ISIZE.  Returns 0, -ENOMEM (the
+ * inflater's memory), or -EBADMSG when the stream is corrupt, ends early,
+ * decodes to another size or is followed by other bytes (no message is
+ * recorded; the caller names the file).
  */
 int pp_gunzip(struct pp_inflater *inf, const void *src, size_t src_len, void *dst,
 	      size_t dst_len);
 
 /*
  * Inflates the first dst_len bytes of the gzip stream src[0..src_len) (a
- * file header, say) with zlib.  Returns 0, or -EBADMSG when the stream is
- * corrupt or holds fewer bytes.
+ * file header, say) with zlib.  Returns 0, -ENOMEM, or -EBADMSG when the
+ * stream is corrupt or holds fewer bytes.
  */
 int pp_gunzip_head(const void *src, size_t src_len, void *dst, size_t dst_len);
 

@@ -1,7 +1,7 @@
 /*
  * datasets/codec_libdeflate.c: the codecs of codec.h on libdeflate, which
  * decodes a whole buffer at once about twice as fast as zlib.  Built instead
- * of codec_zlib.c when configure finds libdeflate.
+ * of codec_zlib.c when configure finds libdeflate; pp_crc32() too.
  */
 #include "config.h"
 
@@ -21,9 +21,10 @@ struct pp_deflater {
 	struct libdeflate_compressor *c;
 };
 
-const char *pp_inflater_impl(void)
+/* libdeflate's CRC-32 uses carry-less multiply where the CPU has it: several times zlib's speed. */
+uint32_t pp_crc32(uint32_t crc, const void *buf, size_t len)
 {
-	return "libdeflate";
+	return libdeflate_crc32(crc, buf, len);
 }
 
 int pp_inflater_create(struct pp_inflater **inf_p)

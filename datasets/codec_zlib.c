@@ -1,6 +1,6 @@
 /*
  * datasets/codec_zlib.c: the codecs of codec.h on zlib, for builds without
- * libdeflate.
+ * libdeflate; pp_crc32() on zlib's crc32() too.
  */
 #include "config.h"
 
@@ -25,9 +25,17 @@ struct pp_deflater {
 	int level; /* 1..9 */
 };
 
-const char *pp_inflater_impl(void)
+uint32_t pp_crc32(uint32_t crc, const void *buf, size_t len)
 {
-	return "zlib";
+	const unsigned char *p = buf;
+
+	while (len > 0) {
+		uInt n = len > PP_ZLIB_STEP ? (uInt)PP_ZLIB_STEP : (uInt)len;
+		crc = (uint32_t)crc32(crc, p, n);
+		p += n;
+		len -= n;
+	}
+	return crc;
 }
 
 int pp_inflater_create(struct pp_inflater **inf_p)
@@ -84,6 +92,8 @@ static int inflate_exact(struct pp_inflater *inf, int window_bits, const void *s
 		out_left -= out_used;
 		if (zret == Z_BUF_ERROR && in_used == 0 && out_used == 0)
 			return -EBADMSG;
+		if (zret == Z_MEM_ERROR)
+			return -ENOMEM;
 		if (zret != Z_OK && zret != Z_STREAM_END && zret != Z_BUF_ERROR)
 			return -EBADMSG;
 	} while (zret != Z_STREAM_END);

@@ -419,6 +419,43 @@ static bool is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* The total N of a name ending in -of-N.pps (as pinpipe-pack writes), or 0. */
+static unsigned long long set_total(const char *path)
+{
+	const char *of = strstr(pp_path_base(path), "-of-");
+	unsigned long long n;
+	char end[8];
+
+	if (of == NULL || sscanf(of, "-of-%llu%7s", &n, end) != 2 || strcmp(end, ".pps") != 0)
+		return 0;
+	return n;
+}
+
+/*
+ * Checks that shards named -of-N make exactly one whole set: all of the
+ * same N, and N of them.  Shards named otherwise are taken as they are.
+ */
+static int check_shard_set(const char *dir, const char *split, char **paths, size_t n)
+{
+	unsigned long long total = set_total(paths[0]);
+
+	for (size_t k = 0; k < n; k++) {
+		unsigned long long t = set_total(paths[k]);
+
+		if (t != total)
+			return pp_error(-EINVAL,
+					"%s: the %s shards are not one set: %s and %s (of %llu and of "
+					"%llu); remove the older set, or pack again (pinpipe-pack "
+					"removes it)",
+					dir, split, pp_path_base(paths[0]), pp_path_base(paths[k]),
+					total, t);
+	}
+	if (total != 0 && total != n)
+		return pp_error(-EINVAL, "%s: %zu %s shards of a set of %llu (%s...): expected %llu",
+				dir, n, split, total, pp_path_base(paths[0]), total);
+	return 0;
+}
+
 /* Opens dir's shards named *split*.pps, sorted by name; 1 when there are none. */
 static int open_dir_shards(const char *dir, const char *split, struct pp_dataset **ds_p)
 {
@@ -431,7 +468,9 @@ static int open_dir_shards(const char *dir, const char *split, struct pp_dataset
 		globfree(&g);
 		return 1;
 	}
-	ret = pp_dataset_open_shards((const char *const *)g.gl_pathv, g.gl_pathc, ds_p);
+	ret = check_shard_set(dir, split, g.gl_pathv, g.gl_pathc);
+	if (ret == 0)
+		ret = pp_dataset_open_shards((const char *const *)g.gl_pathv, g.gl_pathc, ds_p);
 	globfree(&g);
 	return ret;
 }

@@ -32,7 +32,7 @@ int pp_gunzip_head(const void *src, size_t src_len, void *dst, size_t dst_len)
 			break;
 		}
 		if (zret != Z_OK) {
-			ret = -EBADMSG;
+			ret = zret == Z_MEM_ERROR ? -ENOMEM : -EBADMSG;
 			break;
 		}
 	}

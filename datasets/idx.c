@@ -86,7 +86,12 @@ static int load_idx(const char *path, uint32_t ndims, struct pp_inflater *inf,
 	if (flen >= 2 && file[0] == 0x1f && file[1] == 0x8b) {
 		uint32_t isize;
 
-		if (pp_gunzip_head(file, flen, hdr, hdr_len) < 0) {
+		ret = pp_gunzip_head(file, flen, hdr, hdr_len);
+		if (ret == -ENOMEM) {
+			ret = pp_error(-ENOMEM, "%s: no memory to inflate its gzip stream", path);
+			goto err_free_file;
+		}
+		if (ret < 0) {
 			ret = pp_error(-EBADMSG,
 				       "%s: gzip stream is corrupt or ends before the %zu-byte IDX header",
 				       path, hdr_len);
@@ -116,7 +121,13 @@ static int load_idx(const char *path, uint32_t ndims, struct pp_inflater *inf,
 				       (unsigned long long)total);
 			goto err_free_file;
 		}
-		if (pp_gunzip(inf, file, flen, out, (size_t)total) < 0) {
+		ret = pp_gunzip(inf, file, flen, out, (size_t)total);
+		if (ret == -ENOMEM) {
+			ret = pp_error(-ENOMEM, "%s: no memory to inflate its gzip stream", path);
+			free(out);
+			goto err_free_file;
+		}
+		if (ret < 0) {
 			ret = pp_error(-EBADMSG,
 				       "%s: gzip stream is corrupt, ends early or is followed by other "
 				       "data (expected %llu bytes of IDX data, as its header says)",

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <glob.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +30,8 @@ static const char usage_text[] =
 	"       pinpipe-pack --verify FILE...\n"
 	"\n"
 	"Converts a dataset into pinpipe shards (docs/SHARDS.md), PREFIX-SPLIT-00000-of-0000N.pps,\n"
-	"and prints what it wrote.  INPUT is one of:\n"
+	"and prints what it wrote; once all are written, it removes PREFIX-SPLIT-*-of-*.pps of\n"
+	"another N left by an earlier run.  INPUT is one of:\n"
 	"  a directory        with Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz],\n"
 	"                     t10k-...) or CIFAR-10 batches: both its train and test splits are packed\n"
 	"  IMAGES [LABELS]    an idx3 images file and its idx1 labels file, raw or gzip; the split\n"
@@ -270,19 +272,48 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 	return 0;
 }
 
-/* Opens and packs a split from a directory; a missing test split is skipped when 'optional'. */
+/*
+ * True when dir holds anything pp_dataset_open_dir() takes for the test
+ * split: shards, an IDX images file, a CIFAR-10 test batch.
+ */
+static bool has_test_split(const char *dir)
+{
+	static const char *const names[] = {"t10k-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte",
+					    "test_batch.bin", "cifar-10-batches-bin/test_batch.bin"};
+	char path[4096];
+	struct stat st;
+	glob_t g;
+	bool found;
+
+	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[k]);
+		if (stat(path, &st) == 0)
+			return true;
+	}
+	snprintf(path, sizeof(path), "%s/*test*.pps", dir);
+	found = glob(path, 0, NULL, &g) == 0;
+	globfree(&g);
+	return found;
+}
+
+/*
+ * Opens and packs a split from a directory.  When 'optional', a test split
+ * whose files are all absent is skipped; one that is there but cannot be
+ * opened (its labels missing, say) fails like any other.
+ */
 static int pack_dir_split(const struct pack_options *opt, const char *dir, const char *split,
 			  bool optional, struct written *written)
 {
 	struct pp_dataset *ds;
 	double t0 = now_s();
-	int ret = pp_dataset_open_dir(dir, split, &ds);
+	int ret;
 
-	if (ret == -ENOENT && optional) {
+	if (optional && !has_test_split(dir)) {
 		if (!opt->quiet)
 			printf("%s: no %s split, skipped\n", dir, split);
 		return 0;
 	}
+	ret = pp_dataset_open_dir(dir, split, &ds);
 	if (ret < 0) {
 		fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
 		return 1;
@@ -333,12 +364,61 @@ static int pack_cifar10(const struct pack_options *opt, char **paths, int n,
 	return ret;
 }
 
+static bool was_written(const struct written *w, const char *path)
+{
+	for (size_t k = 0; k < w->n; k++)
+		if (strcmp(w->paths[k], path) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * After a successful pack: removes PREFIX-SPLIT-*-of-*.pps of each split
+ * written that this run did not write (a set of another total, left from
+ * an earlier run), which would otherwise be loaded as extra data.
+ */
+static int remove_stale(const struct pack_options *opt, const struct written *w)
+{
+	static const char *const splits[] = {"train", "test"};
+	char pattern[4096 + 64], stem[4096 + 16];
+	int ret = 0;
+
+	for (size_t s = 0; s < 2; s++) {
+		bool packed = false;
+		glob_t g;
+
+		snprintf(stem, sizeof(stem), "%s-%s-", opt->prefix, splits[s]);
+		for (size_t k = 0; k < w->n; k++)
+			packed = packed || strncmp(w->paths[k], stem, strlen(stem)) == 0;
+		if (!packed)
+			continue;
+		snprintf(pattern, sizeof(pattern), "%s[0-9]*-of-[0-9]*.pps", stem);
+		if (glob(pattern, 0, NULL, &g) != 0) {
+			globfree(&g);
+			continue;
+		}
+		for (size_t k = 0; k < g.gl_pathc; k++) {
+			if (was_written(w, g.gl_pathv[k]))
+				continue;
+			if (unlink(g.gl_pathv[k]) != 0) {
+				fprintf(stderr, "pinpipe-pack: %s: a shard of an earlier set, cannot "
+					"remove it: %s\n", g.gl_pathv[k], strerror(errno));
+				ret = 1;
+			} else if (!opt->quiet) {
+				printf("removed %s, a shard of an earlier set\n", g.gl_pathv[k]);
+			}
+		}
+		globfree(&g);
+	}
+	return ret;
+}
+
 static int pack(const struct pack_options *opt, char **inputs, int n)
 {
 	struct written written = {NULL, 0};
 	struct stat st;
 	bool all_bin = true;
-	int ret;
+	int ret, stale = 0;
 
 	for (int k = 0; k < n; k++)
 		all_bin = all_bin && has_suffix(inputs[k], ".bin");
@@ -369,6 +449,8 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 		ret = usage_error("expected a directory, IMAGES [LABELS], or CIFAR-10 .bin files; got",
 				  inputs[2]);
 	}
+	if (ret == 0)
+		stale = remove_stale(opt, &written);
 	for (size_t k = 0; k < written.n; k++) {
 		if (ret != 0)
 			unlink(written.paths[k]);
@@ -378,7 +460,7 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 	if (ret == 1 && written.n > 0)
 		fprintf(stderr, "pinpipe-pack: removed the %zu shards written before the failure\n",
 			written.n);
-	return ret;
+	return ret != 0 ? ret : stale;
 }
 
 static int verify(char **files, int n)

@@ -260,7 +260,11 @@ PP_API int pp_shard_open(const char *path, struct pp_shard **shard_p)
 		ret = pp_error(-errno, "%s: cannot open: %s", path, strerror(errno));
 		goto err_free;
 	}
-	if (fstat(sh->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(sh->fd, &st) != 0) {
+		ret = pp_error(-errno, "%s: cannot stat: %s", path, strerror(errno));
+		goto err_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
 		ret = pp_error(-EINVAL, "%s: not a regular file", path);
 		goto err_close;
 	}
@@ -386,7 +390,13 @@ int pp_shard_decode_chunk(const struct pp_shard *shard, uint64_t i, const void *
 				shard->path, (unsigned long long)i, (unsigned long long)c->offset,
 				c->crc32, crc);
 	if (shard->compression == PP_SHARD_COMPRESSION_ZLIB) {
-		if (pp_inflate(inf, stored, c->stored_size, raw, c->raw_size) < 0)
+		int ret = pp_inflate(inf, stored, c->stored_size, raw, c->raw_size);
+
+		if (ret == -ENOMEM)
+			return pp_error(-ENOMEM, "%s: chunk %llu at offset %llu: no memory to inflate it",
+					shard->path, (unsigned long long)i,
+					(unsigned long long)c->offset);
+		if (ret < 0)
 			return pp_error(-EBADMSG,
 					"%s: chunk %llu at offset %llu: zlib stream is corrupt or does "
 					"not decode to %u bytes",

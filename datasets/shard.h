@@ -21,8 +21,9 @@ void pp_inflater_destroy(struct pp_inflater *inf);
 
 /*
  * Inflates the zlib stream src[0..src_len) into exactly dst_len bytes at dst.
- * Returns 0, or -EBADMSG when the stream is corrupt or does not decode to
- * exactly dst_len bytes (no message is recorded; the caller names the place).
+ * Returns 0, -ENOMEM (the inflater's memory), or -EBADMSG when the stream is
+ * corrupt or does not decode to exactly dst_len bytes (no message is
+ * recorded; the caller names the place).
  */
 int pp_inflate(struct pp_inflater *inf, const void *src, size_t src_len, void *dst,
 	       size_t dst_len);

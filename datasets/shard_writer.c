@@ -90,7 +90,12 @@ static void free_slots(struct pp_shard_writer *w)
 	free(w->slots);
 }
 
-static int alloc_slots(struct pp_shard_writer *w, int level)
+/*
+ * Allocates the chunk slots; returns 0, -ENOMEM (message left to the
+ * caller), or -EINVAL with the message set when a compressed chunk could
+ * outgrow the 32-bit stored size of the chunk index.
+ */
+static int alloc_slots(struct pp_shard_writer *w, const char *path, int level)
 {
 	size_t chunk_bytes = (size_t)w->records_per_chunk * w->record_bytes;
 
@@ -105,6 +110,10 @@ static int alloc_slots(struct pp_shard_writer *w, int level)
 
 			if (ret < 0)
 				return ret;
+			if (pp_deflate_bound(s->def, chunk_bytes) > UINT32_MAX)
+				return pp_error(-EINVAL, "%s: %u records of %zu bytes make a chunk that may "
+						"compress to more than 4 GiB; use fewer records per chunk",
+						path, w->records_per_chunk, w->record_bytes);
 			s->out_cap = pp_shard_align_up(pp_deflate_bound(s->def, chunk_bytes));
 		} else {
 			s->out_cap = pp_shard_align_up(chunk_bytes);
@@ -167,7 +176,9 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 	}
 	w->compress = cfg->level > 0;
 	w->nslots = w->compress && cfg->threads > 1 ? cfg->threads : 1;
-	ret = alloc_slots(w, cfg->level);
+	ret = alloc_slots(w, path, cfg->level);
+	if (ret == -EINVAL)
+		goto err_free;
 	w->path = strdup(path);
 	if (ret < 0 || w->path == NULL || asprintf(&w->tmp_path, "%s.tmp-XXXXXX", path) < 0) {
 		w->tmp_path = NULL;

@@ -1,6 +1,6 @@
 /*
  * datasets/source.h: the inside of a dataset, shared by the files that open
- * one (idx.c, cifar10.c, the shard set in dataset.c), and whole-file reads.
+ * one (idx.c: IDX and CIFAR-10; the shard set in dataset.c), and whole-file reads.
  * Not exported.
  */
 #ifndef PP_DATASETS_SOURCE_H

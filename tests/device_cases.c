@@ -467,42 +467,54 @@ static void *open_gate_later(void *arg)
 
 /*
  * Fails if freeing memory that a queued copy still reads or writes does not
- * wait for the copy: the stream is held at a gate that another thread opens
- * 50 ms later, and pp_host_free of the source and pp_device_free of the
- * destination must return only after the copies ran (the data is checked
- * through a second device buffer copied before the free).
+ * wait for the copy: each time the stream is held at a gate that another
+ * thread opens 50 ms later, and pp_host_free of the source of a queued
+ * copy, then pp_device_free of the source of another, must return only
+ * after the gate opened; the data that went through both must arrive whole.
  */
 START_TEST(test_free_waits_for_copies)
 {
 	enum { SIZE = 1 << 20 };
 	struct pp_device *dev = open_device(_i);
 	struct pp_stream *s;
-	struct gate g;
+	struct gate g1, g2;
 	pthread_t opener;
-	uint8_t *src, *back;
+	uint8_t *src, *back, *expect = malloc(SIZE);
 	void *d, *d2;
 
-	gate_init(&g);
+	ck_assert_ptr_nonnull(expect);
+	gate_init(&g1);
+	gate_init(&g2);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&src, NULL), 0);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&back, NULL), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d2), 0);
 	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
 	pp_test_fill_random(src, SIZE, 5);
+	memcpy(expect, src, SIZE);
 	pp_test_fill_random(back, SIZE, 6);
-	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g), 0);
+
+	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g1), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, src, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pthread_create(&opener, NULL, open_gate_later, &g1), 0);
+	pp_host_free(dev, src);
+	ck_assert(gate_is_open(&g1));
+	ck_assert_int_eq(pthread_join(opener, NULL), 0);
+
+	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g2), 0);
 	ck_assert_int_eq(pp_memcpy_async(d2, d, SIZE, PP_COPY_D2D, s), 0);
-	ck_assert_int_eq(pthread_create(&opener, NULL, open_gate_later, &g), 0);
+	ck_assert_int_eq(pthread_create(&opener, NULL, open_gate_later, &g2), 0);
 	pp_device_free(dev, d);
-	ck_assert(gate_is_open(&g));
+	ck_assert(gate_is_open(&g2));
+	ck_assert_int_eq(pthread_join(opener, NULL), 0);
+
 	ck_assert_int_eq(pp_memcpy_async(back, d2, SIZE, PP_COPY_D2H, s), 0);
 	ck_assert_int_eq(pp_device_synchronize(dev), 0);
-	ck_assert(memcmp(src, back, SIZE) == 0);
-	pp_host_free(dev, src);
-	ck_assert_int_eq(pthread_join(opener, NULL), 0);
+	ck_assert(memcmp(expect, back, SIZE) == 0);
 	pp_device_close(dev);
-	gate_destroy(&g);
+	gate_destroy(&g2);
+	gate_destroy(&g1);
+	free(expect);
 }
 END_TEST
 
@@ -512,6 +524,7 @@ void pp_device_cases_add(Suite *s, const char *tcase_name, const char *const *na
 
 	case_names = names;
 	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, pp_test_watchdog_arm, NULL);
 	tcase_add_loop_test(tc, test_copies_intact_in_order, 0, n);
 	tcase_add_loop_test(tc, test_event_completes_after_work, 0, n);
 	tcase_add_loop_test(tc, test_stream_waits_for_event, 0, n);

@@ -13,7 +13,7 @@
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I. -Iinclude \
  *     tests/fuzz_datasets.c datasets/dataset.c datasets/file.c datasets/idx.c \
  *     datasets/gzip_head.c datasets/shard.c datasets/shard_writer.c \
- *     datasets/codec_libdeflate.c common/error.c common/crc32.c \
+ *     datasets/codec_libdeflate.c common/error.c \
  *     -ldeflate -lz -o /tmp/fuzz_datasets
  *   mkdir -p /tmp/corpus && /tmp/fuzz_datasets -max_total_time=300 /tmp/corpus
  */

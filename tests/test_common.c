@@ -24,6 +24,22 @@ START_TEST(test_error_message)
 }
 END_TEST
 
+/*
+ * Fails if pp_error formats the message into the buffer it reads an
+ * argument from: with "%s: %s", path, pp_last_error(), vsnprintf used to
+ * write over the old message while copying it, giving "a.pps: a.pps: ".
+ */
+START_TEST(test_error_message_wraps_last)
+{
+	pp_error(-EINVAL, "expected 1..4 dimensions, got 0");
+	ck_assert_int_eq(pp_error(-EINVAL, "%s: %s", "a.pps", pp_last_error()), -EINVAL);
+	ck_assert_str_eq(pp_last_error(), "a.pps: expected 1..4 dimensions, got 0");
+	pp_error(-EIO, "keep me");
+	pp_error(-EIO, "%s", pp_last_error());
+	ck_assert_str_eq(pp_last_error(), "keep me");
+}
+END_TEST
+
 static void *set_other_message(void *arg)
 {
 	(void)arg;
@@ -85,6 +101,7 @@ Suite *pp_test_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_error_message);
+	tcase_add_test(tc, test_error_message_wraps_last);
 	tcase_add_test(tc, test_error_message_per_thread);
 	tcase_add_test(tc, test_crc32);
 	tcase_add_test(tc, test_bytes_and_sizes);

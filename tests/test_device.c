@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pinpipe/device.h"
@@ -340,6 +341,94 @@ START_TEST(test_copy_failure)
 END_TEST
 
 /*
+ * Fails if a pageable copy that fails returns 0 because its stream already
+ * holds an earlier error (the copy's own outcome used to be looked up in the
+ * stream's first error only), or if pp_device_synchronize returns 0 while a
+ * stream has a failed copy: it must report it, and leave it to the stream's
+ * own synchronize, which clears it.
+ */
+START_TEST(test_copy_errors_reported)
+{
+	enum { SIZE = 4096 };
+	struct pp_device *dev = open_ok("sim");
+	struct pp_stream *s, *idle;
+	uint8_t *h, pageable[SIZE];
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&h, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &idle), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	memset(pageable, 1, sizeof(pageable));
+	ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_COPY, 0), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, pageable, SIZE, PP_COPY_H2D, s), -EIO);
+	assert_error_has("copy 2 ");
+	ck_assert_int_eq(pp_memcpy_async(pageable, d, SIZE, PP_COPY_D2H, s), -EIO);
+	assert_error_has("copy 3 ");
+	ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_COPY, -1), 0);
+	ck_assert_int_eq(pp_device_synchronize(dev), -EIO);
+	assert_error_has("stream 2: copy 1 ");
+	ck_assert_int_eq(pp_device_synchronize(dev), -EIO);
+	ck_assert_int_eq(pp_stream_synchronize(idle), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), -EIO);
+	ck_assert_int_eq(pp_device_synchronize(dev), 0);
+	pp_device_close(dev);
+}
+END_TEST
+
+struct slow_flag {
+	pthread_mutex_t mu;
+	bool done; /* the host function has finished */
+};
+
+static void slow_flag_set(void *arg)
+{
+	struct slow_flag *f = arg;
+	struct timespec ts = { 0, 100 * 1000 * 1000 };
+
+	nanosleep(&ts, NULL);
+	pthread_mutex_lock(&f->mu);
+	f->done = true;
+	pthread_mutex_unlock(&f->mu);
+}
+
+/*
+ * Fails if an event recorded on a busy stream and then on an idle one is
+ * freed by pp_event_destroy before the busy stream's record has run: the
+ * idle stream's later record completed the event, and destroy used to
+ * return at once, leaving the busy stream's queued record to write into
+ * freed memory (AddressSanitizer reports it; here destroy must return only
+ * after the host function queued before that record has finished).
+ */
+START_TEST(test_event_destroy_waits_all_records)
+{
+	struct pp_device *dev = open_ok("sim");
+	struct slow_flag f = { .done = false };
+	struct pp_stream *busy, *idle;
+	struct pp_event *ev;
+	bool done;
+
+	pthread_mutex_init(&f.mu, NULL);
+	ck_assert_int_eq(pp_stream_create(dev, &busy), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &idle), 0);
+	ck_assert_int_eq(pp_event_create(dev, &ev), 0);
+	ck_assert_int_eq(pp_stream_launch_host(busy, slow_flag_set, &f), 0);
+	ck_assert_int_eq(pp_event_record(ev, busy), 0);
+	ck_assert_int_eq(pp_event_record(ev, idle), 0);
+	ck_assert_int_eq(pp_stream_synchronize(idle), 0);
+	pp_event_destroy(ev);
+	pthread_mutex_lock(&f.mu);
+	done = f.done;
+	pthread_mutex_unlock(&f.mu);
+	ck_assert_msg(done, "pp_event_destroy returned before the busy stream's record ran");
+	ck_assert_int_eq(pp_stream_synchronize(busy), 0);
+	pp_device_close(dev);
+	pthread_mutex_destroy(&f.mu);
+}
+END_TEST
+
+/*
  * Fails if allocations past the sim's capacity, or injected failures,
  * succeed or leave the accounting wrong: with 1 MiB, 2 MiB fails with a
  * message, 512 KiB fits, 768 KiB more does not until the first is freed.
@@ -504,6 +593,8 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_cpu_synchronous);
 	tcase_add_test(tc, test_pinned_fallback);
 	tcase_add_test(tc, test_copy_failure);
+	tcase_add_test(tc, test_copy_errors_reported);
+	tcase_add_test(tc, test_event_destroy_waits_all_records);
 	tcase_add_test(tc, test_alloc_failure);
 	tcase_add_test(tc, test_poison);
 	tcase_add_test(tc, test_mixed_devices_refused);

@@ -66,6 +66,19 @@ if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 		{ echo "FAIL: expected 3 train shards"; ls "$tmp"; fail=1; }
 	[ -f "$tmp/fmnist-test-00000-of-00003.pps" ] || { echo "FAIL: no test shard"; fail=1; }
 	expect 0 "6 of 6 shards ok: 70000 records" "$pack" --verify "$tmp"/fmnist-*.pps
+	# Packing again with another -n removes the earlier set of the same
+	# prefix and split, which would otherwise be loaded as extra data.
+	expect 0 "removed .*re-train-00001-of-00002.pps, a shard of an earlier set" \
+		sh -c "'$pack' -q -l 1 -n 2 -o '$tmp/re' '$fm' && '$pack' -l 1 -n 1 -o '$tmp/re' '$fm'"
+	[ "$(ls "$tmp"/re-*.pps | tr '\n' ' ')" = "$tmp/re-test-00000-of-00001.pps $tmp/re-train-00000-of-00001.pps " ] ||
+		{ echo "FAIL: stale shards left: $(ls "$tmp"/re-*)"; fail=1; }
+	rm -f "$tmp"/re-*.pps
+	# Test images without their labels: an error naming the labels file, not a skipped split.
+	mkdir "$tmp/nolabels"
+	ln -s "$fm/train-images-idx3-ubyte.gz" "$fm/train-labels-idx1-ubyte.gz" \
+		"$fm/t10k-images-idx3-ubyte.gz" "$tmp/nolabels/"
+	expect 1 "t10k-labels-idx1-ubyte.gz: cannot open" "$pack" -q -l 1 -o "$tmp/nl" "$tmp/nolabels"
+	[ -z "$(ls "$tmp" | grep '^nl')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
 	# Shards by size: 47.3 MB of train records in 10 MB shards make 5.
 	expect 0 "5 shards: 60000 records" "$pack" -s 10M -o "$tmp/sized" "$fm"
 	expect 0 "5 of 5 shards ok: 60000 records" "$pack" --verify "$tmp"/sized-train-*.pps

@@ -3,6 +3,8 @@
  * (tests/transfer_cases.c) on every GPU.  CUDA does not survive fork(), so
  * this program runs its tests without forking, and it has its own main:
  * with no usable GPU it says why and exits 77, which automake reports as SKIP.
+ * Check's timeout does not apply without fork: each case arms an alarm()
+ * watchdog instead (pp_test_watchdog_arm, in tests/transfer_cases.c).
  */
 #include "config.h"
 

@@ -90,3 +90,8 @@ void pp_test_fill_random(void *buf, size_t len, uint64_t seed)
 		p[i] = (uint8_t)(x >> 24);
 	}
 }
+
+void pp_test_watchdog_arm(void)
+{
+	alarm(PP_TEST_WATCHDOG_S);
+}

@@ -29,4 +29,16 @@ const char *pp_test_fashion_mnist_dir(void);
 /* Fills buf with deterministic pseudo-random bytes from seed. */
 void pp_test_fill_random(void *buf, size_t len, uint64_t seed);
 
+/*
+ * A watchdog for programs that run Check without forking (CUDA does not
+ * survive fork), where Check's timeout does not apply: a checked fixture
+ * that arms alarm(PP_TEST_WATCHDOG_S) before each test, so that a test that
+ * hangs (a failed assertion that leaves a host function blocked, say) kills
+ * the program with SIGALRM instead of hanging make check.  The next test
+ * re-arms it; after the last, the program's exit stays guarded.  Longer
+ * than the 60 s timeout of the forked cases, which report first there.
+ */
+#define PP_TEST_WATCHDOG_S 90
+void pp_test_watchdog_arm(void);
+
 #endif

@@ -521,6 +521,7 @@ void pp_transfer_cases_add(Suite *s, const char *tcase_name, const char *const *
 
 	case_names = names;
 	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, pp_test_watchdog_arm, NULL);
 	tcase_add_loop_test(tc, test_stream_intact_in_order, 0, n);
 	tcase_add_loop_test(tc, test_pinned_async_pageable_blocks, 0, n);
 	tcase_add_loop_test(tc, test_epoch_change_midstream, 0, n);

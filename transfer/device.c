@@ -16,19 +16,6 @@
 
 #include "transfer/device_impl.h"
 
-static const char *copy_kind_name(enum pp_copy_kind kind)
-{
-	switch (kind) {
-	case PP_COPY_H2D:
-		return "host to device";
-	case PP_COPY_D2H:
-		return "device to host";
-	case PP_COPY_D2D:
-		return "device to device";
-	}
-	return "?";
-}
-
 /* ------------------------------------------------------------------ memory tables */
 
 /* Index of the first entry whose address is greater than addr. */
@@ -627,11 +614,11 @@ static int check_copy(struct pp_stream *stream, void *dst, const void *src, size
 		if (table_find(&dev->device_mem, dv, n) == NULL)
 			ret = pp_error(-EFAULT, "%s: stream %u: %s copy of %zu bytes: %s %p is not inside "
 				       "one allocation of this device", name, stream->id,
-				       copy_kind_name(kind), n,
+				       pp_copy_kind_name(kind), n,
 				       kind == PP_COPY_H2D ? "destination" : "source", (void *)dv);
 		else if (!dev->props.host_is_device && table_overlaps(&dev->device_mem, host, n))
 			ret = pp_error(-EFAULT, "%s: stream %u: %s copy of %zu bytes: host %s %p is "
-				       "device memory", name, stream->id, copy_kind_name(kind), n,
+				       "device memory", name, stream->id, pp_copy_kind_name(kind), n,
 				       kind == PP_COPY_H2D ? "source" : "destination", (void *)host);
 		break;
 	}

@@ -55,9 +55,14 @@ static int errno_of(cudaError_t err)
 	}
 }
 
-/* Records "<who>: <call>: <CUDA's message> (<error name>)" and returns the errno. */
+/*
+ * Records "<who>: <call>: <CUDA's message> (<error name>)" and returns the
+ * errno.  Clears the runtime's last error, so that a non-sticky failure
+ * does not linger and surface later as the failure of a kernel launch.
+ */
 static int cuda_fail(cudaError_t err, const char *who, const char *call)
 {
+	cudaGetLastError();
 	return pp_error(errno_of(err), "%s: %s: %s (%s)", who, call, cudaGetErrorString(err),
 			cudaGetErrorName(err));
 }
@@ -160,8 +165,12 @@ static void cuda_free(struct pp_device *dev, void *ptr, size_t bytes)
 
 static int cuda_host_register(struct pp_device *dev, void *ptr, size_t bytes)
 {
-	cudaError_t err = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+	cudaError_t err;
+	int ret = set_device(dev);
 
+	if (ret < 0)
+		return ret;
+	err = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
 	if (err != cudaSuccess) {
 		cudaGetLastError();
 		return pp_error(errno_of(err), "%s: cudaHostRegister of %zu bytes: %s (%s)",
@@ -177,9 +186,13 @@ static void cuda_host_unregister(struct pp_device *dev, void *ptr, size_t bytes)
 
 static int cuda_host_alloc_pinned(struct pp_device *dev, size_t bytes, void **ptr_p)
 {
+	cudaError_t err;
 	void *p;
-	cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+	int ret = set_device(dev);
 
+	if (ret < 0)
+		return ret;
+	err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
 	if (err != cudaSuccess) {
 		cudaGetLastError();
 		return pp_error(errno_of(err), "%s: cudaHostAlloc of %zu bytes: %s (%s)",
@@ -408,10 +421,8 @@ static int cuda_event_elapsed_ns(struct pp_event *start, struct pp_event *end, u
 	float ms = 0;
 	cudaError_t err = cudaEventElapsedTime(&ms, (cudaEvent_t)start->ctx, (cudaEvent_t)end->ctx);
 
-	if (err != cudaSuccess) {
-		cudaGetLastError();
+	if (err != cudaSuccess)
 		return cuda_fail(err, CUDA_NAME(start->dev), "cudaEventElapsedTime");
-	}
 	*ns_p = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
 	return 0;
 }

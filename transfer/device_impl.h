@@ -140,6 +140,20 @@ struct pp_event {
 	void *ctx;                    /* the backend's event */
 };
 
+/* "host to device" and so on, for messages. */
+static inline const char *pp_copy_kind_name(enum pp_copy_kind kind)
+{
+	switch (kind) {
+	case PP_COPY_H2D:
+		return "host to device";
+	case PP_COPY_D2H:
+		return "device to host";
+	case PP_COPY_D2D:
+		return "device to device";
+	}
+	return "?";
+}
+
 /* Adds engine time measured by a backend to the device's copy_ns. */
 static inline void pp_device_add_copy_ns(struct pp_device *dev, uint64_t ns)
 {

@@ -45,6 +45,12 @@ enum sim_op_type {
 
 struct sim_event;
 
+/* The outcome of a staged copy, written by the engine for the caller that waits for it. */
+struct sim_result {
+	int ret;                   /* 0 or -EIO */
+	char msg[256];             /* its message when ret < 0 */
+};
+
 /* One entry of a stream's queue. */
 struct sim_op {
 	struct sim_op *next;
@@ -56,6 +62,7 @@ struct sim_op {
 	enum pp_copy_kind kind;    /* COPY */
 	void *bounce;              /* COPY: staging buffer freed once copied, or NULL */
 	bool staged;               /* COPY: from or to pageable memory */
+	struct sim_result *result; /* COPY, staged: where the engine writes the outcome */
 	struct sim_event *event;   /* RECORD, WAIT */
 	uint64_t target;           /* RECORD: number of this record; WAIT: record to wait for */
 	void (*fn)(void *arg);     /* HOST */
@@ -103,11 +110,9 @@ struct sim_stream {
 	struct sim_op *head, *tail; /* queued ops; head is running */
 	uint64_t issued;            /* ops queued so far */
 	uint64_t completed;         /* seq of the last op completed */
-	uint64_t copies;            /* copies run, for messages */
 	uint64_t bw_credit;         /* engine only: oversleep of capped copies not taken back yet, ns */
 	bool stop;                  /* the engine exits once the queue is empty */
 	int error;                  /* first error since the last synchronize, or 0 */
-	uint64_t error_seq;         /* seq of the op that failed */
 	char msg[256];              /* its message */
 };
 
@@ -118,6 +123,7 @@ struct sim_event {
 	int error;                  /* error of the stream when it completed, or 0 */
 	char msg[256];              /* its message */
 	unsigned waiters;           /* WAIT ops queued on it */
+	unsigned pending_records;   /* RECORD ops queued on any stream, not run yet */
 };
 
 static struct sim_device *sim_of(struct pp_device *dev)
@@ -164,9 +170,7 @@ static int engine_copy(struct sim_stream *s, struct sim_op *op, char *msg, size_
 	t0 = pp_now_ns();
 	if (take_fault(&sim->fail_copy_after)) {
 		snprintf(msg, msg_size, "sim: stream %u: copy %llu (%zu bytes, %s) failed: injected fault",
-			 s->stream->id, (unsigned long long)op->seq, op->n,
-			 op->kind == PP_COPY_H2D ? "host to device" :
-			 op->kind == PP_COPY_D2H ? "device to host" : "device to device");
+			 s->stream->id, (unsigned long long)op->seq, op->n, pp_copy_kind_name(op->kind));
 		ret = -EIO;
 	} else {
 		memmove(op->dst, op->src, op->n);
@@ -202,6 +206,7 @@ static void engine_record(struct sim_stream *s, struct sim_op *op)
 	memcpy(msg, s->msg, sizeof(msg));
 	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&sim->ev_mu);
+	e->pending_records--;
 	if (op->target > e->done) {
 		e->done = op->target;
 		e->done_ns = pp_now_ns();
@@ -258,11 +263,13 @@ static void *engine_main(void *arg)
 			break;
 		}
 		pthread_mutex_lock(&s->mu);
-		if (op->type == SIM_COPY)
-			s->copies++;
+		if (op->result != NULL) {
+			op->result->ret = ret;
+			if (ret < 0)
+				memcpy(op->result->msg, msg, sizeof(op->result->msg));
+		}
 		if (ret < 0 && s->error == 0) {
 			s->error = ret;
-			s->error_seq = op->seq;
 			memcpy(s->msg, msg, sizeof(s->msg));
 		}
 		s->head = op->next;
@@ -305,21 +312,17 @@ static uint64_t enqueue(struct sim_stream *s, struct sim_op *op)
 	return seq;
 }
 
-/* Waits until the op 'seq' has completed; returns its error, if it failed. */
-static int wait_op(struct sim_stream *s, uint64_t seq)
+/*
+ * Waits until the staged copy 'seq' has completed; returns its own outcome,
+ * which the engine wrote to *result (whatever error the stream had before).
+ */
+static int wait_op(struct sim_stream *s, uint64_t seq, const struct sim_result *result)
 {
-	char msg[sizeof(s->msg)];
-	int ret = 0;
-
 	pthread_mutex_lock(&s->mu);
 	while (s->completed < seq)
 		pthread_cond_wait(&s->done_cv, &s->mu);
-	if (s->error != 0 && s->error_seq == seq) {
-		ret = s->error;
-		memcpy(msg, s->msg, sizeof(msg));
-	}
 	pthread_mutex_unlock(&s->mu);
-	return ret < 0 ? pp_error_set(ret, msg) : 0;
+	return result->ret < 0 ? pp_error_set(result->ret, result->msg) : 0;
 }
 
 /* ------------------------------------------------------------------ streams */
@@ -408,19 +411,26 @@ static int sim_stream_synchronize(struct pp_stream *stream)
 	return ret < 0 ? pp_error_set(ret, msg) : 0;
 }
 
+/* Waits for every stream; returns the error of the first that has one (not cleared), or 0. */
 static int sim_synchronize(struct pp_device *dev)
 {
 	struct sim_device *sim = sim_of(dev);
+	char msg[sizeof(((struct sim_stream *)NULL)->msg)];
+	int ret = 0;
 
 	pthread_mutex_lock(&sim->streams_mu);
 	for (struct sim_stream *s = sim->streams; s != NULL; s = s->next) {
 		pthread_mutex_lock(&s->mu);
 		while (s->completed < s->issued)
 			pthread_cond_wait(&s->done_cv, &s->mu);
+		if (ret == 0 && s->error < 0) {
+			ret = s->error;
+			memcpy(msg, s->msg, sizeof(msg));
+		}
 		pthread_mutex_unlock(&s->mu);
 	}
 	pthread_mutex_unlock(&sim->streams_mu);
-	return 0;
+	return ret < 0 ? pp_error_set(ret, msg) : 0;
 }
 
 static int sim_launch_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg)
@@ -477,7 +487,7 @@ static void sim_event_destroy(struct pp_event *event)
 	struct sim_event *e = event->ctx;
 
 	pthread_mutex_lock(&sim->ev_mu);
-	while (e->done < e->recorded || e->waiters > 0)
+	while (e->pending_records > 0 || e->waiters > 0)
 		pthread_cond_wait(&sim->ev_cv, &sim->ev_mu);
 	pthread_mutex_unlock(&sim->ev_mu);
 	free(e);
@@ -494,6 +504,7 @@ static int sim_event_record(struct pp_event *event, struct pp_stream *stream)
 	op->event = e;
 	pthread_mutex_lock(&sim->ev_mu);
 	op->target = ++e->recorded;
+	e->pending_records++;
 	pthread_mutex_unlock(&sim->ev_mu);
 	enqueue(stream->ctx, op);
 	return 0;
@@ -554,6 +565,7 @@ static int sim_memcpy_async(struct pp_stream *stream, void *dst, const void *src
 {
 	struct sim_op *op = op_new(stream, SIM_COPY);
 	bool staged = kind != PP_COPY_D2D && !host_pinned;
+	struct sim_result result = { .ret = 0 };
 	uint64_t seq;
 
 	if (op == NULL)
@@ -563,6 +575,7 @@ static int sim_memcpy_async(struct pp_stream *stream, void *dst, const void *src
 	op->n = n;
 	op->kind = kind;
 	op->staged = staged;
+	op->result = staged ? &result : NULL;
 	if (staged && kind == PP_COPY_H2D) {
 		/* The driver's staging: the caller copies into a bounce buffer. */
 		op->bounce = malloc(n);
@@ -575,7 +588,7 @@ static int sim_memcpy_async(struct pp_stream *stream, void *dst, const void *src
 		op->src = op->bounce;
 	}
 	seq = enqueue(stream->ctx, op);
-	return staged ? wait_op(stream->ctx, seq) : 0;
+	return staged ? wait_op(stream->ctx, seq, &result) : 0;
 }
 
 /* ------------------------------------------------------------------ memory */

@@ -80,7 +80,8 @@ PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
 /*
  * Opens the dataset in a directory by what it holds, the first found of:
  * pinpipe shards named *train*.pps / *test*.pps (all of them, sorted by
- * name), Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz] and
+ * name; shards named -of-N.pps, as pinpipe-pack writes them, must be one
+ * whole set, N of them all of the same N, else -EINVAL), Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz] and
  * train-labels-idx1-ubyte[.gz], t10k-... for test), CIFAR-10 binary batches
  * (data_batch_1..5.bin and test_batch.bin, directly or in
  * cifar-10-batches-bin/).  'split' is "train" or "test" (else -EINVAL).
@@ -132,7 +133,8 @@ PP_API const char *pp_dataset_name(const struct pp_dataset *ds);
 
 /*
  * Copies samples first..first+count-1 into 'samples' (count * sample_bytes
- * bytes) and their labels into 'labels' (count int32; may be NULL).
+ * bytes) and their labels into 'labels' (count int32; may be NULL), -1
+ * for each sample of a dataset without labels (PP_LABEL_NONE).
  * Returns 0, or -ERANGE when the range runs past the end.
  */
 PP_API int pp_dataset_read(const struct pp_dataset *ds, uint64_t first, uint64_t count,
@@ -140,7 +142,8 @@ PP_API int pp_dataset_read(const struct pp_dataset *ds, uint64_t first, uint64_t
 
 /*
  * Copies the samples indices[0..n-1], in that order, into 'samples' and
- * their labels into 'labels' (may be NULL).  Returns 0, or -ERANGE when an
+ * their labels into 'labels' (may be NULL; -1 for each sample of a dataset
+ * without labels).  Returns 0, or -ERANGE when an
  * index is out of range (nothing is written then).
  */
 PP_API int pp_dataset_gather(const struct pp_dataset *ds, const uint64_t *indices, size_t n,

@@ -86,7 +86,11 @@ PP_API int pp_device_open(const char *name, struct pp_device **dev_p);
  */
 PP_API void pp_device_close(struct pp_device *dev);
 
-/* Blocks until the work issued on every stream of the device has completed.  Returns 0 or -errno. */
+/*
+ * Blocks until the work issued on every stream of the device has completed.
+ * Returns 0, or -errno: the error of a copy that failed on one of the
+ * streams (-EIO), which stays there for that stream's pp_stream_synchronize.
+ */
 PP_API int pp_device_synchronize(struct pp_device *dev);
 
 /* Returns the device's properties; valid while it is open. */
@@ -95,7 +99,7 @@ PP_API const struct pp_device_props *pp_device_get_props(const struct pp_device 
 /*
  * Lists the devices present: cpu, sim, and each GPU.  Writes at most 'max'
  * entries to 'props' and their number to *n_p; returns 0 or -errno.  With no
- * GPU, the list simply has none, and pp_device_cuda_status() says why.
+ * GPU, the list simply has none, and pp_device_cuda_count() says why.
  */
 PP_API int pp_device_list(struct pp_device_props *props, size_t max, size_t *n_p);
 
@@ -125,7 +129,8 @@ PP_API void pp_device_free(struct pp_device *dev, void *ptr);
  * (pinned) when 'pinned' and the system allows it.  When pinning is refused
  * (RLIMIT_MEMLOCK, no GPU), it falls back to pageable memory, counts the
  * fallback in the statistics and writes false to *pinned_p (may be NULL).
- * Returns 0 or -ENOMEM.  Pinning is slow: allocate once, not per batch.
+ * Returns 0, -EINVAL (dev or ptr_p NULL, 0 bytes) or -ENOMEM.  Pinning is
+ * slow: allocate once, not per batch.
  */
 PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void **ptr_p,
 			 bool *pinned_p);
