@@ -925,6 +925,8 @@ PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p)
 	struct slot *sl;
 	int ret;
 
+	if (batch_p == NULL)
+		return pp_error(-EINVAL, "pp_loader_next: batch_p must not be NULL");
 	pthread_mutex_lock(&l->mu);
 	if (l->err != 0) {
 		ret = pp_error_set(l->err, l->errmsg);
