@@ -41,10 +41,11 @@ int pp_dataset_alloc(const struct pp_sample_info *info, const char *name,
 		     struct pp_dataset **ds_p)
 {
 	struct pp_dataset *ds;
-	size_t total;
+	size_t total, label_total;
 
-	if (!pp_mul_size(info->count, info->sample_bytes, &total) ||
-	    (uint64_t)(size_t)info->count != info->count)
+	if ((uint64_t)(size_t)info->count != info->count ||
+	    !pp_mul_size(info->count, info->sample_bytes, &total) ||
+	    !pp_mul_size(info->count, sizeof(int32_t), &label_total))
 		return pp_error(-EOVERFLOW, "%s: %llu samples of %zu bytes overflow size_t", name,
 				(unsigned long long)info->count, info->sample_bytes);
 	ds = calloc(1, sizeof(*ds));
@@ -53,7 +54,7 @@ int pp_dataset_alloc(const struct pp_sample_info *info, const char *name,
 	ds->info = *info;
 	snprintf(ds->name, sizeof(ds->name), "%s", name);
 	if (info->label_kind == PP_LABEL_CLASS) {
-		ds->labels = malloc(PP_MAX(info->count, 1) * sizeof(int32_t));
+		ds->labels = malloc(PP_MAX(label_total, 1));
 		if (ds->labels == NULL) {
 			free(ds);
 			return pp_error(-ENOMEM, "%s: no memory for %llu labels", name,
@@ -301,7 +302,7 @@ PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
 	if (ret < 0)
 		goto out_close;
 	total = (size_t)info.count * info.sample_bytes;
-	mem = malloc(PP_MAX(total, 1));
+	mem = pp_alloc_large(total);
 	if (mem == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory for %zu bytes of samples", name, total);
 		goto out_destroy;

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,21 @@ const char *pp_path_base(const char *path)
 	const char *slash = strrchr(path, '/');
 
 	return slash != NULL ? slash + 1 : path;
+}
+
+#define PP_HUGE_PAGE ((size_t)2 << 20)
+
+void *pp_alloc_large(size_t len)
+{
+	void *p;
+
+	if (len < PP_HUGE_PAGE)
+		return malloc(PP_MAX(len, 1));
+	if (posix_memalign(&p, PP_HUGE_PAGE, len) != 0)
+		return NULL;
+	/* Only a hint: without transparent huge pages, small pages do. */
+	madvise(p, len, MADV_HUGEPAGE);
+	return p;
 }
 
 int pp_pread_full(int fd, const char *path, void *buf, size_t len, uint64_t off)
@@ -77,7 +93,7 @@ int pp_read_whole_file(const char *path, size_t extra, void **buf_p, size_t *len
 			       (long long)st.st_size);
 		goto err_close;
 	}
-	buf = malloc(cap);
+	buf = pp_alloc_large(cap);
 	if (buf == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory for its %zu bytes", path, len);
 		goto err_close;

@@ -54,8 +54,8 @@ static int check_idx_header(const char *path, const uint8_t *hdr, uint32_t ndims
 		if (idx->dims[d] == 0)
 			return pp_error(-EBADMSG, "%s: offset %u: dimension %u is 0, expected at least 1",
 					path, 4 + 4 * d, d);
-		data *= idx->dims[d]; /* at most 3 factors below 2^32 each... */
-		if (data > ((uint64_t)1 << 40))
+		if (__builtin_mul_overflow(data, (uint64_t)idx->dims[d], &data) ||
+		    data > ((uint64_t)1 << 40))
 			return pp_error(-EBADMSG,
 					"%s: offset %u: dimensions so far make %llu bytes, more than "
 					"any IDX file holds (1 TiB)",
@@ -110,7 +110,7 @@ static int load_idx(const char *path, uint32_t ndims, struct pp_inflater *inf,
 				       path, (unsigned long long)total, flen);
 			goto err_free_file;
 		}
-		out = malloc((size_t)total);
+		out = pp_alloc_large((size_t)total);
 		if (out == NULL) {
 			ret = pp_error(-ENOMEM, "%s: no memory for %llu bytes", path,
 				       (unsigned long long)total);

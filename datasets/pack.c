@@ -22,9 +22,10 @@
 #define DEFAULT_RECORDS_PER_CHUNK 1024u
 #define DEFAULT_LEVEL 6
 #define MAX_SHARDS 100000u
+#define MAX_THREADS 64u
 
 static const char usage_text[] =
-	"Usage: pinpipe-pack [-n SHARDS | -s SIZE] [-c RECORDS] [-l LEVEL] -o PREFIX INPUT...\n"
+	"Usage: pinpipe-pack [-n SHARDS | -s SIZE] [-c RECORDS] [-l LEVEL] [-j THREADS] -o PREFIX INPUT...\n"
 	"       pinpipe-pack --verify FILE...\n"
 	"\n"
 	"Converts a dataset into pinpipe shards (docs/SHARDS.md), PREFIX-SPLIT-00000-of-0000N.pps,\n"
@@ -40,6 +41,8 @@ static const char usage_text[] =
 	"  -s, --size=SIZE       decoded bytes per shard, with a K, M or G suffix (default: 64M)\n"
 	"  -c, --chunk=RECORDS   records per chunk (default: 1024)\n"
 	"  -l, --level=LEVEL     zlib level 1..9, or 0 to store chunks uncompressed (default: 6)\n"
+	"  -j, --threads=N       compress N chunks at once, one per thread, 1..64\n"
+	"                        (default: the number of CPUs online)\n"
 	"  -o, --output=PREFIX   path prefix of the shards (required), e.g. /tmp/fmnist\n"
 	"  -q, --quiet           print only errors\n"
 	"      --verify          read every chunk of each FILE, check its CRC-32, size and labels,\n"
@@ -58,6 +61,7 @@ struct pack_options {
 	uint64_t shard_bytes;       /* decoded bytes per shard */
 	uint32_t records_per_chunk;
 	int level;                  /* 0 stored, 1..9 zlib */
+	uint32_t threads;           /* chunks compressed at once */
 	const char *prefix;
 	bool quiet;
 };
@@ -164,7 +168,7 @@ static int64_t write_shard(const struct pack_options *opt, const struct pp_datas
 			   const char *path, uint64_t first, uint64_t count)
 {
 	const struct pp_sample_info *info = pp_dataset_info(ds);
-	struct pp_shard_writer_config cfg = {info, opt->records_per_chunk, opt->level};
+	struct pp_shard_writer_config cfg = {info, opt->records_per_chunk, opt->level, opt->threads};
 	struct pp_shard_writer *w;
 	uint64_t batch = opt->records_per_chunk;
 	int32_t *labels = NULL;
@@ -250,7 +254,7 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 		}
 		stored += (uint64_t)size;
 		if (!opt->quiet)
-			printf("  %s: %llu records, %llu chunks, %.1f MB\n", path,
+			printf("  %s: %llu records, %llu chunks, %.1f MB on disk\n", path,
 			       (unsigned long long)(last - first),
 			       (unsigned long long)((last - first + opt->records_per_chunk - 1) /
 						    opt->records_per_chunk),
@@ -258,9 +262,9 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 	}
 	dt = now_s() - t0;
 	if (!opt->quiet)
-		printf("  %llu shards: %.1f MB of records in %.1f MB (%.1f%%), written in %.3f s "
-		       "(%.0f MB/s of records)\n",
-		       (unsigned long long)shards, mb(raw), mb(stored),
+		printf("  %llu shards: %llu records, %.1f MB of records in %.1f MB (%.1f%%), written "
+		       "in %.3f s (%.0f MB/s of records)\n",
+		       (unsigned long long)shards, (unsigned long long)n, mb(raw), mb(stored),
 		       raw > 0 ? 100.0 * (double)stored / (double)raw : 0.0, dt,
 		       dt > 0 ? mb(raw) / dt : 0.0);
 	return 0;
@@ -415,7 +419,7 @@ static int verify(char **files, int n)
 			pp_shard_close(sh);
 		}
 		if (ret < 0) {
-			printf("%s: BAD: %s\n", files[k], pp_last_error());
+			printf("BAD: %s\n", pp_last_error());
 			bad++;
 		}
 	}
@@ -433,6 +437,7 @@ int main(int argc, char **argv)
 		{"size", required_argument, NULL, 's'},
 		{"chunk", required_argument, NULL, 'c'},
 		{"level", required_argument, NULL, 'l'},
+		{"threads", required_argument, NULL, 'j'},
 		{"output", required_argument, NULL, 'o'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"verify", no_argument, NULL, 'v'},
@@ -440,14 +445,16 @@ int main(int argc, char **argv)
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct pack_options opt = {0, DEFAULT_SHARD_BYTES, DEFAULT_RECORDS_PER_CHUNK, DEFAULT_LEVEL,
+				   cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (uint32_t)cpus,
 				   NULL, false};
 	bool do_verify = false, have_n = false, have_s = false;
 	uint64_t v;
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":n:s:c:l:o:qhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":n:s:c:l:j:o:qhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			if (!parse_u64(optarg, MAX_SHARDS, &v) || v == 0)
@@ -472,6 +479,11 @@ int main(int argc, char **argv)
 			if (!parse_u64(optarg, 9, &v))
 				return usage_error("--level: expected 0..9, got", optarg);
 			opt.level = (int)v;
+			break;
+		case 'j':
+			if (!parse_u64(optarg, MAX_THREADS, &v) || v == 0)
+				return usage_error("--threads: expected 1..64, got", optarg);
+			opt.threads = (uint32_t)v;
 			break;
 		case 'o':
 			opt.prefix = optarg;

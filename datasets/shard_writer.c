@@ -1,14 +1,16 @@
 /*
  * datasets/shard_writer.c: the pinpipe shard writer.  Records are gathered
- * into a chunk buffer; each full chunk is compressed (or stored), padded with
- * zeros to the next 4 KiB boundary and written; finish() writes the index,
- * the trailer and the header, syncs, and renames the temporary file into
- * place, so that only complete shards ever carry the final name.
+ * into chunk buffers; full chunks are compressed (or stored), in parallel on
+ * up to 'threads' threads, then padded with zeros to the next 4 KiB boundary
+ * and written in order; finish() writes the index, the trailer and the
+ * header, syncs, and renames the temporary file into place, so that only
+ * complete shards ever carry the final name.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,21 @@
 #include "datasets/source.h"
 
 #define PP_SHARD_DEFAULT_RECORDS_PER_CHUNK 1024u
+#define PP_SHARD_MAX_WRITER_THREADS 64u
+
+/* One chunk being filled or compressed. */
+struct chunk_slot {
+	uint8_t *raw;            /* [records_per_chunk * record_bytes]: labels, then samples */
+	uint32_t records;        /* records in raw so far */
+	uint8_t *out;            /* [out_cap]: stored bytes and zero padding */
+	size_t stored;           /* stored bytes in out, once compressed */
+	struct pp_deflater *def; /* NULL when chunks are stored */
+	int ret;                 /* result of compressing this slot */
+	size_t record_bytes;     /* copied from the writer, for the worker thread */
+	size_t label_bytes;
+	uint32_t records_per_chunk;
+	size_t out_cap;
+};
 
 struct pp_shard_writer {
 	char *path;                         /* final name */
@@ -31,11 +48,11 @@ struct pp_shard_writer {
 	uint32_t records_per_chunk;
 	size_t record_bytes;                /* label bytes + sample_bytes */
 	size_t label_bytes;                 /* per record: 4 with labels, else 0 */
-	uint8_t *chunk;                     /* [records_per_chunk * record_bytes]: labels, then samples */
-	uint32_t chunk_records;             /* records in 'chunk' so far */
-	uint8_t *out;                       /* [out_cap] compressed chunk and its padding */
-	size_t out_cap;
-	struct pp_deflater *def;            /* NULL when chunks are stored */
+	bool compress;                      /* zlib, else stored */
+	struct chunk_slot *slots;           /* [nslots]: chunks compressed together */
+	uint32_t nslots;
+	uint32_t filling;                   /* slot being filled; the ones before it are full */
+	uint64_t written_records;           /* records in chunks already written */
 	uint64_t offset;                    /* where the next chunk goes, bytes */
 	struct pp_shard_chunk_info *chunks; /* [nchunks], capacity chunks_cap */
 	uint64_t nchunks, chunks_cap;
@@ -63,16 +80,58 @@ static int write_full(struct pp_shard_writer *w, const void *buf, size_t len, ui
 	return 0;
 }
 
+static void free_slots(struct pp_shard_writer *w)
+{
+	for (uint32_t k = 0; k < w->nslots; k++) {
+		free(w->slots[k].raw);
+		free(w->slots[k].out);
+		pp_deflater_destroy(w->slots[k].def);
+	}
+	free(w->slots);
+}
+
+static int alloc_slots(struct pp_shard_writer *w, int level)
+{
+	size_t chunk_bytes = (size_t)w->records_per_chunk * w->record_bytes;
+
+	w->slots = calloc(w->nslots, sizeof(*w->slots));
+	if (w->slots == NULL)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < w->nslots; k++) {
+		struct chunk_slot *s = &w->slots[k];
+
+		if (level > 0) {
+			int ret = pp_deflater_create(level, &s->def);
+
+			if (ret < 0)
+				return ret;
+			s->out_cap = pp_shard_align_up(pp_deflate_bound(s->def, chunk_bytes));
+		} else {
+			s->out_cap = pp_shard_align_up(chunk_bytes);
+		}
+		s->raw = malloc(chunk_bytes);
+		s->out = malloc(s->out_cap);
+		if (s->raw == NULL || s->out == NULL)
+			return -ENOMEM;
+		s->record_bytes = w->record_bytes;
+		s->label_bytes = w->label_bytes;
+		s->records_per_chunk = w->records_per_chunk;
+	}
+	return 0;
+}
+
 PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer_config *cfg,
 				  struct pp_shard_writer **w_p)
 {
 	struct pp_shard_writer *w;
-	size_t chunk_bytes;
 	int ret;
 
 	if (cfg->level < 0 || cfg->level > 9)
 		return pp_error(-EINVAL, "%s: compression level %d, expected 0 (stored) to 9", path,
 				cfg->level);
+	if (cfg->threads > PP_SHARD_MAX_WRITER_THREADS)
+		return pp_error(-EINVAL, "%s: %u threads, expected at most %u", path, cfg->threads,
+				PP_SHARD_MAX_WRITER_THREADS);
 	w = calloc(1, sizeof(*w));
 	if (w == NULL)
 		return pp_error(-ENOMEM, "%s: no memory", path);
@@ -106,24 +165,14 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 			       path, w->records_per_chunk, w->record_bytes);
 		goto err_free;
 	}
-	chunk_bytes = w->records_per_chunk * w->record_bytes;
-	if (cfg->level > 0) {
-		ret = pp_deflater_create(cfg->level, &w->def);
-		if (ret < 0) {
-			ret = pp_error(ret, "%s: cannot create a compressor", path);
-			goto err_free;
-		}
-		w->out_cap = pp_shard_align_up(pp_deflate_bound(w->def, chunk_bytes));
-	} else {
-		w->out_cap = pp_shard_align_up(chunk_bytes);
-	}
+	w->compress = cfg->level > 0;
+	w->nslots = w->compress && cfg->threads > 1 ? cfg->threads : 1;
+	ret = alloc_slots(w, cfg->level);
 	w->path = strdup(path);
-	w->chunk = malloc(chunk_bytes);
-	w->out = malloc(w->out_cap);
-	if (w->path == NULL || w->chunk == NULL || w->out == NULL ||
-	    asprintf(&w->tmp_path, "%s.tmp-XXXXXX", path) < 0) {
+	if (ret < 0 || w->path == NULL || asprintf(&w->tmp_path, "%s.tmp-XXXXXX", path) < 0) {
 		w->tmp_path = NULL;
-		ret = pp_error(-ENOMEM, "%s: no memory for a chunk of %zu bytes", path, chunk_bytes);
+		ret = pp_error(-ENOMEM, "%s: no memory for %u chunks of %u records of %zu bytes",
+			       path, w->nslots, w->records_per_chunk, w->record_bytes);
 		goto err_free;
 	}
 	w->fd = mkstemp(w->tmp_path);
@@ -144,25 +193,72 @@ err_unlink:
 	unlink(w->tmp_path);
 err_free:
 	free(w->tmp_path);
-	free(w->out);
-	free(w->chunk);
 	free(w->path);
-	pp_deflater_destroy(w->def);
+	if (w->slots != NULL)
+		free_slots(w);
 	free(w);
 	return ret;
 }
 
-/* Compresses or stores the chunk buffer, writes it with its padding and records its index entry. */
-static int flush_chunk(struct pp_shard_writer *w)
+/* Compresses or stores one slot's records into its out buffer, zero padded. */
+static int compress_slot(struct chunk_slot *s)
 {
-	struct pp_shard_chunk_info *c;
-	size_t raw_size = (size_t)w->chunk_records * w->record_bytes, stored, padded;
+	size_t raw_size = (size_t)s->records * s->record_bytes, padded;
+
+	/* A short last chunk: its labels block shrinks to its records. */
+	if (s->records < s->records_per_chunk && s->label_bytes != 0)
+		memmove(s->raw + (size_t)s->records * s->label_bytes,
+			s->raw + (size_t)s->records_per_chunk * s->label_bytes,
+			(size_t)s->records * (s->record_bytes - s->label_bytes));
+	if (s->def != NULL) {
+		int ret = pp_deflate(s->def, s->raw, raw_size, s->out, s->out_cap, &s->stored);
+
+		if (ret < 0)
+			return ret;
+	} else {
+		memcpy(s->out, s->raw, raw_size);
+		s->stored = raw_size;
+	}
+	padded = (size_t)pp_shard_align_up(s->stored);
+	memset(s->out + s->stored, 0, padded - s->stored);
+	return 0;
+}
+
+static void *compress_thread(void *arg)
+{
+	struct chunk_slot *s = arg;
+
+	s->ret = compress_slot(s);
+	return NULL;
+}
+
+/* Compresses slots 0..n-1 at once, slot 0 in the calling thread. */
+static void compress_slots(struct pp_shard_writer *w, uint32_t n)
+{
+	pthread_t threads[PP_SHARD_MAX_WRITER_THREADS];
+	bool started[PP_SHARD_MAX_WRITER_THREADS] = {false};
+
+	for (uint32_t k = 1; k < n; k++)
+		started[k] = pthread_create(&threads[k], NULL, compress_thread, &w->slots[k]) == 0;
+	w->slots[0].ret = compress_slot(&w->slots[0]);
+	for (uint32_t k = 1; k < n; k++) {
+		if (started[k])
+			pthread_join(threads[k], NULL);
+		else
+			w->slots[k].ret = compress_slot(&w->slots[k]);
+	}
+}
+
+/* Compresses the full slots (and the one being filled when 'partial'), writes them in order. */
+static int flush_slots(struct pp_shard_writer *w, bool partial)
+{
+	uint32_t n = w->filling + (partial && w->slots[w->filling].records > 0 ? 1 : 0);
 	int ret;
 
-	if (w->chunk_records == 0)
+	if (n == 0)
 		return 0;
-	if (w->nchunks == w->chunks_cap) {
-		uint64_t cap = w->chunks_cap != 0 ? w->chunks_cap * 2 : 64;
+	if (w->nchunks + n > w->chunks_cap) {
+		uint64_t cap = PP_MAX(w->chunks_cap * 2, w->nchunks + n + 64);
 		void *p = realloc(w->chunks, cap * sizeof(*w->chunks));
 
 		if (p == NULL)
@@ -170,30 +266,30 @@ static int flush_chunk(struct pp_shard_writer *w)
 		w->chunks = p;
 		w->chunks_cap = cap;
 	}
-	if (w->def != NULL) {
-		ret = pp_deflate(w->def, w->chunk, raw_size, w->out, w->out_cap, &stored);
-		if (ret < 0)
-			return pp_error(ret, "%s: chunk %llu: compression failed", w->path,
+	compress_slots(w, n);
+	for (uint32_t k = 0; k < n; k++) {
+		struct chunk_slot *s = &w->slots[k];
+		struct pp_shard_chunk_info *c = &w->chunks[w->nchunks];
+		size_t padded = (size_t)pp_shard_align_up(s->stored);
+
+		if (s->ret < 0)
+			return pp_error(s->ret, "%s: chunk %llu: compression failed", w->path,
 					(unsigned long long)w->nchunks);
-	} else {
-		memcpy(w->out, w->chunk, raw_size);
-		stored = raw_size;
+		ret = write_full(w, s->out, padded, w->offset);
+		if (ret < 0)
+			return ret;
+		c->offset = w->offset;
+		c->stored_size = (uint32_t)s->stored;
+		c->raw_size = (uint32_t)((size_t)s->records * w->record_bytes);
+		c->records = s->records;
+		c->crc32 = pp_crc32(0, s->out, s->stored);
+		c->first_record = w->written_records;
+		w->written_records += s->records;
+		w->nchunks++;
+		w->offset += padded;
+		s->records = 0;
 	}
-	padded = (size_t)pp_shard_align_up(stored);
-	memset(w->out + stored, 0, padded - stored);
-	ret = write_full(w, w->out, padded, w->offset);
-	if (ret < 0)
-		return ret;
-	c = &w->chunks[w->nchunks];
-	c->offset = w->offset;
-	c->stored_size = (uint32_t)stored;
-	c->raw_size = (uint32_t)raw_size;
-	c->records = w->chunk_records;
-	c->crc32 = pp_crc32(0, w->out, stored);
-	c->first_record = w->info.count - w->chunk_records;
-	w->nchunks++;
-	w->offset += padded;
-	w->chunk_records = 0;
+	w->filling = 0;
 	return 0;
 }
 
@@ -217,24 +313,24 @@ PP_API int pp_shard_writer_add(struct pp_shard_writer *w, const void *samples,
 						(unsigned long long)(w->info.count + k),
 						w->info.num_classes - 1);
 	while (count > 0) {
-		uint32_t n = (uint32_t)PP_MIN(count, (uint64_t)(w->records_per_chunk -
-								  w->chunk_records));
-		uint8_t *lab = w->chunk + (size_t)w->chunk_records * w->label_bytes;
-		uint8_t *dst = w->chunk + (size_t)w->records_per_chunk * w->label_bytes;
+		struct chunk_slot *s = &w->slots[w->filling];
+		uint32_t n = (uint32_t)PP_MIN(count, (uint64_t)(w->records_per_chunk - s->records));
+		uint8_t *lab = s->raw + (size_t)s->records * w->label_bytes;
+		uint8_t *dst = s->raw + (size_t)w->records_per_chunk * w->label_bytes;
 
 		/* The labels block is sized for a full chunk while filling; a
-		 * short last chunk is compacted in finish(). */
+		 * short last chunk is compacted when it is compressed. */
 		for (uint32_t k = 0; k < n && w->label_bytes != 0; k++)
 			pp_put_le32(lab + 4 * (size_t)k, (uint32_t)labels[k]);
-		memcpy(dst + (size_t)w->chunk_records * sb, src, (size_t)n * sb);
-		w->chunk_records += n;
+		memcpy(dst + (size_t)s->records * sb, src, (size_t)n * sb);
+		s->records += n;
 		w->info.count += n;
 		src += (size_t)n * sb;
 		if (labels != NULL)
 			labels += n;
 		count -= n;
-		if (w->chunk_records == w->records_per_chunk) {
-			int ret = flush_chunk(w);
+		if (s->records == w->records_per_chunk && ++w->filling == w->nslots) {
+			int ret = flush_slots(w, false);
 
 			if (ret < 0) {
 				w->error = ret;
@@ -255,18 +351,14 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 		return pp_error(w->error, "%s: an earlier write failed", w->path);
 	if (w->finished)
 		return pp_error(-EINVAL, "%s: already finished", w->path);
-	if (w->chunk_records > 0 && w->chunk_records < w->records_per_chunk && w->label_bytes != 0)
-		memmove(w->chunk + (size_t)w->chunk_records * w->label_bytes,
-			w->chunk + (size_t)w->records_per_chunk * w->label_bytes,
-			(size_t)w->chunk_records * w->info.sample_bytes);
-	ret = flush_chunk(w);
+	ret = flush_slots(w, true);
 	if (ret < 0)
-		goto err_fail;
+		goto err_mark_failed;
 	index_len = (size_t)w->nchunks * PP_SI_SIZE;
 	index = calloc(1, index_len + PP_SHARD_ALIGN);
 	if (index == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory for the index", w->path);
-		goto err_fail;
+		goto err_mark_failed;
 	}
 	header = index + index_len;
 	for (uint64_t i = 0; i < w->nchunks; i++) {
@@ -298,8 +390,8 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 	pp_put_le32(header + PP_SH_RECORDS_PER_CHUNK, w->records_per_chunk);
 	pp_put_le64(header + PP_SH_RECORDS, w->info.count);
 	pp_put_le64(header + PP_SH_CHUNKS, w->nchunks);
-	pp_put_le32(header + PP_SH_COMPRESSION, w->def != NULL ? PP_SHARD_COMPRESSION_ZLIB
-							     : PP_SHARD_COMPRESSION_STORED);
+	pp_put_le32(header + PP_SH_COMPRESSION, w->compress ? PP_SHARD_COMPRESSION_ZLIB
+							   : PP_SHARD_COMPRESSION_STORED);
 	pp_put_le32(header + PP_SH_CRC, pp_crc32(0, header, PP_SH_CRC));
 
 	ret = write_full(w, index, index_len, w->offset);
@@ -309,26 +401,26 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 		ret = write_full(w, header, PP_SHARD_ALIGN, 0);
 	free(index);
 	if (ret < 0)
-		goto err_fail;
+		goto err_mark_failed;
 	if (fsync(w->fd) != 0) {
 		ret = pp_error(-errno, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
-		goto err_fail;
+		goto err_mark_failed;
 	}
 	if (close(w->fd) != 0) {
 		w->fd = -1;
 		ret = pp_error(-errno, "%s: close failed: %s", w->tmp_path, strerror(errno));
-		goto err_fail;
+		goto err_mark_failed;
 	}
 	w->fd = -1;
 	if (rename(w->tmp_path, w->path) != 0) {
 		ret = pp_error(-errno, "%s: cannot rename %s into place: %s", w->path, w->tmp_path,
 			       strerror(errno));
-		goto err_fail;
+		goto err_mark_failed;
 	}
 	w->finished = true;
 	return 0;
 
-err_fail:
+err_mark_failed:
 	w->error = ret;
 	return ret;
 }
@@ -341,10 +433,8 @@ PP_API void pp_shard_writer_destroy(struct pp_shard_writer *w)
 		close(w->fd);
 	if (!w->finished)
 		unlink(w->tmp_path);
-	pp_deflater_destroy(w->def);
+	free_slots(w);
 	free(w->chunks);
-	free(w->out);
-	free(w->chunk);
 	free(w->tmp_path);
 	free(w->path);
 	free(w);

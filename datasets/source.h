@@ -42,6 +42,14 @@ int pp_dataset_alloc(const struct pp_sample_info *info, const char *name,
  */
 int pp_read_whole_file(const char *path, size_t extra, void **buf_p, size_t *len_p);
 
+/*
+ * Allocates a large buffer (to be freed with free()) on a 2 MiB boundary and
+ * asks for transparent huge pages, so that a buffer written once from start
+ * to end (an inflated file) costs a few page faults rather than thousands.
+ * Returns NULL when out of memory.
+ */
+void *pp_alloc_large(size_t len);
+
 /* Reads exactly len bytes at offset off (short reads resumed); -EIO or -EBADMSG at end of file, with a message. */
 int pp_pread_full(int fd, const char *path, void *buf, size_t len, uint64_t off);
 

@@ -8,6 +8,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,12 +106,12 @@ static char *path_in(const char *dir, const char *name)
 	return p;
 }
 
-/* Writes ds's records first..first+count-1 to a shard at path. */
+/* Writes all of ds's records to a shard at path, compressing on 'threads' threads. */
 static void write_shard(const struct pp_dataset *ds, const char *path, uint32_t per_chunk,
-			int level)
+			int level, uint32_t threads)
 {
 	const struct pp_sample_info *info = pp_dataset_info(ds);
-	struct pp_shard_writer_config cfg = {info, per_chunk, level};
+	struct pp_shard_writer_config cfg = {info, per_chunk, level, threads};
 	struct pp_shard_writer *w = NULL;
 	uint8_t *s;
 	int32_t *l;
@@ -217,6 +218,72 @@ START_TEST(test_synthetic)
 }
 END_TEST
 
+struct reader_arg {
+	const struct pp_dataset *ds;
+	uint64_t seed;
+	int mismatches; /* samples whose gathered bytes or label differ from a single read */
+};
+
+static void *gather_and_compare(void *p)
+{
+	struct reader_arg *a = p;
+	size_t sb = pp_dataset_info(a->ds)->sample_bytes;
+	uint64_t idx[64], x = a->seed;
+	uint8_t *batch = malloc(64 * sb), *one = malloc(sb);
+	int32_t labels[64], label;
+
+	for (int round = 0; round < 50; round++) {
+		for (int k = 0; k < 64; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			idx[k] = (x >> 33) % pp_dataset_info(a->ds)->count;
+		}
+		if (pp_dataset_gather(a->ds, idx, 64, batch, labels) != 0)
+			a->mismatches++;
+		for (int k = 0; k < 64; k++) {
+			if (pp_dataset_read(a->ds, idx[k], 1, one, &label) != 0 ||
+			    memcmp(one, batch + k * sb, sb) != 0 || label != labels[k])
+				a->mismatches++;
+		}
+	}
+	free(batch);
+	free(one);
+	return NULL;
+}
+
+/* Fails if reads and gathers from several threads at once disagree with
+ * each other (and, under ThreadSanitizer, if they race). */
+START_TEST(test_concurrent_reads)
+{
+	struct pp_dataset *syn = make_synthetic(2000, 3, 8, 8, 5), *mem;
+	char *dir = pp_test_tmpdir(), *p = path_in(dir, "s.pps");
+	const char *paths[1] = {p};
+	const struct pp_dataset *sets[2];
+
+	write_shard(syn, p, 256, 1, 0);
+	ck_assert_int_eq(pp_dataset_open_shards(paths, 1, &mem), 0);
+	sets[0] = syn;
+	sets[1] = mem;
+	for (int d = 0; d < 2; d++) {
+		pthread_t t[4];
+		struct reader_arg args[4];
+
+		for (int k = 0; k < 4; k++) {
+			args[k] = (struct reader_arg){sets[d], (uint64_t)k + 1, 0};
+			ck_assert_int_eq(pthread_create(&t[k], NULL, gather_and_compare, &args[k]), 0);
+		}
+		for (int k = 0; k < 4; k++) {
+			ck_assert_int_eq(pthread_join(t[k], NULL), 0);
+			ck_assert_int_eq(args[k].mismatches, 0);
+		}
+	}
+	pp_dataset_destroy(mem);
+	pp_dataset_destroy(syn);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
 /* Fails if a bad synthetic configuration is accepted. */
 START_TEST(test_synthetic_bad_config)
 {
@@ -266,8 +333,8 @@ START_TEST(test_idx_to_shards_roundtrip)
 
 	/* Two shards of one source, one stored and one compressed, with a
 	 * last chunk shorter than the others. */
-	write_shard(gz, sh0, 64, 6);
-	write_shard(gz, sh1, 100, 0);
+	write_shard(gz, sh0, 64, 6, 3);
+	write_shard(gz, sh1, 100, 0, 1);
 	ck_assert_int_eq(pp_dataset_open_shards(paths, 2, &shards), 0);
 	ck_assert_uint_eq(pp_dataset_info(shards)->count, 2000);
 	{
@@ -314,7 +381,7 @@ START_TEST(test_shard_variants)
 	char *p = path_in(dir, "f32.pps"), *e = path_in(dir, "empty.pps");
 	struct pp_synthetic_config cfg = {333, 3, 5, 7, 4, 9, PP_DTYPE_F32};
 	struct pp_sample_info info;
-	struct pp_shard_writer_config wc = {&info, 50, 1};
+	struct pp_shard_writer_config wc = {&info, 50, 1, 0};
 	struct pp_shard_writer *w;
 	struct pp_dataset *src, *back;
 	struct pp_shard *sh;
@@ -390,7 +457,7 @@ START_TEST(test_shard_decode_chunk)
 	struct pp_shard *sh;
 	int fd;
 
-	write_shard(src, p, 128, 9);
+	write_shard(src, p, 128, 9, 1);
 	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
 	ck_assert_int_eq(pp_inflater_create(&inf), 0);
 	fd = open(p, O_RDONLY);
@@ -464,6 +531,23 @@ START_TEST(test_cifar10)
 		ck_assert_int_eq(pp_dataset_labels(ds)[7 + r], (r + 3) % 10);
 	}
 	pp_dataset_destroy(ds);
+	{
+		char *sub = path_in(dir, "cifar-10-batches-bin"), *tb;
+
+		ck_assert_int_eq(mkdir(sub, 0700), 0);
+		tb = path_in(sub, "test_batch.bin");
+		pp_test_write_file(tb, buf2, len);
+		ck_assert_int_eq(pp_dataset_open_dir(dir, "test", &ds), 0);
+		ck_assert_str_eq(pp_dataset_name(ds), "cifar10:test_batch.bin");
+		ck_assert_uint_eq(pp_dataset_info(ds)->count, 7);
+		ck_assert_mem_eq(pp_dataset_samples(ds), buf2 + 1, 3072);
+		pp_dataset_destroy(ds);
+		/* The train split wants data_batch_1..5: 3..5 are missing. */
+		ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &ds), -ENOENT);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "data_batch_3.bin"));
+		free(tb);
+		free(sub);
+	}
 
 	buf[3 * 3073] = 10;
 	pp_test_write_file(b1, buf, len);
@@ -528,7 +612,7 @@ START_TEST(test_writer_errors)
 {
 	char *dir = pp_test_tmpdir(), *p = path_in(dir, "w.pps"), *nodir = path_in(dir, "no/w.pps");
 	struct pp_sample_info info = {0, PP_DTYPE_U8, 1, {4, 0, 0, 0}, 4, PP_LABEL_CLASS, 3};
-	struct pp_shard_writer_config cfg = {&info, 2, 6};
+	struct pp_shard_writer_config cfg = {&info, 2, 6, 3};
 	struct pp_shard_writer *w;
 	uint8_t s[12] = {0};
 	int32_t bad[3] = {0, 3, 1}, good[3] = {0, 2, 1};
@@ -558,6 +642,37 @@ START_TEST(test_writer_errors)
 }
 END_TEST
 
+/* Fails if compressing on several threads changes a single byte of the
+ * shard, whatever the number of threads and however the chunks fall. */
+START_TEST(test_writer_threads_identical)
+{
+	char *dir = pp_test_tmpdir(), *p = path_in(dir, "t.pps");
+	struct pp_dataset *src = make_synthetic(1000, 1, 7, 9, 21);
+	static const uint32_t threads[] = {2, 5, 64};
+	uint8_t *one, *many;
+	size_t one_len, many_len;
+	struct pp_shard_writer_config cfg = {pp_dataset_info(src), 37, 6, 65};
+	struct pp_shard_writer *w = NULL;
+
+	write_shard(src, p, 37, 6, 1);
+	one = pp_test_read_file(p, &one_len);
+	for (size_t k = 0; k < PP_ARRAY_SIZE(threads); k++) {
+		write_shard(src, p, 37, 6, threads[k]);
+		many = pp_test_read_file(p, &many_len);
+		ck_assert_uint_eq(many_len, one_len);
+		ck_assert(memcmp(one, many, one_len) == 0);
+		free(many);
+	}
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "65 threads"));
+	free(one);
+	pp_dataset_destroy(src);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------------- damage */
 
 /* A small shard: 40 records of 1x5x5 u8 with labels, 9 per chunk, zlib. */
@@ -567,7 +682,7 @@ static uint8_t *small_shard(const char *dir, char **path_p, size_t *len_p, int l
 	char *p = path_in(dir, "small.pps");
 	uint8_t *buf;
 
-	write_shard(src, p, 9, level);
+	write_shard(src, p, 9, level, 2);
 	pp_dataset_destroy(src);
 	buf = pp_test_read_file(p, len_p);
 	*path_p = p;
@@ -618,8 +733,25 @@ START_TEST(test_shard_truncated_everywhere)
 }
 END_TEST
 
+/* What the message about a byte changed at offset k of the shard buf must say. */
+static const char *flip_place(const uint8_t *buf, size_t len, size_t k)
+{
+	uint64_t index_offset = pp_le64(buf + len - PP_ST_SIZE + PP_ST_INDEX_OFFSET);
+
+	if (k < PP_SH_SIZE)
+		return "offset ";
+	if (k < PP_SHARD_ALIGN)
+		return "header padding";
+	if (k < index_offset)
+		return "chunk ";
+	if (k < len - PP_ST_SIZE)
+		return "index";
+	return "trailer";
+}
+
 /* Fails if a shard with any one byte changed is accepted by open + verify, or
- * if the message does not name the file. */
+ * if the message does not name the file and the part (header field, header
+ * padding, chunk, index, trailer) where the byte lies. */
 START_TEST(test_shard_flipped_everywhere)
 {
 	char *dir = pp_test_tmpdir(), *p;
@@ -641,6 +773,9 @@ START_TEST(test_shard_flipped_everywhere)
 				      "level %d, byte %zu flipped: returned %d", levels[v], k, ret);
 			ck_assert_msg(strncmp(pp_last_error(), p, strlen(p)) == 0, "byte %zu: %s", k,
 				      pp_last_error());
+			ck_assert_msg(strstr(pp_last_error(), flip_place(buf, len, k)) != NULL,
+				      "byte %zu: '%s' does not say '%s'", k, pp_last_error(),
+				      flip_place(buf, len, k));
 			ck_assert_int_eq(pwrite(fd, buf + k, 1, (off_t)k), 1);
 		}
 		close(fd);
@@ -749,6 +884,14 @@ START_TEST(test_idx_damage)
 	/* Absurd dimensions: 2^32-1 images of 2^32-1 x 2^32-1. */
 	memcpy(t, ib, il);
 	memset(t + 4, 0xff, 12);
+	pp_test_write_file(img, t, il);
+	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "more than any IDX file holds"));
+	/* 2^20 images of 2^20 x 2^24: the product wraps around 2^64 to 0. */
+	memcpy(t, ib, il);
+	memset(t + 4, 0, 12);
+	t[5] = t[9] = 0x10;
+	t[12] = 1;
 	pp_test_write_file(img, t, il);
 	ck_assert_int_eq(pp_dataset_open_idx(img, lab, &ds), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "more than any IDX file holds"));
@@ -906,8 +1049,8 @@ START_TEST(test_fashion_mnist)
 	dir = pp_test_tmpdir();
 	p0 = path_in(dir, "fm-train-0.pps");
 	p1 = path_in(dir, "fm-test-0.pps");
-	write_shard(train, p0, 1024, 1);
-	write_shard(test, p1, 1000, 0);
+	write_shard(train, p0, 1024, 1, 2);
+	write_shard(test, p1, 1000, 0, 0);
 	paths[0] = p0;
 	paths[1] = p1;
 	ck_assert_int_eq(pp_dataset_open_shards(paths, 2, &back), 0);
@@ -937,12 +1080,14 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(tc, test_synthetic);
 	tcase_add_test(tc, test_synthetic_bad_config);
+	tcase_add_test(tc, test_concurrent_reads);
 	tcase_add_test(tc, test_idx_to_shards_roundtrip);
 	tcase_add_test(tc, test_shard_variants);
 	tcase_add_test(tc, test_shard_decode_chunk);
 	tcase_add_test(tc, test_cifar10);
 	tcase_add_test(tc, test_missing_and_empty);
 	tcase_add_test(tc, test_writer_errors);
+	tcase_add_test(tc, test_writer_threads_identical);
 	suite_add_tcase(s, tc);
 
 	tcase_set_timeout(damage, 60);

@@ -1,2 +1,88 @@
 #!/bin/sh
-exit 0
+# tests/test_pack.sh: pinpipe-pack from the outside: exit codes and messages
+# of bad usage and bad input, the README's command on the real Fashion-MNIST
+# into a temporary directory, and --verify on a good and a damaged shard.
+# Each check fails the script (exit 1) with what went wrong; exit 77 (skip)
+# only when the tool was not built.
+set -u
+
+pack=${PINPIPE_PACK:-./pinpipe-pack}
+[ -x "$pack" ] || { echo "test_pack: $pack not built, skipped"; exit 77; }
+fm=${PP_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pinpipe-pack-test-XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+# expect CODE PATTERN CMD...: runs CMD, checks its exit code and that its
+# stdout+stderr match the extended regular expression PATTERN.
+expect() {
+	code=$1 pattern=$2
+	shift 2
+	"$@" >"$tmp/out" 2>&1
+	got=$?
+	if [ "$got" -ne "$code" ]; then
+		echo "FAIL: '$*' exited $got, expected $code:"; cat "$tmp/out"; fail=1
+	elif ! grep -Eq -- "$pattern" "$tmp/out"; then
+		echo "FAIL: '$*' printed nothing matching '$pattern':"; cat "$tmp/out"; fail=1
+	fi
+}
+
+# Usage errors: one line on stderr, exit 2.
+expect 0 '--verify' "$pack" --help
+expect 2 "unknown option '--bogus'" "$pack" --bogus
+expect 2 "no output prefix" "$pack" "$fm"
+expect 2 "--level: expected 0..9, got '12'" "$pack" -l 12 -o "$tmp/x" "$fm"
+expect 2 "--size: expected bytes" "$pack" -s 12Q -o "$tmp/x" "$fm"
+expect 2 "--shards: expected" "$pack" -n 0 -o "$tmp/x" "$fm"
+expect 2 "exclude each other" "$pack" -n 2 -s 1M -o "$tmp/x" "$fm"
+expect 2 "--threads: expected 1..64, got '0'" "$pack" -j 0 -o "$tmp/x" "$fm"
+expect 2 "missing value" "$pack" -o
+expect 2 "no shard file given" "$pack" --verify
+[ "$("$pack" --bogus 2>&1 | wc -l)" -eq 1 ] || { echo "FAIL: usage error is not one line"; fail=1; }
+
+# Bad input: exit 1, the message names the file and where to get the data.
+expect 1 "nowhere: No such file.*dataset-fashion-mnist" "$pack" -o "$tmp/x" "$tmp/nowhere"
+mkdir "$tmp/emptydir"
+expect 1 "emptydir: no train split found: looked for" "$pack" -o "$tmp/x" "$tmp/emptydir"
+printf 'not an idx file at all' >"$tmp/junk-images"
+expect 1 "junk-images: offset 0: magic" "$pack" -o "$tmp/x" "$tmp/junk-images"
+[ -z "$(ls "$tmp" | grep '^x')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
+
+# CIFAR-10 batches (records of zeros: label 0, a black image): one split each.
+dd if=/dev/zero of="$tmp/data_batch_1.bin" bs=3073 count=3 2>/dev/null
+dd if=/dev/zero of="$tmp/test_batch.bin" bs=3073 count=2 2>/dev/null
+expect 0 "cifar10:test_batch.bin \(test\): 2 samples of u8 3072 bytes" \
+	"$pack" -o "$tmp/c10" "$tmp/data_batch_1.bin" "$tmp/test_batch.bin"
+expect 0 "2 of 2 shards ok: 5 records" "$pack" --verify "$tmp"/c10-*.pps
+printf 'x' >>"$tmp/test_batch.bin"
+expect 1 "test_batch.bin: 6147 bytes, expected a whole" \
+	"$pack" -o "$tmp/c11" "$tmp/data_batch_1.bin" "$tmp/test_batch.bin"
+[ -z "$(ls "$tmp" | grep '^c11')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
+
+if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
+	# The README's command, into the temporary directory, with 3 shards.
+	expect 0 "60000 records" "$pack" -n 3 -o "$tmp/fmnist" "$fm"
+	[ "$(ls "$tmp"/fmnist-train-*-of-00003.pps | wc -l)" -eq 3 ] ||
+		{ echo "FAIL: expected 3 train shards"; ls "$tmp"; fail=1; }
+	[ -f "$tmp/fmnist-test-00000-of-00003.pps" ] || { echo "FAIL: no test shard"; fail=1; }
+	expect 0 "6 of 6 shards ok: 70000 records" "$pack" --verify "$tmp"/fmnist-*.pps
+	# Shards by size: 47.3 MB of train records in 10 MB shards make 5.
+	expect 0 "5 shards: 60000 records" "$pack" -s 10M -o "$tmp/sized" "$fm"
+	expect 0 "5 of 5 shards ok: 60000 records" "$pack" --verify "$tmp"/sized-train-*.pps
+	# Stored chunks and small ones, from an IDX pair given as files.
+	expect 0 "10000 records, 10 chunks" "$pack" -l 0 -c 1000 -o "$tmp/raw" \
+		"$fm/t10k-images-idx3-ubyte.gz" "$fm/t10k-labels-idx1-ubyte.gz"
+	expect 0 "1 of 1 shards ok: 10000 records, 10 chunks" "$pack" --verify "$tmp"/raw-test-*.pps
+	# One byte changed in the middle of a chunk: --verify says which and exits 1.
+	shard="$tmp/raw-test-00000-of-00001.pps"
+	printf '\377' | dd of="$shard" bs=1 seek=10000 conv=notrunc 2>/dev/null
+	expect 1 "BAD: .*raw-test-00000-of-00001.pps: chunk 0 at offset 4096: CRC-32 mismatch" \
+		"$pack" --verify "$shard" "$tmp/fmnist-test-00000-of-00003.pps"
+	expect 1 "1 of 2 shards ok" "$pack" --verify "$shard" "$tmp/fmnist-test-00000-of-00003.pps"
+	# A shard cut short.
+	head -c 100000 "$tmp/fmnist-test-00000-of-00003.pps" >"$tmp/cut.pps"
+	expect 1 "BAD: .*cut.pps: offset .*trailer" "$pack" --verify "$tmp/cut.pps"
+else
+	echo "test_pack: $fm not found (install dataset-fashion-mnist): real-data checks skipped"
+fi
+exit $fail

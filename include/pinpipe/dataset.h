@@ -69,19 +69,23 @@ PP_API int pp_dataset_open_cifar10(const char *const *paths, size_t npaths,
 
 /*
  * Opens a set of pinpipe shards (see pp_shard_open()) and decodes all their
- * records into memory, in the order of 'paths'.  The shards must agree on
- * dtype, shape and labels.  Every chunk's CRC-32 is checked.
+ * records into memory, in the order of 'paths'.  Every shard is opened and
+ * validated before any chunk is read.  The shards must agree on dtype, shape
+ * and labels (else -EINVAL).  Every chunk's CRC-32, size and labels are
+ * checked.  Returns 0 or -errno as pp_shard_open() and pp_shard_read_chunk().
  */
 PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
 				  struct pp_dataset **ds_p);
 
 /*
- * Opens the dataset in a directory by what it holds: Fashion-MNIST or MNIST
- * IDX files (train-images-idx3-ubyte[.gz] and t10k-...), CIFAR-10 binary
- * batches (data_batch_1..5.bin and test_batch.bin, directly or in
- * cifar-10-batches-bin/), or pinpipe shards named *train*.pps / *test*.pps.
- * 'split' is "train" or "test".  Returns -ENOENT with a message naming the
- * directory and the files it looked for when none is there.
+ * Opens the dataset in a directory by what it holds, the first found of:
+ * pinpipe shards named *train*.pps / *test*.pps (all of them, sorted by
+ * name), Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz] and
+ * train-labels-idx1-ubyte[.gz], t10k-... for test), CIFAR-10 binary batches
+ * (data_batch_1..5.bin and test_batch.bin, directly or in
+ * cifar-10-batches-bin/).  'split' is "train" or "test" (else -EINVAL).
+ * Returns -ENOENT with a message naming the directory and the files it
+ * looked for when none is there; once files are found, their errors.
  */
 PP_API int pp_dataset_open_dir(const char *dir, const char *split, struct pp_dataset **ds_p);
 
@@ -199,8 +203,11 @@ PP_API int pp_shard_read_chunk(struct pp_shard *shard, uint64_t i, void *samples
 			       int32_t *labels);
 
 /*
- * Reads every chunk and checks its CRC-32 and its decoded size.  Returns 0
- * when the whole shard is sound, or the first error found.
+ * Reads every chunk and checks its CRC-32, its decoded size, its labels and
+ * that its padding up to the next 4 KiB boundary is zero, so that any byte
+ * changed anywhere in the file is found.  Returns 0 when the whole shard is
+ * sound, or the first error found (-EBADMSG, with the file, chunk and offset
+ * named).  Not thread-safe on one shard.
  */
 PP_API int pp_shard_verify(struct pp_shard *shard);
 
@@ -211,21 +218,36 @@ struct pp_shard_writer_config {
 	const struct pp_sample_info *info; /* shape, dtype, labels; count is ignored */
 	uint32_t records_per_chunk;        /* 0: 1024 */
 	int level;                         /* 0: stored raw; 1..9: zlib level */
+	uint32_t threads;                  /* chunks compressed at once, each on its own
+					    * thread (0 or 1: in the calling thread); 1..64 */
 };
 
 /*
  * Starts writing a shard to 'path'.  The data goes to a temporary file
- * beside it, renamed to 'path' by pp_shard_writer_finish(), so a failed or
- * abandoned write never leaves a half-written shard.
+ * beside it (path.tmp-XXXXXX), renamed to 'path' by pp_shard_writer_finish(),
+ * so a failed or abandoned write never leaves a half-written shard.  Returns
+ * 0 and the writer in *w_p, or -EINVAL (bad shape, labels, level, or a chunk
+ * over 4 GiB), -ENOMEM, or the -errno of creating the file.  A writer is
+ * used by one thread at a time.
  */
 PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer_config *cfg,
 				  struct pp_shard_writer **w_p);
 
-/* Appends 'count' records: samples (count * sample_bytes) and labels (count int32, or NULL without labels). */
+/*
+ * Appends 'count' records: samples (count * sample_bytes) and labels (count
+ * int32, or NULL without labels).  Returns 0, -EINVAL for a label outside
+ * 0..num_classes-1 (nothing of the call is added then) or missing labels,
+ * or -errno of a failed write (the writer is then failed for good: finish()
+ * returns the error and destroy() removes the temporary file).
+ */
 PP_API int pp_shard_writer_add(struct pp_shard_writer *w, const void *samples,
 			       const int32_t *labels, uint64_t count);
 
-/* Writes the last chunk, the index and the trailer, syncs and renames the file into place. */
+/*
+ * Writes the last chunk, the index, the trailer and the header, syncs and
+ * renames the file into place.  Returns 0 or -errno (then no file is left
+ * at 'path' by this writer).
+ */
 PP_API int pp_shard_writer_finish(struct pp_shard_writer *w);
 
 /* Frees the writer; removes the temporary file if the shard was not finished.  NULL is allowed. */
