@@ -74,6 +74,16 @@ static void gate_open(struct gate *g)
 	pthread_mutex_unlock(&g->mu);
 }
 
+static bool gate_is_open(struct gate *g)
+{
+	bool open;
+
+	pthread_mutex_lock(&g->mu);
+	open = g->open;
+	pthread_mutex_unlock(&g->mu);
+	return open;
+}
+
 static void gate_wait_reached(struct gate *g)
 {
 	pthread_mutex_lock(&g->mu);
@@ -258,10 +268,12 @@ START_TEST(test_stream_waits_for_event)
 END_TEST
 
 /*
- * Fails if the statistics do not show that a pageable copy blocks the host
- * and a pinned one does not: the same 16 MiB go up from each, and the host
- * time of the pageable copy must exceed the pinned one several times over;
- * fails too if the byte and copy counters are off.
+ * Fails if a pinned copy blocks the host or a pageable one does not, as the
+ * statistics show them: the pinned copy is issued while the stream is held
+ * at a gate, so it can only return if it does not wait for the copy (and
+ * its event must still be pending); the pageable copy of the same 16 MiB
+ * must then block the host several times longer.  Fails too if the byte
+ * and copy counters are off.
  */
 START_TEST(test_pinned_async_pageable_blocks)
 {
@@ -269,10 +281,13 @@ START_TEST(test_pinned_async_pageable_blocks)
 	struct pp_device *dev = open_device(_i);
 	struct pp_device_stats st0, st1, st2;
 	struct pp_stream *s;
+	struct pp_event *ev;
+	struct gate g;
 	uint8_t *pinned_buf, *pageable_buf;
 	bool pinned;
 	void *d;
 
+	gate_init(&g);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&pinned_buf, &pinned), 0);
 	ck_assert(pinned);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, false, (void **)&pageable_buf, &pinned), 0);
@@ -281,13 +296,19 @@ START_TEST(test_pinned_async_pageable_blocks)
 	memcpy(pageable_buf, pinned_buf, SIZE);
 	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
 	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create(dev, &ev), 0);
 	/* A first copy warms the pages and the engine up. */
 	ck_assert_int_eq(pp_memcpy_async(d, pinned_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
 
+	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g), 0);
+	gate_wait_reached(&g);
 	ck_assert_int_eq(pp_device_get_stats(dev, &st0), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, pinned_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_device_get_stats(dev, &st1), 0);
+	ck_assert_int_eq(pp_event_record(ev, s), 0);
+	ck_assert_int_eq(pp_event_query(ev), 0);
+	gate_open(&g);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, pageable_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
@@ -305,6 +326,7 @@ START_TEST(test_pinned_async_pageable_blocks)
 		      (unsigned long long)(st1.host_blocked_ns - st0.host_blocked_ns));
 	ck_assert_uint_gt(st2.copy_ns, st0.copy_ns);
 	pp_device_close(dev);
+	gate_destroy(&g);
 }
 END_TEST
 
@@ -431,6 +453,56 @@ START_TEST(test_event_elapsed)
 }
 END_TEST
 
+static void *open_gate_later(void *arg)
+{
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+	nanosleep(&ts, NULL);
+	gate_open(arg);
+	return NULL;
+}
+
+/*
+ * Fails if freeing memory that a queued copy still reads or writes does not
+ * wait for the copy: the stream is held at a gate that another thread opens
+ * 50 ms later, and pp_host_free of the source and pp_device_free of the
+ * destination must return only after the copies ran (the data is checked
+ * through a second device buffer copied before the free).
+ */
+START_TEST(test_free_waits_for_copies)
+{
+	enum { SIZE = 1 << 20 };
+	struct pp_device *dev = open_device(_i);
+	struct pp_stream *s;
+	struct gate g;
+	pthread_t opener;
+	uint8_t *src, *back;
+	void *d, *d2;
+
+	gate_init(&g);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&src, NULL), 0);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&back, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d2), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	pp_test_fill_random(src, SIZE, 5);
+	pp_test_fill_random(back, SIZE, 6);
+	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, src, SIZE, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d2, d, SIZE, PP_COPY_D2D, s), 0);
+	ck_assert_int_eq(pthread_create(&opener, NULL, open_gate_later, &g), 0);
+	pp_device_free(dev, d);
+	ck_assert(gate_is_open(&g));
+	ck_assert_int_eq(pp_memcpy_async(back, d2, SIZE, PP_COPY_D2H, s), 0);
+	ck_assert_int_eq(pp_device_synchronize(dev), 0);
+	ck_assert(memcmp(src, back, SIZE) == 0);
+	pp_host_free(dev, src);
+	ck_assert_int_eq(pthread_join(opener, NULL), 0);
+	pp_device_close(dev);
+	gate_destroy(&g);
+}
+END_TEST
+
 void pp_device_cases_add(Suite *s, const char *tcase_name, const char *const *names, int n)
 {
 	TCase *tc = tcase_create(tcase_name);
@@ -444,5 +516,6 @@ void pp_device_cases_add(Suite *s, const char *tcase_name, const char *const *na
 	tcase_add_loop_test(tc, test_wrong_pointers_refused, 0, n);
 	tcase_add_loop_test(tc, test_close_with_work_in_flight, 0, n);
 	tcase_add_loop_test(tc, test_event_elapsed, 0, n);
+	tcase_add_loop_test(tc, test_free_waits_for_copies, 0, n);
 	suite_add_tcase(s, tc);
 }

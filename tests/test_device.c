@@ -267,7 +267,8 @@ static int pinned_fallback_child(void)
 		return 3;
 	if (pp_host_alloc(dev, 1 << 20, true, &big, &pinned) != 0 || pinned)
 		return 4;
-	if (strstr(pp_last_error(), "mlock") == NULL || strstr(pp_last_error(), "RLIMIT_MEMLOCK") == NULL)
+	if (strstr(pp_last_error(), "fell back to pageable") == NULL ||
+	    strstr(pp_last_error(), "mlock") == NULL || strstr(pp_last_error(), "RLIMIT_MEMLOCK") == NULL)
 		return 5;
 	memset(big, 1, 1 << 20);
 	if (pp_host_alloc(dev, 4096, true, &small, &pinned) != 0 || !pinned)
@@ -396,6 +397,31 @@ START_TEST(test_poison)
 }
 END_TEST
 
+/*
+ * Fails if a stream, an event and a device from two different devices are
+ * mixed without an error: recording, waiting and timing across devices
+ * must be -EINVAL.
+ */
+START_TEST(test_mixed_devices_refused)
+{
+	struct pp_device *a = open_ok("sim"), *b = open_ok("sim");
+	struct pp_stream *sa;
+	struct pp_event *ea, *eb;
+	uint64_t ns;
+
+	ck_assert_int_eq(pp_stream_create(a, &sa), 0);
+	ck_assert_int_eq(pp_event_create(a, &ea), 0);
+	ck_assert_int_eq(pp_event_create(b, &eb), 0);
+	ck_assert_int_eq(pp_event_record(eb, sa), -EINVAL);
+	ck_assert_int_eq(pp_stream_wait_event(sa, eb), -EINVAL);
+	ck_assert_int_eq(pp_event_record(ea, sa), 0);
+	ck_assert_int_eq(pp_event_elapsed_ns(ea, eb, &ns), -EINVAL);
+	ck_assert_int_eq(pp_event_synchronize(ea), 0);
+	pp_device_close(b);
+	pp_device_close(a);
+}
+END_TEST
+
 struct worker {
 	struct pp_device *dev;
 	int seed;
@@ -478,6 +504,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_copy_failure);
 	tcase_add_test(tc, test_alloc_failure);
 	tcase_add_test(tc, test_poison);
+	tcase_add_test(tc, test_mixed_devices_refused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("timing");

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -129,12 +130,15 @@ static int open_backend(struct pp_device *dev, const char *name)
 	int index = 0, ret;
 
 	if (len == 4 && memcmp(name, "auto", 4) == 0 && options == NULL) {
+		char why[256];
+
 		ret = pp_device_cuda_count_impl();
 		if (ret > 0)
 			return pp_device_cuda_open(dev, 0);
+		snprintf(why, sizeof(why), "%s", pp_last_error());
 		ret = pp_device_cpu_open(dev, NULL);
 		if (ret == 0)
-			pp_error(-ENODEV, "auto: using cpu, because %s", pp_last_error());
+			pp_error(-ENODEV, "auto: using cpu, because %s", why);
 		return ret;
 	}
 	if (len == 3 && memcmp(name, "cpu", 3) == 0)
@@ -321,7 +325,8 @@ static int host_pin(struct pp_device *dev, void *p, size_t mapped, enum pp_host_
 		*kind_p = PP_HOST_MMAP_REGISTERED;
 		return 0;
 	}
-	if (mlock(p, mapped) != 0)
+	/* mlock2, not mlock: the sanitizers replace mlock with a no-op that reports success. */
+	if (mlock2(p, mapped, 0) != 0)
 		return pp_error(-errno, "%s: mlock of %zu bytes refused (%s; raise RLIMIT_MEMLOCK, ulimit -l)",
 				dev->props.name, mapped, strerror(errno));
 	*kind_p = PP_HOST_MMAP_LOCKED;
@@ -333,7 +338,7 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct pp_mem_range r = { 0 };
-	void *p = MAP_FAILED;
+	void *p;
 	int ret;
 
 	if (dev == NULL || ptr_p == NULL)
@@ -346,24 +351,16 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 	r.mapped &= ~(page - 1);
 	r.bytes = bytes;
 	r.kind = PP_HOST_MMAP;
-	if (pinned && dev->ops->host_alloc_pinned != NULL && dev->ops->host_register == NULL) {
-		ret = dev->ops->host_alloc_pinned(dev, r.mapped, &p);
-		if (ret == 0)
+	p = mmap(NULL, r.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return pp_error(-ENOMEM, "%s: host allocation of %zu bytes: mmap failed (%s)",
+				dev->props.name, bytes, strerror(errno));
+	if (pinned && host_pin(dev, p, r.mapped, &r.kind) < 0 && dev->ops->host_alloc_pinned != NULL) {
+		void *q;
+		if (dev->ops->host_alloc_pinned(dev, r.mapped, &q) == 0) {
+			munmap(p, r.mapped);
+			p = q;
 			r.kind = PP_HOST_DRIVER;
-	}
-	if (r.kind != PP_HOST_DRIVER) {
-		p = mmap(NULL, r.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			return pp_error(-ENOMEM, "%s: host allocation of %zu bytes: mmap failed (%s)",
-					dev->props.name, bytes, strerror(errno));
-		if (pinned && host_pin(dev, p, r.mapped, &r.kind) < 0 &&
-		    dev->ops->host_alloc_pinned != NULL) {
-			void *q;
-			if (dev->ops->host_alloc_pinned(dev, r.mapped, &q) == 0) {
-				munmap(p, r.mapped);
-				p = q;
-				r.kind = PP_HOST_DRIVER;
-			}
 		}
 	}
 	r.addr = (uintptr_t)p;
@@ -375,7 +372,10 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 		return ret;
 	}
 	if (pinned && r.kind == PP_HOST_MMAP) {
-		/* The message of the refusal is kept for pp_last_error(). */
+		char why[512];
+		snprintf(why, sizeof(why), "%s", pp_last_error());
+		pp_error(-ENOMEM, "%s: pinned allocation of %zu bytes fell back to pageable memory: %s",
+			 dev->props.name, bytes, why);
 		atomic_fetch_add_explicit(&dev->stats.pinned_fallbacks, 1, memory_order_relaxed);
 	} else if (pinned) {
 		atomic_fetch_add_explicit(&dev->stats.pinned_bytes, bytes, memory_order_relaxed);

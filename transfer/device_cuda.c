@@ -18,7 +18,10 @@
 
 #include "transfer/device_impl.h"
 
-/* Copies timed at once on a stream; the oldest is harvested to time a new one. */
+/*
+ * Copies timed at once on a stream.  When all are in flight, a new copy
+ * goes untimed rather than making the host wait: copy_ns then undercounts.
+ */
 #define CUDA_TIMED_COPIES 32
 
 struct cuda_device {
@@ -227,6 +230,24 @@ static int harvest_one(struct pp_stream *stream)
 	return 0;
 }
 
+/* Harvests the timed copies already done, oldest first, without waiting. */
+static int harvest_done(struct pp_stream *stream)
+{
+	struct cuda_stream *cs = stream->ctx;
+	cudaError_t err;
+	int ret = 0;
+
+	while (ret == 0 && cs->count > 0) {
+		err = cudaEventQuery(cs->end[cs->head]);
+		if (err == cudaErrorNotReady)
+			break;
+		if (err != cudaSuccess)
+			return cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventQuery");
+		ret = harvest_one(stream);
+	}
+	return ret;
+}
+
 static int harvest_all(struct pp_stream *stream)
 {
 	struct cuda_stream *cs = stream->ctx;
@@ -365,10 +386,8 @@ static int cuda_event_query(struct pp_event *event)
 
 	if (err == cudaSuccess)
 		return 1;
-	if (err == cudaErrorNotReady) {
-		cudaGetLastError();
+	if (err == cudaErrorNotReady)
 		return 0;
-	}
 	return cuda_fail(err, CUDA_NAME(event->dev), "cudaEventQuery");
 }
 
@@ -405,17 +424,18 @@ static int cuda_memcpy_async(struct pp_stream *stream, void *dst, const void *sr
 	struct cuda_stream *cs = stream->ctx;
 	unsigned slot;
 	cudaError_t err;
-	int ret;
+	bool timed;
+	int ret = harvest_done(stream);
 
-	if (cs->count == CUDA_TIMED_COPIES) {
-		ret = harvest_one(stream);
-		if (ret < 0)
-			return ret;
-	}
+	if (ret < 0)
+		return ret;
+	timed = cs->count < CUDA_TIMED_COPIES;
 	slot = (cs->head + cs->count) % CUDA_TIMED_COPIES;
-	err = cudaEventRecord(cs->start[slot], cs->s);
-	if (err != cudaSuccess)
-		return cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventRecord");
+	if (timed) {
+		err = cudaEventRecord(cs->start[slot], cs->s);
+		if (err != cudaSuccess)
+			return cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventRecord");
+	}
 	err = cudaMemcpyAsync(dst, src, n, kinds[kind], cs->s);
 	if (err != cudaSuccess) {
 		cudaGetLastError();
@@ -424,10 +444,12 @@ static int cuda_memcpy_async(struct pp_stream *stream, void *dst, const void *sr
 				host_pinned ? "pinned" : "pageable", cudaGetErrorString(err),
 				cudaGetErrorName(err));
 	}
-	err = cudaEventRecord(cs->end[slot], cs->s);
-	if (err != cudaSuccess)
-		return cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventRecord");
-	cs->count++;
+	if (timed) {
+		err = cudaEventRecord(cs->end[slot], cs->s);
+		if (err != cudaSuccess)
+			return cuda_fail(err, CUDA_NAME(stream->dev), "cudaEventRecord");
+		cs->count++;
+	}
 	return 0;
 }
 

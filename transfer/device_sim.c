@@ -22,6 +22,13 @@
 
 #include "transfer/device_impl.h"
 
+/*
+ * A capped copy that starts within this many ns of the previous one's due
+ * end is timed from that due end, so that the oversleep of one copy (timer
+ * slack) is taken back from the next and a busy stream runs at the cap.
+ */
+#define SIM_BW_CARRY_NS 5000000u
+
 /* Freed memory held back with poisoning on, at most, in bytes. */
 #define SIM_QUARANTINE_BYTES (256u << 20)
 
@@ -90,6 +97,7 @@ struct sim_stream {
 	uint64_t issued;            /* ops queued so far */
 	uint64_t completed;         /* seq of the last op completed */
 	uint64_t copies;            /* copies run, for messages */
+	uint64_t bw_clock;          /* engine only: when the last capped copy was due to end (pp_now_ns) */
 	bool stop;                  /* the engine exits once the queue is empty */
 	int error;                  /* first error since the last synchronize, or 0 */
 	uint64_t error_seq;         /* seq of the op that failed */
@@ -127,11 +135,13 @@ static bool take_fault(atomic_llong *after)
 
 /* ------------------------------------------------------------------ the copy engine */
 
-static void sleep_ns(uint64_t ns)
+/* Sleeps until the pp_now_ns() time 'when'. */
+static void sleep_until(uint64_t when)
 {
-	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u) };
+	struct timespec ts = { .tv_sec = (time_t)(when / 1000000000u),
+			       .tv_nsec = (long)(when % 1000000000u) };
 
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		continue;
 }
 
@@ -139,7 +149,7 @@ static void sleep_ns(uint64_t ns)
 static int engine_copy(struct sim_stream *s, struct sim_op *op, char *msg, size_t msg_size)
 {
 	struct sim_device *sim = s->sim;
-	uint64_t t0 = pp_now_ns(), dt;
+	uint64_t t0 = pp_now_ns();
 	int ret = 0;
 
 	if (take_fault(&sim->fail_copy_after)) {
@@ -152,10 +162,11 @@ static int engine_copy(struct sim_stream *s, struct sim_op *op, char *msg, size_
 		memmove(op->dst, op->src, op->n);
 	}
 	if (sim->bw > 0) {
-		uint64_t want = (uint64_t)((double)op->n * 1e9 / (double)sim->bw);
-		dt = pp_now_ns() - t0;
-		if (dt < want)
-			sleep_ns(want - dt);
+		uint64_t base = t0 < s->bw_clock + SIM_BW_CARRY_NS ? s->bw_clock : t0;
+		uint64_t due = base + (uint64_t)((double)op->n * 1e9 / (double)sim->bw);
+		if (pp_now_ns() < due)
+			sleep_until(due);
+		s->bw_clock = due;
 	}
 	pp_device_add_copy_ns(s->stream->dev, pp_now_ns() - t0);
 	free(op->bounce);
@@ -581,7 +592,7 @@ static int sim_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 static void sim_free(struct pp_device *dev, void *ptr, size_t bytes)
 {
 	struct sim_device *sim = sim_of(dev);
-	struct sim_quarantined *q = NULL, *old = NULL;
+	struct sim_quarantined *q = NULL;
 
 	if (sim->poison) {
 		memset(ptr, PP_SIM_POISON_BYTE, bytes);
@@ -600,18 +611,16 @@ static void sim_free(struct pp_device *dev, void *ptr, size_t bytes)
 		sim->q_tail = q;
 		sim->q_bytes += bytes;
 		ptr = NULL;
-		if (sim->q_bytes > SIM_QUARANTINE_BYTES && sim->q_head != q) {
-			old = sim->q_head;
+		while (sim->q_bytes > SIM_QUARANTINE_BYTES && sim->q_head != q) {
+			struct sim_quarantined *old = sim->q_head;
 			sim->q_head = old->next;
 			sim->q_bytes -= old->bytes;
+			free(old->ptr);
+			free(old);
 		}
 	}
 	pthread_mutex_unlock(&sim->mem_mu);
 	free(ptr);
-	if (old != NULL) {
-		free(old->ptr);
-		free(old);
-	}
 }
 
 static void sim_release(struct pp_device *dev, void *ptr, size_t bytes)

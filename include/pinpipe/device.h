@@ -9,16 +9,18 @@
  *         "sim:bw=25GB/s", "sim:poison"): its own memory, one copy-engine
  *         thread per stream running queued copies in order, pageable copies
  *         staged synchronously through a bounce buffer as the CUDA driver
- *         does, pinned copies asynchronous, an optional bandwidth cap.
+ *         does (the call returns once the engine has moved them), pinned
+ *         copies asynchronous, an optional bandwidth cap.
  *
  * The names are those of CUDA: a stream runs its work in order; an event
  * recorded on a stream completes when the stream reaches it; a stream can be
  * made to wait for an event without the host waiting.  "auto" opens cuda:0
  * when a GPU is there and cpu otherwise.
  *
- * Device pointers (from pp_device_alloc) and host pointers are checked on
- * every copy: a copy that reaches outside an allocation of the right kind
- * fails with -EFAULT rather than corrupting memory.
+ * Device pointers (from pp_device_alloc; memory allocated by other means is
+ * refused) and host pointers are checked on every copy: a copy that reaches
+ * outside an allocation of the right kind fails with -EFAULT rather than
+ * corrupting memory.
  *
  * Thread safety: a device may be used from several threads at once; a
  * stream and an event each belong to one thread at a time.
@@ -51,7 +53,8 @@ struct pp_device_props {
 	uint64_t total_memory;   /* bytes of device memory (host memory for cpu) */
 	bool host_is_device;     /* true for cpu: batches are used in place, never copied */
 	bool async_copy;         /* copies from pinned memory overlap the host */
-	int copy_engines;        /* copies that can run at once (asyncEngineCount on cuda) */
+	int copy_engines;        /* copies that can run at once (asyncEngineCount on cuda);
+				  * 0 on sim (one engine per stream, no limit) and cpu (no engine) */
 };
 
 struct pp_device;
@@ -60,8 +63,14 @@ struct pp_event;
 
 /*
  * Opens a device by name: "auto", "cpu", "sim" with options after a colon
- * ("sim:bw=25GB/s", "sim:poison", "sim:bw=10GB/s,poison"), "cuda" or
- * "cuda:N".  Returns 0 and the device in *dev_p, or -errno:
+ * ("sim:bw=25GB/s", "sim:poison", "sim:bw=10GB/s,poison,mem=2GiB"), "cuda"
+ * or "cuda:N".  The sim's options: bw=RATE caps each copy engine (units
+ * B/s, KB/s, MB/s, GB/s, TB/s and KiB/s ... TiB/s); mem=SIZE sets its memory
+ * (default: the host's); poison overwrites device memory that is freed, or
+ * released by the transfer stage, with 0xfb, and keeps freed memory back
+ * for a while (up to 256 MiB) so that a late read of it sees the pattern
+ * rather than someone else's data.  Returns 0 and the device in *dev_p, or
+ * -errno:
  * -EINVAL (a name or option it does not know), -ENODEV (cuda asked for, and
  * the build has no CUDA, or there is no driver, or no GPU, or no GPU N; the
  * message says which).  "auto" never fails for want of a GPU: it opens cpu
