@@ -112,6 +112,8 @@ struct pp_reader {
 	bool uring;            /* io_uring set up and used */
 	unsigned depth;        /* submission queue entries */
 	void *ring;            /* struct io_uring, when 'uring' */
+	uint8_t *fixed;        /* buffer registered with the ring, or NULL */
+	size_t fixed_len;      /* its bytes */
 };
 
 /*
@@ -121,6 +123,14 @@ struct pp_reader {
  */
 int pp_reader_init(struct pp_reader *r, enum pp_loader_io mode, unsigned depth);
 void pp_reader_fini(struct pp_reader *r);
+
+/*
+ * Registers buf[0..len) with the reader's io_uring, so that reads into it
+ * skip mapping the pages on every read.  Returns 0, or -errno when it cannot
+ * (pread path, RLIMIT_MEMLOCK, a kernel that refuses): reads then go to the
+ * buffer unregistered, as before; the caller may ignore the error.
+ */
+int pp_reader_register(struct pp_reader *r, void *buf, size_t len);
 
 /* Reads all of reqs[0..n) (n <= depth), requeueing short reads.  Returns 0 or -errno with a message. */
 int pp_reader_read(struct pp_reader *r, struct pp_read *reqs, size_t n);

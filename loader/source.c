@@ -109,6 +109,8 @@ static int shard_worker_create(void *ctx, void **wctx_p)
 			       set->depth, set->staging);
 		goto err_free;
 	}
+	/* registered where allowed; plain reads into the same buffer otherwise */
+	pp_reader_register(&w->reader, w->staging, set->depth * set->staging);
 	*wctx_p = w;
 	return 0;
 

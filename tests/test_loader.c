@@ -694,8 +694,9 @@ START_TEST(test_bad_config)
 END_TEST
 
 /*
- * The reader reads what the file holds, through io_uring and through pread,
- * with and without O_DIRECT, and reports a truncated file.  Fails if a read
+ * The reader reads what the file holds, through io_uring (into a registered
+ * buffer) and through pread, with and without O_DIRECT, and reports a
+ * truncated file.  Fails if a read
  * comes back short or wrong, or a short file is not an error.
  */
 START_TEST(test_reader)
@@ -706,7 +707,7 @@ START_TEST(test_reader)
 	char path[4096];
 	size_t len = 5 * 4096 + 100;
 	uint8_t *data = malloc(len);
-	uint8_t *buf[3];
+	uint8_t *buf[3], *block;
 	struct pp_reader r;
 	struct pp_read q[3];
 	int fd, fd_direct, ret;
@@ -730,8 +731,12 @@ START_TEST(test_reader)
 	if (fd_direct < 0)
 		fd_direct = fd;
 	ck_assert_int_ge(fd, 0);
+	/* one block, registered with the ring where there is one: "fixed" reads */
+	ck_assert_int_eq(posix_memalign((void **)&block, 4096, 9 * 4096), 0);
 	for (int k = 0; k < 3; k++)
-		ck_assert_int_eq(posix_memalign((void **)&buf[k], 4096, 3 * 4096), 0);
+		buf[k] = block + k * 3 * 4096;
+	ret = pp_reader_register(&r, block, 9 * 4096);
+	ck_assert_int_eq(ret, mode == PP_LOADER_IO_URING ? 0 : -EOPNOTSUPP);
 	/* two aligned reads, one running into the end of the file */
 	q[0] = (struct pp_read){ .fd = fd_direct, .fd_buffered = fd, .offset = 0, .len = 8192,
 				 .need = 8192, .buf = buf[0], .path = path, .chunk = 0 };
@@ -752,8 +757,7 @@ START_TEST(test_reader)
 	close(fd);
 	if (fd_direct != fd)
 		close(fd_direct);
-	for (int k = 0; k < 3; k++)
-		free(buf[k]);
+	free(block);
 	pp_test_rmtree(dir);
 	free(dir);
 	free(data);
