@@ -15,10 +15,15 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -1010,6 +1015,59 @@ START_TEST(test_sources)
 END_TEST
 
 /*
+ * Where the kernel refuses io_uring (here a seccomp filter makes
+ * io_uring_setup fail with EPERM, as Docker's default profile does), the
+ * loader reads through pread and says so; forcing io_uring is an error with
+ * a message.  Fails if the fallback is missing, silent, or loses samples.
+ * Needs Check's fork mode, since the filter stays on the process.
+ */
+START_TEST(test_uring_refused)
+{
+	struct sock_filter filter[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = PP_ARRAY_SIZE(filter), .filter = filter };
+	const char *fork_mode = getenv("CK_FORK");
+	char *dir;
+	char **paths;
+	struct pp_loader_config cfg = { .nshards = 2, .batch_size = 50, .shuffle = true,
+					.workers = 2, .cache = PP_LOADER_CACHE_STREAM };
+	struct pp_loader *l = NULL;
+	struct pp_loader_stats st;
+	uint64_t ids[1000], n = 0;
+	uint8_t pad[1000];
+	uint8_t seen[700] = { 0 };
+
+	if (fork_mode != NULL && strcmp(fork_mode, "no") == 0)
+		return;
+	dir = pp_test_tmpdir();
+	paths = write_shards(dir, 700, 2, 64, 1);
+	cfg.shard_paths = (const char *const *)paths;
+	ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+
+	ck_assert_msg(pp_loader_create(&cfg, &l) == 0, "%s", pp_last_error());
+	run_epoch(l, 0, &cfg, ids, pad, &n, true);
+	ck_assert_uint_eq(n, 700);
+	for (uint64_t i = 0; i < n; i++)
+		ck_assert_uint_eq(seen[ids[i]]++, 0);
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	ck_assert_str_eq(st.io_path, "pread");
+	pp_loader_destroy(l);
+
+	cfg.io = PP_LOADER_IO_URING;
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), -EPERM);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "io_uring_queue_init"));
+	free_paths(paths, 2);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * Fashion-MNIST's training set as an in-memory dataset, float32 normalised:
  * all 60000 once, each batch equal to the dataset's samples converted by
  * hand.  Skipped without the data.  Fails if a sample is lost or repeated
@@ -1082,6 +1140,7 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(tio, test_shards_exactly_once, 0, 2);
 	tcase_add_loop_test(tio, test_shards_corrupt, 0, 2);
 	tcase_add_test(tio, test_sources);
+	tcase_add_test(tio, test_uring_refused);
 	tcase_add_test(tio, test_fashion_mnist);
 	suite_add_tcase(s, tio);
 	return s;
