@@ -275,12 +275,14 @@ static uint64_t run_epoch(struct pp_loader *l, uint64_t epoch, const struct pp_l
  * repeated without being marked as padding, delivered by two ranks, wrong in
  * content, or if ranks get different batch counts.
  */
-static void exactly_once(enum tkind kind, uint32_t bs, uint32_t workers)
+static void exactly_once(enum tkind kind, enum pp_loader_cache cache, uint32_t bs,
+			 uint32_t workers)
 {
 	const uint64_t n = 1003;
 	uint64_t *ids = malloc(4 * n * sizeof(uint64_t) + 4 * bs * sizeof(uint64_t));
 	uint8_t *pad = malloc(4 * n + 4 * (size_t)bs);
 	uint32_t *seen = malloc(n * sizeof(uint32_t));
+	bool streamed = kind == T_CHUNKS && cache == PP_LOADER_CACHE_STREAM;
 
 	for (int drop = 0; drop < 2; drop++) {
 		for (int rank_drop = 0; rank_drop < 2; rank_drop++) {
@@ -292,7 +294,7 @@ static void exactly_once(enum tkind kind, uint32_t bs, uint32_t workers)
 						.batch_size = bs, .shuffle = true, .seed = 42,
 						.drop_last = drop, .workers = workers, .rank = r,
 						.world_size = ws, .rank_drop = rank_drop,
-						.cache = PP_LOADER_CACHE_STREAM, .window_chunks = 3,
+						.cache = cache, .window_chunks = 3,
 						.dtype = (bs == 7 ? PP_DTYPE_F32 : 0),
 						.mean = { 0.25f }, .std = { 0.5f },
 					};
@@ -326,9 +328,9 @@ static void exactly_once(enum tkind kind, uint32_t bs, uint32_t workers)
 				/* what may be left out: nothing, the uneven rest, a short batch */
 				if (!drop && !rank_drop)
 					ck_assert_uint_eq(nreal, n);
-				else if (!drop && kind != T_CHUNKS)
+				else if (!drop && !streamed)
 					ck_assert_uint_eq(nreal, n - n % ws);
-				lost = rank_drop ? (kind == T_CHUNKS ? ws * 37 : n % ws) : 0;
+				lost = rank_drop ? (streamed ? ws * 37 : n % ws) : 0;
 				lost += drop ? (uint64_t)ws * (bs - 1) : 0;
 				ck_assert_uint_ge(nreal + lost, n);
 			}
@@ -345,21 +347,28 @@ static const uint32_t worker_counts[] = { 0, 1, 2, 8 };
 /* Every sample once, in memory (array source), for every batch size and worker count (loop index). */
 START_TEST(test_exactly_once_memory)
 {
-	exactly_once(T_ARRAY, batch_sizes[_i / 4], worker_counts[_i % 4]);
+	exactly_once(T_ARRAY, PP_LOADER_CACHE_MEMORY, batch_sizes[_i / 4], worker_counts[_i % 4]);
+}
+END_TEST
+
+/* The same through a gather callback (a dataset without an array, as a synthetic one). */
+START_TEST(test_exactly_once_gather)
+{
+	exactly_once(T_GATHER, PP_LOADER_CACHE_MEMORY, batch_sizes[_i / 4], worker_counts[_i % 4]);
 }
 END_TEST
 
 /* The same with chunks decoded into memory at create (PP_LOADER_CACHE_MEMORY). */
-START_TEST(test_exactly_once_gather)
+START_TEST(test_exactly_once_cached)
 {
-	exactly_once(T_GATHER, batch_sizes[_i / 4], worker_counts[_i % 4]);
+	exactly_once(T_CHUNKS, PP_LOADER_CACHE_MEMORY, batch_sizes[_i / 4], worker_counts[_i % 4]);
 }
 END_TEST
 
-/* The same streamed through windows of chunks. */
+/* The same streamed through windows of chunks (PP_LOADER_CACHE_STREAM). */
 START_TEST(test_exactly_once_stream)
 {
-	exactly_once(T_CHUNKS, batch_sizes[_i / 4], worker_counts[_i % 4]);
+	exactly_once(T_CHUNKS, PP_LOADER_CACHE_STREAM, batch_sizes[_i / 4], worker_counts[_i % 4]);
 }
 END_TEST
 
@@ -1122,6 +1131,7 @@ Suite *pp_test_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_exactly_once_memory, 0, 16);
 	tcase_add_loop_test(tc, test_exactly_once_gather, 0, 16);
+	tcase_add_loop_test(tc, test_exactly_once_cached, 0, 16);
 	tcase_add_loop_test(tc, test_exactly_once_stream, 0, 16);
 	tcase_add_loop_test(tc, test_order_deterministic, 0, 3);
 	tcase_add_loop_test(tc, test_resume, 0, 2);
