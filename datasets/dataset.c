@@ -239,6 +239,81 @@ PP_API int pp_dataset_gather(const struct pp_dataset *ds, const uint64_t *indice
 	return 0;
 }
 
+/* ------------------------------------------------------------- random split */
+
+/* Gathers the samples indices[0..n-1] of 'ds' into a new in-memory dataset. */
+static int gather_new(const struct pp_dataset *ds, const uint64_t *indices, size_t n,
+		      const char *part, struct pp_dataset **out_p)
+{
+	struct pp_sample_info info = ds->info;
+	struct pp_dataset *out;
+	char name[300];
+	size_t bytes;
+	int ret;
+
+	info.count = n;
+	snprintf(name, sizeof(name), "%s[%s]", ds->name, part);
+	ret = pp_dataset_alloc(&info, name, &out);
+	if (ret < 0)
+		return ret;
+	bytes = n * info.sample_bytes; /* checked by pp_dataset_alloc */
+	out->mem = malloc(PP_MAX(bytes, 1));
+	if (out->mem == NULL) {
+		pp_dataset_destroy(out);
+		return pp_error(-ENOMEM, "%s: no memory for %zu bytes of samples", name, bytes);
+	}
+	out->samples = out->mem;
+	ret = pp_dataset_gather(ds, indices, n, out->mem, out->labels);
+	if (ret < 0) {
+		pp_dataset_destroy(out);
+		return ret;
+	}
+	*out_p = out;
+	return 0;
+}
+
+PP_API int pp_dataset_random_split(const struct pp_dataset *ds, uint64_t holdout, uint64_t seed,
+				   struct pp_dataset **rest_p, struct pp_dataset **holdout_p)
+{
+	uint64_t count = ds->info.count;
+	struct pp_dataset *rest = NULL, *held = NULL;
+	uint64_t *perm;
+	size_t bytes;
+	int ret;
+
+	if (holdout == 0 || holdout >= count)
+		return pp_error(-EINVAL, "%s: cannot hold out %llu of %llu samples (1..%llu)",
+				ds->name, (unsigned long long)holdout, (unsigned long long)count,
+				(unsigned long long)(count > 0 ? count - 1 : 0));
+	if ((uint64_t)(size_t)count != count || !pp_mul_size(count, sizeof(*perm), &bytes))
+		return pp_error(-EOVERFLOW, "%s: too many samples to split", ds->name);
+	perm = malloc(bytes);
+	if (perm == NULL)
+		return pp_error(-ENOMEM, "%s: no memory to split %llu samples", ds->name,
+				(unsigned long long)count);
+	/* Fisher-Yates from a counter-based generator: a function of the seed alone. */
+	for (uint64_t i = 0; i < count; i++)
+		perm[i] = i;
+	for (uint64_t i = count - 1; i > 0; i--) {
+		uint64_t j = mix64(seed ^ mix64(i + 0x632be59bd9b4e019ull)) % (i + 1);
+		uint64_t t = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	ret = gather_new(ds, perm, count - holdout, "rest", &rest);
+	if (ret == 0)
+		ret = gather_new(ds, perm + (count - holdout), holdout, "holdout", &held);
+	free(perm);
+	if (ret < 0) {
+		pp_dataset_destroy(rest);
+		return ret;
+	}
+	*rest_p = rest;
+	*holdout_p = held;
+	return 0;
+}
+
 /* ------------------------------------------------------------- shard sets */
 
 static bool same_shape(const struct pp_sample_info *a, const struct pp_sample_info *b)

@@ -912,6 +912,14 @@ PP_API uint64_t pp_loader_batches_per_epoch(const struct pp_loader *l)
 	return n;
 }
 
+PP_API int pp_loader_get_layout(const struct pp_loader *l, uint32_t *batch_size_p,
+				size_t *sample_bytes_p)
+{
+	*batch_size_p = l->batch_size;
+	*sample_bytes_p = l->cv.out_bytes;
+	return 0;
+}
+
 PP_API const struct pp_sample_info *pp_loader_info(const struct pp_loader *l)
 {
 	return &l->src.info;
@@ -919,7 +927,8 @@ PP_API const struct pp_sample_info *pp_loader_info(const struct pp_loader *l)
 
 /* ------------------------------------------------------------------ consumer */
 
-PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p)
+/* pp_loader_next(), or with 'wait' false pp_loader_try_next(). */
+static int next_batch(struct pp_loader *l, bool wait, struct pp_batch **batch_p)
 {
 	uint64_t b, t0 = pp_now_ns();
 	struct slot *sl;
@@ -963,6 +972,10 @@ PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p)
 			goto out_unlock;
 		}
 	} else {
+		if (!wait && l->err == 0 && sl->state != SLOT_READY) {
+			ret = -EAGAIN;
+			goto out_unlock;
+		}
 		while (l->err == 0 && sl->state != SLOT_READY)
 			pthread_cond_wait(&l->cond_ready, &l->mu);
 		if (l->err != 0) {
@@ -981,6 +994,16 @@ PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p)
 out_unlock:
 	pthread_mutex_unlock(&l->mu);
 	return ret;
+}
+
+PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p)
+{
+	return next_batch(l, true, batch_p);
+}
+
+PP_API int pp_loader_try_next(struct pp_loader *l, struct pp_batch **batch_p)
+{
+	return next_batch(l, false, batch_p);
 }
 
 PP_API int pp_loader_release(struct pp_loader *l, struct pp_batch *batch)

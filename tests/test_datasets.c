@@ -301,6 +301,56 @@ START_TEST(test_synthetic_bad_config)
 }
 END_TEST
 
+/* Fails if a random split loses, repeats or alters a sample, depends on anything
+ * but the seed, or accepts a holdout of 0 or of every sample. */
+START_TEST(test_random_split)
+{
+	struct pp_synthetic_config cfg = {1000, 1, 4, 4, 10, 3, PP_DTYPE_U8};
+	struct pp_dataset *ds, *rest, *held, *rest2, *held2;
+	uint8_t seen[1000] = {0};
+	uint8_t a[16], b[16];
+	int32_t la, lb;
+
+	ck_assert_int_eq(pp_dataset_create_synthetic(&cfg, &ds), 0);
+	ck_assert_int_eq(pp_dataset_random_split(ds, 100, 42, &rest, &held), 0);
+	ck_assert_uint_eq(pp_dataset_info(rest)->count, 900);
+	ck_assert_uint_eq(pp_dataset_info(held)->count, 100);
+	ck_assert_ptr_nonnull(pp_dataset_samples(held));
+	/* Every sample of the parent is in exactly one part, with its label. */
+	for (uint64_t i = 0; i < 1000; i++) {
+		ck_assert_int_eq(pp_dataset_read(ds, i, 1, a, &la), 0);
+		for (int part = 0; part < 2; part++) {
+			const struct pp_dataset *p = part ? held : rest;
+
+			for (uint64_t j = 0; j < pp_dataset_info(p)->count; j++) {
+				ck_assert_int_eq(pp_dataset_read(p, j, 1, b, &lb), 0);
+				if (memcmp(a, b, 16) == 0 && la == lb)
+					seen[i]++;
+			}
+		}
+	}
+	for (int i = 0; i < 1000; i++)
+		ck_assert_msg(seen[i] == 1, "sample %d in %d places", i, seen[i]);
+	/* Same seed, same split; another seed, another split. */
+	ck_assert_int_eq(pp_dataset_random_split(ds, 100, 42, &rest2, &held2), 0);
+	ck_assert_mem_eq(pp_dataset_samples(held), pp_dataset_samples(held2), 100 * 16);
+	pp_dataset_destroy(rest2);
+	pp_dataset_destroy(held2);
+	ck_assert_int_eq(pp_dataset_random_split(ds, 100, 43, &rest2, &held2), 0);
+	ck_assert(memcmp(pp_dataset_samples(held), pp_dataset_samples(held2), 100 * 16) != 0);
+	pp_dataset_destroy(rest2);
+	pp_dataset_destroy(held2);
+	rest2 = held2 = NULL;
+	ck_assert_int_eq(pp_dataset_random_split(ds, 0, 1, &rest2, &held2), -EINVAL);
+	ck_assert_int_eq(pp_dataset_random_split(ds, 1000, 1, &rest2, &held2), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "hold out 1000 of 1000"));
+	ck_assert_ptr_null(rest2);
+	pp_dataset_destroy(rest);
+	pp_dataset_destroy(held);
+	pp_dataset_destroy(ds);
+}
+END_TEST
+
 /* Fails if IDX files (raw and gzip) do not decode to the bytes and labels they
  * were made from, or if shards made from them do not read back the same. */
 START_TEST(test_idx_to_shards_roundtrip)
@@ -1080,6 +1130,7 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(tc, test_synthetic);
 	tcase_add_test(tc, test_synthetic_bad_config);
+	tcase_add_test(tc, test_random_split);
 	tcase_add_test(tc, test_concurrent_reads);
 	tcase_add_test(tc, test_idx_to_shards_roundtrip);
 	tcase_add_test(tc, test_shard_variants);

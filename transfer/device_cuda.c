@@ -269,6 +269,11 @@ static void destroy_timing_events(struct cuda_stream *cs, unsigned n)
 	}
 }
 
+void *pp_device_cuda_stream(struct pp_stream *stream)
+{
+	return ((struct cuda_stream *)stream->ctx)->s;
+}
+
 static int cuda_stream_create(struct pp_stream *stream)
 {
 	struct pp_device *dev = stream->dev;

@@ -174,10 +174,18 @@ enum pp_sim_fault {
 int pp_device_sim_inject(struct pp_device *dev, enum pp_sim_fault fault, long long after);
 
 #ifdef PP_HAVE_CUDA
+/* The cudaStream_t of a stream of a cuda device, for kernel launches. */
+void *pp_device_cuda_stream(struct pp_stream *stream);
 int pp_device_cuda_open(struct pp_device *dev, int index);
 int pp_device_cuda_count_impl(void);
 int pp_device_cuda_props(int index, struct pp_device_props *props);
 #else
+static inline void *pp_device_cuda_stream(struct pp_stream *stream)
+{
+	(void)stream;
+	return NULL;
+}
+
 static inline int pp_device_cuda_open(struct pp_device *dev, int index)
 {
 	(void)dev;

@@ -6,7 +6,10 @@
  * A copy from pinned memory only enqueues; a copy from pageable memory is
  * staged through a bounce buffer in the caller's thread and the caller waits
  * for the engine to move it, as the CUDA driver does.  An optional bandwidth
- * cap makes a copy of n bytes last at least n / bw.  With poisoning on, freed
+ * cap makes a copy of n bytes last at least n / bw.  Host functions stand
+ * for kernels: as on CUDA, where only copies from page-locked memory run
+ * concurrently with kernels, a copy from pageable memory runs while no host
+ * function runs on any stream, and host functions wait for it.  With poisoning on, freed
  * and released memory is overwritten, and freed memory is held back for a
  * while so that a late read of it sees the poison instead of reused memory.
  * Faults can be injected for the tests (pp_device_sim_inject).
@@ -23,9 +26,10 @@
 #include "transfer/device_impl.h"
 
 /*
- * A capped copy that starts within this many ns of the previous one's due
- * end is timed from that due end, so that the oversleep of one copy (timer
- * slack) is taken back from the next and a busy stream runs at the cap.
+ * The oversleep of a capped copy (timer slack: how long after its due end
+ * it ended), up to this many ns, is taken back from the next copy, so that
+ * a busy stream runs at the cap.  Idle time between copies is not: a copy
+ * issued after a pause still takes n / bw.
  */
 #define SIM_BW_CARRY_NS 5000000u
 
@@ -51,6 +55,7 @@ struct sim_op {
 	size_t n;                  /* COPY: bytes */
 	enum pp_copy_kind kind;    /* COPY */
 	void *bounce;              /* COPY: staging buffer freed once copied, or NULL */
+	bool staged;               /* COPY: from or to pageable memory */
 	struct sim_event *event;   /* RECORD, WAIT */
 	uint64_t target;           /* RECORD: number of this record; WAIT: record to wait for */
 	void (*fn)(void *arg);     /* HOST */
@@ -81,6 +86,8 @@ struct sim_device {
 	pthread_mutex_t streams_mu; /* guards streams */
 	struct sim_stream *streams; /* linked by next */
 
+	pthread_rwlock_t exec_lock; /* held shared by host functions, exclusively by pageable copies */
+
 	pthread_mutex_t ev_mu;      /* guards every sim_event */
 	pthread_cond_t ev_cv;       /* broadcast when an event completes or a wait ends */
 };
@@ -97,7 +104,7 @@ struct sim_stream {
 	uint64_t issued;            /* ops queued so far */
 	uint64_t completed;         /* seq of the last op completed */
 	uint64_t copies;            /* copies run, for messages */
-	uint64_t bw_clock;          /* engine only: when the last capped copy was due to end (pp_now_ns) */
+	uint64_t bw_credit;         /* engine only: oversleep of capped copies not taken back yet, ns */
 	bool stop;                  /* the engine exits once the queue is empty */
 	int error;                  /* first error since the last synchronize, or 0 */
 	uint64_t error_seq;         /* seq of the op that failed */
@@ -149,9 +156,12 @@ static void sleep_until(uint64_t when)
 static int engine_copy(struct sim_stream *s, struct sim_op *op, char *msg, size_t msg_size)
 {
 	struct sim_device *sim = s->sim;
-	uint64_t t0 = pp_now_ns();
+	uint64_t t0;
 	int ret = 0;
 
+	if (op->staged)
+		pthread_rwlock_wrlock(&sim->exec_lock);
+	t0 = pp_now_ns();
 	if (take_fault(&sim->fail_copy_after)) {
 		snprintf(msg, msg_size, "sim: stream %u: copy %llu (%zu bytes, %s) failed: injected fault",
 			 s->stream->id, (unsigned long long)op->seq, op->n,
@@ -162,13 +172,20 @@ static int engine_copy(struct sim_stream *s, struct sim_op *op, char *msg, size_
 		memmove(op->dst, op->src, op->n);
 	}
 	if (sim->bw > 0) {
-		uint64_t base = t0 < s->bw_clock + SIM_BW_CARRY_NS ? s->bw_clock : t0;
-		uint64_t due = base + (uint64_t)((double)op->n * 1e9 / (double)sim->bw);
-		if (pp_now_ns() < due)
+		uint64_t need = (uint64_t)((double)op->n * 1e9 / (double)sim->bw);
+		uint64_t credit = PP_MIN(s->bw_credit, need);
+		uint64_t due = t0 + need - credit;
+
+		s->bw_credit -= credit;
+		if (pp_now_ns() < due) {
 			sleep_until(due);
-		s->bw_clock = due;
+			s->bw_credit = PP_MIN(s->bw_credit + (pp_now_ns() - due),
+					      (uint64_t)SIM_BW_CARRY_NS);
+		}
 	}
 	pp_device_add_copy_ns(s->stream->dev, pp_now_ns() - t0);
+	if (op->staged)
+		pthread_rwlock_unlock(&sim->exec_lock);
 	free(op->bounce);
 	return ret;
 }
@@ -235,7 +252,9 @@ static void *engine_main(void *arg)
 			engine_wait(s, op);
 			break;
 		case SIM_HOST:
+			pthread_rwlock_rdlock(&s->sim->exec_lock);
 			op->fn(op->arg);
+			pthread_rwlock_unlock(&s->sim->exec_lock);
 			break;
 		}
 		pthread_mutex_lock(&s->mu);
@@ -543,6 +562,7 @@ static int sim_memcpy_async(struct pp_stream *stream, void *dst, const void *src
 	op->src = src;
 	op->n = n;
 	op->kind = kind;
+	op->staged = staged;
 	if (staged && kind == PP_COPY_H2D) {
 		/* The driver's staging: the caller copies into a bounce buffer. */
 		op->bounce = malloc(n);
@@ -641,6 +661,7 @@ static void sim_close(struct pp_device *dev)
 	}
 	pthread_cond_destroy(&sim->ev_cv);
 	pthread_mutex_destroy(&sim->ev_mu);
+	pthread_rwlock_destroy(&sim->exec_lock);
 	pthread_mutex_destroy(&sim->streams_mu);
 	pthread_mutex_destroy(&sim->mem_mu);
 	free(sim);
@@ -736,6 +757,7 @@ int pp_device_sim_open(struct pp_device *dev, const char *options)
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	struct sim_device *sim = calloc(1, sizeof(*sim));
 	char bw[32] = "no bandwidth cap";
+	pthread_rwlockattr_t attr;
 	int ret;
 
 	if (sim == NULL)
@@ -749,6 +771,11 @@ int pp_device_sim_open(struct pp_device *dev, const char *options)
 	pthread_mutex_init(&sim->mem_mu, NULL);
 	pthread_mutex_init(&sim->streams_mu, NULL);
 	pthread_mutex_init(&sim->ev_mu, NULL);
+	/* Writers first, so that back-to-back host functions cannot starve a pageable copy. */
+	pthread_rwlockattr_init(&attr);
+	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&sim->exec_lock, &attr);
+	pthread_rwlockattr_destroy(&attr);
 	pthread_cond_init(&sim->ev_cv, NULL);
 	dev->ops = &sim_ops;
 	dev->ctx = sim;

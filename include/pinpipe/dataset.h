@@ -110,6 +110,17 @@ struct pp_synthetic_config {
 PP_API int pp_dataset_create_synthetic(const struct pp_synthetic_config *cfg,
 				       struct pp_dataset **ds_p);
 
+/*
+ * Splits a dataset as PyTorch's random_split does: a permutation of its
+ * samples drawn from 'seed' alone; the last 'holdout' samples of it form
+ * *holdout_p and the others, in permutation order, *rest_p.  Both are new
+ * in-memory datasets (the samples are copied), independent of 'ds'.
+ * Returns 0, or -EINVAL when holdout is 0 or not below the sample count,
+ * -ENOMEM.  Nothing is written on failure.
+ */
+PP_API int pp_dataset_random_split(const struct pp_dataset *ds, uint64_t holdout, uint64_t seed,
+				   struct pp_dataset **rest_p, struct pp_dataset **holdout_p);
+
 /* Frees the dataset and everything it holds.  NULL is allowed. */
 PP_API void pp_dataset_destroy(struct pp_dataset *ds);
 

@@ -23,7 +23,7 @@
  *	pp_loader_destroy(l);
  *
  * Thread safety: one consumer thread calls create, begin_epoch, resume,
- * next and destroy; release, get_position and get_stats may be called from
+ * next, try_next and destroy; release, get_position and get_stats may be called from
  * any thread.  The workers are the loader's own.
  */
 #ifndef PINPIPE_LOADER_H
@@ -185,6 +185,14 @@ PP_API int pp_loader_begin_epoch(struct pp_loader *l, uint64_t epoch);
 PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p);
 
 /*
+ * pp_loader_next() without waiting: returns -EAGAIN (and no message) when
+ * the next batch is not filled yet; otherwise the same as pp_loader_next()
+ * (with 0 workers it fills the batch in the caller's thread).  For a
+ * consumer that has other work while it waits, such as the transfer stage.
+ */
+PP_API int pp_loader_try_next(struct pp_loader *l, struct pp_batch **batch_p);
+
+/*
  * Gives a batch's slot back to the ring.  Callable from any thread, at any
  * time after pp_loader_next() handed it out, in any order.  Returns 0, or
  * -EINVAL when the batch is not one that is held.
@@ -210,6 +218,14 @@ PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position
  * epochs, as the ranks' shares of chunks of unequal sizes change.
  */
 PP_API uint64_t pp_loader_batches_per_epoch(const struct pp_loader *l);
+
+/*
+ * Writes the samples of a full batch (the largest) to *batch_size_p and the
+ * bytes of one sample as handed out (after conversion to the output dtype)
+ * to *sample_bytes_p, so that a consumer can size its buffers once.  Returns 0.
+ */
+PP_API int pp_loader_get_layout(const struct pp_loader *l, uint32_t *batch_size_p,
+				size_t *sample_bytes_p);
 
 /* Returns the shape of the source's samples (count: the whole source, all ranks). */
 PP_API const struct pp_sample_info *pp_loader_info(const struct pp_loader *l);

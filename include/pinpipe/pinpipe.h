@@ -12,6 +12,9 @@
 #include "pinpipe/common.h"
 #include "pinpipe/dataset.h"
 #include "pinpipe/device.h"
+#include "pinpipe/nn.h"
+#include "pinpipe/summary.h"
 #include "pinpipe/loader.h"
+#include "pinpipe/transfer.h"
 
 #endif

@@ -2,8 +2,11 @@
  * nn/cuda/convert.cu: uint8 samples to normalised float32 on the device, so
  * that batches can cross the bus as uint8 (4x fewer bytes than float32).
  * Matches the CPU reference: (x / 255 - mean) / std, computed as
- * x * (1 / (255 std)) - mean / std in float32.
+ * x * (1 / (255 std)) - mean / std in float32.  Also the plain memory
+ * operations of the nn module: zero, copy, read back, wait.
  */
+#include "config.h"
+
 #include <cuda_runtime_api.h>
 #include <errno.h>
 
@@ -36,4 +39,42 @@ extern "C" int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float
 	if (err != cudaSuccess)
 		return pp_error(-EIO, "u8_to_f32 kernel launch: %s", cudaGetErrorString(err));
 	return 0;
+}
+
+static int fail(cudaError_t err, const char *what)
+{
+	return pp_error(-EIO, "%s: %s", what, cudaGetErrorString(err));
+}
+
+extern "C" int pp_cuda_zero(void *ptr, size_t bytes, void *stream)
+{
+	cudaError_t err = cudaMemsetAsync(ptr, 0, bytes, (cudaStream_t)stream);
+
+	return err == cudaSuccess ? 0 : fail(err, "cudaMemsetAsync");
+}
+
+extern "C" int pp_cuda_copy(void *dst, const void *src, size_t bytes, void *stream)
+{
+	cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+					  (cudaStream_t)stream);
+
+	return err == cudaSuccess ? 0 : fail(err, "cudaMemcpyAsync device to device");
+}
+
+extern "C" int pp_cuda_read(void *host, const void *src, size_t bytes, void *stream)
+{
+	cudaError_t err = cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost,
+					  (cudaStream_t)stream);
+
+	if (err != cudaSuccess)
+		return fail(err, "cudaMemcpyAsync device to host");
+	err = cudaStreamSynchronize((cudaStream_t)stream);
+	return err == cudaSuccess ? 0 : fail(err, "cudaStreamSynchronize");
+}
+
+extern "C" int pp_cuda_sync(void *stream)
+{
+	cudaError_t err = cudaStreamSynchronize((cudaStream_t)stream);
+
+	return err == cudaSuccess ? 0 : fail(err, "cudaStreamSynchronize");
 }

@@ -1,12 +1,18 @@
 /*
- * nn/cuda/kernels.h: launchers of the library's CUDA kernels, callable from
- * C.  Each enqueues its work on 'stream' (a cudaStream_t) and returns 0, or
- * a negative errno value with a message naming the kernel when the launch
- * fails.  Nothing here synchronises the host.
+ * nn/cuda/kernels.h: launchers of the library's CUDA kernels and cuBLAS
+ * calls, callable from C.  Each enqueues its work on 'stream' (a
+ * cudaStream_t; NULL is the legacy default stream) and returns 0, or a
+ * negative errno value with a message naming the kernel when the launch
+ * fails.  Nothing here synchronises the host except pp_cuda_sync() and
+ * pp_cuda_read().  Arrays are row-major as in the CPU kernels of nn/,
+ * which these mirror op by op.  Without CUDA in the build every launcher
+ * is a stub that returns -ENODEV.
  */
 #ifndef PP_NN_CUDA_KERNELS_H
 #define PP_NN_CUDA_KERNELS_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,9 +20,136 @@
 extern "C" {
 #endif
 
+/* Geometry of a convolution or pooling, one sample. */
+struct pp_cuda_geom {
+	int c, h, w;     /* input channels, rows, columns */
+	int oc, oh, ow;  /* output channels, rows, columns */
+	int k, stride, pad; /* kernel size, stride, zero padding (pixels) */
+};
+
+/* Column-major SGEMM parameters, as cublasSgemm takes them. */
+struct pp_cuda_gemm {
+	bool ta, tb;      /* transpose A, B */
+	int m, n, k;      /* C is m x n, op(A) m x k, op(B) k x n */
+	const float *a, *b;
+	float *c;
+	int lda, ldb, ldc;
+	float beta;       /* C = op(A) op(B) + beta C */
+};
+
+#ifdef PP_HAVE_CUDA
+
 /* dst[i] = (src[i] / 255 - mean) / std for i in 0..n-1: ToTensor + Normalize. */
 int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float mean, float std,
 		      void *stream);
+/* Sets bytes of device memory to zero. */
+int pp_cuda_zero(void *ptr, size_t bytes, void *stream);
+/* Copies bytes from device to device. */
+int pp_cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
+/* Copies bytes from the device to the host and waits for the stream. */
+int pp_cuda_read(void *host, const void *src, size_t bytes, void *stream);
+/* Waits for the stream's work. */
+int pp_cuda_sync(void *stream);
+
+/* A cuBLAS handle bound to 'stream'. */
+int pp_cuda_blas_create(void *stream, void **handle_p);
+void pp_cuda_blas_destroy(void *handle);
+int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
+
+/* out (rows, cols) = b (cols) on every row */
+int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols, void *stream);
+/* db (cols) += column sums of d (rows, cols) */
+int pp_cuda_sum_rows(float *db, const float *d, int rows, int cols, void *stream);
+/* db (rows) += row sums of d (rows, cols) */
+int pp_cuda_sum_cols(float *db, const float *d, int rows, int cols, void *stream);
+
+/* col (n OH OW, C K K) from x (n, C, H, W) */
+int pp_cuda_im2col(const float *x, float *col, int n, const struct pp_cuda_geom *g, void *stream);
+/* dx (n, C, H, W) = the sum of the entries of dcol (n OH OW, C K K) taken from each pixel */
+int pp_cuda_col2im(const float *dcol, float *dx, int n, const struct pp_cuda_geom *g, void *stream);
+/* yp (C, n P) from y (n, C, P) */
+int pp_cuda_to_cbp(const float *y, float *yp, int n, int c, int p, void *stream);
+/* y (n, C, P) = yp (C, n P) + bias (C) */
+int pp_cuda_from_cbp(const float *yp, const float *bias, float *y, int n, int c, int p,
+		     void *stream);
+
+int pp_cuda_relu_forward(float *out, const float *in, size_t count, void *stream);
+/* din = dout where out > 0, else 0 */
+int pp_cuda_relu_backward(float *din, const float *dout, const float *out, size_t count,
+			  void *stream);
+/* idx: the index within the sample's input of each maximum (the first one) */
+int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in, int n,
+			    const struct pp_cuda_geom *g, void *stream);
+int pp_cuda_maxpool_backward(float *din, const float *dout, const int32_t *idx, int n,
+			     const struct pp_cuda_geom *g, void *stream);
+
+/*
+ * Softmax cross-entropy of n samples of c logits: adds the losses to
+ * *loss_sum and the correct predictions to *correct (device memory), sets
+ * *bad_label to 1 when a label is outside 0..c-1 (that sample is left out,
+ * its gradient zero),
+ * and writes (softmax - onehot) * scale to dlogits unless it is NULL.
+ */
+int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
+			 float *dlogits, double *loss_sum, unsigned long long *correct,
+			 int *bad_label, void *stream);
+
+/* SGD as nn/optim.c; 'first' is true on the first step (the momentum buffer takes g). */
+int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr, float weight_decay,
+		float momentum, float dampening, bool nesterov, bool first, void *stream);
+/* Adam as nn/optim.c, with step = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t). */
+int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n, float step,
+		 float bc2_sqrt, float beta1, float beta2, float eps, float weight_decay,
+		 void *stream);
+
+#else /* !PP_HAVE_CUDA */
+
+#define PP_CUDA_STUB { return -ENODEV; }
+static inline int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float mean,
+				    float std, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_zero(void *ptr, size_t bytes, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_copy(void *dst, const void *src, size_t bytes, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_read(void *host, const void *src, size_t bytes, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_sync(void *stream) PP_CUDA_STUB
+static inline int pp_cuda_blas_create(void *stream, void **handle_p) PP_CUDA_STUB
+static inline void pp_cuda_blas_destroy(void *handle) {}
+static inline int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g) PP_CUDA_STUB
+static inline int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols,
+				    void *stream) PP_CUDA_STUB
+static inline int pp_cuda_sum_rows(float *db, const float *d, int rows, int cols,
+				   void *stream) PP_CUDA_STUB
+static inline int pp_cuda_sum_cols(float *db, const float *d, int rows, int cols,
+				   void *stream) PP_CUDA_STUB
+static inline int pp_cuda_im2col(const float *x, float *col, int n, const struct pp_cuda_geom *g,
+				 void *stream) PP_CUDA_STUB
+static inline int pp_cuda_col2im(const float *dcol, float *dx, int n,
+				 const struct pp_cuda_geom *g, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_to_cbp(const float *y, float *yp, int n, int c, int p,
+				 void *stream) PP_CUDA_STUB
+static inline int pp_cuda_from_cbp(const float *yp, const float *bias, float *y, int n, int c,
+				   int p, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_relu_forward(float *out, const float *in, size_t count,
+				       void *stream) PP_CUDA_STUB
+static inline int pp_cuda_relu_backward(float *din, const float *dout, const float *out,
+					size_t count, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in, int n,
+					  const struct pp_cuda_geom *g, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_maxpool_backward(float *din, const float *dout, const int32_t *idx,
+					   int n, const struct pp_cuda_geom *g,
+					   void *stream) PP_CUDA_STUB
+static inline int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c,
+				       float scale, float *dlogits, double *loss_sum,
+				       unsigned long long *correct, int *bad_label,
+				       void *stream) PP_CUDA_STUB
+static inline int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
+			      float weight_decay, float momentum, float dampening, bool nesterov,
+			      bool first, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n,
+			       float step, float bc2_sqrt, float beta1, float beta2, float eps,
+			       float weight_decay, void *stream) PP_CUDA_STUB
+#undef PP_CUDA_STUB
+
+#endif /* PP_HAVE_CUDA */
 
 #ifdef __cplusplus
 }

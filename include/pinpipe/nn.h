@@ -1,0 +1,264 @@
+/*
+ * pinpipe/nn.h: float32 tensors on a device, and small trainable models
+ * (Linear, Conv2d, MaxPool2d, ReLU, Flatten, softmax cross-entropy) built
+ * from a spec string, with SGD and Adam, PyTorch's default initialisation
+ * and checkpoints.
+ *
+ * Devices: every tensor and model lives on a device from pinpipe/device.h,
+ * or on the host when the device is NULL.  The host, the cpu device and
+ * the sim device run the CPU kernels (OpenBLAS for the matrix products);
+ * a cuda device runs the CUDA kernels (cuBLAS) on the model's stream.  A
+ * tensor handed to a model on another device is an error that names both
+ * ("expected device cuda:0 but got cpu"), never a crash.
+ *
+ * Layout is NCHW and the weights are laid out as PyTorch's, so that
+ * parameters can be exchanged with a PyTorch model of the same spec.
+ *
+ * Thread safety: a model or a tensor belongs to one thread at a time.
+ * Different models may be used from different threads at once.
+ */
+#ifndef PINPIPE_NN_H
+#define PINPIPE_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pinpipe/common.h"
+#include "pinpipe/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PP_TENSOR_MAX_DIMS 4
+
+/* ------------------------------------------------------------------ tensors */
+
+struct pp_tensor;
+
+/*
+ * Creates a contiguous tensor of 'dtype' (PP_DTYPE_F32 or PP_DTYPE_U8) with
+ * 'ndim' (1..PP_TENSOR_MAX_DIMS) dimensions of sizes 'shape' (each >= 1) on
+ * 'dev' (NULL: host memory).  The contents are zero.  Returns 0 and the
+ * tensor in *tensor_p, or -EINVAL (bad dtype or shape), -EOVERFLOW (too
+ * many elements), -ENOMEM.  Free with pp_tensor_destroy().
+ */
+PP_API int pp_tensor_create(struct pp_device *dev, enum pp_dtype dtype, int ndim,
+			    const size_t *shape, struct pp_tensor **tensor_p);
+
+/*
+ * Wraps memory that the caller owns ('data', on 'dev', NULL: host) as a
+ * tensor without copying it, e.g. a batch in a loader's ring slot.  The
+ * memory must stay valid until the tensor is destroyed, which does not
+ * free it.  Returns 0 or -EINVAL, -ENOMEM.
+ */
+PP_API int pp_tensor_wrap(struct pp_device *dev, void *data, enum pp_dtype dtype, int ndim,
+			  const size_t *shape, struct pp_tensor **tensor_p);
+
+/* Frees the tensor (and its memory unless it was wrapped).  NULL is allowed. */
+PP_API void pp_tensor_destroy(struct pp_tensor *tensor);
+
+/* Number of dimensions, and the size of dimension 'i' (0 if i is out of range). */
+PP_API int pp_tensor_ndim(const struct pp_tensor *tensor);
+PP_API size_t pp_tensor_dim(const struct pp_tensor *tensor, int i);
+
+/* Number of elements (the product of the shape), and the element type. */
+PP_API size_t pp_tensor_numel(const struct pp_tensor *tensor);
+PP_API enum pp_dtype pp_tensor_dtype(const struct pp_tensor *tensor);
+
+/* The device the tensor lives on (NULL: host), and its name ("cpu" for the host). */
+PP_API struct pp_device *pp_tensor_device(const struct pp_tensor *tensor);
+PP_API const char *pp_tensor_device_name(const struct pp_tensor *tensor);
+
+/* Pointer to the first element, in the tensor's device memory. */
+PP_API void *pp_tensor_data(const struct pp_tensor *tensor);
+
+/*
+ * Copies 'bytes' from host memory 'src' into the tensor, or from the tensor
+ * into host memory 'dst'.  'bytes' must be the tensor's size in bytes
+ * (-EINVAL otherwise).  Both return when the copy is complete.
+ */
+PP_API int pp_tensor_copy_from_host(struct pp_tensor *tensor, const void *src, size_t bytes);
+PP_API int pp_tensor_copy_to_host(const struct pp_tensor *tensor, void *dst, size_t bytes);
+
+/*
+ * Copies 'src' into 'dst', across devices if they differ.  Both must have
+ * the same dtype and number of elements (-EINVAL otherwise; the shapes may
+ * differ).  Returns when the copy is complete.
+ */
+PP_API int pp_tensor_copy(struct pp_tensor *dst, const struct pp_tensor *src);
+
+/* ------------------------------------------------------------------ models */
+
+enum pp_optimizer_kind {
+	PP_OPTIM_SGD = 1,  /* SGD with optional momentum, weight decay, Nesterov */
+	PP_OPTIM_ADAM = 2, /* Adam (Kingma & Ba), with L2 weight decay as PyTorch's Adam */
+};
+
+/* Optimizer settings; the update rules are PyTorch 1.13's torch.optim.SGD and Adam. */
+struct pp_optimizer_config {
+	enum pp_optimizer_kind kind;
+	float lr;           /* learning rate, > 0 */
+	float momentum;     /* SGD: momentum factor, >= 0 (0: plain SGD) */
+	float dampening;    /* SGD: dampening of the momentum, >= 0 */
+	bool nesterov;      /* SGD: Nesterov momentum (needs momentum > 0, dampening 0) */
+	float weight_decay; /* L2 penalty added to the gradient, >= 0 */
+	float beta1;        /* Adam: decay of the first moment, in [0, 1) */
+	float beta2;        /* Adam: decay of the second moment, in [0, 1) */
+	float eps;          /* Adam: term added to the denominator, > 0 */
+};
+
+/* How to build a model. */
+struct pp_model_config {
+	uint32_t in_channels;  /* shape of one input sample: channels */
+	uint32_t in_height;    /* rows */
+	uint32_t in_width;     /* columns */
+	uint32_t num_classes;  /* size of the last layer's output that the loss expects */
+	uint64_t seed;         /* seeds the initialisation; same seed, same parameters */
+	int threads;           /* CPU threads for a step, >= 1; pass the cores the loader leaves free */
+	float mean;            /* uint8 inputs become (x / 255 - mean) / std */
+	float std;             /* > 0 */
+	struct pp_stream *stream; /* cuda: the stream all the model's work goes on (required) */
+	struct pp_optimizer_config optim;
+};
+
+/*
+ * Fills *cfg with the defaults: 1 x 28 x 28 inputs, 10 classes, seed 0,
+ * 1 thread, Fashion-MNIST's mean 0.2860 and std 0.3530, no stream, and
+ * Adam with PyTorch's defaults (lr 0.001, betas 0.9 and 0.999, eps 1e-8,
+ * no weight decay).
+ */
+PP_API void pp_model_config_init(struct pp_model_config *cfg);
+
+struct pp_model;
+
+/*
+ * Builds a model from 'spec' on 'dev' (NULL: the host) and initialises it
+ * as PyTorch does (weights kaiming_uniform with a = sqrt(5), that is
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)))
+ * from a generator seeded with cfg->seed: on the CPU, two models made with
+ * the same spec and seed are bit-identical, and stay so step after step at
+ * the same thread count.
+ *
+ * 'spec' is a preset, "mlp" (flatten,fc:32,relu,fc:10) or "cnn"
+ * (conv:6:5,relu,maxpool:2,conv:12:5,relu,maxpool:2,flatten,fc:120,relu,
+ * fc:60,relu,fc:10), or comma-separated layers:
+ *   conv:OUT:K[:STRIDE[:PAD]]  Conv2d, OUT channels, K x K kernel (stride 1, padding 0)
+ *   maxpool:K[:STRIDE]         MaxPool2d (stride K)
+ *   relu                       ReLU
+ *   flatten                    Flatten (C x H x W -> C*H*W); fc flattens by itself
+ *   fc:OUT                     Linear with OUT outputs
+ * The last layer must produce cfg->num_classes outputs.
+ *
+ * The CPU kernels run single-threaded OpenBLAS calls and split a batch
+ * across cfg->threads threads: this calls openblas_set_num_threads(1),
+ * which is process-wide.  On cuda, cfg->stream (a stream of 'dev') is
+ * required and all the model's work goes on it.
+ *
+ * Returns 0 and the model in *model_p, or -EINVAL (a bad spec or config;
+ * the message names the layer and what was expected; no stream on cuda),
+ * -ENODEV, -ENOMEM, -EIO (a CUDA call failed).
+ */
+PP_API int pp_model_create(const char *spec, struct pp_device *dev,
+			   const struct pp_model_config *cfg, struct pp_model **model_p);
+
+/* Frees the model and everything it holds.  NULL is allowed. */
+PP_API void pp_model_destroy(struct pp_model *model);
+
+/* The expanded spec (presets replaced by their layers). */
+PP_API const char *pp_model_spec(const struct pp_model *model);
+
+/* Number of trainable parameters (floats). */
+PP_API size_t pp_model_param_count(const struct pp_model *model);
+
+/* Optimizer steps taken since initialisation (kept across checkpoints). */
+PP_API uint64_t pp_model_steps(const struct pp_model *model);
+
+/*
+ * Writes a summary to 'buf' (NUL-terminated, truncated to 'size'): one line
+ * per layer with its output shape and parameter count, then the total,
+ * e.g. "conv 1x28x28 -> 6x24x24 k5 s1 p0   156 params".  Returns the length
+ * of the whole summary (as snprintf does).
+ */
+PP_API int pp_model_summary(const struct pp_model *model, char *buf, size_t size);
+
+/*
+ * Copies all parameters, in layer order (each layer's weight then bias, in
+ * PyTorch's layout), to or from host memory of 'count' floats, which must
+ * equal pp_model_param_count() (-EINVAL otherwise).  Reading waits for the
+ * model's work to finish.
+ */
+PP_API int pp_model_params_read(struct pp_model *model, float *dst, size_t count);
+PP_API int pp_model_params_write(struct pp_model *model, const float *src, size_t count);
+
+/*
+ * One training step on a batch: zero the gradients, forward, softmax
+ * cross-entropy (mean over the batch), backward, optimizer update.
+ * 'inputs' is a tensor on the model's device of PP_DTYPE_U8 (normalised
+ * on the fly with cfg->mean, cfg->std, fused into the first layer's input)
+ * or PP_DTYPE_F32, with the batch as its first dimension and the sample
+ * shape (or its size) after it; 'labels' points to dim(0) int32 labels in
+ * the model's device memory.  The batch loss and the count of correct
+ * predictions are added to the model's running totals (pp_model_metrics()).
+ * On cuda everything is queued on the model's stream and the host is not
+ * made to wait: the inputs must be ready on that stream, and stay unchanged
+ * until its work is done.  Returns 0, or -EINVAL (shape or device mismatch,
+ * named), -ERANGE (a label outside 0..num_classes-1, on the CPU, where the
+ * parameters are then left unchanged; on cuda pp_model_metrics() reports
+ * it), -ENOMEM, -EIO (a CUDA call failed).
+ */
+PP_API int pp_model_train_step(struct pp_model *model, const struct pp_tensor *inputs,
+			       const int32_t *labels);
+
+/*
+ * Forward pass only, on a batch as in pp_model_train_step(), adding the
+ * loss and correct predictions to the running totals.  When 'logits' is
+ * not NULL it receives the outputs: an F32 tensor on the model's device of
+ * batch x num_classes elements.  Does not change the parameters.
+ */
+PP_API int pp_model_evaluate(struct pp_model *model, const struct pp_tensor *inputs,
+			     const int32_t *labels, struct pp_tensor *logits);
+
+/* Running totals since the last reset. */
+struct pp_model_metrics {
+	double loss_sum;  /* sum over batches of (mean batch loss x batch size) */
+	uint64_t correct; /* samples whose largest logit was their label */
+	uint64_t samples; /* samples seen */
+};
+
+/*
+ * Writes the running totals to *metrics_p (waiting for the model's queued
+ * work on cuda), and sets them to zero when 'reset'.  On cuda, where a
+ * step cannot stop the host to report a label out of range, this returns
+ * -ERANGE (and writes nothing) when such a label was seen since the last
+ * reset; that sample was left out of the loss and its gradient.
+ */
+PP_API int pp_model_metrics(struct pp_model *model, bool reset, struct pp_model_metrics *metrics_p);
+
+/*
+ * Saves the model to 'path': a versioned binary checkpoint with the spec,
+ * the input shape, the parameters, the optimizer's settings and state, the
+ * step count and a CRC-32 of the whole.  The file is written under a
+ * temporary name and renamed, so an existing checkpoint is never left half
+ * written.  Returns 0 or -errno with the path in the message.
+ */
+PP_API int pp_model_save(struct pp_model *model, const char *path);
+
+/*
+ * Loads a checkpoint written by pp_model_save() into a new model on 'dev'.
+ * 'cfg' supplies what a checkpoint does not hold (threads, stream, mean,
+ * std); the spec, shapes, parameters and optimizer come from the file.
+ * Training continued from it gives the same parameters as if it had never
+ * stopped.  Returns 0, or -EINVAL (a bad threads, mean or std in 'cfg'),
+ * -EBADMSG (bad magic, unknown version, truncated, a field out of range,
+ * CRC mismatch: the message names the file, the offset and what was
+ * expected), -errno from opening or reading it.
+ */
+PP_API int pp_model_load(const char *path, struct pp_device *dev,
+			 const struct pp_model_config *cfg, struct pp_model **model_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,54 @@
+/*
+ * pinpipe/summary.h: TensorBoard event files, so that a C trainer's curves
+ * show in `tensorboard --logdir DIR` beside PyTorch's SummaryWriter runs.
+ *
+ * A writer creates one file, DIR/events.out.tfevents.<seconds>.<host>.<pid>.<n>,
+ * of TFRecord records (length, masked CRC-32C of the length, an Event
+ * protocol buffer, masked CRC-32C of the data); the first record carries
+ * the file version "brain.Event:2", every later one a scalar summary.
+ *
+ * Thread safety: one writer per thread at a time.
+ */
+#ifndef PINPIPE_SUMMARY_H
+#define PINPIPE_SUMMARY_H
+
+#include <stdint.h>
+
+#include "pinpipe/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pp_summary_writer;
+
+/*
+ * Creates DIR (and its parents) if needed and a new event file in it.
+ * Returns 0 and the writer in *w_p, or -errno with a message naming the path.
+ */
+PP_API int pp_summary_writer_create(const char *dir, struct pp_summary_writer **w_p);
+
+/*
+ * Appends the scalar 'value' under 'tag' (e.g. "loss/train") at 'step', at
+ * the current wall-clock time.  Buffered: see pp_summary_writer_flush().
+ * Returns 0 or -errno (-EIO with the file named when a write fails).
+ */
+PP_API int pp_summary_writer_add_scalar(struct pp_summary_writer *w, const char *tag,
+					int64_t step, double value);
+
+/* Writes what is buffered to the file.  Returns 0 or -errno. */
+PP_API int pp_summary_writer_flush(struct pp_summary_writer *w);
+
+/* Returns the path of the writer's event file. */
+PP_API const char *pp_summary_writer_path(const struct pp_summary_writer *w);
+
+/* Flushes, closes the file and frees the writer.  NULL is allowed. */
+PP_API void pp_summary_writer_destroy(struct pp_summary_writer *w);
+
+/* CRC-32C (Castagnoli) of len bytes, continued from crc (0 to start). */
+PP_API uint32_t pp_crc32c(uint32_t crc, const void *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,413 @@
+/*
+ * nn/cuda/ops.cu: the layers, the loss and the optimizers on the GPU,
+ * mirroring the CPU kernels of nn/ op by op: element-wise work, pooling,
+ * im2col and its inverse, reductions, softmax cross-entropy, SGD and Adam
+ * as small kernels, and the matrix products through cuBLAS.  One thread per
+ * output element unless said otherwise; grid-stride loops.
+ */
+#include "config.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+
+#include "common/internal.h"
+#include "nn/cuda/kernels.h"
+
+#define THREADS 256
+
+static unsigned blocks_for(size_t n)
+{
+	size_t b = (n + THREADS - 1) / THREADS;
+
+	return (unsigned)(b == 0 ? 1 : b > 65535 ? 65535 : b);
+}
+
+static int launched(const char *kernel)
+{
+	cudaError_t err = cudaGetLastError();
+
+	if (err != cudaSuccess)
+		return pp_error(-EIO, "%s kernel launch: %s", kernel, cudaGetErrorString(err));
+	return 0;
+}
+
+#define GRID_STRIDE(i, n) \
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+/* ------------------------------------------------------------------ cuBLAS */
+
+extern "C" int pp_cuda_blas_create(void *stream, void **handle_p)
+{
+	cublasHandle_t h;
+	cublasStatus_t st = cublasCreate(&h);
+
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return pp_error(-EIO, "cublasCreate: %s", cublasGetStatusString(st));
+	st = cublasSetStream(h, (cudaStream_t)stream);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		cublasDestroy(h);
+		return pp_error(-EIO, "cublasSetStream: %s", cublasGetStatusString(st));
+	}
+	*handle_p = h;
+	return 0;
+}
+
+extern "C" void pp_cuda_blas_destroy(void *handle)
+{
+	if (handle)
+		cublasDestroy((cublasHandle_t)handle);
+}
+
+extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
+{
+	const float one = 1.0f;
+	cublasStatus_t st = cublasSgemm((cublasHandle_t)handle, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+					g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &one,
+					g->a, g->lda, g->b, g->ldb, &g->beta, g->c, g->ldc);
+
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return pp_error(-EIO, "cublasSgemm %dx%dx%d: %s", g->m, g->n, g->k,
+				cublasGetStatusString(st));
+	return 0;
+}
+
+/* ------------------------------------------------------------------ rows and columns */
+
+static __global__ void fill_rows_kernel(float *out, const float *b, int rows, int cols)
+{
+	GRID_STRIDE(i, (size_t)rows * cols)
+		out[i] = b[i % cols];
+}
+
+extern "C" int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols, void *stream)
+{
+	fill_rows_kernel<<<blocks_for((size_t)rows * cols), THREADS, 0, (cudaStream_t)stream>>>(
+		out, b, rows, cols);
+	return launched("fill_rows");
+}
+
+/* one thread per column */
+static __global__ void sum_rows_kernel(float *db, const float *d, int rows, int cols)
+{
+	GRID_STRIDE(j, (size_t)cols) {
+		float s = 0.0f;
+
+		for (int r = 0; r < rows; r++)
+			s += d[(size_t)r * cols + j];
+		db[j] += s;
+	}
+}
+
+extern "C" int pp_cuda_sum_rows(float *db, const float *d, int rows, int cols, void *stream)
+{
+	sum_rows_kernel<<<blocks_for((size_t)cols), THREADS, 0, (cudaStream_t)stream>>>(db, d, rows,
+										       cols);
+	return launched("sum_rows");
+}
+
+/* one block per row, a shared-memory tree reduction */
+static __global__ void sum_cols_kernel(float *db, const float *d, int cols)
+{
+	__shared__ float part[THREADS];
+	const float *row = d + (size_t)blockIdx.x * cols;
+	float s = 0.0f;
+
+	for (int j = threadIdx.x; j < cols; j += blockDim.x)
+		s += row[j];
+	part[threadIdx.x] = s;
+	__syncthreads();
+	for (int half = blockDim.x / 2; half > 0; half /= 2) {
+		if ((int)threadIdx.x < half)
+			part[threadIdx.x] += part[threadIdx.x + half];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		db[blockIdx.x] += part[0];
+}
+
+extern "C" int pp_cuda_sum_cols(float *db, const float *d, int rows, int cols, void *stream)
+{
+	sum_cols_kernel<<<(unsigned)rows, THREADS, 0, (cudaStream_t)stream>>>(db, d, cols);
+	return launched("sum_cols");
+}
+
+/* ------------------------------------------------------------------ convolution layout */
+
+static __global__ void im2col_kernel(const float *x, float *col, int n, struct pp_cuda_geom g)
+{
+	const int kk = g.c * g.k * g.k, pos = g.oh * g.ow;
+
+	GRID_STRIDE(i, (size_t)n * pos * kk) {
+		int q = (int)(i % kk), j = (int)((i / kk) % pos), s = (int)(i / ((size_t)kk * pos));
+		int ch = q / (g.k * g.k), ky = q / g.k % g.k, kx = q % g.k;
+		int iy = j / g.ow * g.stride - g.pad + ky, ix = j % g.ow * g.stride - g.pad + kx;
+
+		col[i] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ?
+				 x[(((size_t)s * g.c + ch) * g.h + iy) * g.w + ix] : 0.0f;
+	}
+}
+
+extern "C" int pp_cuda_im2col(const float *x, float *col, int n, const struct pp_cuda_geom *g,
+			      void *stream)
+{
+	size_t total = (size_t)n * g->oh * g->ow * g->c * g->k * g->k;
+
+	im2col_kernel<<<blocks_for(total), THREADS, 0, (cudaStream_t)stream>>>(x, col, n, *g);
+	return launched("im2col");
+}
+
+/* one thread per input pixel, gathering from every (position, tap) that read it */
+static __global__ void col2im_kernel(const float *dcol, float *dx, int n, struct pp_cuda_geom g)
+{
+	const int kk = g.c * g.k * g.k, pos = g.oh * g.ow;
+
+	GRID_STRIDE(i, (size_t)n * g.c * g.h * g.w) {
+		int ix = (int)(i % g.w), iy = (int)((i / g.w) % g.h);
+		int ch = (int)((i / ((size_t)g.w * g.h)) % g.c), s = (int)(i / ((size_t)g.w * g.h * g.c));
+		float sum = 0.0f;
+
+		for (int ky = 0; ky < g.k; ky++) {
+			int ty = iy + g.pad - ky;
+
+			if (ty < 0 || ty % g.stride || ty / g.stride >= g.oh)
+				continue;
+			for (int kx = 0; kx < g.k; kx++) {
+				int tx = ix + g.pad - kx;
+
+				if (tx < 0 || tx % g.stride || tx / g.stride >= g.ow)
+					continue;
+				int j = ty / g.stride * g.ow + tx / g.stride;
+				sum += dcol[((size_t)s * pos + j) * kk + (ch * g.k + ky) * g.k + kx];
+			}
+		}
+		dx[i] = sum;
+	}
+}
+
+extern "C" int pp_cuda_col2im(const float *dcol, float *dx, int n, const struct pp_cuda_geom *g,
+			      void *stream)
+{
+	col2im_kernel<<<blocks_for((size_t)n * g->c * g->h * g->w), THREADS, 0,
+			(cudaStream_t)stream>>>(dcol, dx, n, *g);
+	return launched("col2im");
+}
+
+static __global__ void to_cbp_kernel(const float *y, float *yp, int n, int c, int p)
+{
+	GRID_STRIDE(i, (size_t)n * c * p) {
+		int j = (int)(i % p), ch = (int)((i / p) % c), s = (int)(i / ((size_t)p * c));
+
+		yp[((size_t)ch * n + s) * p + j] = y[i];
+	}
+}
+
+extern "C" int pp_cuda_to_cbp(const float *y, float *yp, int n, int c, int p, void *stream)
+{
+	to_cbp_kernel<<<blocks_for((size_t)n * c * p), THREADS, 0, (cudaStream_t)stream>>>(y, yp, n,
+											    c, p);
+	return launched("to_cbp");
+}
+
+static __global__ void from_cbp_kernel(const float *yp, const float *bias, float *y, int n, int c,
+				       int p)
+{
+	GRID_STRIDE(i, (size_t)n * c * p) {
+		int j = (int)(i % p), ch = (int)((i / p) % c), s = (int)(i / ((size_t)p * c));
+
+		y[i] = yp[((size_t)ch * n + s) * p + j] + bias[ch];
+	}
+}
+
+extern "C" int pp_cuda_from_cbp(const float *yp, const float *bias, float *y, int n, int c, int p,
+				void *stream)
+{
+	from_cbp_kernel<<<blocks_for((size_t)n * c * p), THREADS, 0, (cudaStream_t)stream>>>(
+		yp, bias, y, n, c, p);
+	return launched("from_cbp");
+}
+
+/* ------------------------------------------------------------------ ReLU and max-pool */
+
+static __global__ void relu_forward_kernel(float *out, const float *in, size_t count)
+{
+	GRID_STRIDE(i, count)
+		out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+extern "C" int pp_cuda_relu_forward(float *out, const float *in, size_t count, void *stream)
+{
+	relu_forward_kernel<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(out, in, count);
+	return launched("relu_forward");
+}
+
+static __global__ void relu_backward_kernel(float *din, const float *dout, const float *out,
+					    size_t count)
+{
+	GRID_STRIDE(i, count)
+		din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+extern "C" int pp_cuda_relu_backward(float *din, const float *dout, const float *out,
+				     size_t count, void *stream)
+{
+	relu_backward_kernel<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(din, dout, out,
+										     count);
+	return launched("relu_backward");
+}
+
+static __global__ void maxpool_forward_kernel(float *out, int32_t *idx, const float *in, int n,
+					      struct pp_cuda_geom g)
+{
+	GRID_STRIDE(i, (size_t)n * g.c * g.oh * g.ow) {
+		int ox = (int)(i % g.ow), oy = (int)((i / g.ow) % g.oh);
+		int ch = (int)((i / ((size_t)g.ow * g.oh)) % g.c);
+		int s = (int)(i / ((size_t)g.ow * g.oh * g.c));
+		const float *x = in + (size_t)s * g.c * g.h * g.w;
+		int best = (ch * g.h + oy * g.stride) * g.w + ox * g.stride;
+		float m = x[best];
+
+		for (int ky = 0; ky < g.k; ky++)
+			for (int kx = 0; kx < g.k; kx++) {
+				int at = (ch * g.h + oy * g.stride + ky) * g.w + ox * g.stride + kx;
+
+				if (x[at] > m) {
+					m = x[at];
+					best = at;
+				}
+			}
+		out[i] = m;
+		idx[i] = best;
+	}
+}
+
+extern "C" int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in, int n,
+				       const struct pp_cuda_geom *g, void *stream)
+{
+	maxpool_forward_kernel<<<blocks_for((size_t)n * g->c * g->oh * g->ow), THREADS, 0,
+				 (cudaStream_t)stream>>>(out, idx, in, n, *g);
+	return launched("maxpool_forward");
+}
+
+/* overlapping windows may pick the same pixel: atomicAdd */
+static __global__ void maxpool_backward_kernel(float *din, const float *dout, const int32_t *idx,
+					       int n, size_t in_size, size_t out_size)
+{
+	GRID_STRIDE(i, (size_t)n * out_size)
+		atomicAdd(&din[i / out_size * in_size + (size_t)idx[i]], dout[i]);
+}
+
+extern "C" int pp_cuda_maxpool_backward(float *din, const float *dout, const int32_t *idx, int n,
+					const struct pp_cuda_geom *g, void *stream)
+{
+	size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)g->c * g->oh * g->ow;
+	cudaError_t err = cudaMemsetAsync(din, 0, (size_t)n * in_size * sizeof(float),
+					  (cudaStream_t)stream);
+
+	if (err != cudaSuccess)
+		return pp_error(-EIO, "maxpool_backward: cudaMemsetAsync: %s", cudaGetErrorString(err));
+	maxpool_backward_kernel<<<blocks_for((size_t)n * out_size), THREADS, 0,
+				  (cudaStream_t)stream>>>(din, dout, idx, n, in_size, out_size);
+	return launched("maxpool_backward");
+}
+
+/* ------------------------------------------------------------------ loss */
+
+/* one thread per sample; c is small (the classes) */
+static __global__ void softmax_xent_kernel(const float *logits, const int32_t *labels, int n,
+					   int c, float scale, float *dlogits, double *loss_sum,
+					   unsigned long long *correct, int *bad_label)
+{
+	GRID_STRIDE(i, (size_t)n) {
+		const float *z = logits + i * c;
+		int y = labels[i], arg = 0;
+		float m = z[0];
+		double sum = 0.0;
+
+		if (y < 0 || y >= c) {
+			*bad_label = 1;
+			for (int j = 0; dlogits && j < c; j++)
+				dlogits[i * c + j] = 0.0f;
+			continue;
+		}
+		for (int j = 1; j < c; j++)
+			if (z[j] > m) {
+				m = z[j];
+				arg = j;
+			}
+		for (int j = 0; j < c; j++)
+			sum += exp((double)z[j] - m);
+		atomicAdd(loss_sum, log(sum) - ((double)z[y] - m));
+		if (arg == y)
+			atomicAdd(correct, 1ull);
+		if (dlogits) {
+			float *d = dlogits + i * c;
+
+			for (int j = 0; j < c; j++)
+				d[j] = (float)(exp((double)z[j] - m) / sum) * scale;
+			d[y] -= scale;
+		}
+	}
+}
+
+extern "C" int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c,
+				    float scale, float *dlogits, double *loss_sum,
+				    unsigned long long *correct, int *bad_label, void *stream)
+{
+	softmax_xent_kernel<<<blocks_for((size_t)n), THREADS, 0, (cudaStream_t)stream>>>(
+		logits, labels, n, c, scale, dlogits, loss_sum, correct, bad_label);
+	return launched("softmax_xent");
+}
+
+/* ------------------------------------------------------------------ optimizers */
+
+static __global__ void sgd_kernel(float *p, const float *grad, float *b, size_t n, float lr,
+				  float wd, float mom, float damp, bool nesterov, bool first)
+{
+	GRID_STRIDE(i, n) {
+		float g = grad[i];
+
+		if (wd != 0.0f)
+			g += wd * p[i];
+		if (mom != 0.0f) {
+			b[i] = first ? g : mom * b[i] + damp * g;
+			g = nesterov ? g + mom * b[i] : b[i];
+		}
+		p[i] -= lr * g;
+	}
+}
+
+extern "C" int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
+			   float weight_decay, float momentum, float dampening, bool nesterov,
+			   bool first, void *stream)
+{
+	sgd_kernel<<<blocks_for(n), THREADS, 0, (cudaStream_t)stream>>>(
+		p, g, buf, n, lr, weight_decay, momentum, 1.0f - dampening, nesterov, first);
+	return launched("sgd");
+}
+
+static __global__ void adam_kernel(float *p, const float *grad, float *m, float *v, size_t n,
+				   float step, float bc2_sqrt, float b1, float b2, float eps,
+				   float wd)
+{
+	GRID_STRIDE(i, n) {
+		float g = grad[i];
+
+		if (wd != 0.0f)
+			g += wd * p[i];
+		m[i] = b1 * m[i] + (1.0f - b1) * g;
+		v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+		p[i] -= step * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
+	}
+}
+
+extern "C" int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n, float step,
+			    float bc2_sqrt, float beta1, float beta2, float eps, float weight_decay,
+			    void *stream)
+{
+	adam_kernel<<<blocks_for(n), THREADS, 0, (cudaStream_t)stream>>>(
+		p, g, m, v, n, step, bc2_sqrt, beta1, beta2, eps, weight_decay);
+	return launched("adam");
+}

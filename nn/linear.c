@@ -1,0 +1,39 @@
+/*
+ * nn/linear.c: Linear (fully connected) layer on the CPU, through CBLAS.
+ * Row-major: in (n, in_c), W (out_c, in_c) as PyTorch's nn.Linear, out (n, out_c).
+ */
+#include "config.h"
+
+#include <cblas.h>
+
+#include "nn/nn_internal.h"
+
+void linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+		    const float *b, int n)
+{
+	const int ic = (int)l->in_size, oc = l->out_c;
+
+	for (int i = 0; i < n; i++)
+		for (int o = 0; o < oc; o++)
+			out[(size_t)i * oc + o] = b[o];
+	/* out (n, oc) += in (n, ic) . W^T (ic, oc) */
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, oc, ic, 1.0f, in, ic, w, ic, 1.0f,
+		    out, oc);
+}
+
+void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+		     const float *dout, const float *in, const float *w, int n)
+{
+	const int ic = (int)l->in_size, oc = l->out_c;
+
+	for (int i = 0; i < n; i++)
+		for (int o = 0; o < oc; o++)
+			db[o] += dout[(size_t)i * oc + o];
+	/* dW (oc, ic) += dout^T (oc, n) . in (n, ic) */
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, ic, n, 1.0f, dout, oc, in, ic, 1.0f,
+		    dw, ic);
+	/* din (n, ic) = dout (n, oc) . W (oc, ic) */
+	if (din)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, ic, oc, 1.0f, dout, oc, w,
+			    ic, 0.0f, din, ic);
+}

@@ -1,0 +1,245 @@
+/*
+ * nn/nn_internal.h: what the files of nn/ share: the tensor and model
+ * structures, the layer descriptions and the CPU kernels (one layer per
+ * file, <layer>_forward / <layer>_backward, on a slice of a batch).
+ */
+#ifndef PP_NN_INTERNAL_H
+#define PP_NN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pinpipe/nn.h"
+
+struct pp_tensor {
+	struct pp_device *dev;  /* NULL: host memory */
+	enum pp_device_kind kind; /* PP_DEVICE_CPU for the host */
+	enum pp_dtype dtype;
+	int ndim;
+	size_t shape[PP_TENSOR_MAX_DIMS]; /* elements per dimension */
+	size_t numel;           /* product of shape */
+	void *data;             /* numel elements of dtype, on dev */
+	bool owned;             /* free data on destroy */
+};
+
+/* Host or device memory for the nn module, zeroed (nn/devmem.c). */
+int nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p);
+void nn_mem_free(struct pp_device *dev, void *ptr);
+/* Copies bytes between two places, each on its device (NULL: host); returns when done. */
+int nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_dev, const void *src,
+		size_t bytes);
+/* The name of a device for messages: "cpu" for the host. */
+const char *nn_device_name(const struct pp_device *dev);
+enum pp_device_kind nn_device_kind(const struct pp_device *dev);
+/* True when the CPU can use the device's memory in place (the host, cpu, sim). */
+bool nn_host_addressable(const struct pp_device *dev);
+/* The cudaStream_t of a stream of a cuda device (NULL for NULL). */
+void *nn_cuda_stream(struct pp_stream *stream);
+
+enum nn_layer_kind {
+	NN_CONV = 1,
+	NN_MAXPOOL,
+	NN_RELU,
+	NN_FLATTEN,
+	NN_LINEAR,
+};
+
+/* One layer: its geometry per sample and where its parameters are. */
+struct nn_layer {
+	enum nn_layer_kind kind;
+	int in_c, in_h, in_w;    /* input shape of one sample (linear: in_c features, 1 x 1) */
+	int out_c, out_h, out_w; /* output shape of one sample */
+	int k, stride, pad;      /* conv, maxpool: kernel size, stride, zero padding (pixels) */
+	size_t in_size;          /* in_c * in_h * in_w floats */
+	size_t out_size;         /* out_c * out_h * out_w floats */
+	size_t w_off;            /* offset of the weight in the parameter vector (floats) */
+	size_t n_w;              /* conv (out_c, in_c, k, k), linear (out_c, in_c) floats */
+	size_t b_off;            /* offset of the bias (out_c floats) */
+	size_t n_b;              /* out_c for conv and linear, else 0 */
+	bool need_din;           /* the backward must produce the input gradient
+				  * (a trainable layer precedes) */
+	size_t col_off;          /* conv: offset of its columns in a CPU worker's scratch, floats */
+	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
+				  * follows, so at most one output in each pooling window has a gradient */
+};
+
+/* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */
+int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layers_p,
+		  size_t *n_p, char **expanded_p);
+
+/* ------------------------------------------------------------------ CPU kernels */
+
+/* 4 floats, the SSE width every x86-64 has (GCC and clang vector extension). */
+typedef float nn_f32x4 __attribute__((vector_size(16)));
+
+/* y[0..n) += a x[0..n), 4 at a time: the compilers leave short loops of unknown length scalar. */
+static inline void nn_axpy(float *restrict y, float a, const float *restrict x, int n)
+{
+	int i = 0;
+
+	for (; i + 4 <= n; i += 4) {
+		nn_f32x4 vx, vy;
+
+		memcpy(&vx, x + i, sizeof(vx));
+		memcpy(&vy, y + i, sizeof(vy));
+		vy += a * vx;
+		memcpy(y + i, &vy, sizeof(vy));
+	}
+	for (; i < n; i++)
+		y[i] += a * x[i];
+}
+
+/* n is the number of samples of the slice; pointers point at its first sample. */
+
+/* out (n, out_c) = in (n, in_c) W^T (out_c, in_c) + b (out_c) */
+void linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+		    const float *b, int n);
+/* dw += dout^T in; db += sum dout; din (may be NULL) = dout W */
+void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+		     const float *dout, const float *in, const float *w, int n);
+
+/* col (n, out_h out_w, in_c k k): receives each sample's im2col columns */
+void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+		    const float *b, float *col, int n);
+/*
+ * col: the columns conv2d_forward() made of these n samples; dcol: scratch
+ * of one sample's columns; din may be NULL; dout (n, out_c, out_h, out_w)
+ */
+void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+		     const float *dout, const float *w, const float *col, float *dcol, int n);
+
+/* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
+void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
+void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
+		      const int32_t *idx, int n);
+
+void relu_forward(float *out, const float *in, size_t count);
+/* din = dout where out > 0, else 0 */
+void relu_backward(float *din, const float *dout, const float *out, size_t count);
+
+/*
+ * Softmax cross-entropy of n samples of c logits.  Adds the sum of the
+ * losses to *loss_sum and the correct predictions to *correct; writes
+ * (softmax - onehot) * scale to dlogits unless it is NULL.  Returns 0 or
+ * -ERANGE for a label outside 0..c-1.
+ */
+int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
+		 float *dlogits, double *loss_sum, uint64_t *correct);
+
+/* dst[i] = src[i] * (1 / (255 std)) - mean / std, as nn/cuda/convert.cu */
+void u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std);
+
+/* ------------------------------------------------------------------ optimizers */
+
+/* Optimizer state: sized by the parameter count. */
+struct nn_optim {
+	struct pp_optimizer_config cfg;
+	uint64_t t;   /* steps taken */
+	float *buf1;  /* SGD momentum buffer, Adam first moment (n) */
+	float *buf2;  /* Adam second moment (n); NULL for SGD */
+};
+
+int nn_optim_check(const struct pp_optimizer_config *cfg);
+/* One update of p (n) from g (n); cpu. */
+void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
+
+/* ------------------------------------------------------------------ models */
+
+struct nn_worker;
+
+/* A batch to run through a model. */
+struct nn_job {
+	bool train;           /* backward and update too */
+	size_t batch;         /* samples */
+	const uint8_t *in_u8; /* (batch, in_size) or NULL */
+	const float *in_f32;  /* (batch, in_size) or NULL */
+	const int32_t *labels; /* (batch) */
+	float *logits;        /* (batch, classes) on the model's device, or NULL */
+};
+
+/*
+ * How a model runs on its kind of device: the CPU kernels (the host, cpu,
+ * sim) or the CUDA kernels.
+ */
+struct nn_backend {
+	/* Prepares what the backend needs once the parameters exist. */
+	int (*setup)(struct pp_model *m);
+	/* Frees it.  Safe after a failed setup. */
+	void (*teardown)(struct pp_model *m);
+	/* Allocates what a batch of m->capacity samples needs beyond the activations. */
+	int (*reserve)(struct pp_model *m);
+	/* Runs a job: forward and loss, and backward and update when job->train. */
+	int (*run)(struct pp_model *m, struct nn_job *job);
+	/* Writes the running totals, resetting them when asked. */
+	int (*metrics)(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p);
+};
+
+extern const struct nn_backend nn_backend_cpu;
+extern const struct nn_backend nn_backend_cuda;
+
+/* Checks the settings a checkpoint does not hold (threads, mean, std); -EINVAL with a message. */
+int nn_model_check_runtime(const struct pp_model_config *cfg);
+
+/* Waits for the model's queued work (cuda); 0 or -errno. */
+int nn_model_wait(struct pp_model *m);
+
+/* Activations and per-batch buffers for 'batch' samples (nn/model.c). */
+int nn_model_reserve(struct pp_model *m, size_t batch);
+
+struct pp_model {
+	struct pp_device *dev;    /* NULL: host */
+	enum pp_device_kind kind;
+	const struct nn_backend *backend;
+	struct pp_model_config cfg;
+	char *spec;               /* expanded */
+	struct nn_layer *layers;  /* n_layers */
+	size_t n_layers;
+	size_t n_params;          /* floats */
+	float *params;            /* (n_params) on dev */
+	float *grads;             /* (n_params) on dev */
+	struct nn_optim optim;    /* buffers on dev */
+	/* activations, allocated for 'capacity' samples at the first step that needs them */
+	size_t capacity;          /* samples */
+	float *input;             /* (capacity, in_size of layer 0): the normalised batch */
+	float **acts;             /* n_layers x (capacity, out_size) */
+	float **dacts;            /* n_layers x (capacity, out_size) */
+	int32_t **pool_idx;       /* n_layers x (capacity, out_size) for maxpool, else NULL */
+	size_t col_floats;        /* the im2col columns of all conv layers, one sample, floats */
+	size_t group;             /* CPU: samples taken forward and backward together */
+	/* threads: worker 0 is the caller */
+	int threads;
+	struct nn_worker *workers; /* threads */
+	pthread_t *tids;           /* threads - 1 */
+	int threads_started;       /* of tids */
+	struct nn_job *job;        /* the step being run */
+	pthread_mutex_t lock;      /* guards generation, pending, quit */
+	pthread_cond_t go;         /* signalled when a job is posted or the workers are to quit */
+	pthread_cond_t done;       /* signalled when the last worker finishes a job */
+	uint64_t generation;       /* bumped for each job */
+	int pending;               /* workers still running the job */
+	bool quit;                 /* the workers are to exit */
+	struct pp_model_metrics metrics; /* cuda: samples only; the sums are in 'acc' */
+	/* cuda */
+	void *stream;             /* cudaStream_t of cfg.stream */
+	void *blas;               /* cuBLAS handle on it */
+	float *col_all;           /* (capacity OH OW, C K K) largest conv */
+	float *dcol_all;          /* same */
+	float *perm;              /* (OC, capacity OH OW) largest conv output */
+	struct nn_cuda_acc *acc;  /* device: running loss, correct count, bad-label flag */
+};
+
+/* The running totals of a cuda model, in device memory. */
+struct nn_cuda_acc {
+	double loss_sum;          /* sum of the samples' losses */
+	unsigned long long correct; /* samples whose largest logit was their label */
+	int bad_label;            /* 1 once a label outside the classes was seen */
+};
+
+/* Builds a model with its buffers, parameters not yet set (nn/model.c). */
+int nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,
+		 struct pp_model **model_p);
+
+#endif

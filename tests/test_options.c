@@ -1,0 +1,120 @@
+/*
+ * tests/test_options.c: pinpipe-train's command line and the grid of runs.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/testutil.h"
+#include "trainer/options.h"
+
+static int parse(struct tr_options *opt, const char *const *args)
+{
+	char *argv[32];
+	int argc = 0;
+
+	argv[argc++] = (char *)"pinpipe-train";
+	for (; *args; args++)
+		argv[argc++] = (char *)*args;
+	argv[argc] = NULL;
+	return tr_options_parse(argc, argv, opt);
+}
+
+/* Fails if the defaults are not those --help states. */
+START_TEST(test_defaults)
+{
+	static const char *const none[] = { NULL };
+	struct tr_options opt;
+	struct tr_params p;
+
+	unsetenv("PINPIPE_DATA");
+	ck_assert_int_eq(parse(&opt, none), 0);
+	ck_assert_uint_eq(tr_options_runs(&opt), 1);
+	ck_assert_int_eq(tr_options_run_params(&opt, 0, &p), 0);
+	ck_assert_str_eq(p.device, "auto");
+	ck_assert_uint_eq(p.batch_size, 100);
+	ck_assert_uint_eq(p.workers, 1);
+	ck_assert(p.pin_memory);
+	ck_assert(p.lr == 0.01);
+	ck_assert_str_eq(p.model, "cnn");
+	ck_assert_str_eq(p.optimizer, "adam");
+	ck_assert_str_eq(opt.data, "/usr/share/datasets/fashion-mnist");
+	ck_assert_uint_eq(opt.epochs, 3);
+	ck_assert(opt.shuffle && opt.eval && !opt.drop_last);
+	ck_assert_str_eq(opt.sort, "epoch_s");
+}
+END_TEST
+
+/* Fails if a 2x2x2 grid does not give 8 runs covering every combination in order. */
+START_TEST(test_grid)
+{
+	static const char *const args[] = { "--batch-size=100,1000", "-w", "0,2", "--pin-memory=on,off",
+					    "--model", "conv:6:5,relu,maxpool:2,flatten,fc:10", NULL };
+	struct tr_options opt;
+	struct tr_params p;
+	unsigned seen = 0;
+
+	ck_assert_int_eq(parse(&opt, args), 0);
+	ck_assert_uint_eq(tr_options_runs(&opt), 8);
+	for (size_t i = 0; i < 8; i++) {
+		ck_assert_int_eq(tr_options_run_params(&opt, i, &p), 0);
+		ck_assert_str_eq(p.model, "conv:6:5,relu,maxpool:2,flatten,fc:10");
+		seen |= 1u << ((p.batch_size == 1000) * 4 + (p.workers == 2) * 2 + p.pin_memory);
+	}
+	ck_assert_uint_eq(seen, 0xff);
+	ck_assert_int_eq(tr_options_run_params(&opt, 1, &p), 0);
+	ck_assert(!p.pin_memory && p.workers == 0 && p.batch_size == 100); /* last axis fastest */
+	ck_assert_int_eq(tr_options_run_params(&opt, 8, &p), -ERANGE);
+}
+END_TEST
+
+/* Fails if presets in one list are not split, or repeated --model does not add values. */
+START_TEST(test_model_lists)
+{
+	static const char *const presets[] = { "--model=cnn,mlp", NULL };
+	static const char *const repeated[] = { "-m", "mlp", "-m", "fc:10", NULL };
+	struct tr_options opt;
+
+	ck_assert_int_eq(parse(&opt, presets), 0);
+	ck_assert_uint_eq(opt.model.n, 2);
+	ck_assert_int_eq(parse(&opt, repeated), 0);
+	ck_assert_uint_eq(opt.model.n, 2);
+	ck_assert_str_eq(opt.model.values[1], "fc:10");
+}
+END_TEST
+
+/* Fails if a bad option or value is accepted rather than answered with exit code 2. */
+START_TEST(test_bad_input)
+{
+	static const char *const cases[][3] = {
+		{ "--batch-size=0", NULL }, { "--batch-size=10x", NULL }, { "--workers=-1", NULL },
+		{ "--pin-memory=maybe", NULL }, { "--lr=0", NULL }, { "--lr=nan", NULL },
+		{ "--optimizer=rmsprop", NULL }, { "--device=tpu", NULL }, { "--epochs=0", NULL },
+		{ "--sort=speed", NULL }, { "--frobnicate", NULL }, { "--resume", NULL },
+		{ "--momentum=1", NULL }, { "extra", NULL }, { "--epochs", NULL },
+		{ "--checkpoint=x.ckpt", "--lr=0.1,0.2" },
+	};
+	struct tr_options opt;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		ck_assert_msg(parse(&opt, cases[i]) == 2, "accepted: %s", cases[i][0]);
+}
+END_TEST
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("options");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_grid);
+	tcase_add_test(tc, test_model_lists);
+	tcase_add_test(tc, test_bad_input);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,154 @@
+/*
+ * tests/test_results.c: pinpipe-train's results: sorting, table, CSV, JSON lines.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/testutil.h"
+#include "trainer/results.h"
+
+static struct tr_row row(unsigned run, unsigned epoch, double epoch_s, const char *model)
+{
+	struct tr_row r;
+
+	memset(&r, 0, sizeof(r));
+	r.run = run;
+	r.epoch = epoch;
+	r.epoch_s = epoch_s;
+	r.test_loss = NAN;
+	r.val_loss = r.val_acc = NAN;
+	r.hidden_pct = NAN;
+	r.p.batch_size = 100 * run;
+	r.p.lr = 0.01;
+	snprintf(r.p.model, sizeof(r.p.model), "%s", model);
+	snprintf(r.p.device, sizeof(r.p.device), "cpu");
+	snprintf(r.status, sizeof(r.status), "ok");
+	return r;
+}
+
+/* Runs fn into a memory buffer and returns the text (malloc'd). */
+static char *capture(void (*fn)(const struct tr_results *, FILE *), const struct tr_results *res)
+{
+	char *buf = calloc(1, 65536);
+	FILE *f = fmemopen(buf, 65535, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fn(res, f);
+	fclose(f);
+	return buf;
+}
+
+static void csv(const struct tr_results *res, FILE *f)
+{
+	ck_assert_int_eq(tr_results_write_csv(res, f), 0);
+}
+
+/* Fails if sorting is not by the named column, both ways, stable, with unknown values last. */
+START_TEST(test_sort)
+{
+	struct tr_results res = { 0 };
+	struct tr_row r;
+
+	r = row(1, 1, 3.0, "cnn");
+	tr_results_add(&res, &r);
+	r = row(1, 2, 1.0, "cnn");
+	tr_results_add(&res, &r);
+	r = row(2, 1, 2.0, "mlp");
+	r.test_loss = 0.5;
+	tr_results_add(&res, &r);
+	r = row(3, 1, 1.0, "mlp");
+	tr_results_add(&res, &r);
+
+	tr_results_sort(&res, "epoch_s");
+	ck_assert_uint_eq(res.rows[0].run, 1);
+	ck_assert_uint_eq(res.rows[0].epoch, 2);
+	ck_assert_uint_eq(res.rows[1].run, 3); /* tie with the row before: order kept */
+	ck_assert_uint_eq(res.rows[3].epoch_s, 3.0);
+	tr_results_sort(&res, "-batch_size");
+	ck_assert_uint_eq(res.rows[0].p.batch_size, 300);
+	tr_results_sort(&res, "test_loss");
+	ck_assert(res.rows[0].test_loss == 0.5);
+	tr_results_sort(&res, "model");
+	ck_assert_str_eq(res.rows[0].p.model, "cnn");
+	ck_assert(tr_results_valid_column("-hidden_pct"));
+	ck_assert(!tr_results_valid_column("speed"));
+	tr_results_free(&res);
+}
+END_TEST
+
+/* Fails if the CSV lacks the header, quotes wrongly or prints unknown values. */
+START_TEST(test_csv)
+{
+	struct tr_results res = { 0 };
+	struct tr_row r = row(1, 1, 0.5, "conv:6:5,relu");
+	char *out;
+
+	snprintf(r.status, sizeof(r.status), "failed: say \"no\"");
+	tr_results_add(&res, &r);
+	out = capture(csv, &res);
+	ck_assert_ptr_nonnull(strstr(out, "run,epoch,train_loss,"));
+	ck_assert_ptr_nonnull(strstr(out, ",\"conv:6:5,relu\","));
+	ck_assert_ptr_nonnull(strstr(out, ",\"failed: say \"\"no\"\"\"\n"));
+	ck_assert_ptr_nonnull(strstr(out, ",0.01,"));
+	free(out);
+	tr_results_free(&res);
+}
+END_TEST
+
+/* Fails if a JSON line is not an object with escaped strings, null for unknowns and booleans. */
+START_TEST(test_jsonl)
+{
+	struct tr_row r = row(2, 3, 1.25, "mlp");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	r.p.pin_memory = true;
+	snprintf(r.status, sizeof(r.status), "failed: a\\b \"c\"\n");
+	ck_assert_int_eq(tr_results_write_row_jsonl(&r, f), 0);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(buf, "{\"run\":2,\"epoch\":3,"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"test_loss\":null,"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"epoch_s\":1.25,"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"pin_memory\":true,"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"status\":\"failed: a\\\\b \\\"c\\\"\\u000a\"}\n"));
+	free(buf);
+}
+END_TEST
+
+/* Fails if the table is not aligned under its header or shows NaN instead of "-". */
+START_TEST(test_table)
+{
+	struct tr_results res = { 0 };
+	struct tr_row r = row(1, 1, 0.5, "mlp");
+	char *out, *nl;
+
+	tr_results_add(&res, &r);
+	out = capture(tr_results_print_table, &res);
+	nl = strchr(out, '\n');
+	ck_assert_ptr_nonnull(nl);
+	ck_assert_uint_eq((size_t)(nl - out) + 1, strlen(nl + 1)); /* same width, both lines */
+	ck_assert_ptr_null(strstr(out, "nan"));
+	ck_assert_ptr_nonnull(strstr(out, "  -  "));
+	free(out);
+	tr_results_free(&res);
+}
+END_TEST
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("results");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_sort);
+	tcase_add_test(tc, test_csv);
+	tcase_add_test(tc, test_jsonl);
+	tcase_add_test(tc, test_table);
+	suite_add_tcase(s, tc);
+	return s;
+}

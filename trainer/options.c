@@ -1,0 +1,403 @@
+/*
+ * trainer/options.c: pinpipe-train's command line, its defaults and the grid
+ * of runs it spans.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pinpipe/pinpipe.h"
+#include "trainer/options.h"
+
+#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+static const char usage[] =
+"usage: pinpipe-train [OPTION]...\n"
+"Trains a model on a dataset through pinpipe's loader, transfer stage and nn,\n"
+"for every combination of the comma-separated values given, and prints one\n"
+"row per run and epoch, then a table of them all.\n"
+"\n"
+"Grid options (each takes a comma-separated list):\n"
+"  -d, --device=LIST       auto, cpu, sim[:bw=25GB/s], cuda[:N]      [auto]\n"
+"  -b, --batch-size=LIST   samples per batch                         [100]\n"
+"  -w, --workers=LIST      loader worker threads (0: in the trainer) [1]\n"
+"  -p, --pin-memory=LIST   on, off: pinned ring buffers              [on]\n"
+"      --lr=LIST           learning rate                             [0.01]\n"
+"  -m, --model=LIST        cnn, mlp, or a spec such as\n"
+"                          conv:6:5,relu,maxpool:2,flatten,fc:10 (a spec is one\n"
+"                          value; repeat --model for several)        [cnn]\n"
+"  -o, --optimizer=LIST    adam, sgd                                 [adam]\n"
+"\n"
+"Run options:\n"
+"      --data=DIR          Fashion-MNIST, MNIST or CIFAR-10 directory, or pinpipe\n"
+"                          shards, or synthetic[:COUNT]   [$PINPIPE_DATA or\n"
+"                          " DEFAULT_DATA "]\n"
+"  -e, --epochs=N          epochs per run                            [3]\n"
+"  -s, --seed=N            seed of initialisation and shuffling      [1]\n"
+"      --momentum=X        SGD momentum                              [0]\n"
+"      --weight-decay=X    L2 weight decay                           [0]\n"
+"      --nesterov          Nesterov momentum (SGD)\n"
+"      --prefetch=N        ring slots of the loader                  [4]\n"
+"      --val-split=N       hold out N training samples for validation [0]\n"
+"      --no-shuffle        keep the dataset's order\n"
+"      --drop-last         drop the last incomplete batch\n"
+"      --no-eval           do not evaluate on the test set\n"
+"      --checkpoint=FILE   save model and optimizer after each epoch\n"
+"      --resume            continue from --checkpoint exactly\n"
+"      --max-steps=N       stop each run after N steps               [no limit]\n"
+"  -t, --threads=N         compute threads   [cores left by the workers, >= 1]\n"
+"\n"
+"Output:\n"
+"      --sort=COLUMN       sort the final table (prefix - to reverse) [epoch_s]\n"
+"      --csv=FILE          write the rows as CSV\n"
+"      --jsonl=FILE        write the rows as JSON lines\n"
+"      --logdir=DIR        write TensorBoard event files, one directory per run\n"
+"      --progress          a progress bar on stderr (default when a terminal)\n"
+"      --no-progress       plain lines instead\n"
+"  -q, --quiet             only the final table\n"
+"  -h, --help              this help\n"
+"  -V, --version           the version\n"
+"\n"
+"Exit status: 0 if every run succeeded, 1 if a run failed, 2 for bad usage.\n";
+
+enum {
+	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
+	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
+	OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
+};
+
+static const struct option long_options[] = {
+	{ "device", required_argument, NULL, 'd' },
+	{ "batch-size", required_argument, NULL, 'b' },
+	{ "workers", required_argument, NULL, 'w' },
+	{ "pin-memory", required_argument, NULL, 'p' },
+	{ "lr", required_argument, NULL, OPT_LR },
+	{ "model", required_argument, NULL, 'm' },
+	{ "optimizer", required_argument, NULL, 'o' },
+	{ "data", required_argument, NULL, OPT_DATA },
+	{ "epochs", required_argument, NULL, 'e' },
+	{ "seed", required_argument, NULL, 's' },
+	{ "momentum", required_argument, NULL, OPT_MOMENTUM },
+	{ "weight-decay", required_argument, NULL, OPT_WD },
+	{ "nesterov", no_argument, NULL, OPT_NESTEROV },
+	{ "prefetch", required_argument, NULL, OPT_PREFETCH },
+	{ "val-split", required_argument, NULL, OPT_VAL },
+	{ "no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE },
+	{ "drop-last", no_argument, NULL, OPT_DROP_LAST },
+	{ "no-eval", no_argument, NULL, OPT_NO_EVAL },
+	{ "checkpoint", required_argument, NULL, OPT_CHECKPOINT },
+	{ "resume", no_argument, NULL, OPT_RESUME },
+	{ "max-steps", required_argument, NULL, OPT_MAX_STEPS },
+	{ "threads", required_argument, NULL, 't' },
+	{ "sort", required_argument, NULL, OPT_SORT },
+	{ "csv", required_argument, NULL, OPT_CSV },
+	{ "jsonl", required_argument, NULL, OPT_JSONL },
+	{ "logdir", required_argument, NULL, OPT_LOGDIR },
+	{ "progress", no_argument, NULL, OPT_PROGRESS },
+	{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int bad(const char *option, const char *value, const char *why)
+{
+	fprintf(stderr, "pinpipe-train: --%s=%s: %s (see --help)\n", option, value, why);
+	return 2;
+}
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (s[0] == '\0' || s[0] == '-')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_real(const char *s, double min, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (s[0] == '\0' || errno != 0 || *end != '\0' || !isfinite(v) || v < min)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+	if (!strcmp(s, "on") || !strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "yes"))
+		*out = true;
+	else if (!strcmp(s, "off") || !strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "no"))
+		*out = false;
+	else
+		return false;
+	return true;
+}
+
+static bool known_device(const char *s)
+{
+	return !strcmp(s, "auto") || !strcmp(s, "cpu") || !strcmp(s, "sim") ||
+	       !strncmp(s, "sim:", 4) || !strcmp(s, "cuda") || !strncmp(s, "cuda:", 5);
+}
+
+/* Checks one value of a grid axis; returns NULL if it is good, else why not. */
+static const char *check_value(int opt, const char *v)
+{
+	uint64_t u;
+	double d;
+	bool b;
+
+	switch (opt) {
+	case 'd':
+		return known_device(v) ? NULL : "not a device (auto, cpu, sim, cuda, cuda:N)";
+	case 'b':
+		return parse_u64(v, 1, 1u << 24, &u) == 0 ? NULL : "not a batch size (1..16777216)";
+	case 'w':
+		return parse_u64(v, 0, 64, &u) == 0 ? NULL : "not a worker count (0..64)";
+	case 'p':
+		return parse_bool(v, &b) ? NULL : "not on or off";
+	case OPT_LR:
+		return parse_real(v, 0, &d) == 0 && d > 0 ? NULL : "not a positive learning rate";
+	case 'o':
+		return !strcmp(v, "adam") || !strcmp(v, "sgd") ? NULL : "not an optimizer (adam, sgd)";
+	}
+	return NULL;
+}
+
+static bool is_preset(const char *s)
+{
+	return !strcmp(s, "cnn") || !strcmp(s, "mlp");
+}
+
+/* Adds the values of a comma-separated list to an axis (a model spec is one value). */
+static int add_values(struct tr_axis *axis, int opt, const char *name, const char *list)
+{
+	char buf[4096];
+	char *save = NULL;
+	bool split = true;
+
+	if (strlen(list) >= sizeof(buf) || list[0] == '\0')
+		return bad(name, list, "empty or too long");
+	snprintf(buf, sizeof(buf), "%s", list);
+	if (opt == 'm') {
+		for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+			split = split && is_preset(t);
+		snprintf(buf, sizeof(buf), "%s", list);
+	}
+	if (!split) {
+		if (axis->n == TR_MAX_VALUES)
+			return bad(name, list, "too many values");
+		if (strlen(list) >= sizeof(axis->values[0]))
+			return bad(name, list, "spec too long");
+		snprintf(axis->values[axis->n++], sizeof(axis->values[0]), "%s", list);
+		return 0;
+	}
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		const char *why = check_value(opt, t);
+
+		if (why != NULL)
+			return bad(name, t, why);
+		if (axis->n == TR_MAX_VALUES)
+			return bad(name, list, "too many values (at most 16)");
+		if (strlen(t) >= sizeof(axis->values[0]))
+			return bad(name, t, "too long");
+		snprintf(axis->values[axis->n++], sizeof(axis->values[0]), "%s", t);
+	}
+	return 0;
+}
+
+static void set_default(struct tr_axis *axis, const char *value)
+{
+	if (axis->n == 0)
+		snprintf(axis->values[axis->n++], sizeof(axis->values[0]), "%s", value);
+}
+
+static int copy_path(char *dst, size_t len, const char *name, const char *value)
+{
+	if (value[0] == '\0' || strlen(value) >= len)
+		return bad(name, value, "empty or too long");
+	snprintf(dst, len, "%s", value);
+	return 0;
+}
+
+int tr_options_parse(int argc, char **argv, struct tr_options *opt)
+{
+	const char *env = getenv("PINPIPE_DATA");
+	uint64_t u;
+	int c, ret = 0;
+
+	memset(opt, 0, sizeof(*opt));
+	snprintf(opt->data, sizeof(opt->data), "%s", env && env[0] ? env : DEFAULT_DATA);
+	opt->epochs = 3;
+	opt->seed = 1;
+	opt->prefetch = 4;
+	opt->shuffle = true;
+	opt->eval = true;
+	snprintf(opt->sort, sizeof(opt->sort), "epoch_s");
+	opt->progress = isatty(2) ? 1 : 0;
+
+	optind = 1;
+	opterr = 0;
+	while (ret == 0 && (c = getopt_long(argc, argv, ":d:b:w:p:m:o:e:s:t:qhV", long_options,
+					    NULL)) != -1) {
+		const char *name = NULL;
+
+		for (const struct option *o = long_options; o->name; o++)
+			if (o->val == c)
+				name = o->name;
+		switch (c) {
+		case 'd': ret = add_values(&opt->device, c, name, optarg); break;
+		case 'b': ret = add_values(&opt->batch_size, c, name, optarg); break;
+		case 'w': ret = add_values(&opt->workers, c, name, optarg); break;
+		case 'p': ret = add_values(&opt->pin_memory, c, name, optarg); break;
+		case OPT_LR: ret = add_values(&opt->lr, c, name, optarg); break;
+		case 'm': ret = add_values(&opt->model, c, name, optarg); break;
+		case 'o': ret = add_values(&opt->optimizer, c, name, optarg); break;
+		case OPT_DATA:
+			ret = copy_path(opt->data, sizeof(opt->data), name, optarg);
+			if (ret == 0 && strncmp(optarg, "synthetic", 9) == 0 && optarg[9] != '\0' &&
+			    (optarg[9] != ':' || parse_u64(optarg + 10, 6, 1ull << 32, &u) < 0))
+				ret = bad(name, optarg, "not synthetic:COUNT (COUNT from 6 to 2^32)");
+			break;
+		case 'e':
+			if (parse_u64(optarg, 1, 100000, &u) < 0)
+				ret = bad(name, optarg, "not an epoch count (1..100000)");
+			opt->epochs = (unsigned)u;
+			break;
+		case 's':
+			if (parse_u64(optarg, 0, UINT64_MAX, &opt->seed) < 0)
+				ret = bad(name, optarg, "not a seed (an unsigned integer)");
+			break;
+		case OPT_MOMENTUM:
+			if (parse_real(optarg, 0, &opt->momentum) < 0 || opt->momentum >= 1)
+				ret = bad(name, optarg, "not a momentum in [0, 1)");
+			break;
+		case OPT_WD:
+			if (parse_real(optarg, 0, &opt->weight_decay) < 0)
+				ret = bad(name, optarg, "not a weight decay >= 0");
+			break;
+		case OPT_NESTEROV: opt->nesterov = true; break;
+		case OPT_PREFETCH:
+			if (parse_u64(optarg, 1, 1024, &u) < 0)
+				ret = bad(name, optarg, "not a slot count (1..1024)");
+			opt->prefetch = (unsigned)u;
+			break;
+		case OPT_VAL:
+			if (parse_u64(optarg, 0, UINT64_MAX, &opt->val_split) < 0)
+				ret = bad(name, optarg, "not a sample count");
+			break;
+		case OPT_NO_SHUFFLE: opt->shuffle = false; break;
+		case OPT_DROP_LAST: opt->drop_last = true; break;
+		case OPT_NO_EVAL: opt->eval = false; break;
+		case OPT_CHECKPOINT:
+			ret = copy_path(opt->checkpoint, sizeof(opt->checkpoint), name, optarg);
+			break;
+		case OPT_RESUME: opt->resume = true; break;
+		case OPT_MAX_STEPS:
+			if (parse_u64(optarg, 1, UINT64_MAX, &opt->max_steps) < 0)
+				ret = bad(name, optarg, "not a step count >= 1");
+			break;
+		case 't':
+			if (parse_u64(optarg, 1, 256, &u) < 0)
+				ret = bad(name, optarg, "not a thread count (1..256)");
+			opt->threads = (unsigned)u;
+			break;
+		case OPT_SORT:
+			if (!tr_results_valid_column(optarg) || strlen(optarg) >= sizeof(opt->sort)) {
+				fprintf(stderr, "pinpipe-train: --sort=%s: not a column (%s)\n", optarg,
+					tr_results_column_names());
+				ret = 2;
+				break;
+			}
+			snprintf(opt->sort, sizeof(opt->sort), "%s", optarg);
+			break;
+		case OPT_CSV: ret = copy_path(opt->csv, sizeof(opt->csv), name, optarg); break;
+		case OPT_JSONL: ret = copy_path(opt->jsonl, sizeof(opt->jsonl), name, optarg); break;
+		case OPT_LOGDIR: ret = copy_path(opt->logdir, sizeof(opt->logdir), name, optarg); break;
+		case OPT_PROGRESS: opt->progress = 1; break;
+		case OPT_NO_PROGRESS: opt->progress = 0; break;
+		case 'q': opt->progress = -1; break;
+		case 'h': fputs(usage, stdout); return 1;
+		case 'V': printf("pinpipe-train %s\n", pp_version()); return 1;
+		case ':':
+			fprintf(stderr, "pinpipe-train: %s needs a value (see --help)\n", argv[optind - 1]);
+			return 2;
+		default:
+			fprintf(stderr, "pinpipe-train: unknown option '%s' (see --help)\n", argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (ret != 0)
+		return ret;
+	if (optind < argc) {
+		fprintf(stderr, "pinpipe-train: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return 2;
+	}
+	if (opt->resume && opt->checkpoint[0] == '\0') {
+		fprintf(stderr, "pinpipe-train: --resume needs --checkpoint=FILE (see --help)\n");
+		return 2;
+	}
+	set_default(&opt->device, "auto");
+	set_default(&opt->batch_size, "100");
+	set_default(&opt->workers, "1");
+	set_default(&opt->pin_memory, "on");
+	set_default(&opt->lr, "0.01");
+	set_default(&opt->model, "cnn");
+	set_default(&opt->optimizer, "adam");
+	if (opt->checkpoint[0] != '\0' && tr_options_runs(opt) > 1) {
+		fprintf(stderr, "pinpipe-train: --checkpoint takes a single run, not a grid of %zu\n",
+			tr_options_runs(opt));
+		return 2;
+	}
+	return 0;
+}
+
+size_t tr_options_runs(const struct tr_options *opt)
+{
+	return opt->device.n * opt->batch_size.n * opt->workers.n * opt->pin_memory.n *
+	       opt->lr.n * opt->model.n * opt->optimizer.n;
+}
+
+int tr_options_run_params(const struct tr_options *opt, size_t i, struct tr_params *p)
+{
+	const struct tr_axis *axes[] = { &opt->device, &opt->batch_size, &opt->workers,
+					 &opt->pin_memory, &opt->lr, &opt->model, &opt->optimizer };
+	size_t pick[7];
+	uint64_t u = 0;
+
+	if (i >= tr_options_runs(opt))
+		return -ERANGE;
+	for (size_t a = 7; a-- > 0;) {
+		pick[a] = i % axes[a]->n;
+		i /= axes[a]->n;
+	}
+	memset(p, 0, sizeof(*p));
+	snprintf(p->device, sizeof(p->device), "%s", opt->device.values[pick[0]]);
+	parse_u64(opt->batch_size.values[pick[1]], 1, UINT64_MAX, &u);
+	p->batch_size = (unsigned)u;
+	parse_u64(opt->workers.values[pick[2]], 0, UINT64_MAX, &u);
+	p->workers = (unsigned)u;
+	parse_bool(opt->pin_memory.values[pick[3]], &p->pin_memory);
+	parse_real(opt->lr.values[pick[4]], 0, &p->lr);
+	snprintf(p->model, sizeof(p->model), "%s", opt->model.values[pick[5]]);
+	snprintf(p->optimizer, sizeof(p->optimizer), "%s", opt->optimizer.values[pick[6]]);
+	return 0;
+}

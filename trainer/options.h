@@ -1,0 +1,59 @@
+/*
+ * trainer/options.h: pinpipe-train's command line.  Options that take a
+ * comma-separated list of values (device, batch size, workers, pin_memory,
+ * lr, model, optimizer) span a grid: every combination is a run.
+ */
+#ifndef PP_TRAINER_OPTIONS_H
+#define PP_TRAINER_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer/results.h"
+
+#define TR_MAX_VALUES 16
+
+/* One axis of the grid: the values given for one option. */
+struct tr_axis {
+	char values[TR_MAX_VALUES][160];
+	size_t n;
+};
+
+struct tr_options {
+	struct tr_axis device, batch_size, workers, pin_memory, lr, model, optimizer;
+	char data[4096];          /* dataset directory, or "synthetic[:COUNT]" */
+	unsigned epochs;
+	uint64_t seed;
+	double momentum;
+	double weight_decay;
+	bool nesterov;
+	unsigned prefetch;        /* ring slots */
+	uint64_t val_split;       /* training samples held out for validation */
+	bool shuffle;
+	bool drop_last;
+	bool eval;                /* evaluate on the test set after each epoch */
+	char checkpoint[4096];    /* "" for none */
+	bool resume;
+	uint64_t max_steps;       /* 0: no limit */
+	unsigned threads;         /* compute threads; 0: the cores the workers leave */
+	char sort[32];
+	char csv[4096];
+	char jsonl[4096];
+	char logdir[4096];
+	int progress;             /* 1 bar, 0 plain lines, -1 quiet */
+};
+
+/*
+ * Parses argv into *opt.  Returns 0 to run, 1 when --help or --version was
+ * printed, or 2 after printing a one-line error to stderr.
+ */
+int tr_options_parse(int argc, char **argv, struct tr_options *opt);
+
+/* Number of runs in the grid: the product of the axes' sizes. */
+size_t tr_options_runs(const struct tr_options *opt);
+
+/* Writes the parameters of run i (0-based, last axis fastest) into *p. */
+int tr_options_run_params(const struct tr_options *opt, size_t i, struct tr_params *p);
+
+#endif

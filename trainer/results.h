@@ -1,0 +1,73 @@
+/*
+ * trainer/results.h: the rows pinpipe-train reports, one per run and epoch,
+ * and their output as an aligned table, CSV or JSON lines, sorted by any
+ * column.
+ */
+#ifndef PP_TRAINER_RESULTS_H
+#define PP_TRAINER_RESULTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* One run's parameters: a point of the grid. */
+struct tr_params {
+	char device[64];     /* "cpu", "sim", "cuda:0" */
+	unsigned batch_size; /* samples per batch */
+	unsigned workers;    /* loader worker threads */
+	bool pin_memory;     /* pinned ring */
+	double lr;           /* learning rate */
+	char model[160];     /* preset or spec */
+	char optimizer[16];  /* "adam" or "sgd" */
+};
+
+/* One row: a run's epoch, or a run that failed (epoch 0, status says why). */
+struct tr_row {
+	unsigned run;          /* 1-based run number */
+	unsigned epoch;        /* 1-based; 0 for a run that could not start */
+	double train_loss;     /* mean over the epoch's batches; NaN when unknown */
+	double train_acc;      /* fraction 0..1 */
+	double val_loss;       /* on the held-out validation samples; NaN without --val-split */
+	double val_acc;
+	double test_loss;      /* NaN when not evaluated */
+	double test_acc;
+	double epoch_s;        /* seconds of the epoch's training loop */
+	double run_s;          /* seconds since the run began */
+	double samples_per_s;  /* training samples per second in the epoch */
+	double wait_s;         /* seconds the trainer waited for data in the epoch */
+	double copy_s;         /* seconds of host-to-device copy in the epoch */
+	double hidden_pct;     /* share of the copy time hidden behind compute, 0..100; NaN without copies */
+	struct tr_params p;
+	char status[200];      /* "ok", or "failed: <reason>" */
+};
+
+struct tr_results {
+	struct tr_row *rows;
+	size_t n;     /* rows in use */
+	size_t cap;   /* rows allocated */
+};
+
+/* Appends a copy of *row; returns 0 or -ENOMEM. */
+int tr_results_add(struct tr_results *res, const struct tr_row *row);
+
+void tr_results_free(struct tr_results *res);
+
+/* Returns true if 'column' (optionally prefixed with '-' for descending) names a column. */
+bool tr_results_valid_column(const char *column);
+
+/* Sorts the rows by 'column', ascending, or descending with a leading '-'; ties keep run order. */
+void tr_results_sort(struct tr_results *res, const char *column);
+
+/* The names of every column, comma-separated, for --help. */
+const char *tr_results_column_names(void);
+
+/* Prints the rows as an aligned table. */
+void tr_results_print_table(const struct tr_results *res, FILE *out);
+
+/* Writes a header line and the rows as CSV (RFC 4180 quoting). */
+int tr_results_write_csv(const struct tr_results *res, FILE *out);
+
+/* Writes one JSON object per row and line. */
+int tr_results_write_row_jsonl(const struct tr_row *row, FILE *out);
+
+#endif

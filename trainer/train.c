@@ -1,0 +1,564 @@
+/*
+ * trainer/train.c: pinpipe-train, the reference trainer.  It reads top-down:
+ * parse the flags, open the data, then for every run of the grid build a
+ * device, loaders, transfer stages and a model, train and evaluate epoch
+ * by epoch, and report; finally print the table and write the files.  It
+ * uses the public API only, as any C trainer would.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pinpipe/pinpipe.h"
+#include "trainer/options.h"
+#include "trainer/results.h"
+
+/* Fashion-MNIST's training-set statistics, as in the seeds' Normalize(). */
+#define NORM_MEAN 0.2860f
+#define NORM_STD 0.3530f
+
+/* Steps between two points of the per-step training loss in TensorBoard. */
+#define TB_STEP_EVERY 10
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The data of every run of the grid, opened once. */
+struct data {
+	struct pp_dataset *train;  /* what the model learns from */
+	struct pp_dataset *val;    /* held out of the training split (--val-split), or NULL */
+	struct pp_dataset *test;   /* the test split, or NULL without evaluation */
+};
+
+static void data_free(struct data *d)
+{
+	pp_dataset_destroy(d->train);
+	pp_dataset_destroy(d->val);
+	pp_dataset_destroy(d->test);
+	memset(d, 0, sizeof(*d));
+}
+
+/*
+ * A synthetic dataset of COUNT training samples and COUNT/6 test samples,
+ * drawn from one source so that both show the same classes.
+ */
+static int open_synthetic(const char *spec, uint64_t seed, struct data *d)
+{
+	struct pp_synthetic_config sc = {
+		.count = 12000, .channels = 1, .height = 28, .width = 28,
+		.num_classes = 10, .seed = 7, .dtype = PP_DTYPE_U8,
+	};
+	struct pp_dataset *all;
+	char *end = NULL;
+	int ret;
+
+	if (spec[0] == ':') {
+		sc.count = strtoull(spec + 1, &end, 10);
+		if (*end != '\0' || sc.count < 6 || sc.count > (1ull << 32))
+			goto bad_spec;
+	} else if (spec[0] != '\0') {
+		goto bad_spec;
+	}
+	sc.count += sc.count / 6;
+	ret = pp_dataset_create_synthetic(&sc, &all);
+	if (ret < 0)
+		return ret;
+	ret = pp_dataset_random_split(all, sc.count / 7, seed, &d->train, &d->test);
+	pp_dataset_destroy(all);
+	if (ret < 0)
+		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
+	return ret;
+
+bad_spec:
+	fprintf(stderr, "pinpipe-train: --data=synthetic%s: not synthetic:COUNT (COUNT from 6 to 2^32)\n",
+		spec);
+	return -EINVAL;
+}
+
+/* Opens --data (a directory of a known dataset, or synthetic[:COUNT]) and holds out --val-split. */
+static int data_open(const struct tr_options *opt, struct data *d)
+{
+	int ret;
+
+	memset(d, 0, sizeof(*d));
+	if (strncmp(opt->data, "synthetic", 9) == 0) {
+		ret = open_synthetic(opt->data + 9, opt->seed, d);
+		if (ret < 0)
+			return ret;
+	} else {
+		ret = pp_dataset_open_dir(opt->data, "train", &d->train);
+		if (ret == 0 && opt->eval)
+			ret = pp_dataset_open_dir(opt->data, "test", &d->test);
+	}
+	if (ret == 0 && !opt->eval) {
+		pp_dataset_destroy(d->test);
+		d->test = NULL;
+	}
+	if (ret == 0 && opt->val_split > 0) {
+		struct pp_dataset *full = d->train;
+
+		d->train = NULL;
+		ret = pp_dataset_random_split(full, opt->val_split, opt->seed, &d->train, &d->val);
+		pp_dataset_destroy(full);
+	}
+	if (ret < 0) {
+		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
+		if (ret == -ENOENT && strcmp(opt->data, "/usr/share/datasets/fashion-mnist") == 0)
+			fprintf(stderr, "pinpipe-train: install it with: sudo apt-get install "
+				"dataset-fashion-mnist (or give --data=DIR)\n");
+		data_free(d);
+	}
+	return ret;
+}
+
+/* Everything one run holds, released in reverse order by run_close(). */
+struct run {
+	struct pp_device *dev;
+	struct pp_stream *compute;
+	struct pp_loader *train_loader, *val_loader, *test_loader;
+	struct pp_transfer *train_xfer, *val_xfer, *test_xfer;
+	struct pp_model *model;
+	struct pp_summary_writer *tb;
+	double tb_loss;            /* the model's running loss sum at the last per-step point */
+	uint64_t tb_samples;       /* and its sample count */
+	bool host_compute_on_copy; /* sim: CPU kernels read device memory, so wait for copies on the host */
+};
+
+static void run_close(struct run *r)
+{
+	pp_summary_writer_destroy(r->tb);
+	pp_model_destroy(r->model);
+	pp_transfer_destroy(r->test_xfer);
+	pp_transfer_destroy(r->val_xfer);
+	pp_transfer_destroy(r->train_xfer);
+	pp_loader_destroy(r->test_loader);
+	pp_loader_destroy(r->val_loader);
+	pp_loader_destroy(r->train_loader);
+	pp_stream_destroy(r->compute);
+	pp_device_close(r->dev);
+	memset(r, 0, sizeof(*r));
+}
+
+static int make_pipeline(const struct tr_options *opt, const struct tr_params *p,
+			 struct pp_dataset *ds, bool train, struct run *r,
+			 struct pp_loader **loader_p, struct pp_transfer **xfer_p)
+{
+	struct pp_loader_config lc;
+	struct pp_transfer_config tc;
+	int ret;
+
+	memset(&lc, 0, sizeof(lc));
+	lc.dataset = ds;
+	lc.batch_size = p->batch_size;
+	lc.shuffle = train && opt->shuffle;
+	lc.seed = opt->seed;
+	lc.drop_last = train && opt->drop_last;
+	lc.workers = p->workers;
+	lc.prefetch = opt->prefetch;
+	lc.device = r->dev;
+	lc.pin_memory = p->pin_memory;
+	ret = pp_loader_create(&lc, loader_p);
+	if (ret < 0)
+		return ret;
+	memset(&tc, 0, sizeof(tc));
+	tc.loader = *loader_p;
+	tc.device = r->dev;
+	return pp_transfer_create(&tc, xfer_p);
+}
+
+/* Makes the TensorBoard directory name of a run from its parameters. */
+static void run_dirname(const struct tr_params *p, unsigned run, char *buf, size_t len)
+{
+	char model[64];
+	size_t i;
+
+	for (i = 0; p->model[i] != '\0' && i + 1 < sizeof(model); i++)
+		model[i] = (p->model[i] == '/' || p->model[i] == ',' || p->model[i] == ':') ? '_' : p->model[i];
+	model[i] = '\0';
+	snprintf(buf, len, "run%u-device=%s-bs=%u-workers=%u-pin=%s-lr=%g-model=%s-opt=%s", run,
+		 p->device, p->batch_size, p->workers, p->pin_memory ? "on" : "off", p->lr, model,
+		 p->optimizer);
+	for (i = 0; buf[i] != '\0'; i++)
+		if (buf[i] == ':')
+			buf[i] = '_';
+}
+
+static int run_open(const struct tr_options *opt, const struct tr_params *p, unsigned run,
+		    const struct data *d, struct run *r)
+{
+	const struct pp_sample_info *info = pp_dataset_info(d->train);
+	struct pp_model_config mc;
+	unsigned cores = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	ret = pp_device_open(p->device, &r->dev);
+	if (ret < 0)
+		return ret;
+	r->host_compute_on_copy = pp_device_get_props(r->dev)->kind == PP_DEVICE_SIM;
+	ret = pp_stream_create(r->dev, &r->compute);
+	if (ret < 0)
+		return ret;
+	ret = make_pipeline(opt, p, d->train, true, r, &r->train_loader, &r->train_xfer);
+	if (ret < 0)
+		return ret;
+	if (d->val != NULL) {
+		ret = make_pipeline(opt, p, d->val, false, r, &r->val_loader, &r->val_xfer);
+		if (ret < 0)
+			return ret;
+	}
+	if (d->test != NULL) {
+		ret = make_pipeline(opt, p, d->test, false, r, &r->test_loader, &r->test_xfer);
+		if (ret < 0)
+			return ret;
+	}
+	pp_model_config_init(&mc);
+	mc.in_channels = info->ndim == 3 ? info->shape[0] : 1;
+	mc.in_height = info->ndim == 3 ? info->shape[1] : info->shape[0];
+	mc.in_width = info->ndim == 3 ? info->shape[2] : (info->ndim >= 2 ? info->shape[1] : 1);
+	mc.num_classes = info->num_classes;
+	mc.seed = opt->seed;
+	mc.threads = (int)(opt->threads ? opt->threads
+			   : (cores > p->workers + 1 ? cores - p->workers : 1));
+	mc.mean = NORM_MEAN;
+	mc.std = NORM_STD;
+	mc.stream = r->compute;
+	mc.optim.kind = strcmp(p->optimizer, "sgd") == 0 ? PP_OPTIM_SGD : PP_OPTIM_ADAM;
+	mc.optim.lr = (float)p->lr;
+	mc.optim.momentum = (float)opt->momentum;
+	mc.optim.nesterov = opt->nesterov;
+	mc.optim.weight_decay = (float)opt->weight_decay;
+	if (opt->resume)
+		ret = pp_model_load(opt->checkpoint, r->dev, &mc, &r->model);
+	else
+		ret = pp_model_create(p->model, r->dev, &mc, &r->model);
+	if (ret < 0)
+		return ret;
+	if (opt->logdir[0] != '\0') {
+		char dir[4096 + 512], name[512];
+
+		run_dirname(p, run, name, sizeof(name));
+		snprintf(dir, sizeof(dir), "%s/%s", opt->logdir, name);
+		ret = pp_summary_writer_create(dir, &r->tb);
+	}
+	return ret;
+}
+
+/* Runs one pass over a transfer stage's epoch: training when 'train', else evaluation. */
+static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
+		    uint64_t max_steps, const struct pp_sample_info *info, int progress,
+		    uint64_t batches, double t0, const char *what)
+{
+	struct pp_device_batch *b;
+	uint64_t done = 0, samples = 0;
+	int ret = 0;
+
+	while (!interrupted && (ret = pp_transfer_next(xfer, r->compute, &b)) == 1) {
+		size_t shape[4] = { b->size, 1, 1, 1 };
+		struct pp_tensor *in;
+		int ndim = 1 + (int)info->ndim;
+
+		for (uint32_t k = 0; k < info->ndim && k < 3; k++)
+			shape[1 + k] = info->shape[k];
+		if (r->host_compute_on_copy)
+			ret = pp_event_synchronize(b->ready);
+		if (ret >= 0)
+			ret = pp_tensor_wrap(r->dev, b->samples, b->dtype, ndim, shape, &in);
+		if (ret >= 0) {
+			ret = train ? pp_model_train_step(r->model, in, b->labels)
+				    : pp_model_evaluate(r->model, in, b->labels, NULL);
+			pp_tensor_destroy(in);
+		}
+		samples += b->size;
+		if (pp_transfer_release(xfer, b, r->compute) < 0 && ret >= 0)
+			ret = -EIO;
+		if (ret < 0)
+			return ret;
+		done++;
+		if (train && r->tb && (*steps + 1) % TB_STEP_EVERY == 0) {
+			struct pp_model_metrics m;
+
+			/* The running totals since the last point give the mean loss of these steps. */
+			ret = pp_model_metrics(r->model, false, &m);
+			if (ret == 0 && m.samples > r->tb_samples) {
+				pp_summary_writer_add_scalar(r->tb, "loss/train_step", (int64_t)*steps + 1,
+							     (m.loss_sum - r->tb_loss) /
+								     (double)(m.samples - r->tb_samples));
+				r->tb_loss = m.loss_sum;
+				r->tb_samples = m.samples;
+			}
+		}
+		if (train && ++*steps >= max_steps && max_steps)
+			break;
+		if (progress > 0 && (done % 8 == 0 || done == batches)) {
+			double el = now_s() - t0;
+			int width = 30, fill = batches ? (int)(width * done / batches) : 0;
+
+			fprintf(stderr, "\r  %-5s [%.*s%*s] %3d%% %9.0f samples/s  ETA %4.0fs ", what,
+				fill, "##############################", width - fill, "",
+				batches ? (int)(100 * done / batches) : 0, el > 0 ? samples / el : 0,
+				done && batches ? el / done * (double)(batches - done) : 0);
+		}
+	}
+	if (progress > 0)
+		fprintf(stderr, "\r%80s\r", "");
+	return interrupted ? -EINTR : (ret < 0 ? ret : 0);
+}
+
+/* Evaluates the model on one pass of a transfer stage; NaN results when there is none. */
+static int evaluate(struct run *r, struct pp_transfer *xfer, struct pp_loader *loader,
+		    const struct pp_sample_info *info, int progress, const char *what,
+		    double *loss_p, double *acc_p)
+{
+	struct pp_model_metrics m;
+	uint64_t steps = 0;
+	int ret;
+
+	*loss_p = *acc_p = NAN;
+	if (xfer == NULL)
+		return 0;
+	pp_model_metrics(r->model, true, &m);
+	ret = pp_transfer_begin_epoch(xfer, 0);
+	if (ret == 0)
+		ret = run_pass(r, xfer, false, &steps, 0, info, progress,
+			       pp_loader_batches_per_epoch(loader), now_s(), what);
+	if (ret == 0)
+		ret = pp_model_metrics(r->model, true, &m);
+	if (ret < 0)
+		return ret;
+	*loss_p = m.samples ? m.loss_sum / (double)m.samples : NAN;
+	*acc_p = m.samples ? (double)m.correct / (double)m.samples : NAN;
+	return 0;
+}
+
+static void print_row(const struct tr_row *row, int progress)
+{
+	if (progress < 0)
+		return;
+	printf("run %u epoch %u: train loss %.4f acc %.4f", row->run, row->epoch, row->train_loss,
+	       row->train_acc);
+	if (!isnan(row->val_acc))
+		printf(", val loss %.4f acc %.4f", row->val_loss, row->val_acc);
+	if (!isnan(row->test_acc))
+		printf(", test loss %.4f acc %.4f", row->test_loss, row->test_acc);
+	printf(", %.2f s, %.0f samples/s, waited %.3f s", row->epoch_s, row->samples_per_s,
+	       row->wait_s);
+	if (!isnan(row->hidden_pct))
+		printf(", copy %.3f s (%.0f%% hidden)", row->copy_s, row->hidden_pct);
+	printf("\n");
+	fflush(stdout);
+}
+
+static void fail_row(struct tr_results *res, unsigned run, const struct tr_params *p, int err,
+		     FILE *jsonl)
+{
+	struct tr_row row;
+
+	memset(&row, 0, sizeof(row));
+	row.run = run;
+	row.train_loss = row.train_acc = row.test_loss = row.test_acc = NAN;
+	row.epoch_s = row.run_s = row.samples_per_s = row.wait_s = row.copy_s = row.hidden_pct = NAN;
+	row.p = *p;
+	snprintf(row.status, sizeof(row.status), "failed: %s",
+		 pp_last_error()[0] ? pp_last_error() : pp_strerror(err));
+	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, row.status + 8);
+	tr_results_add(res, &row);
+	if (jsonl)
+		tr_results_write_row_jsonl(&row, jsonl);
+}
+
+/* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
+static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
+		     const struct data *d, struct tr_results *res, FILE *jsonl)
+{
+	struct tr_params params = *p;
+	const struct pp_sample_info *info = pp_dataset_info(d->train);
+	struct run r;
+	double t_run = now_s();
+	uint64_t steps, batches;
+	unsigned first_epoch;
+	int ret;
+
+	ret = run_open(opt, p, run, d, &r);
+	if (ret < 0)
+		goto fail;
+	/* Rows name the device that ran ("auto" opens cpu or cuda:0). */
+	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
+	p = &params;
+	batches = pp_loader_batches_per_epoch(r.train_loader);
+	steps = pp_model_steps(r.model);
+	first_epoch = batches ? (unsigned)(steps / batches) : 0;
+	if (opt->progress >= 0) {
+		char summary[2048];
+
+		pp_model_summary(r.model, summary, sizeof(summary));
+		printf("run %u: device=%s batch_size=%u workers=%u pin_memory=%s lr=%g model=%s "
+		       "optimizer=%s, %zu parameters%s\n", run, pp_device_get_props(r.dev)->name,
+		       p->batch_size, p->workers, p->pin_memory ? "on" : "off", p->lr, p->model,
+		       p->optimizer, pp_model_param_count(r.model),
+		       first_epoch ? " (resumed)" : "");
+	}
+	for (unsigned epoch = first_epoch; epoch < opt->epochs; epoch++) {
+		struct pp_transfer_stats s0, s1;
+		struct pp_model_metrics m;
+		struct tr_row row;
+		double t0;
+
+		memset(&row, 0, sizeof(row));
+		row.run = run;
+		row.epoch = epoch + 1;
+		row.p = *p;
+		if (opt->max_steps && steps >= opt->max_steps)
+			break;
+		pp_transfer_get_stats(r.train_xfer, &s0);
+		ret = pp_transfer_begin_epoch(r.train_xfer, epoch);
+		if (ret == 0 && batches && steps % batches != 0 && epoch == first_epoch) {
+			struct pp_loader_position pos;
+
+			ret = pp_loader_get_position(r.train_loader, &pos);
+			pos.epoch = epoch;
+			pos.batch = steps % batches;
+			if (ret == 0)
+				ret = pp_transfer_resume(r.train_xfer, &pos);
+		}
+		if (ret < 0)
+			goto fail;
+		pp_model_metrics(r.model, true, &m);
+		r.tb_loss = 0;
+		r.tb_samples = 0;
+		t0 = now_s();
+		ret = run_pass(&r, r.train_xfer, true, &steps, opt->max_steps, info, opt->progress,
+			       batches, t0, "train");
+		if (ret == 0)
+			ret = pp_stream_synchronize(r.compute);
+		if (ret < 0)
+			goto fail;
+		row.epoch_s = now_s() - t0;
+		pp_model_metrics(r.model, true, &m);
+		pp_transfer_get_stats(r.train_xfer, &s1);
+		row.train_loss = m.samples ? m.loss_sum / (double)m.samples : NAN;
+		row.train_acc = m.samples ? (double)m.correct / (double)m.samples : NAN;
+		row.samples_per_s = row.epoch_s > 0 ? (double)m.samples / row.epoch_s : NAN;
+		row.wait_s = (double)(s1.wait_ns - s0.wait_ns) * 1e-9;
+		row.copy_s = (double)(s1.copy_ns - s0.copy_ns) * 1e-9;
+		row.hidden_pct = s1.copy_ns > s0.copy_ns
+			? 100.0 * (1.0 - (double)(s1.exposed_ns - s0.exposed_ns) /
+				   (double)(s1.copy_ns - s0.copy_ns))
+			: NAN;
+		ret = evaluate(&r, r.val_xfer, r.val_loader, info, opt->progress, "val",
+			       &row.val_loss, &row.val_acc);
+		if (ret == 0)
+			ret = evaluate(&r, r.test_xfer, r.test_loader, info, opt->progress, "test",
+				       &row.test_loss, &row.test_acc);
+		if (ret < 0)
+			goto fail;
+		row.run_s = now_s() - t_run;
+		snprintf(row.status, sizeof(row.status), "ok");
+		tr_results_add(res, &row);
+		print_row(&row, opt->progress);
+		if (jsonl)
+			tr_results_write_row_jsonl(&row, jsonl);
+		if (r.tb) {
+			pp_summary_writer_add_scalar(r.tb, "loss/train", (int64_t)steps, row.train_loss);
+			pp_summary_writer_add_scalar(r.tb, "accuracy/train", (int64_t)steps, row.train_acc);
+			if (!isnan(row.val_acc)) {
+				pp_summary_writer_add_scalar(r.tb, "loss/val", (int64_t)steps, row.val_loss);
+				pp_summary_writer_add_scalar(r.tb, "accuracy/val", (int64_t)steps, row.val_acc);
+			}
+			if (!isnan(row.test_acc)) {
+				pp_summary_writer_add_scalar(r.tb, "loss/test", (int64_t)steps, row.test_loss);
+				pp_summary_writer_add_scalar(r.tb, "accuracy/test", (int64_t)steps, row.test_acc);
+			}
+			pp_summary_writer_add_scalar(r.tb, "time/epoch_s", epoch + 1, row.epoch_s);
+			pp_summary_writer_add_scalar(r.tb, "time/samples_per_s", epoch + 1, row.samples_per_s);
+			pp_summary_writer_add_scalar(r.tb, "time/wait_s", epoch + 1, row.wait_s);
+			pp_summary_writer_flush(r.tb);
+		}
+		if (opt->checkpoint[0] != '\0') {
+			ret = pp_model_save(r.model, opt->checkpoint);
+			if (ret < 0)
+				goto fail;
+		}
+	}
+	run_close(&r);
+	return 0;
+
+fail:
+	if (ret == -EINTR)
+		fprintf(stderr, "pinpipe-train: interrupted\n");
+	fail_row(res, run, p, ret, jsonl);
+	run_close(&r);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	struct tr_options opt;
+	struct tr_results res = { 0 };
+	struct data d;
+	FILE *jsonl = NULL;
+	size_t runs;
+	int ret, failed = 0;
+
+	ret = tr_options_parse(argc, argv, &opt);
+	if (ret != 0)
+		return ret == 1 ? 0 : 2;
+	signal(SIGINT, on_sigint);
+	if (data_open(&opt, &d) < 0)
+		return 1;
+	if (opt.jsonl[0] != '\0' && (jsonl = fopen(opt.jsonl, "w")) == NULL) {
+		fprintf(stderr, "pinpipe-train: %s: %s\n", opt.jsonl, strerror(errno));
+		data_free(&d);
+		return 1;
+	}
+	runs = tr_options_runs(&opt);
+	for (size_t i = 0; i < runs && !interrupted; i++) {
+		struct tr_params p;
+
+		tr_options_run_params(&opt, i, &p);
+		if (train_run(&opt, &p, (unsigned)i + 1, &d, &res, jsonl) < 0)
+			failed++;
+	}
+	tr_results_sort(&res, opt.sort);
+	if (opt.progress >= 0)
+		printf("\n");
+	tr_results_print_table(&res, stdout);
+	if (opt.csv[0] != '\0') {
+		FILE *f = fopen(opt.csv, "w");
+
+		if (f == NULL || tr_results_write_csv(&res, f) < 0 || fclose(f) != 0) {
+			fprintf(stderr, "pinpipe-train: %s: cannot write: %s\n", opt.csv, strerror(errno));
+			failed++;
+		}
+	}
+	if (jsonl && fclose(jsonl) != 0) {
+		fprintf(stderr, "pinpipe-train: %s: cannot write: %s\n", opt.jsonl, strerror(errno));
+		failed++;
+	}
+	tr_results_free(&res);
+	data_free(&d);
+	if (interrupted)
+		return 130;
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,658 @@
+/*
+ * transfer/bench_main.c: pinpipe-bench, "how much does pinning buy me on
+ * this machine".  Two benchmarks, each run with pinned and with pageable
+ * host memory side by side, on any device (sim, sim:bw=25GB/s, cuda):
+ *
+ *   bandwidth  host-to-device and device-to-host GB/s over a range of copy
+ *              sizes, and the share of the time the host was blocked in
+ *              the copy call (like CUDA's bandwidthTest);
+ *   overlap    the real loader feeding the transfer stage, with a synthetic
+ *              compute step per batch on the compute stream: step time,
+ *              copy time, the part of it exposed and the share hidden, the
+ *              host's time blocked in copies, and the time waited for data.
+ *
+ * Results print as a table, and with --csv / --json also as CSV or a JSON
+ * array of rows.  Uses the public API only.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pinpipe/pinpipe.h"
+#include "pinpipe/transfer.h"
+
+#define MAX_SIZES 32
+#define MAX_ROWS 256
+#define MAX_COLS 16
+#define CELL 72 /* bytes of a table cell */
+
+struct options {
+	const char *command;    /* "bandwidth" or "overlap" */
+	const char *device;     /* device name */
+	const char *csv;        /* CSV output path, or NULL */
+	const char *json;       /* JSON output path, or NULL */
+	size_t sizes[MAX_SIZES]; /* bandwidth: copy sizes, bytes */
+	int nsizes;
+	uint64_t total;         /* bandwidth: bytes copied per measurement */
+	long compute_us;        /* overlap: compute per batch, µs; < 0: as long as the copy */
+	uint32_t batch_size;    /* overlap: samples per batch */
+	uint32_t batches;       /* overlap: batches per run */
+	uint32_t workers;       /* overlap: loader threads */
+	uint32_t depth;         /* overlap: copies ahead */
+	enum pp_dtype dtype;    /* overlap: batch element type */
+	const char *data;       /* overlap: "synthetic" or a dataset directory */
+};
+
+/* A table of results: named columns, rows of formatted cells. */
+struct table {
+	const char *cols[MAX_COLS];
+	bool numeric[MAX_COLS];  /* right-aligned, unquoted in JSON */
+	int ncols;
+	char cells[MAX_ROWS][MAX_COLS][CELL];
+	int nrows;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: pinpipe-bench bandwidth [--device=NAME] [--sizes=LIST] [--total=SIZE]\n"
+	      "                               [--csv=FILE] [--json=FILE]\n"
+	      "       pinpipe-bench overlap [--device=NAME] [--compute-us=N] [--batch-size=N]\n"
+	      "                             [--batches=N] [--workers=N] [--depth=N]\n"
+	      "                             [--dtype=u8|f32] [--data=synthetic|DIR]\n"
+	      "                             [--csv=FILE] [--json=FILE]\n"
+	      "\n"
+	      "How much pinned host memory buys on this machine, pinned against pageable:\n"
+	      "  bandwidth  host-to-device and device-to-host GB/s per copy size, and the\n"
+	      "             share of the time the host was blocked in the copy call\n"
+	      "  overlap    the loader feeding the transfer stage, with a synthetic compute\n"
+	      "             step per batch: step time, copy time exposed and hidden\n"
+	      "\n"
+	      "  --device=NAME     auto, cpu, sim, sim:bw=25GB/s, cuda, cuda:N (default: auto)\n"
+	      "  --sizes=LIST      copy sizes, e.g. 4K,64K,1M,4M (K, M, G: binary; default\n"
+	      "                    4K,64K,256K,1M,4M)\n"
+	      "  --total=SIZE      bytes copied per measurement (default 64M)\n"
+	      "  --compute-us=N    compute per batch, µs (default: as long as a copy: the mean\n"
+	      "                    pinned copy time over 100 batches, measured first)\n"
+	      "  --batch-size=N    samples per batch (default 256)\n"
+	      "  --batches=N       batches per run (default 200)\n"
+	      "  --workers=N       loader threads (default 2)\n"
+	      "  --depth=N         batches copied ahead (default 2)\n"
+	      "  --dtype=u8|f32    batches as stored (u8) or converted to float32 (default f32)\n"
+	      "  --data=synthetic|DIR  synthetic 1x28x28 images (default), or the training\n"
+	      "                    split of a dataset directory (e.g. Fashion-MNIST)\n"
+	      "  --csv=FILE        also write the rows as CSV\n"
+	      "  --json=FILE       also write the rows as a JSON array of objects\n"
+	      "  --help            this text\n"
+	      "Exit status: 0 ok, 1 the benchmark failed, 2 bad usage.\n", f);
+}
+
+/* Says what is wrong with the command line, on one line; returns 2, the exit status. */
+static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int bad_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("pinpipe-bench: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (see pinpipe-bench --help)\n", stderr);
+	return 2;
+}
+
+/* Parses SIZE with an optional K, M or G (binary) suffix; returns false if it is not one. */
+static bool parse_size(const char *s, uint64_t *v_p)
+{
+	char *end;
+	unsigned long long v;
+	uint64_t mul = 1;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0)
+		return false;
+	if (*end == 'K' || *end == 'k')
+		mul = 1ull << 10;
+	else if (*end == 'M' || *end == 'm')
+		mul = 1ull << 20;
+	else if (*end == 'G' || *end == 'g')
+		mul = 1ull << 30;
+	if (mul != 1)
+		end++;
+	if ((*end == 'i' || *end == 'B') && mul != 1)
+		end += end[0] == 'i' && end[1] == 'B' ? 2 : 1;
+	if (*end != '\0' || v == 0 || v > UINT64_MAX / mul)
+		return false;
+	*v_p = v * mul;
+	return true;
+}
+
+static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *v_p)
+{
+	char *end;
+	unsigned long v;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < lo || v > hi)
+		return false;
+	*v_p = (uint32_t)v;
+	return true;
+}
+
+static int parse_sizes(const char *arg, struct options *o)
+{
+	char buf[512], *save = NULL, *tok;
+	uint64_t v;
+
+	if (strlen(arg) >= sizeof(buf))
+		return bad_usage("--sizes: list too long: %s", arg);
+	strcpy(buf, arg);
+	o->nsizes = 0;
+	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+		if (o->nsizes == MAX_SIZES)
+			return bad_usage("--sizes: more than 32 sizes in %s", arg);
+		if (!parse_size(tok, &v) || v > (1ull << 34))
+			return bad_usage("--sizes: not a size from 1 to 16G: '%s'", tok);
+		o->sizes[o->nsizes++] = (size_t)v;
+	}
+	if (o->nsizes == 0)
+		return bad_usage("--sizes: no size in '%s'", arg);
+	return 0;
+}
+
+enum {
+	OPT_DEVICE = 256, OPT_SIZES, OPT_TOTAL, OPT_COMPUTE, OPT_BATCH, OPT_BATCHES, OPT_WORKERS,
+	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSON, OPT_HELP,
+};
+
+/* Parses the command line; returns 0, 2 (bad usage, said on stderr) or -1 (--help printed). */
+static int parse_args(int argc, char **argv, struct options *o)
+{
+	static const struct option longopts[] = {
+		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "sizes", required_argument, NULL, OPT_SIZES },
+		{ "total", required_argument, NULL, OPT_TOTAL },
+		{ "compute-us", required_argument, NULL, OPT_COMPUTE },
+		{ "batch-size", required_argument, NULL, OPT_BATCH },
+		{ "batches", required_argument, NULL, OPT_BATCHES },
+		{ "workers", required_argument, NULL, OPT_WORKERS },
+		{ "depth", required_argument, NULL, OPT_DEPTH },
+		{ "dtype", required_argument, NULL, OPT_DTYPE },
+		{ "data", required_argument, NULL, OPT_DATA },
+		{ "csv", required_argument, NULL, OPT_CSV },
+		{ "json", required_argument, NULL, OPT_JSON },
+		{ "help", no_argument, NULL, OPT_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const size_t default_sizes[] = { 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20 };
+	uint32_t v;
+	uint64_t s;
+	int c, ret;
+
+	*o = (struct options){ .device = "auto", .total = 64ull << 20, .compute_us = -1,
+			       .batch_size = 256, .batches = 200, .workers = 2, .depth = 2,
+			       .dtype = PP_DTYPE_F32, .data = "synthetic" };
+	o->nsizes = (int)(sizeof(default_sizes) / sizeof(default_sizes[0]));
+	memcpy(o->sizes, default_sizes, sizeof(default_sizes));
+	if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
+		usage(stdout);
+		return -1;
+	}
+	if (argc < 2 || argv[1][0] == '-')
+		return bad_usage("%s", argc < 2 ? "no command given: bandwidth or overlap"
+				      : "the command (bandwidth or overlap) comes first");
+	o->command = argv[1];
+	if (strcmp(o->command, "bandwidth") != 0 && strcmp(o->command, "overlap") != 0)
+		return bad_usage("unknown command '%s': bandwidth or overlap", o->command);
+	opterr = 0;
+	optind = 2;
+	while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_DEVICE:
+			o->device = optarg;
+			break;
+		case OPT_SIZES:
+			if ((ret = parse_sizes(optarg, o)) != 0)
+				return ret;
+			break;
+		case OPT_TOTAL:
+			if (!parse_size(optarg, &s) || s > (1ull << 40))
+				return bad_usage("--total: not a size: '%s'", optarg);
+			o->total = s;
+			break;
+		case OPT_COMPUTE:
+			if (!parse_u32(optarg, 0, 10000000, &v))
+				return bad_usage("--compute-us: not a number of µs from 0 to 10000000: '%s'",
+						 optarg);
+			o->compute_us = v;
+			break;
+		case OPT_BATCH:
+			if (!parse_u32(optarg, 1, 1 << 20, &o->batch_size))
+				return bad_usage("--batch-size: not a number from 1 to 1048576: '%s'", optarg);
+			break;
+		case OPT_BATCHES:
+			if (!parse_u32(optarg, 1, 1 << 24, &o->batches))
+				return bad_usage("--batches: not a number from 1: '%s'", optarg);
+			break;
+		case OPT_WORKERS:
+			if (!parse_u32(optarg, 0, 64, &o->workers))
+				return bad_usage("--workers: not a number from 0 to 64: '%s'", optarg);
+			break;
+		case OPT_DEPTH:
+			if (!parse_u32(optarg, 1, 64, &o->depth))
+				return bad_usage("--depth: not a number from 1 to 64: '%s'", optarg);
+			break;
+		case OPT_DTYPE:
+			if (strcmp(optarg, "u8") == 0)
+				o->dtype = PP_DTYPE_U8;
+			else if (strcmp(optarg, "f32") == 0)
+				o->dtype = PP_DTYPE_F32;
+			else
+				return bad_usage("--dtype: u8 or f32, not '%s'", optarg);
+			break;
+		case OPT_DATA:
+			o->data = optarg;
+			break;
+		case OPT_CSV:
+			o->csv = optarg;
+			break;
+		case OPT_JSON:
+			o->json = optarg;
+			break;
+		case OPT_HELP:
+			usage(stdout);
+			return -1;
+		case ':':
+			return bad_usage("option %s needs a value", argv[optind - 1]);
+		default:
+			return bad_usage("unknown option %s", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return bad_usage("unexpected argument '%s'", argv[optind]);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static void table_cols(struct table *t, const char *const *cols, const bool *numeric, int n)
+{
+	for (int i = 0; i < n; i++) {
+		t->cols[i] = cols[i];
+		t->numeric[i] = numeric[i];
+	}
+	t->ncols = n;
+}
+
+/* Adds a row; 'cells' are the ncols strings. */
+static void table_add(struct table *t, char cells[][CELL])
+{
+	if (t->nrows == MAX_ROWS)
+		return;
+	for (int i = 0; i < t->ncols; i++)
+		memcpy(t->cells[t->nrows][i], cells[i], CELL);
+	t->nrows++;
+}
+
+static void table_print(const struct table *t)
+{
+	int w[MAX_COLS];
+
+	for (int c = 0; c < t->ncols; c++) {
+		w[c] = (int)strlen(t->cols[c]);
+		for (int r = 0; r < t->nrows; r++)
+			if ((int)strlen(t->cells[r][c]) > w[c])
+				w[c] = (int)strlen(t->cells[r][c]);
+	}
+	for (int c = 0; c < t->ncols; c++)
+		printf("%s%*s", c ? "  " : "", t->numeric[c] ? w[c] : -w[c], t->cols[c]);
+	putchar('\n');
+	for (int r = 0; r < t->nrows; r++) {
+		for (int c = 0; c < t->ncols; c++)
+			printf("%s%*s", c ? "  " : "", t->numeric[c] ? w[c] : -w[c], t->cells[r][c]);
+		putchar('\n');
+	}
+}
+
+static int table_write(const struct table *t, const char *path, bool json)
+{
+	FILE *f = fopen(path, "w");
+
+	if (f == NULL) {
+		fprintf(stderr, "pinpipe-bench: %s: cannot open for writing: %s\n", path, strerror(errno));
+		return 1;
+	}
+	if (json) {
+		fputs("[\n", f);
+		for (int r = 0; r < t->nrows; r++) {
+			fputs("  {", f);
+			for (int c = 0; c < t->ncols; c++) {
+				bool num = t->numeric[c] && strcmp(t->cells[r][c], "-") != 0;
+
+				fprintf(f, "%s\"%s\": %s%s%s", c ? ", " : "", t->cols[c], num ? "" : "\"",
+					num ? t->cells[r][c] : (strcmp(t->cells[r][c], "-") ? t->cells[r][c] : ""),
+					num ? "" : "\"");
+			}
+			fprintf(f, "}%s\n", r + 1 < t->nrows ? "," : "");
+		}
+		fputs("]\n", f);
+	} else {
+		for (int c = 0; c < t->ncols; c++)
+			fprintf(f, "%s%s", c ? "," : "", t->cols[c]);
+		fputc('\n', f);
+		for (int r = 0; r < t->nrows; r++)
+			for (int c = 0; c < t->ncols; c++)
+				fprintf(f, "%s%s", t->cells[r][c], c + 1 < t->ncols ? "," : "\n");
+	}
+	if (fclose(f) != 0) {
+		fprintf(stderr, "pinpipe-bench: %s: write failed: %s\n", path, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+static int fail(const char *what, int ret)
+{
+	fprintf(stderr, "pinpipe-bench: %s: %s (%s)\n", what, pp_strerror(ret), pp_last_error());
+	return 1;
+}
+
+/* ------------------------------------------------------------------ bandwidth */
+
+/* Copies 'size' bytes 'reps' times in 'kind' and writes GB/s and the host-blocked share. */
+static int measure_copies(struct pp_stream *st, void *dev_buf, void *host_buf, size_t size,
+			  uint64_t reps, enum pp_copy_kind kind, double *gbps_p, double *blocked_p)
+{
+	double t0, t1, blocked = 0;
+	int ret;
+
+	t0 = now_s();
+	for (uint64_t i = 0; i < reps; i++) {
+		double c0 = now_s();
+
+		if (kind == PP_COPY_H2D)
+			ret = pp_memcpy_async(dev_buf, host_buf, size, kind, st);
+		else
+			ret = pp_memcpy_async(host_buf, dev_buf, size, kind, st);
+		blocked += now_s() - c0;
+		if (ret < 0)
+			return ret;
+	}
+	if ((ret = pp_stream_synchronize(st)) < 0)
+		return ret;
+	t1 = now_s();
+	*gbps_p = (double)size * (double)reps / (t1 - t0) / 1e9;
+	*blocked_p = blocked / (t1 - t0);
+	return 0;
+}
+
+static int run_bandwidth(const struct options *o, struct pp_device *dev, struct table *t)
+{
+	static const char *const cols[] = { "device", "direction", "memory", "pinned", "size_bytes",
+					    "copies", "gb_per_s", "host_blocked_share" };
+	static const bool num[] = { false, false, false, false, true, true, true, true };
+	const char *name = pp_device_get_props(dev)->name;
+	struct pp_stream *st;
+	int ret;
+
+	table_cols(t, cols, num, 8);
+	if ((ret = pp_stream_create(dev, &st)) < 0)
+		return fail("stream", ret);
+	for (int i = 0; i < o->nsizes; i++) {
+		size_t size = o->sizes[i];
+		uint64_t reps = o->total / size < 2 ? 2 : o->total / size;
+		void *dbuf;
+
+		if ((ret = pp_device_alloc(dev, size, &dbuf)) < 0)
+			return fail("device memory", ret);
+		for (int pin = 1; pin >= 0; pin--) {
+			void *hbuf;
+			bool pinned;
+
+			if ((ret = pp_host_alloc(dev, size, pin, &hbuf, &pinned)) < 0)
+				return fail("host memory", ret);
+			memset(hbuf, 0x5a, size);
+			for (int d = 0; d < 2; d++) {
+				enum pp_copy_kind kind = d == 0 ? PP_COPY_H2D : PP_COPY_D2H;
+				double gbps, blocked;
+				char cells[8][CELL];
+
+				/* A warm-up pass, then the measurement. */
+				if ((ret = measure_copies(st, dbuf, hbuf, size, reps < 4 ? reps : 4, kind,
+							  &gbps, &blocked)) < 0 ||
+				    (ret = measure_copies(st, dbuf, hbuf, size, reps, kind, &gbps,
+							  &blocked)) < 0)
+					return fail("copy", ret);
+				snprintf(cells[0], CELL, "%s", name);
+				snprintf(cells[1], CELL, "%s", d == 0 ? "h2d" : "d2h");
+				snprintf(cells[2], CELL, "%s", pin ? "pinned" : "pageable");
+				snprintf(cells[3], CELL, "%s", pinned ? "yes" : "no");
+				snprintf(cells[4], CELL, "%zu", size);
+				snprintf(cells[5], CELL, "%llu", (unsigned long long)reps);
+				snprintf(cells[6], CELL, "%.2f", gbps);
+				snprintf(cells[7], CELL, "%.3f", blocked);
+				table_add(t, cells);
+			}
+			pp_host_free(dev, hbuf);
+		}
+		pp_device_free(dev, dbuf);
+	}
+	pp_stream_destroy(st);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ overlap */
+
+struct overlap_result {
+	struct pp_transfer_stats st;
+	bool pinned;        /* the ring was really pinned */
+	double wall_s;      /* first counted next() to the last compute's end */
+};
+
+/*
+ * Runs o->batches batches through a loader and a stage with pin_memory
+ * 'pin', after a warm-up of a tenth as many (at most 20) that is not counted.
+ */
+static int overlap_run(const struct options *o, struct pp_device *dev, const struct pp_dataset *ds,
+		       bool pin, uint64_t compute_ns, struct overlap_result *r)
+{
+	struct pp_loader_config lc = { .dataset = ds, .batch_size = o->batch_size, .shuffle = true,
+				       .seed = 1, .workers = o->workers, .device = dev,
+				       .pin_memory = pin, .dtype = o->dtype,
+				       .mean = { 0.2860f }, .std = { 0.3530f } };
+	struct pp_transfer_config tc = { .device = dev, .depth = o->depth };
+	struct pp_loader_stats ls;
+	struct pp_loader *l = NULL;
+	struct pp_transfer *t = NULL;
+	struct pp_stream *compute = NULL;
+	struct pp_device_batch *b;
+	struct pp_transfer_stats s0 = { 0 };
+	uint32_t warmup = o->batches / 10 < 20 ? o->batches / 10 : 20, done = 0;
+	uint64_t epoch = 0;
+	double t0;
+	int ret;
+
+	if ((ret = pp_loader_create(&lc, &l)) < 0) {
+		fail("loader", ret);
+		goto out;
+	}
+	tc.loader = l;
+	if ((ret = pp_transfer_create(&tc, &t)) < 0 || (ret = pp_stream_create(dev, &compute)) < 0 ||
+	    (ret = pp_transfer_begin_epoch(t, epoch)) < 0) {
+		fail("transfer stage", ret);
+		goto out;
+	}
+	t0 = now_s();
+	while (done < warmup + o->batches) {
+		if (done == warmup) {
+			/* First use of every slot and page is over: start counting. */
+			pp_transfer_get_stats(t, &s0);
+			t0 = now_s();
+		}
+		ret = pp_transfer_next(t, compute, &b);
+		if (ret == 0) {
+			if ((ret = pp_transfer_begin_epoch(t, ++epoch)) < 0)
+				break;
+			continue;
+		}
+		if (ret < 0)
+			break;
+		if ((ret = pp_stream_spin(compute, compute_ns)) < 0 ||
+		    (ret = pp_transfer_release(t, b, compute)) < 0)
+			break;
+		done++;
+	}
+	if (ret >= 0)
+		ret = pp_stream_synchronize(compute);
+	r->wall_s = now_s() - t0;
+	if (ret < 0) {
+		fail("overlap run", ret);
+		goto out;
+	}
+	pp_transfer_get_stats(t, &r->st);
+	r->st.batches -= s0.batches;
+	r->st.bytes -= s0.bytes;
+	r->st.copies_timed -= s0.copies_timed;
+	r->st.copy_ns -= s0.copy_ns;
+	r->st.exposed_ns -= s0.exposed_ns;
+	r->st.host_blocked_ns -= s0.host_blocked_ns;
+	r->st.wait_ns -= s0.wait_ns;
+	r->st.hidden_share = r->st.copy_ns > 0
+			     ? 1.0 - (double)r->st.exposed_ns / (double)r->st.copy_ns : NAN;
+	pp_loader_get_stats(l, &ls);
+	r->pinned = ls.pinned;
+out:
+	pp_stream_destroy(compute);
+	pp_transfer_destroy(t);
+	pp_loader_destroy(l);
+	return ret < 0 ? 1 : 0;
+}
+
+static int run_overlap(const struct options *o, struct pp_device *dev, struct table *t)
+{
+	static const char *const cols[] = { "device", "memory", "pinned", "batch_size", "dtype",
+					    "batches", "compute_us", "step_us", "copy_us",
+					    "exposed_us", "hidden_share", "host_blocked_us",
+					    "data_wait_us", "samples_per_s" };
+	static const bool num[] = { false, false, false, true, false, true, true, true, true,
+				    true, true, true, true, true };
+	struct pp_synthetic_config sc = { .count = 60000, .channels = 1, .height = 28, .width = 28,
+					  .num_classes = 10, .seed = 1, .dtype = PP_DTYPE_U8 };
+	const char *name = pp_device_get_props(dev)->name;
+	struct pp_dataset *ds = NULL;
+	uint64_t compute_ns = 0;
+	int ret;
+
+	table_cols(t, cols, num, 14);
+	if (strcmp(o->data, "synthetic") == 0)
+		ret = pp_dataset_create_synthetic(&sc, &ds);
+	else
+		ret = pp_dataset_open_dir(o->data, "train", &ds);
+	if (ret < 0)
+		return fail(o->data, ret);
+	if (o->compute_us >= 0) {
+		compute_ns = (uint64_t)o->compute_us * 1000u;
+	} else {
+		/*
+		 * As long as a copy: the mean pinned copy of a first run without
+		 * compute, then of a run with that compute (copies run slower on a
+		 * busy host than on an idle one).
+		 */
+		struct options co = *o;
+
+		co.batches = o->batches < 100 ? o->batches : 100;
+		for (int i = 0; i < 2; i++) {
+			struct overlap_result r = { 0 };
+
+			if (overlap_run(&co, dev, ds, true, compute_ns, &r) != 0) {
+				pp_dataset_destroy(ds);
+				return 1;
+			}
+			compute_ns = r.st.copies_timed ? r.st.copy_ns / r.st.copies_timed : 0;
+		}
+	}
+	for (int pin = 1; pin >= 0; pin--) {
+		struct overlap_result r = { 0 };
+		uint64_t n;
+		char c[14][CELL];
+
+		if (overlap_run(o, dev, ds, pin, compute_ns, &r) != 0) {
+			pp_dataset_destroy(ds);
+			return 1;
+		}
+		n = r.st.copies_timed ? r.st.copies_timed : 1;
+		snprintf(c[0], CELL, "%s", name);
+		snprintf(c[1], CELL, "%s", pin ? "pinned" : "pageable");
+		snprintf(c[2], CELL, "%s", r.pinned ? "yes" : "no");
+		snprintf(c[3], CELL, "%u", o->batch_size);
+		snprintf(c[4], CELL, "%s", pp_dtype_name(o->dtype));
+		snprintf(c[5], CELL, "%llu", (unsigned long long)r.st.batches);
+		snprintf(c[6], CELL, "%.1f", (double)compute_ns / 1e3);
+		snprintf(c[7], CELL, "%.1f", r.wall_s * 1e6 / (double)r.st.batches);
+		snprintf(c[8], CELL, "%.1f", (double)r.st.copy_ns / 1e3 / (double)n);
+		snprintf(c[9], CELL, "%.1f", (double)r.st.exposed_ns / 1e3 / (double)n);
+		if (isnan(r.st.hidden_share))
+			snprintf(c[10], CELL, "-");
+		else
+			snprintf(c[10], CELL, "%.3f", r.st.hidden_share);
+		snprintf(c[11], CELL, "%.1f", (double)r.st.host_blocked_ns / 1e3 / (double)r.st.batches);
+		snprintf(c[12], CELL, "%.1f", (double)r.st.wait_ns / 1e3 / (double)r.st.batches);
+		snprintf(c[13], CELL, "%.0f", (double)r.st.batches * o->batch_size / r.wall_s);
+		table_add(t, c);
+	}
+	pp_dataset_destroy(ds);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct table t;
+	struct options o;
+	struct pp_device *dev;
+	int ret = parse_args(argc, argv, &o);
+
+	if (ret != 0)
+		return ret < 0 ? 0 : ret;
+	if ((ret = pp_device_open(o.device, &dev)) < 0) {
+		fprintf(stderr, "pinpipe-bench: --device=%s: %s\n", o.device, pp_last_error());
+		return ret == -EINVAL ? 2 : 1;
+	}
+	printf("# pinpipe-bench %s on %s (%s)\n", o.command, pp_device_get_props(dev)->name,
+	       pp_device_get_props(dev)->description);
+	if (strcmp(o.command, "bandwidth") == 0)
+		ret = run_bandwidth(&o, dev, &t);
+	else
+		ret = run_overlap(&o, dev, &t);
+	pp_device_close(dev);
+	if (ret != 0)
+		return ret;
+	table_print(&t);
+	if (o.csv != NULL && (ret = table_write(&t, o.csv, false)) != 0)
+		return ret;
+	if (o.json != NULL && (ret = table_write(&t, o.json, true)) != 0)
+		return ret;
+	return 0;
+}

@@ -1,0 +1,39 @@
+/*
+ * transfer/spin.c: pp_stream_spin(), a synthetic compute step in stream
+ * order: a kernel on cuda (transfer/cuda/spin.cu), a host function that
+ * sleeps on the sim's stream thread, and a sleep in the caller on cpu
+ * (where host functions run at once).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "common/internal.h"
+#include "pinpipe/transfer.h"
+#include "transfer/device_impl.h"
+#include "transfer/spin.h"
+
+/* Sleeps for (uintptr_t)arg nanoseconds. */
+static void spin_host(void *arg)
+{
+	uint64_t until = pp_now_ns() + (uint64_t)(uintptr_t)arg;
+	struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
+			       .tv_nsec = (long)(until % 1000000000u) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		continue;
+}
+
+PP_API int pp_stream_spin(struct pp_stream *stream, uint64_t ns)
+{
+	if (stream == NULL)
+		return pp_error(-EINVAL, "pp_stream_spin: no stream");
+	if (ns > UINTPTR_MAX)
+		return pp_error(-EINVAL, "pp_stream_spin: %llu ns is too long",
+				(unsigned long long)ns);
+	if (stream->dev->props.kind == PP_DEVICE_CUDA)
+		return pp_cuda_spin(pp_device_cuda_stream(stream), ns);
+	return pp_stream_launch_host(stream, spin_host, (void *)(uintptr_t)ns);
+}

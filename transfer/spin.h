@@ -1,0 +1,32 @@
+/*
+ * transfer/spin.h: the CUDA side of pp_stream_spin() (transfer/spin.c),
+ * with a stub in builds without CUDA.
+ */
+#ifndef PP_TRANSFER_SPIN_H
+#define PP_TRANSFER_SPIN_H
+
+#include <errno.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef PP_HAVE_CUDA
+/* Enqueues a kernel that runs for ns nanoseconds on 'stream' (a cudaStream_t).  Returns 0 or -EIO. */
+int pp_cuda_spin(void *stream, uint64_t ns);
+#else
+static inline int pp_cuda_spin(void *stream, uint64_t ns)
+{
+	(void)stream;
+	(void)ns;
+	return pp_error(-ENODEV, "cuda: this build of pinpipe has no CUDA (configured without the toolkit)");
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
