@@ -598,6 +598,49 @@ START_TEST(test_enobufs)
 END_TEST
 
 /*
+ * try_next() returns -EAGAIN while the next batch is being filled (chunk
+ * loads are slowed here), then the batches in order, and 0 at the end;
+ * with 0 workers it fills in place.  get_layout() gives the full batch and
+ * the output sample size.  Fails if try_next blocks, skips or reorders.
+ */
+START_TEST(test_try_next)
+{
+	struct pp_loader_config cfg = { .batch_size = 10, .workers = _i, .dtype = PP_DTYPE_F32,
+					.cache = PP_LOADER_CACHE_STREAM, .window_chunks = 1 };
+	struct tsource *t;
+	struct pp_loader *l = make_loader(T_CHUNKS, 95, 10, &cfg, &t);
+	struct pp_batch *b;
+	uint64_t next = 0, again = 0;
+	uint32_t bs;
+	size_t sb;
+	int ret;
+
+	t->delay_us = 20000;
+	ck_assert_int_eq(pp_loader_get_layout(l, &bs, &sb), 0);
+	ck_assert_uint_eq(bs, 10);
+	ck_assert_uint_eq(sb, SAMPLE_BYTES * sizeof(float));
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	while ((ret = pp_loader_try_next(l, &b)) != 0) {
+		if (ret == -EAGAIN) {
+			again++;
+			usleep(1000);
+			continue;
+		}
+		ck_assert_int_eq(ret, 1);
+		ck_assert_uint_eq(b->index, next++);
+		check_batch_content(b, &cfg);
+		ck_assert_int_eq(pp_loader_release(l, b), 0);
+	}
+	ck_assert_uint_eq(next, 10);
+	if (_i == 0)
+		ck_assert_uint_eq(again, 0);
+	else
+		ck_assert_uint_gt(again, 0);
+	pp_loader_destroy(l);
+}
+END_TEST
+
+/*
  * Float output is (x / 255 - mean) / std per channel, for 3 channels.
  * Fails if the channels are mixed up or the formula is wrong.
  */
@@ -1140,6 +1183,7 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(te, test_corrupt_chunk, 0, 3);
 	tcase_add_test(te, test_destroy_midepoch);
 	tcase_add_loop_test(te, test_enobufs, 0, 3);
+	tcase_add_loop_test(te, test_try_next, 0, 2);
 	tcase_add_test(te, test_normalise_channels);
 	tcase_add_test(te, test_convert_kernels);
 	tcase_add_test(te, test_bad_config);
