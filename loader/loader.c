@@ -881,6 +881,7 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		goto err_destroy;
 	l->stats.io_path = src->io_path ? src->io_path : "none";
 	l->stats.direct_io = src->direct_io;
+	l->stats.fixed_buffers = src->fixed_buffers != NULL && *src->fixed_buffers;
 	l->stats.memory_bytes = l->memory_bytes;
 	l->stats.slots = l->depth;
 	if ((ret = start_workers(l)) < 0)

@@ -177,6 +177,8 @@ struct pp_loader_source {
 	struct pp_sample_info info;
 	const char *io_path;           /* "io_uring", "pread" or "none", once set up */
 	bool direct_io;                /* O_DIRECT in use */
+	const bool *fixed_buffers;     /* chunks: true once every worker's read buffer is
+	                                  registered with its io_uring; NULL otherwise */
 	const void *samples;           /* array: count * sample_bytes */
 	const int32_t *labels;         /* array: count int32, or NULL */
 	int (*gather)(void *ctx, const uint64_t *ids, size_t n, void *samples, int32_t *labels);

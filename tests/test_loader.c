@@ -928,6 +928,8 @@ START_TEST(test_shards_exactly_once)
 			ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
 			if (cfg.io == PP_LOADER_IO_PREAD)
 				ck_assert_str_eq(st.io_path, "pread");
+			if (strcmp(st.io_path, "pread") == 0)
+				ck_assert(!st.fixed_buffers);
 			else
 				ck_assert(strcmp(st.io_path, "io_uring") == 0 ||
 					  strcmp(st.io_path, "pread") == 0);
@@ -1108,6 +1110,7 @@ START_TEST(test_uring_refused)
 		ck_assert_uint_eq(seen[ids[i]]++, 0);
 	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
 	ck_assert_str_eq(st.io_path, "pread");
+	ck_assert(!st.fixed_buffers);
 	pp_loader_destroy(l);
 
 	cfg.io = PP_LOADER_IO_URING;

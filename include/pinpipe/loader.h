@@ -141,6 +141,8 @@ struct pp_loader_stats {
 	uint64_t chunks_decoded;   /* chunks read and decoded */
 	const char *io_path;       /* "io_uring", "pread", or "none" (nothing read from files) */
 	bool direct_io;            /* O_DIRECT reads were used */
+	bool fixed_buffers;        /* io_uring read into registered buffers (false where
+	                              registering was refused, e.g. by RLIMIT_MEMLOCK) */
 	bool pinned;               /* the ring is pinned host memory */
 	size_t memory_bytes;       /* bytes the loader allocated (ring, caches, buffers) */
 	uint32_t slots;            /* ring slots */
