@@ -227,13 +227,13 @@ int main(int argc, char **argv)
 	pp_loader_get_stats(l, &st);
 	size_t out_bytes = (size_t)n * (st.bytes / (st.samples ? st.samples : 1));
 	printf("cold=%d source=%s cache=%s workers=%u pin=%d dtype=%s batch=%u samples=%llu "
-	       "epoch_s=%.4f samples_per_s=%.0f out_MB_per_s=%.1f io=%s direct=%d pinned=%d "
+	       "epoch_s=%.4f samples_per_s=%.0f out_MB_per_s=%.1f io=%s direct=%d fixed=%d pinned=%d "
 	       "consumer_wait_s=%.3f read_s=%.3f decode_s=%.3f fill_s=%.3f slot_wait_s=%.3f "
 	       "loader_MB=%.1f peak_rss_MB=%.1f\n",
 	       cold, shards ? "shards" : "memory", shards ? (cfg.cache ? "stream" : "memory") : "-",
 	       cfg.workers, cfg.pin_memory, cfg.dtype == PP_DTYPE_F32 ? "f32" : "u8",
 	       cfg.batch_size, (unsigned long long)n, secs, (double)n / secs,
-	       (double)out_bytes / secs / 1e6, st.io_path, st.direct_io, st.pinned,
+	       (double)out_bytes / secs / 1e6, st.io_path, st.direct_io, st.fixed_buffers, st.pinned,
 	       st.consumer_wait_ns * 1e-9, st.read_ns * 1e-9, st.decode_ns * 1e-9,
 	       st.fill_ns * 1e-9, st.slot_wait_ns * 1e-9, st.memory_bytes / 1e6,
 	       peak_rss_kb() / 1e3);

@@ -3,7 +3,9 @@
  * own and submits all the chunk reads of a claim at once; completions that
  * come back short are requeued for the rest (at the end of a file opened
  * with O_DIRECT, the rest goes through the buffered descriptor, since its
- * offset is no longer aligned).  Where the kernel refuses io_uring (ENOSYS,
+ * offset is no longer aligned).  A worker's staging buffer is registered
+ * with its ring where the kernel and RLIMIT_MEMLOCK allow, and reads into it
+ * are then "fixed" reads.  Where the kernel refuses io_uring (ENOSYS,
  * EPERM), the same reads go through pread.
  */
 #include "config.h"
@@ -11,6 +13,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -40,6 +43,21 @@ int pp_reader_init(struct pp_reader *r, enum pp_loader_io mode, unsigned depth)
 	}
 	r->ring = ring;
 	r->uring = true;
+	return 0;
+}
+
+int pp_reader_register(struct pp_reader *r, void *buf, size_t len)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	int ret;
+
+	if (!r->uring)
+		return -EOPNOTSUPP;
+	ret = io_uring_register_buffers(r->ring, &iov, 1);
+	if (ret < 0)
+		return ret;
+	r->fixed = buf;
+	r->fixed_len = len;
 	return 0;
 }
 
@@ -93,12 +111,16 @@ static int read_pread(struct pp_read *reqs, size_t n)
 	return 0;
 }
 
-static void queue_read(struct io_uring *ring, struct pp_read *q)
+static void queue_read(struct pp_reader *r, struct pp_read *q)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(r->ring);
+	uint8_t *dst = (uint8_t *)q->buf + q->done;
+	size_t len = q->len - q->done;
 
-	io_uring_prep_read(sqe, next_fd(q), (char *)q->buf + q->done,
-			   (unsigned)(q->len - q->done), q->offset + q->done);
+	if (r->fixed != NULL && dst >= r->fixed && dst + len <= r->fixed + r->fixed_len)
+		io_uring_prep_read_fixed(sqe, next_fd(q), dst, (unsigned)len, q->offset + q->done, 0);
+	else
+		io_uring_prep_read(sqe, next_fd(q), dst, (unsigned)len, q->offset + q->done);
 	io_uring_sqe_set_data(sqe, q);
 }
 
@@ -111,7 +133,7 @@ int pp_reader_read(struct pp_reader *r, struct pp_read *reqs, size_t n)
 	if (!r->uring)
 		return read_pread(reqs, n);
 	for (size_t i = 0; i < n; i++)
-		queue_read(ring, &reqs[i]);
+		queue_read(r, &reqs[i]);
 	while (pending > 0) {
 		struct io_uring_cqe *cqe;
 		struct pp_read *q;
@@ -124,7 +146,7 @@ int pp_reader_read(struct pp_reader *r, struct pp_read *reqs, size_t n)
 			ret = account(q, cqe->res);
 			io_uring_cqe_seen(ring, cqe);
 			if (ret == 0 && first_err == 0) {
-				queue_read(ring, q);
+				queue_read(r, q);
 				continue;
 			}
 			if (ret < 0 && first_err == 0)

@@ -562,13 +562,67 @@ static int budget_add(struct pp_loader *l, const struct pp_loader_config *cfg, s
 	return 0;
 }
 
-/* Decodes every chunk into one array of samples and one of labels (PP_LOADER_CACHE_MEMORY). */
+/* One thread of the decoding of every chunk into memory, at create. */
+struct cache_job {
+	struct pp_loader *l;
+	struct worker *wk;     /* its reader and inflater */
+	uint8_t *raw;          /* a decoded chunk */
+	size_t *next;          /* next chunk to claim, under l->mu */
+	int err;               /* its first error, or 0 */
+	char msg[1024];        /* and that error's message */
+	pthread_t thread;
+};
+
+static void *cache_thread(void *arg)
+{
+	struct cache_job *job = arg;
+	struct pp_loader *l = job->l;
+	const struct pp_sample_info *info = &l->src.info;
+	size_t lab = info->label_kind == PP_LABEL_CLASS ? sizeof(int32_t) : 0;
+
+	for (;;) {
+		const struct pp_plan_chunk *ch;
+		uint32_t id;
+		void *dst = job->raw;
+		int ret;
+
+		pthread_mutex_lock(&l->mu);
+		id = (uint32_t)*job->next;
+		*job->next += l->err == 0 && *job->next < l->src.nchunks;
+		ret = l->err;
+		pthread_mutex_unlock(&l->mu);
+		if (ret != 0 || id >= l->src.nchunks)
+			break;
+		ch = &l->src.chunks[id];
+		ret = l->src.load_chunks(l->src.ctx, job->wk->wctx, &id, 1, &dst, &job->wk->work);
+		if (ret < 0) {
+			job->err = ret;
+			snprintf(job->msg, sizeof(job->msg), "%s", pp_last_error());
+			pthread_mutex_lock(&l->mu);
+			l->err = ret;
+			pthread_mutex_unlock(&l->mu);
+			break;
+		}
+		for (uint32_t j = 0; j < (lab ? ch->records : 0); j++)
+			l->cache_labels[ch->first_id + j] = (int32_t)pp_le32(job->raw + 4 * (size_t)j);
+		memcpy((uint8_t *)l->cache + ch->first_id * info->sample_bytes,
+		       job->raw + lab * ch->records, (size_t)ch->records * info->sample_bytes);
+	}
+	return NULL;
+}
+
+/*
+ * Decodes every chunk into one array of samples and one of labels
+ * (PP_LOADER_CACHE_MEMORY), on as many threads as the loader has workers
+ * (the calling thread alone with 0 or 1).
+ */
 static int cache_chunks(struct pp_loader *l, const struct pp_loader_config *cfg)
 {
 	const struct pp_sample_info *info = &l->src.info;
 	size_t lab = info->label_kind == PP_LABEL_CLASS ? sizeof(int32_t) : 0;
-	size_t samples_bytes, max_raw = 0;
-	uint8_t *raw = NULL;
+	uint32_t nthreads = l->claimers;
+	struct cache_job *jobs;
+	size_t samples_bytes, max_raw = 0, next = 0;
 	int ret = 0;
 
 	for (size_t i = 0; i < l->src.nchunks; i++)
@@ -576,37 +630,56 @@ static int cache_chunks(struct pp_loader *l, const struct pp_loader_config *cfg)
 	if (!pp_mul_size(info->count, info->sample_bytes, &samples_bytes))
 		return pp_error(-ENOMEM, "loader: %llu samples of %zu bytes do not fit in memory",
 				(unsigned long long)info->count, info->sample_bytes);
-	if ((ret = budget_add(l, cfg, samples_bytes + info->count * lab + max_raw,
-			      "decoding the shards into memory")) < 0)
+	if ((ret = budget_add(l, cfg, samples_bytes + info->count * lab,
+			      "decoding the shards into memory")) < 0 ||
+	    (ret = budget_add(l, cfg, nthreads * max_raw, "decoding buffers")) < 0)
 		return ret;
 	l->cache = malloc(samples_bytes ? samples_bytes : 1);
 	l->cache_labels = lab ? malloc(info->count * lab + 1) : NULL;
-	raw = malloc(max_raw ? max_raw : 1);
-	if (l->cache == NULL || (lab && l->cache_labels == NULL) || raw == NULL) {
-		free(raw);
-		return pp_error(-ENOMEM, "loader: no memory to decode %llu samples",
-				(unsigned long long)info->count);
+	jobs = calloc(nthreads, sizeof(*jobs));
+	if (l->cache == NULL || (lab && l->cache_labels == NULL) || jobs == NULL) {
+		ret = pp_error(-ENOMEM, "loader: no memory to decode %llu samples",
+			       (unsigned long long)info->count);
+		goto out_free;
 	}
-	for (size_t i = 0; i < l->src.nchunks; i++) {
-		const struct pp_plan_chunk *ch = &l->src.chunks[i];
-		uint32_t id = (uint32_t)i;
-		void *dst = raw;
-		ret = l->src.load_chunks(l->src.ctx, l->workers[0].wctx, &id, 1, &dst,
-					 &l->workers[0].work);
-		if (ret < 0)
+	for (uint32_t t = 0; t < nthreads; t++) {
+		jobs[t] = (struct cache_job){ .l = l, .wk = &l->workers[t], .next = &next };
+		jobs[t].raw = malloc(max_raw ? max_raw : 1);
+		if (jobs[t].raw == NULL) {
+			ret = pp_error(-ENOMEM, "loader: no memory for a decoding buffer of %zu bytes",
+				       max_raw);
+			goto out_free;
+		}
+	}
+	for (uint32_t t = 1; t < nthreads; t++) {
+		if ((ret = pthread_create(&jobs[t].thread, NULL, cache_thread, &jobs[t])) != 0) {
+			pthread_mutex_lock(&l->mu);
+			l->err = -ret;
+			pthread_mutex_unlock(&l->mu);
+			nthreads = t;
+			ret = pp_error(-ret, "loader: cannot start a decoding thread: %s",
+				       pp_strerror(ret));
 			break;
-		for (uint32_t j = 0; j < (lab ? ch->records : 0); j++)
-			l->cache_labels[ch->first_id + j] = (int32_t)pp_le32(raw + 4 * (size_t)j);
-		memcpy((uint8_t *)l->cache + ch->first_id * info->sample_bytes, raw + lab * ch->records,
-		       (size_t)ch->records * info->sample_bytes);
+		}
 	}
-	free(raw);
-	if (ret < 0)
-		return ret;
-	collect_work(l, &l->workers[0]);
-	l->src.samples = l->cache;
-	l->src.labels = l->cache_labels;
-	return 0;
+	cache_thread(&jobs[0]);
+	for (uint32_t t = 1; t < nthreads; t++)
+		pthread_join(jobs[t].thread, NULL);
+	for (uint32_t t = 0; t < nthreads; t++) {
+		if (jobs[t].err != 0 && ret == 0)
+			ret = pp_error_set(jobs[t].err, jobs[t].msg);
+		collect_work(l, &l->workers[t]);
+	}
+	l->err = 0;
+	if (ret == 0) {
+		l->src.samples = l->cache;
+		l->src.labels = l->cache_labels;
+	}
+out_free:
+	for (uint32_t t = 0; jobs != NULL && t < l->claimers; t++)
+		free(jobs[t].raw);
+	free(jobs);
+	return ret;
 }
 
 static int setup_windows(struct pp_loader *l, const struct pp_loader_config *cfg)
@@ -808,6 +881,7 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		goto err_destroy;
 	l->stats.io_path = src->io_path ? src->io_path : "none";
 	l->stats.direct_io = src->direct_io;
+	l->stats.fixed_buffers = src->fixed_buffers != NULL && *src->fixed_buffers;
 	l->stats.memory_bytes = l->memory_bytes;
 	l->stats.slots = l->depth;
 	if ((ret = start_workers(l)) < 0)
@@ -934,6 +1008,8 @@ static int next_batch(struct pp_loader *l, bool wait, struct pp_batch **batch_p)
 	struct slot *sl;
 	int ret;
 
+	if (batch_p == NULL)
+		return pp_error(-EINVAL, "pp_loader_next: batch_p must not be NULL");
 	pthread_mutex_lock(&l->mu);
 	if (l->err != 0) {
 		ret = pp_error_set(l->err, l->errmsg);

@@ -112,6 +112,8 @@ struct pp_reader {
 	bool uring;            /* io_uring set up and used */
 	unsigned depth;        /* submission queue entries */
 	void *ring;            /* struct io_uring, when 'uring' */
+	uint8_t *fixed;        /* buffer registered with the ring, or NULL */
+	size_t fixed_len;      /* its bytes */
 };
 
 /*
@@ -121,6 +123,14 @@ struct pp_reader {
  */
 int pp_reader_init(struct pp_reader *r, enum pp_loader_io mode, unsigned depth);
 void pp_reader_fini(struct pp_reader *r);
+
+/*
+ * Registers buf[0..len) with the reader's io_uring, so that reads into it
+ * skip mapping the pages on every read.  Returns 0, or -errno when it cannot
+ * (pread path, RLIMIT_MEMLOCK, a kernel that refuses): reads then go to the
+ * buffer unregistered, as before; the caller may ignore the error.
+ */
+int pp_reader_register(struct pp_reader *r, void *buf, size_t len);
 
 /* Reads all of reqs[0..n) (n <= depth), requeueing short reads.  Returns 0 or -errno with a message. */
 int pp_reader_read(struct pp_reader *r, struct pp_read *reqs, size_t n);
@@ -167,6 +177,8 @@ struct pp_loader_source {
 	struct pp_sample_info info;
 	const char *io_path;           /* "io_uring", "pread" or "none", once set up */
 	bool direct_io;                /* O_DIRECT in use */
+	const bool *fixed_buffers;     /* chunks: true once every worker's read buffer is
+	                                  registered with its io_uring; NULL otherwise */
 	const void *samples;           /* array: count * sample_bytes */
 	const int32_t *labels;         /* array: count int32, or NULL */
 	int (*gather)(void *ctx, const uint64_t *ids, size_t n, void *samples, int32_t *labels);

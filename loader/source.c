@@ -48,6 +48,8 @@ struct shard_set {
 	enum pp_loader_io io;
 	unsigned depth;                 /* reads in flight per worker */
 	size_t staging;                 /* bytes of one read's staging buffer (4096-aligned) */
+	bool fixed;                     /* every worker so far registered its read buffers */
+	unsigned nworkers;              /* workers created so far */
 };
 
 struct shard_worker {
@@ -109,6 +111,10 @@ static int shard_worker_create(void *ctx, void **wctx_p)
 			       set->depth, set->staging);
 		goto err_free;
 	}
+	/* registered where allowed; plain reads into the same buffer otherwise */
+	ret = pp_reader_register(&w->reader, w->staging, set->depth * set->staging);
+	set->fixed = (set->nworkers == 0 || set->fixed) && ret == 0;
+	set->nworkers++;
 	*wctx_p = w;
 	return 0;
 
@@ -251,6 +257,7 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 	src->chunks = set->chunks;
 	src->nchunks = set->nchunks;
 	src->max_stored = set->staging;
+	src->fixed_buffers = &set->fixed;
 	src->worker_create = shard_worker_create;
 	src->worker_destroy = shard_worker_destroy;
 	src->load_chunks = shard_load;

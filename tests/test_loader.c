@@ -15,10 +15,15 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -270,12 +275,14 @@ static uint64_t run_epoch(struct pp_loader *l, uint64_t epoch, const struct pp_l
  * repeated without being marked as padding, delivered by two ranks, wrong in
  * content, or if ranks get different batch counts.
  */
-static void exactly_once(enum tkind kind, uint32_t bs, uint32_t workers)
+static void exactly_once(enum tkind kind, enum pp_loader_cache cache, uint32_t bs,
+			 uint32_t workers)
 {
 	const uint64_t n = 1003;
 	uint64_t *ids = malloc(4 * n * sizeof(uint64_t) + 4 * bs * sizeof(uint64_t));
 	uint8_t *pad = malloc(4 * n + 4 * (size_t)bs);
 	uint32_t *seen = malloc(n * sizeof(uint32_t));
+	bool streamed = kind == T_CHUNKS && cache == PP_LOADER_CACHE_STREAM;
 
 	for (int drop = 0; drop < 2; drop++) {
 		for (int rank_drop = 0; rank_drop < 2; rank_drop++) {
@@ -287,7 +294,7 @@ static void exactly_once(enum tkind kind, uint32_t bs, uint32_t workers)
 						.batch_size = bs, .shuffle = true, .seed = 42,
 						.drop_last = drop, .workers = workers, .rank = r,
 						.world_size = ws, .rank_drop = rank_drop,
-						.cache = PP_LOADER_CACHE_STREAM, .window_chunks = 3,
+						.cache = cache, .window_chunks = 3,
 						.dtype = (bs == 7 ? PP_DTYPE_F32 : 0),
 						.mean = { 0.25f }, .std = { 0.5f },
 					};
@@ -321,9 +328,9 @@ static void exactly_once(enum tkind kind, uint32_t bs, uint32_t workers)
 				/* what may be left out: nothing, the uneven rest, a short batch */
 				if (!drop && !rank_drop)
 					ck_assert_uint_eq(nreal, n);
-				else if (!drop && kind != T_CHUNKS)
+				else if (!drop && !streamed)
 					ck_assert_uint_eq(nreal, n - n % ws);
-				lost = rank_drop ? (kind == T_CHUNKS ? ws * 37 : n % ws) : 0;
+				lost = rank_drop ? (streamed ? ws * 37 : n % ws) : 0;
 				lost += drop ? (uint64_t)ws * (bs - 1) : 0;
 				ck_assert_uint_ge(nreal + lost, n);
 			}
@@ -340,21 +347,28 @@ static const uint32_t worker_counts[] = { 0, 1, 2, 8 };
 /* Every sample once, in memory (array source), for every batch size and worker count (loop index). */
 START_TEST(test_exactly_once_memory)
 {
-	exactly_once(T_ARRAY, batch_sizes[_i / 4], worker_counts[_i % 4]);
+	exactly_once(T_ARRAY, PP_LOADER_CACHE_MEMORY, batch_sizes[_i / 4], worker_counts[_i % 4]);
+}
+END_TEST
+
+/* The same through a gather callback (a dataset without an array, as a synthetic one). */
+START_TEST(test_exactly_once_gather)
+{
+	exactly_once(T_GATHER, PP_LOADER_CACHE_MEMORY, batch_sizes[_i / 4], worker_counts[_i % 4]);
 }
 END_TEST
 
 /* The same with chunks decoded into memory at create (PP_LOADER_CACHE_MEMORY). */
-START_TEST(test_exactly_once_gather)
+START_TEST(test_exactly_once_cached)
 {
-	exactly_once(T_GATHER, batch_sizes[_i / 4], worker_counts[_i % 4]);
+	exactly_once(T_CHUNKS, PP_LOADER_CACHE_MEMORY, batch_sizes[_i / 4], worker_counts[_i % 4]);
 }
 END_TEST
 
-/* The same streamed through windows of chunks. */
+/* The same streamed through windows of chunks (PP_LOADER_CACHE_STREAM). */
 START_TEST(test_exactly_once_stream)
 {
-	exactly_once(T_CHUNKS, batch_sizes[_i / 4], worker_counts[_i % 4]);
+	exactly_once(T_CHUNKS, PP_LOADER_CACHE_STREAM, batch_sizes[_i / 4], worker_counts[_i % 4]);
 }
 END_TEST
 
@@ -584,6 +598,49 @@ START_TEST(test_enobufs)
 END_TEST
 
 /*
+ * try_next() returns -EAGAIN while the next batch is being filled (chunk
+ * loads are slowed here), then the batches in order, and 0 at the end;
+ * with 0 workers it fills in place.  get_layout() gives the full batch and
+ * the output sample size.  Fails if try_next blocks, skips or reorders.
+ */
+START_TEST(test_try_next)
+{
+	struct pp_loader_config cfg = { .batch_size = 10, .workers = _i, .dtype = PP_DTYPE_F32,
+					.cache = PP_LOADER_CACHE_STREAM, .window_chunks = 1 };
+	struct tsource *t;
+	struct pp_loader *l = make_loader(T_CHUNKS, 95, 10, &cfg, &t);
+	struct pp_batch *b;
+	uint64_t next = 0, again = 0;
+	uint32_t bs;
+	size_t sb;
+	int ret;
+
+	t->delay_us = 20000;
+	ck_assert_int_eq(pp_loader_get_layout(l, &bs, &sb), 0);
+	ck_assert_uint_eq(bs, 10);
+	ck_assert_uint_eq(sb, SAMPLE_BYTES * sizeof(float));
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	while ((ret = pp_loader_try_next(l, &b)) != 0) {
+		if (ret == -EAGAIN) {
+			again++;
+			usleep(1000);
+			continue;
+		}
+		ck_assert_int_eq(ret, 1);
+		ck_assert_uint_eq(b->index, next++);
+		check_batch_content(b, &cfg);
+		ck_assert_int_eq(pp_loader_release(l, b), 0);
+	}
+	ck_assert_uint_eq(next, 10);
+	if (_i == 0)
+		ck_assert_uint_eq(again, 0);
+	else
+		ck_assert_uint_gt(again, 0);
+	pp_loader_destroy(l);
+}
+END_TEST
+
+/*
  * Float output is (x / 255 - mean) / std per channel, for 3 channels.
  * Fails if the channels are mixed up or the formula is wrong.
  */
@@ -694,8 +751,9 @@ START_TEST(test_bad_config)
 END_TEST
 
 /*
- * The reader reads what the file holds, through io_uring and through pread,
- * with and without O_DIRECT, and reports a truncated file.  Fails if a read
+ * The reader reads what the file holds, through io_uring (into a registered
+ * buffer) and through pread, with and without O_DIRECT, and reports a
+ * truncated file.  Fails if a read
  * comes back short or wrong, or a short file is not an error.
  */
 START_TEST(test_reader)
@@ -706,7 +764,7 @@ START_TEST(test_reader)
 	char path[4096];
 	size_t len = 5 * 4096 + 100;
 	uint8_t *data = malloc(len);
-	uint8_t *buf[3];
+	uint8_t *buf[3], *block;
 	struct pp_reader r;
 	struct pp_read q[3];
 	int fd, fd_direct, ret;
@@ -730,8 +788,12 @@ START_TEST(test_reader)
 	if (fd_direct < 0)
 		fd_direct = fd;
 	ck_assert_int_ge(fd, 0);
+	/* one block, registered with the ring where there is one: "fixed" reads */
+	ck_assert_int_eq(posix_memalign((void **)&block, 4096, 9 * 4096), 0);
 	for (int k = 0; k < 3; k++)
-		ck_assert_int_eq(posix_memalign((void **)&buf[k], 4096, 3 * 4096), 0);
+		buf[k] = block + k * 3 * 4096;
+	ret = pp_reader_register(&r, block, 9 * 4096);
+	ck_assert_int_eq(ret, mode == PP_LOADER_IO_URING ? 0 : -EOPNOTSUPP);
 	/* two aligned reads, one running into the end of the file */
 	q[0] = (struct pp_read){ .fd = fd_direct, .fd_buffered = fd, .offset = 0, .len = 8192,
 				 .need = 8192, .buf = buf[0], .path = path, .chunk = 0 };
@@ -752,8 +814,7 @@ START_TEST(test_reader)
 	close(fd);
 	if (fd_direct != fd)
 		close(fd_direct);
-	for (int k = 0; k < 3; k++)
-		free(buf[k]);
+	free(block);
 	pp_test_rmtree(dir);
 	free(dir);
 	free(data);
@@ -867,6 +928,8 @@ START_TEST(test_shards_exactly_once)
 			ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
 			if (cfg.io == PP_LOADER_IO_PREAD)
 				ck_assert_str_eq(st.io_path, "pread");
+			if (strcmp(st.io_path, "pread") == 0)
+				ck_assert(!st.fixed_buffers);
 			else
 				ck_assert(strcmp(st.io_path, "io_uring") == 0 ||
 					  strcmp(st.io_path, "pread") == 0);
@@ -1006,6 +1069,60 @@ START_TEST(test_sources)
 END_TEST
 
 /*
+ * Where the kernel refuses io_uring (here a seccomp filter makes
+ * io_uring_setup fail with EPERM, as Docker's default profile does), the
+ * loader reads through pread and says so; forcing io_uring is an error with
+ * a message.  Fails if the fallback is missing, silent, or loses samples.
+ * Needs Check's fork mode, since the filter stays on the process.
+ */
+START_TEST(test_uring_refused)
+{
+	struct sock_filter filter[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = PP_ARRAY_SIZE(filter), .filter = filter };
+	const char *fork_mode = getenv("CK_FORK");
+	char *dir;
+	char **paths;
+	struct pp_loader_config cfg = { .nshards = 2, .batch_size = 50, .shuffle = true,
+					.workers = 2, .cache = PP_LOADER_CACHE_STREAM };
+	struct pp_loader *l = NULL;
+	struct pp_loader_stats st;
+	uint64_t ids[1000], n = 0;
+	uint8_t pad[1000];
+	uint8_t seen[700] = { 0 };
+
+	if (fork_mode != NULL && strcmp(fork_mode, "no") == 0)
+		return;
+	dir = pp_test_tmpdir();
+	paths = write_shards(dir, 700, 2, 64, 1);
+	cfg.shard_paths = (const char *const *)paths;
+	ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+
+	ck_assert_msg(pp_loader_create(&cfg, &l) == 0, "%s", pp_last_error());
+	run_epoch(l, 0, &cfg, ids, pad, &n, true);
+	ck_assert_uint_eq(n, 700);
+	for (uint64_t i = 0; i < n; i++)
+		ck_assert_uint_eq(seen[ids[i]]++, 0);
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	ck_assert_str_eq(st.io_path, "pread");
+	ck_assert(!st.fixed_buffers);
+	pp_loader_destroy(l);
+
+	cfg.io = PP_LOADER_IO_URING;
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), -EPERM);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "io_uring_queue_init"));
+	free_paths(paths, 2);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * Fashion-MNIST's training set as an in-memory dataset, float32 normalised:
  * all 60000 once, each batch equal to the dataset's samples converted by
  * hand.  Skipped without the data.  Fails if a sample is lost or repeated
@@ -1060,6 +1177,7 @@ Suite *pp_test_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_exactly_once_memory, 0, 16);
 	tcase_add_loop_test(tc, test_exactly_once_gather, 0, 16);
+	tcase_add_loop_test(tc, test_exactly_once_cached, 0, 16);
 	tcase_add_loop_test(tc, test_exactly_once_stream, 0, 16);
 	tcase_add_loop_test(tc, test_order_deterministic, 0, 3);
 	tcase_add_loop_test(tc, test_resume, 0, 2);
@@ -1068,6 +1186,7 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(te, test_corrupt_chunk, 0, 3);
 	tcase_add_test(te, test_destroy_midepoch);
 	tcase_add_loop_test(te, test_enobufs, 0, 3);
+	tcase_add_loop_test(te, test_try_next, 0, 2);
 	tcase_add_test(te, test_normalise_channels);
 	tcase_add_test(te, test_convert_kernels);
 	tcase_add_test(te, test_bad_config);
@@ -1078,6 +1197,7 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(tio, test_shards_exactly_once, 0, 2);
 	tcase_add_loop_test(tio, test_shards_corrupt, 0, 2);
 	tcase_add_test(tio, test_sources);
+	tcase_add_test(tio, test_uring_refused);
 	tcase_add_test(tio, test_fashion_mnist);
 	suite_add_tcase(s, tio);
 	return s;

@@ -74,8 +74,10 @@ struct pp_loader_config {
 	uint32_t workers;       /* worker threads; 0: the consumer's thread fills batches in next() */
 	uint32_t prefetch;      /* ring slots (batches filled ahead); 0: 2 * workers + 2 */
 
-	struct pp_device *device; /* where batches go next, or NULL; the ring comes from its host allocator */
-	bool pin_memory;          /* ring in pinned memory (only with a device that pins) */
+	struct pp_device *device; /* where batches go next, or NULL; the ring comes from its
+	                             host allocator (pp_host_alloc()), else from the heap */
+	bool pin_memory;          /* ring in pinned memory; needs a device (without one the
+	                             ring is pageable); stats say whether pinning held */
 
 	uint32_t rank;          /* this process's rank, 0..world_size-1 */
 	uint32_t world_size;    /* ranks sharing each epoch; 0: 1 */
@@ -90,9 +92,12 @@ struct pp_loader_config {
 	float std[PP_LOADER_MAX_CHANNELS];  /* per channel; 0: 1 */
 
 	enum pp_loader_cache cache; /* for shards only; in-memory datasets are used where they lie */
-	uint32_t window_chunks; /* streaming: chunks shuffled together; 0: 8 */
-	uint32_t io_depth;      /* streaming: chunk reads in flight per worker; 0: 4 */
-	bool direct_io;         /* streaming: O_DIRECT reads (buffered where the file system refuses) */
+	uint32_t window_chunks; /* streaming: chunks whose samples are shuffled together; 0: 8.
+	                           Up to max(2, workers + 1) windows are held decoded */
+	uint32_t io_depth;      /* chunk reads in flight per worker; 0: 4 */
+	bool direct_io;         /* O_DIRECT reads, buffered where the file system refuses
+	                           them; off by default, as the page cache serves every
+	                           epoch after the first when the shards fit in memory */
 	enum pp_loader_io io;   /* I/O path */
 	size_t memory_budget;   /* bytes the loader may allocate (ring, caches, buffers); 0: no limit */
 };
@@ -136,6 +141,8 @@ struct pp_loader_stats {
 	uint64_t chunks_decoded;   /* chunks read and decoded */
 	const char *io_path;       /* "io_uring", "pread", or "none" (nothing read from files) */
 	bool direct_io;            /* O_DIRECT reads were used */
+	bool fixed_buffers;        /* io_uring read into registered buffers (false where
+	                              registering was refused, e.g. by RLIMIT_MEMLOCK) */
 	bool pinned;               /* the ring is pinned host memory */
 	size_t memory_bytes;       /* bytes the loader allocated (ring, caches, buffers) */
 	uint32_t slots;            /* ring slots */
