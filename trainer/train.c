@@ -406,6 +406,11 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	/* Rows name the device that ran ("auto" opens cpu or cuda:0). */
 	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
 	p = &params;
+	/* The loader knows an epoch's batch count once one is begun (the same for
+	 * every epoch of an in-memory dataset): it places a resumed model's steps. */
+	ret = pp_transfer_begin_epoch(r.train_xfer, 0);
+	if (ret < 0)
+		goto fail;
 	batches = pp_loader_batches_per_epoch(r.train_loader);
 	steps = pp_model_steps(r.model);
 	first_epoch = batches ? (unsigned)(steps / batches) : 0;
