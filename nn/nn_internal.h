@@ -121,13 +121,13 @@ void relu_forward(float *out, const float *in, size_t count);
 void relu_backward(float *din, const float *dout, const float *out, size_t count);
 
 /*
- * Softmax cross-entropy of n samples of c logits.  Adds the sum of the
- * losses to *loss_sum and the correct predictions to *correct; writes
+ * Softmax cross-entropy of n samples of c logits.  Writes each sample's
+ * loss to losses[0..n) and adds the correct predictions to *correct; writes
  * (softmax - onehot) * scale to dlogits unless it is NULL.  Returns 0 or
  * -ERANGE for a label outside 0..c-1.
  */
 int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
-		 float *dlogits, double *loss_sum, uint64_t *correct);
+		 float *dlogits, double *losses, uint64_t *correct);
 
 /* dst[i] = src[i] * (1 / (255 std)) - mean / std, as nn/cuda/convert.cu */
 void u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std);
@@ -149,6 +149,7 @@ void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
 /* ------------------------------------------------------------------ models */
 
 struct nn_worker;
+struct nn_chunk;
 
 /* A batch to run through a model. */
 struct nn_job {
@@ -208,7 +209,17 @@ struct pp_model {
 	float **dacts;            /* n_layers x (capacity, out_size) */
 	int32_t **pool_idx;       /* n_layers x (capacity, out_size) for maxpool, else NULL */
 	size_t col_floats;        /* the im2col columns of all conv layers, one sample, floats */
-	size_t group;             /* CPU: samples taken forward and backward together */
+	size_t group;             /* CPU, with convolutions: samples taken forward and backward
+				   * together; 0 without */
+	/* CPU: a step's batch is cut into groups at fixed boundaries from its start, and the
+	 * groups into at most NN_CHUNKS chunks, whatever the thread count */
+	struct nn_chunk *chunks;  /* NN_CHUNKS; chunk 0 accumulates into 'grads' */
+	size_t chunks_ready;      /* chunks whose gradient buffers are allocated */
+	double *losses;           /* (capacity) each sample's loss in the step */
+	size_t job_group;         /* samples per group in the step being run */
+	size_t job_groups;        /* groups in it */
+	size_t job_chunks;        /* chunks in it */
+	size_t next_chunk;        /* the next chunk a thread takes (atomic) */
 	/* threads: worker 0 is the caller */
 	int threads;
 	struct nn_worker *workers; /* threads */
