@@ -33,8 +33,10 @@
 #define NN_GROUP_MAX 64
 /* Chunks of a step, at most: each has a gradient buffer. */
 #define NN_CHUNKS 16
-/* Without convolutions: samples in a group, at least. */
-#define NN_DENSE_GROUP_MIN 16
+/* Without convolutions: groups in a batch (of equal sizes, to within a sample). */
+#define NN_DENSE_GROUPS 4
+/* Columns of a linear layer's weight gradient in one task. */
+#define NN_DW_COLS 128
 
 /* One thread's scratch; worker 0 is the calling thread. */
 struct nn_worker {
@@ -42,6 +44,12 @@ struct nn_worker {
 	float *col;         /* (group, col_floats): each conv's columns of the group,
 			     * at group x the layer's col_off */
 	float *dcol;        /* (col_one) the column gradient of one sample */
+};
+
+/* Columns j0..j1-1 of the weight gradient of a linear layer (its bias too when j0 = 0). */
+struct nn_dw_task {
+	size_t layer;       /* index in the model's layers */
+	int j0, j1;         /* columns: input features */
 };
 
 /* A run of consecutive groups of a step, and what it produced. */
@@ -52,7 +60,11 @@ struct nn_chunk {
 	char msg[256];      /* the error message when err */
 };
 
-/* Forward, loss, and when training backward into G, of samples s0..s0+n-1; 0 or -errno. */
+/*
+ * Forward, loss, and when training backward, of samples s0..s0+n-1: the
+ * convolutions' gradients into G, the linear layers' input gradients only;
+ * 0 or -errno.
+ */
 static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, size_t s0, int n,
 		     uint64_t *correct)
 {
@@ -103,8 +115,6 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 		const struct nn_layer *l = &m->layers[i];
 		const float *dy = m->dacts[i] + s0 * l->out_size;
 		float *dx = l->need_din ? m->dacts[i - 1] + s0 * l->in_size : NULL;
-		const float *xi = i ? m->acts[i - 1] + s0 * l->in_size :
-				      (job->in_u8 ? m->input : job->in_f32) + s0 * l->in_size;
 
 		switch (l->kind) {
 		case NN_CONV:
@@ -124,7 +134,8 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 				memcpy(dx, dy, (size_t)n * l->out_size * sizeof(float));
 			break;
 		case NN_LINEAR:
-			linear_backward(l, dx, G + l->w_off, G + l->b_off, dy, xi, P + l->w_off, n);
+			if (dx)
+				linear_backward_input(l, dx, dy, P + l->w_off, n);
 			break;
 		}
 	}
@@ -142,7 +153,11 @@ static void run_chunk(struct nn_worker *wk, const struct nn_job *job, size_t c)
 	ch->correct = 0;
 	ch->err = 0;
 	if (job->train)
-		memset(ch->grads, 0, m->n_params * sizeof(float));
+		for (size_t i = 0; i < m->n_layers; i++)
+			if (m->layers[i].kind == NN_CONV) {
+				memset(ch->grads + m->layers[i].w_off, 0, m->layers[i].n_w * sizeof(float));
+				memset(ch->grads + m->layers[i].b_off, 0, m->layers[i].n_b * sizeof(float));
+			}
 	for (size_t g = g0; g < g1 && !ch->err; g++) {
 		const size_t s0 = g * m->job_group, n = PP_MIN(m->job_group, job->batch - s0);
 
@@ -153,7 +168,7 @@ static void run_chunk(struct nn_worker *wk, const struct nn_job *job, size_t c)
 }
 
 /* Takes chunks of the step until none is left. */
-static void run_chunks(struct nn_worker *wk, const struct nn_job *job)
+static void run_chunks(struct nn_worker *wk)
 {
 	struct pp_model *m = wk->m;
 
@@ -162,7 +177,33 @@ static void run_chunks(struct nn_worker *wk, const struct nn_job *job)
 
 		if (c >= m->job_chunks)
 			break;
-		run_chunk(wk, job, c);
+		run_chunk(wk, m->job, c);
+	}
+}
+
+/*
+ * Takes the linear layers' weight gradients, a block of columns at a time,
+ * each over the whole batch in one GEMM of a shape fixed by the batch size.
+ */
+static void run_dw_tasks(struct nn_worker *wk)
+{
+	struct pp_model *m = wk->m;
+	const struct nn_job *job = m->job;
+
+	for (;;) {
+		size_t t = __atomic_fetch_add(&m->next_dw_task, 1, __ATOMIC_RELAXED);
+		const struct nn_dw_task *task;
+		const struct nn_layer *l;
+		const float *in;
+
+		if (t >= m->n_dw_tasks)
+			break;
+		task = &m->dw_tasks[t];
+		l = &m->layers[task->layer];
+		in = task->layer ? m->acts[task->layer - 1] : job->in_u8 ? m->input : job->in_f32;
+		linear_backward_params(l, m->grads + l->w_off, task->j0 ? NULL : m->grads + l->b_off,
+				       m->dacts[task->layer], in, (int)job->batch, task->j0, task->j1,
+				       0.0f);
 	}
 }
 
@@ -180,7 +221,7 @@ static void *worker_main(void *arg)
 			break;
 		seen = m->generation;
 		pthread_mutex_unlock(&m->lock);
-		run_chunks(wk, m->job);
+		m->work(wk);
 		pthread_mutex_lock(&m->lock);
 		if (--m->pending == 0)
 			pthread_cond_signal(&m->done);
@@ -192,17 +233,32 @@ static void *worker_main(void *arg)
 /* Samples per group of a batch: the model's with convolutions, else from the batch size. */
 static size_t group_size(const struct pp_model *m, size_t batch)
 {
-	size_t per_chunk = (batch + NN_CHUNKS - 1) / NN_CHUNKS;
+	return m->group ? m->group : PP_MAX((batch + NN_DENSE_GROUPS - 1) / NN_DENSE_GROUPS, 1u);
+}
 
-	if (m->group)
-		return m->group;
-	return PP_MAX((per_chunk + 7) / 8 * 8, (size_t)NN_DENSE_GROUP_MIN);
+/* Runs m->work on every worker, the caller being worker 0, and waits for them all. */
+static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
+{
+	m->work = work;
+	if (m->threads > 1) {
+		pthread_mutex_lock(&m->lock);
+		m->pending = m->threads - 1;
+		m->generation++;
+		pthread_cond_broadcast(&m->go);
+		pthread_mutex_unlock(&m->lock);
+	}
+	work(&m->workers[0]);
+	if (m->threads > 1) {
+		pthread_mutex_lock(&m->lock);
+		while (m->pending)
+			pthread_cond_wait(&m->done, &m->lock);
+		pthread_mutex_unlock(&m->lock);
+	}
 }
 
 /*
- * Runs the job's chunks on every worker, the caller being worker 0, then
- * adds the losses in sample order; returns the error of the first failed
- * chunk.
+ * Runs the job's chunks on the workers, then adds the losses in sample
+ * order; returns the error of the first failed chunk.
  */
 static int run_job(struct pp_model *m, struct nn_job *job)
 {
@@ -211,20 +267,7 @@ static int run_job(struct pp_model *m, struct nn_job *job)
 	m->job_chunks = PP_MIN(m->job_groups, (size_t)NN_CHUNKS);
 	m->next_chunk = 0;
 	m->job = job;
-	if (m->threads > 1) {
-		pthread_mutex_lock(&m->lock);
-		m->pending = m->threads - 1;
-		m->generation++;
-		pthread_cond_broadcast(&m->go);
-		pthread_mutex_unlock(&m->lock);
-	}
-	run_chunks(&m->workers[0], job);
-	if (m->threads > 1) {
-		pthread_mutex_lock(&m->lock);
-		while (m->pending)
-			pthread_cond_wait(&m->done, &m->lock);
-		pthread_mutex_unlock(&m->lock);
-	}
+	run_workers(m, run_chunks);
 	for (size_t c = 0; c < m->job_chunks; c++)
 		if (m->chunks[c].err)
 			return pp_error_set(m->chunks[c].err, m->chunks[c].msg);
@@ -268,6 +311,9 @@ static void cpu_teardown(struct pp_model *m)
 			nn_mem_free(m->dev, m->chunks[c].grads);
 	free(m->chunks);
 	m->chunks = NULL;
+	free(m->dw_tasks);
+	m->dw_tasks = NULL;
+	m->n_dw_tasks = 0;
 	m->chunks_ready = 0;
 	nn_mem_free(m->dev, m->losses);
 	m->losses = NULL;
@@ -298,6 +344,19 @@ static int cpu_setup(struct pp_model *m)
 		return pp_error(-ENOMEM, "model: out of memory");
 	m->chunks[0].grads = m->grads;
 	m->chunks_ready = 1;
+	for (size_t i = 0; i < m->n_layers; i++)
+		if (m->layers[i].kind == NN_LINEAR)
+			m->n_dw_tasks += (m->layers[i].in_size + NN_DW_COLS - 1) / NN_DW_COLS;
+	m->dw_tasks = calloc(m->n_dw_tasks, sizeof(*m->dw_tasks));
+	if (m->n_dw_tasks && !m->dw_tasks)
+		return pp_error(-ENOMEM, "model: out of memory");
+	for (size_t i = 0, t = 0; i < m->n_layers; i++)
+		for (size_t j = 0; m->layers[i].kind == NN_LINEAR && j < m->layers[i].in_size;
+		     j += NN_DW_COLS, t++) {
+			m->dw_tasks[t].layer = i;
+			m->dw_tasks[t].j0 = (int)j;
+			m->dw_tasks[t].j1 = (int)PP_MIN(j + NN_DW_COLS, m->layers[i].in_size);
+		}
 	for (int t = 0; t < m->threads; t++) {
 		struct nn_worker *wk = &m->workers[t];
 
@@ -360,12 +419,20 @@ static int cpu_run(struct pp_model *m, struct nn_job *job)
 		memcpy(job->logits, m->acts[m->n_layers - 1], job->batch * last->out_size * sizeof(float));
 	if (!job->train)
 		return 0;
-	for (size_t c = 1; c < m->job_chunks; c++) {
-		const float *g = m->chunks[c].grads;
+	m->next_dw_task = 0;
+	run_workers(m, run_dw_tasks);
+	for (size_t c = 1; c < m->job_chunks; c++)
+		for (size_t i = 0; i < m->n_layers; i++) {
+			const struct nn_layer *l = &m->layers[i];
+			const float *g = m->chunks[c].grads;
 
-		for (size_t i = 0; i < m->n_params; i++)
-			m->grads[i] += g[i];
-	}
+			if (l->kind != NN_CONV)
+				continue;
+			for (size_t j = 0; j < l->n_w; j++)
+				m->grads[l->w_off + j] += g[l->w_off + j];
+			for (size_t j = 0; j < l->n_b; j++)
+				m->grads[l->b_off + j] += g[l->b_off + j];
+		}
 	nn_optim_step_cpu(&m->optim, m->params, m->grads, m->n_params);
 	return 0;
 }

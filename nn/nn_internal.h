@@ -101,6 +101,17 @@ void linear_forward(const struct nn_layer *l, float *out, const float *in, const
 void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *in, const float *w, int n);
 
+/* din (n, in_c) = dout W */
+void linear_backward_input(const struct nn_layer *l, float *din, const float *dout, const float *w,
+			   int n);
+/*
+ * The columns j0..j1-1 of dW: dw[:, j0:j1] = beta dw[:, j0:j1] + dout^T
+ * in[:, j0:j1], and when db is not NULL db = beta db + sum dout, the
+ * samples added in order (beta is 0 or 1).
+ */
+void linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,
+			    const float *in, int n, int j0, int j1, float beta);
+
 /* col (n, out_h out_w, in_c k k): receives each sample's im2col columns */
 void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n);
@@ -150,6 +161,7 @@ void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
 
 struct nn_worker;
 struct nn_chunk;
+struct nn_dw_task;
 
 /* A batch to run through a model. */
 struct nn_job {
@@ -220,6 +232,10 @@ struct pp_model {
 	size_t job_groups;        /* groups in it */
 	size_t job_chunks;        /* chunks in it */
 	size_t next_chunk;        /* the next chunk a thread takes (atomic) */
+	struct nn_dw_task *dw_tasks; /* n_dw_tasks: the linear layers' gradients, by columns */
+	size_t n_dw_tasks;
+	size_t next_dw_task;      /* the next one a thread takes (atomic) */
+	void (*work)(struct nn_worker *wk); /* what the workers run for the posted job */
 	/* threads: worker 0 is the caller */
 	int threads;
 	struct nn_worker *workers; /* threads */
