@@ -34,7 +34,7 @@
 /* Chunks of a step, at most: each has a gradient buffer. */
 #define NN_CHUNKS 16
 /* Without convolutions: groups in a batch (of equal sizes, to within a sample). */
-#define NN_DENSE_GROUPS 4
+#define NN_DENSE_GROUPS 2
 /* Columns of a linear layer's weight gradient in one task. */
 #define NN_DW_COLS 128
 
