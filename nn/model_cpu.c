@@ -60,6 +60,17 @@ struct nn_chunk {
 	char msg[256];      /* the error message when err */
 };
 
+/* True for the ReLU and max-pool whose backward conv2d_backward_pooled() does. */
+static bool behind_pooled_conv(const struct pp_model *m, size_t i)
+{
+	const struct nn_layer *L = m->layers;
+
+	if (i >= 1 && L[i - 1].kind == NN_CONV && L[i - 1].sparse_dout)
+		return true;
+	return L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
+	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
+}
+
 /*
  * Forward, loss, and when training backward, of samples s0..s0+n-1: the
  * convolutions' gradients into G, the linear layers' input gradients only;
@@ -118,15 +129,27 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 
 		switch (l->kind) {
 		case NN_CONV:
-			conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
-					wk->col + m->group * l->col_off, wk->dcol, n);
+			if (l->sparse_dout) {
+				const size_t p = m->layers[i + 1].kind == NN_RELU ? i + 2 : i + 1;
+				const struct nn_layer *pool = &m->layers[p];
+
+				conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off,
+						       m->dacts[p] + s0 * pool->out_size,
+						       m->pool_idx[p] + s0 * pool->out_size,
+						       p == i + 2 ? m->acts[i + 1] + s0 * l->out_size : NULL,
+						       P + l->w_off, wk->col + m->group * l->col_off,
+						       wk->dcol, n);
+			} else {
+				conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
+						wk->col + m->group * l->col_off, wk->dcol, n);
+			}
 			break;
 		case NN_MAXPOOL:
-			if (dx)
+			if (dx && !behind_pooled_conv(m, i))
 				maxpool_backward(l, dx, dy, m->pool_idx[i] + s0 * l->out_size, n);
 			break;
 		case NN_RELU:
-			if (dx)
+			if (dx && !behind_pooled_conv(m, i))
 				relu_backward(dx, dy, m->acts[i] + s0 * l->out_size, (size_t)n * l->out_size);
 			break;
 		case NN_FLATTEN:

@@ -63,7 +63,8 @@ struct nn_layer {
 				  * (a trainable layer precedes) */
 	size_t col_off;          /* conv: offset of its columns in a CPU worker's scratch, floats */
 	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
-				  * follows, so at most one output in each pooling window has a gradient */
+				  * follows, so at most one output in each pooling window has a
+				  * gradient; the CPU backward of the three is conv2d_backward_pooled() */
 };
 
 /* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */
@@ -121,6 +122,17 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
  */
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *w, const float *col, float *dcol, int n);
+/*
+ * The backward of conv (l), then a ReLU when relu_out (its output, shaped
+ * as the conv's) is not NULL, then 'pool', a max-pool with stride >= its
+ * kernel (l->sparse_dout), from the pool's output gradient dpool and
+ * indices idx (n, pool out_size): only the positions the pool selected
+ * and the ReLU passed are visited.  Other arguments as conv2d_backward().
+ */
+void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool, float *din,
+			    float *dw, float *db, const float *dpool, const int32_t *idx,
+			    const float *relu_out, const float *w, const float *cols, float *dcol,
+			    int n);
 
 /* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
 void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
