@@ -30,11 +30,43 @@ static inline void copy_run(float *dst, const float *src, int k)
 	}
 }
 
+/*
+ * im2col for stride 1 without padding, every window inside the input:
+ * input row by input row, each run of k floats copied to the rows of
+ * successive output positions.  k is a constant where inlined with one.
+ */
+static inline __attribute__((always_inline)) void im2col_valid(const struct nn_layer *l, float *col,
+							       const float *x, const int k)
+{
+	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
+	const int kk = c * k * k;
+
+	for (int ch = 0; ch < c; ch++)
+		for (int ky = 0; ky < k; ky++)
+			for (int oy = 0; oy < oh; oy++) {
+				const float *xr = x + ((size_t)ch * h + oy + ky) * w;
+				float *r = col + (size_t)oy * ow * kk + (ch * k + ky) * k;
+
+				for (int ox = 0; ox < ow; ox++, r += kk)
+					memcpy(r, xr + ox, (size_t)k * sizeof(float));
+			}
+}
+
 /* col (OH OW, C K K): one row per output position, from one sample x (C, H, W) */
 static void im2col(const struct nn_layer *l, float *col, const float *x)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, k = l->k, s = l->stride, p = l->pad;
 	const int oh = l->out_h, ow = l->out_w, kk = c * k * k;
+
+	if (s == 1 && p == 0) {
+		if (k == 5)
+			im2col_valid(l, col, x, 5);
+		else if (k == 3)
+			im2col_valid(l, col, x, 3);
+		else
+			im2col_valid(l, col, x, k);
+		return;
+	}
 
 	for (int oy = 0; oy < oh; oy++)
 		for (int ox = 0; ox < ow; ox++) {

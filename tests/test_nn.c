@@ -194,18 +194,26 @@ START_TEST(test_grad_linear)
 END_TEST
 
 /*
- * Fails if Conv2d's backward (GEMM path) is wrong, with padding and
- * stride 1, and with stride 2 and padding 2.
+ * Fails if Conv2d's forward or backward (GEMM path) is wrong: with padding
+ * and stride 1, with stride 2 and padding 2, and without padding at
+ * stride 1 (the column copy of whole windows) for kernels of 3, 5 and 4
+ * (the constant and the general copy lengths).
  */
 START_TEST(test_grad_conv)
 {
-	struct gc g = gc_make(NN_CONV, 2, 3, 6, 5, 4, 3, 1, 1);
-	struct gc g2 = gc_make(NN_CONV, 2, 2, 7, 7, 3, 3, 2, 2);
+	static const int shapes[5][6] = {
+		/* c, h, w, k, stride, pad */
+		{ 3, 6, 5, 3, 1, 1 }, { 2, 7, 7, 3, 2, 2 }, { 2, 7, 6, 3, 1, 0 },
+		{ 2, 8, 9, 5, 1, 0 }, { 3, 6, 7, 4, 1, 0 },
+	};
 
-	gc_run(&g, 1e-2f);
-	gc_run(&g2, 1e-2f);
-	gc_free(&g);
-	gc_free(&g2);
+	for (int i = 0; i < 5; i++) {
+		const int *sh = shapes[i];
+		struct gc g = gc_make(NN_CONV, 2, sh[0], sh[1], sh[2], 3, sh[3], sh[4], sh[5]);
+
+		gc_run(&g, 1e-2f);
+		gc_free(&g);
+	}
 }
 END_TEST
 
