@@ -3,8 +3,9 @@
  * GEMM per sample; the backward reuses the forward's columns.
  * Shapes (one sample): in (C, H, W), W (OC, C, K, K) as PyTorch's
  * nn.Conv2d, col (OH OW, C K K), out (OC, OH OW).  When a max-pool
- * follows, the backward visits only the positions with a gradient (at most
- * one per pooling window) and uses GEMMs otherwise.
+ * follows (after a ReLU or not), the backward takes the pool's and the
+ * ReLU's too, and visits only the positions the pool selected (one per
+ * window); otherwise it uses GEMMs.
  */
 #include "config.h"
 
@@ -29,11 +30,43 @@ static inline void copy_run(float *dst, const float *src, int k)
 	}
 }
 
+/*
+ * im2col for stride 1 without padding, every window inside the input:
+ * input row by input row, each run of k floats copied to the rows of
+ * successive output positions.  k is a constant where inlined with one.
+ */
+static inline __attribute__((always_inline)) void im2col_valid(const struct nn_layer *l, float *col,
+							       const float *x, const int k)
+{
+	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
+	const int kk = c * k * k;
+
+	for (int ch = 0; ch < c; ch++)
+		for (int ky = 0; ky < k; ky++)
+			for (int oy = 0; oy < oh; oy++) {
+				const float *xr = x + ((size_t)ch * h + oy + ky) * w;
+				float *r = col + (size_t)oy * ow * kk + (ch * k + ky) * k;
+
+				for (int ox = 0; ox < ow; ox++, r += kk)
+					memcpy(r, xr + ox, (size_t)k * sizeof(float));
+			}
+}
+
 /* col (OH OW, C K K): one row per output position, from one sample x (C, H, W) */
 static void im2col(const struct nn_layer *l, float *col, const float *x)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, k = l->k, s = l->stride, p = l->pad;
 	const int oh = l->out_h, ow = l->out_w, kk = c * k * k;
+
+	if (s == 1 && p == 0) {
+		if (k == 5)
+			im2col_valid(l, col, x, 5);
+		else if (k == 3)
+			im2col_valid(l, col, x, 3);
+		else
+			im2col_valid(l, col, x, k);
+		return;
+	}
 
 	for (int oy = 0; oy < oh; oy++)
 		for (int ox = 0; ox < ow; ox++) {
@@ -109,30 +142,6 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
 	}
 }
 
-/*
- * The gradients of one sample when most of dy is zero, as behind a ReLU and
- * a max-pool, which pass gradient to at most one position of each window:
- * only the positions with a gradient contribute, each as one row of col
- * (to dW) and of dcol (from W; dcol may be NULL).
- */
-static void backward_sparse(int oc, int kk, int pos, float *dw, float *db, const float *dy,
-			    const float *col, const float *w, float *dcol)
-{
-	if (dcol)
-		memset(dcol, 0, (size_t)pos * kk * sizeof(float));
-	for (int o = 0; o < oc; o++)
-		for (int j = 0; j < pos; j++) {
-			const float g = dy[(size_t)o * pos + j];
-
-			if (g == 0.0f)
-				continue;
-			db[o] += g;
-			nn_axpy(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk);
-			if (dcol)
-				nn_axpy(dcol + (size_t)j * kk, g, w + (size_t)o * kk, kk);
-		}
-}
-
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *w, const float *cols, float *dcol, int n)
 {
@@ -142,23 +151,52 @@ void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		const float *dy = dout + (size_t)i * l->out_size;
 		const float *col = cols + (size_t)i * pos * kk;
 
-		if (l->sparse_dout) {
-			backward_sparse(oc, kk, pos, dw, db, dy, col, w, din ? dcol : NULL);
-		} else {
-			for (int o = 0; o < oc; o++) {
-				float s = 0.0f;
+		for (int o = 0; o < oc; o++) {
+			float s = 0.0f;
 
-				for (int j = 0; j < pos; j++)
-					s += dy[(size_t)o * pos + j];
-				db[o] += s;
-			}
-			/* dW (OC, CKK) += dy (OC, P) . col (P, CKK) */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, kk, pos, 1.0f, dy, pos,
-				    col, kk, 1.0f, dw, kk);
-			/* dcol (P, CKK) = dy^T (P, OC) . W (OC, CKK) */
+			for (int j = 0; j < pos; j++)
+				s += dy[(size_t)o * pos + j];
+			db[o] += s;
+		}
+		/* dW (OC, CKK) += dy (OC, P) . col (P, CKK) */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, kk, pos, 1.0f, dy, pos, col,
+			    kk, 1.0f, dw, kk);
+		if (!din)
+			continue;
+		/* dcol (P, CKK) = dy^T (P, OC) . W (OC, CKK) */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pos, kk, oc, 1.0f, dy, pos, w, kk,
+			    0.0f, dcol, kk);
+		float *dx = din + (size_t)i * l->in_size;
+		memset(dx, 0, l->in_size * sizeof(float));
+		col2im(l, dx, dcol);
+	}
+}
+
+void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool, float *din,
+			    float *dw, float *db, const float *dpool, const int32_t *idx,
+			    const float *relu_out, const float *w, const float *cols, float *dcol,
+			    int n)
+{
+	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
+
+	for (int i = 0; i < n; i++) {
+		const float *dp = dpool + (size_t)i * pool->out_size;
+		const int32_t *ix = idx + (size_t)i * pool->out_size;
+		const float *r = relu_out ? relu_out + (size_t)i * l->out_size : NULL;
+		const float *col = cols + (size_t)i * pos * kk;
+
+		if (din)
+			memset(dcol, 0, (size_t)pos * kk * sizeof(float));
+		for (size_t q = 0; q < pool->out_size; q++) {
+			const float g = dp[q];
+			const int at = ix[q], o = at / pos, j = at % pos;
+
+			if (g == 0.0f || (r && !(r[at] > 0.0f)))
+				continue;
+			db[o] += g;
+			nn_axpy(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk);
 			if (din)
-				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pos, kk, oc, 1.0f, dy,
-					    pos, w, kk, 0.0f, dcol, kk);
+				nn_axpy(dcol + (size_t)j * kk, g, w + (size_t)o * kk, kk);
 		}
 		if (!din)
 			continue;

@@ -2,7 +2,7 @@
  * nn/loss.c: softmax cross-entropy (PyTorch's CrossEntropyLoss with mean
  * reduction when scale = 1 / batch) on the CPU.  Numerically stable: the
  * largest logit is subtracted before exponentiating, and the loss is
- * log(sum exp(z - max)) - (z_label - max), summed in double.
+ * log(sum exp(z - max)) - (z_label - max), in double.
  */
 #include "config.h"
 
@@ -13,9 +13,8 @@
 #include "nn/nn_internal.h"
 
 int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
-		 float *dlogits, double *loss_sum, uint64_t *correct)
+		 float *dlogits, double *losses, uint64_t *correct)
 {
-	double total = 0.0;
 	uint64_t right = 0;
 
 	for (int i = 0; i < n; i++)
@@ -35,7 +34,7 @@ int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float
 			}
 		for (int j = 0; j < c; j++)
 			sum += exp((double)z[j] - m);
-		total += log(sum) - ((double)z[y] - m);
+		losses[i] = log(sum) - ((double)z[y] - m);
 		right += arg == y;
 		if (dlogits) {
 			float *d = dlogits + (size_t)i * c;
@@ -45,7 +44,6 @@ int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float
 			d[y] -= scale;
 		}
 	}
-	*loss_sum += total;
 	*correct += right;
 	return 0;
 }

@@ -1,17 +1,21 @@
 /*
  * nn/model_cpu.c: the CPU backend of a model (the host, cpu and sim
- * devices): a step splits the batch across the model's threads, each
- * running forward, loss and backward on its slice with single-threaded
- * BLAS and its own gradient buffer; the gradients are summed in a fixed
- * order, so that a step is bit-identical from run to run at the same
- * thread count, and the optimizer updates the parameters.
+ * devices).  A step gives bit-identical results whatever the thread count:
+ * the batch is cut into groups at fixed boundaries from its start (with
+ * convolutions, group g is samples [g G, g G + G) for the model's group
+ * size G), and the groups into at most NN_CHUNKS chunks of consecutive
+ * groups, both from the batch size alone.  Each chunk accumulates the
+ * gradients of its groups, in order, into its own buffer; the threads
+ * (single-threaded BLAS each) take whole chunks as they come free, and
+ * the chunks' gradients are then added in chunk order, the samples'
+ * losses (double) in sample order, and the optimizer updates the
+ * parameters.  Which thread ran a chunk changes nothing in its arithmetic.
  *
- * A slice of a model with convolutions goes through in groups of samples
- * whose im2col columns fit in NN_GROUP_BYTES, each group taken forward and
- * at once backward (a sample's gradient needs only its own loss), so that
- * the columns are made once and are still in cache when the backward uses
- * them.  Without convolutions the whole slice is one group, for the
- * largest GEMMs.
+ * With convolutions a group holds the samples whose im2col columns fit in
+ * NN_GROUP_BYTES, taken forward and at once backward (a sample's gradient
+ * needs only its own loss), so that the columns are made once and are
+ * still in cache when the backward uses them.  Without convolutions a
+ * group is a multiple of 8 samples, large enough for the GEMMs.
  */
 #include "config.h"
 
@@ -27,31 +31,59 @@
 #define NN_GROUP_BYTES (768 * 1024)
 /* Samples in a group, at most. */
 #define NN_GROUP_MAX 64
+/* Chunks of a step, at most: each has a gradient buffer. */
+#define NN_CHUNKS 16
+/* Without convolutions: groups in a batch (of equal sizes, to within a sample). */
+#define NN_DENSE_GROUPS 2
+/* Columns of a linear layer's weight gradient in one task. */
+#define NN_DW_COLS 128
 
-/* One thread's share of a step; worker 0 is the calling thread. */
+/* One thread's scratch; worker 0 is the calling thread. */
 struct nn_worker {
 	struct pp_model *m;
-	float *grads;       /* (n_params); worker 0 uses the model's */
 	float *col;         /* (group, col_floats): each conv's columns of the group,
 			     * at group x the layer's col_off */
 	float *dcol;        /* (col_one) the column gradient of one sample */
-	size_t start, count; /* the slice of the batch: samples */
-	double loss_sum;    /* sum of the slice's losses */
-	uint64_t correct;   /* correct predictions in the slice */
-	int err;            /* 0 or -errno of the slice */
-	char msg[256];      /* the error message of a failed slice */
 };
 
-/* Forward, loss, and when training backward, of samples s0..s0+n-1; 0 or -errno. */
-static int run_group(struct nn_worker *wk, const struct nn_job *job, size_t s0, int n)
+/* Columns j0..j1-1 of the weight gradient of a linear layer (its bias too when j0 = 0). */
+struct nn_dw_task {
+	size_t layer;       /* index in the model's layers */
+	int j0, j1;         /* columns: input features */
+};
+
+/* A run of consecutive groups of a step, and what it produced. */
+struct nn_chunk {
+	float *grads;       /* (n_params) the gradient of its samples; chunk 0: the model's */
+	uint64_t correct;   /* correct predictions among its samples */
+	int err;            /* 0 or -errno */
+	char msg[256];      /* the error message when err */
+};
+
+/* True for the ReLU and max-pool whose backward conv2d_backward_pooled() does. */
+static bool behind_pooled_conv(const struct pp_model *m, size_t i)
+{
+	const struct nn_layer *L = m->layers;
+
+	if (i >= 1 && L[i - 1].kind == NN_CONV && L[i - 1].sparse_dout)
+		return true;
+	return L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
+	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
+}
+
+/*
+ * Forward, loss, and when training backward, of samples s0..s0+n-1: the
+ * convolutions' gradients into G, the linear layers' input gradients only;
+ * 0 or -errno.
+ */
+static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, size_t s0, int n,
+		     uint64_t *correct)
 {
 	struct pp_model *m = wk->m;
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	const float *P = m->params;
-	float *G = wk->grads;
 	const float *x;
 	int ret;
-
 	if (job->in_u8) {
 		size_t sz = m->layers[0].in_size;
 
@@ -87,27 +119,37 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, size_t s0, 
 	}
 	ret = softmax_xent(x, job->labels + s0, n, last->out_c, 1.0f / (float)job->batch,
 			   job->train ? m->dacts[m->n_layers - 1] + s0 * last->out_size : NULL,
-			   &wk->loss_sum, &wk->correct);
+			   m->losses + s0, correct);
 	if (ret || !job->train)
 		return ret;
 	for (size_t i = m->n_layers; i-- > 0 && (m->layers[i].n_w || m->layers[i].need_din);) {
 		const struct nn_layer *l = &m->layers[i];
 		const float *dy = m->dacts[i] + s0 * l->out_size;
 		float *dx = l->need_din ? m->dacts[i - 1] + s0 * l->in_size : NULL;
-		const float *xi = i ? m->acts[i - 1] + s0 * l->in_size :
-				      (job->in_u8 ? m->input : job->in_f32) + s0 * l->in_size;
 
 		switch (l->kind) {
 		case NN_CONV:
-			conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
-					wk->col + m->group * l->col_off, wk->dcol, n);
+			if (l->sparse_dout) {
+				const size_t p = m->layers[i + 1].kind == NN_RELU ? i + 2 : i + 1;
+				const struct nn_layer *pool = &m->layers[p];
+
+				conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off,
+						       m->dacts[p] + s0 * pool->out_size,
+						       m->pool_idx[p] + s0 * pool->out_size,
+						       p == i + 2 ? m->acts[i + 1] + s0 * l->out_size : NULL,
+						       P + l->w_off, wk->col + m->group * l->col_off,
+						       wk->dcol, n);
+			} else {
+				conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
+						wk->col + m->group * l->col_off, wk->dcol, n);
+			}
 			break;
 		case NN_MAXPOOL:
-			if (dx)
+			if (dx && !behind_pooled_conv(m, i))
 				maxpool_backward(l, dx, dy, m->pool_idx[i] + s0 * l->out_size, n);
 			break;
 		case NN_RELU:
-			if (dx)
+			if (dx && !behind_pooled_conv(m, i))
 				relu_backward(dx, dy, m->acts[i] + s0 * l->out_size, (size_t)n * l->out_size);
 			break;
 		case NN_FLATTEN:
@@ -115,28 +157,77 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, size_t s0, 
 				memcpy(dx, dy, (size_t)n * l->out_size * sizeof(float));
 			break;
 		case NN_LINEAR:
-			linear_backward(l, dx, G + l->w_off, G + l->b_off, dy, xi, P + l->w_off, n);
+			if (dx)
+				linear_backward_input(l, dx, dy, P + l->w_off, n);
 			break;
 		}
 	}
 	return 0;
 }
 
-static void run_slice(struct nn_worker *wk, const struct nn_job *job)
+/* Runs chunk c of the step: its groups in order, its gradient from zero. */
+static void run_chunk(struct nn_worker *wk, const struct nn_job *job, size_t c)
 {
-	const size_t end = wk->start + wk->count;
+	struct pp_model *m = wk->m;
+	struct nn_chunk *ch = &m->chunks[c];
+	const size_t g0 = c * m->job_groups / m->job_chunks;
+	const size_t g1 = (c + 1) * m->job_groups / m->job_chunks;
 
-	wk->loss_sum = 0.0;
-	wk->correct = 0;
-	wk->err = 0;
-	if (wk->count && job->train)
-		memset(wk->grads, 0, wk->m->n_params * sizeof(float));
-	for (size_t s0 = wk->start, n; s0 < end && !wk->err; s0 += n) {
-		n = PP_MIN(wk->m->group, end - s0);
-		wk->err = run_group(wk, job, s0, (int)n);
+	ch->correct = 0;
+	ch->err = 0;
+	if (job->train)
+		for (size_t i = 0; i < m->n_layers; i++)
+			if (m->layers[i].kind == NN_CONV) {
+				memset(ch->grads + m->layers[i].w_off, 0, m->layers[i].n_w * sizeof(float));
+				memset(ch->grads + m->layers[i].b_off, 0, m->layers[i].n_b * sizeof(float));
+			}
+	for (size_t g = g0; g < g1 && !ch->err; g++) {
+		const size_t s0 = g * m->job_group, n = PP_MIN(m->job_group, job->batch - s0);
+
+		ch->err = run_group(wk, job, ch->grads, s0, (int)n, &ch->correct);
 	}
-	if (wk->err)
-		snprintf(wk->msg, sizeof(wk->msg), "%s", pp_last_error());
+	if (ch->err)
+		snprintf(ch->msg, sizeof(ch->msg), "%s", pp_last_error());
+}
+
+/* Takes chunks of the step until none is left. */
+static void run_chunks(struct nn_worker *wk)
+{
+	struct pp_model *m = wk->m;
+
+	for (;;) {
+		size_t c = __atomic_fetch_add(&m->next_chunk, 1, __ATOMIC_RELAXED);
+
+		if (c >= m->job_chunks)
+			break;
+		run_chunk(wk, m->job, c);
+	}
+}
+
+/*
+ * Takes the linear layers' weight gradients, a block of columns at a time,
+ * each over the whole batch in one GEMM of a shape fixed by the batch size.
+ */
+static void run_dw_tasks(struct nn_worker *wk)
+{
+	struct pp_model *m = wk->m;
+	const struct nn_job *job = m->job;
+
+	for (;;) {
+		size_t t = __atomic_fetch_add(&m->next_dw_task, 1, __ATOMIC_RELAXED);
+		const struct nn_dw_task *task;
+		const struct nn_layer *l;
+		const float *in;
+
+		if (t >= m->n_dw_tasks)
+			break;
+		task = &m->dw_tasks[t];
+		l = &m->layers[task->layer];
+		in = task->layer ? m->acts[task->layer - 1] : job->in_u8 ? m->input : job->in_f32;
+		linear_backward_params(l, m->grads + l->w_off, task->j0 ? NULL : m->grads + l->b_off,
+				       m->dacts[task->layer], in, (int)job->batch, task->j0, task->j1,
+				       0.0f);
+	}
 }
 
 static void *worker_main(void *arg)
@@ -153,7 +244,7 @@ static void *worker_main(void *arg)
 			break;
 		seen = m->generation;
 		pthread_mutex_unlock(&m->lock);
-		run_slice(wk, m->job);
+		m->work(wk);
 		pthread_mutex_lock(&m->lock);
 		if (--m->pending == 0)
 			pthread_cond_signal(&m->done);
@@ -162,18 +253,16 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Runs the job on every worker, the caller being worker 0; returns the first slice's error. */
-static int run_job(struct pp_model *m, struct nn_job *job)
+/* Samples per group of a batch: the model's with convolutions, else from the batch size. */
+static size_t group_size(const struct pp_model *m, size_t batch)
 {
-	const size_t per = job->batch / (size_t)m->threads, extra = job->batch % (size_t)m->threads;
-	size_t at = 0;
+	return m->group ? m->group : PP_MAX((batch + NN_DENSE_GROUPS - 1) / NN_DENSE_GROUPS, 1u);
+}
 
-	for (int t = 0; t < m->threads; t++) {
-		m->workers[t].start = at;
-		m->workers[t].count = per + ((size_t)t < extra);
-		at += m->workers[t].count;
-	}
-	m->job = job;
+/* Runs m->work on every worker, the caller being worker 0, and waits for them all. */
+static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
+{
+	m->work = work;
 	if (m->threads > 1) {
 		pthread_mutex_lock(&m->lock);
 		m->pending = m->threads - 1;
@@ -181,20 +270,34 @@ static int run_job(struct pp_model *m, struct nn_job *job)
 		pthread_cond_broadcast(&m->go);
 		pthread_mutex_unlock(&m->lock);
 	}
-	run_slice(&m->workers[0], job);
+	work(&m->workers[0]);
 	if (m->threads > 1) {
 		pthread_mutex_lock(&m->lock);
 		while (m->pending)
 			pthread_cond_wait(&m->done, &m->lock);
 		pthread_mutex_unlock(&m->lock);
 	}
-	for (int t = 0; t < m->threads; t++)
-		if (m->workers[t].err)
-			return pp_error_set(m->workers[t].err, m->workers[t].msg);
-	for (int t = 0; t < m->threads; t++) {
-		m->metrics.loss_sum += m->workers[t].loss_sum;
-		m->metrics.correct += m->workers[t].correct;
-	}
+}
+
+/*
+ * Runs the job's chunks on the workers, then adds the losses in sample
+ * order; returns the error of the first failed chunk.
+ */
+static int run_job(struct pp_model *m, struct nn_job *job)
+{
+	m->job_group = group_size(m, job->batch);
+	m->job_groups = (job->batch + m->job_group - 1) / m->job_group;
+	m->job_chunks = PP_MIN(m->job_groups, (size_t)NN_CHUNKS);
+	m->next_chunk = 0;
+	m->job = job;
+	run_workers(m, run_chunks);
+	for (size_t c = 0; c < m->job_chunks; c++)
+		if (m->chunks[c].err)
+			return pp_error_set(m->chunks[c].err, m->chunks[c].msg);
+	for (size_t c = 0; c < m->job_chunks; c++)
+		m->metrics.correct += m->chunks[c].correct;
+	for (size_t i = 0; i < job->batch; i++)
+		m->metrics.loss_sum += m->losses[i];
 	m->metrics.samples += job->batch;
 	return 0;
 }
@@ -221,22 +324,29 @@ static void cpu_teardown(struct pp_model *m)
 	m->tids = NULL;
 	if (m->workers)
 		for (int t = 0; t < m->threads; t++) {
-			if (t)
-				nn_mem_free(m->dev, m->workers[t].grads);
 			nn_mem_free(m->dev, m->workers[t].col);
 			nn_mem_free(m->dev, m->workers[t].dcol);
 		}
 	free(m->workers);
 	m->workers = NULL;
+	if (m->chunks)
+		for (size_t c = 1; c < m->chunks_ready; c++)
+			nn_mem_free(m->dev, m->chunks[c].grads);
+	free(m->chunks);
+	m->chunks = NULL;
+	free(m->dw_tasks);
+	m->dw_tasks = NULL;
+	m->n_dw_tasks = 0;
+	m->chunks_ready = 0;
+	nn_mem_free(m->dev, m->losses);
+	m->losses = NULL;
 }
 
 /* Allocates the per-thread buffers and starts the threads. */
 static int cpu_setup(struct pp_model *m)
 {
-	size_t pbytes = m->n_params * sizeof(float);
-	int ret = 0;
-
 	size_t col_one = 0;
+	int ret = 0;
 
 	for (size_t i = 0; i < m->n_layers; i++) {
 		struct nn_layer *l = &m->layers[i];
@@ -249,20 +359,32 @@ static int cpu_setup(struct pp_model *m)
 		col_one = PP_MAX(col_one, cols);
 	}
 	m->group = m->col_floats ? PP_MIN(PP_MAX(NN_GROUP_BYTES / (m->col_floats * sizeof(float)), 1u),
-					  (size_t)NN_GROUP_MAX) : SIZE_MAX;
+					  (size_t)NN_GROUP_MAX) : 0;
 	m->threads = m->cfg.threads;
 	m->workers = calloc((size_t)m->threads, sizeof(*m->workers));
-	if (!m->workers)
+	m->chunks = calloc(NN_CHUNKS, sizeof(*m->chunks));
+	if (!m->workers || !m->chunks)
 		return pp_error(-ENOMEM, "model: out of memory");
+	m->chunks[0].grads = m->grads;
+	m->chunks_ready = 1;
+	for (size_t i = 0; i < m->n_layers; i++)
+		if (m->layers[i].kind == NN_LINEAR)
+			m->n_dw_tasks += (m->layers[i].in_size + NN_DW_COLS - 1) / NN_DW_COLS;
+	m->dw_tasks = calloc(m->n_dw_tasks, sizeof(*m->dw_tasks));
+	if (m->n_dw_tasks && !m->dw_tasks)
+		return pp_error(-ENOMEM, "model: out of memory");
+	for (size_t i = 0, t = 0; i < m->n_layers; i++)
+		for (size_t j = 0; m->layers[i].kind == NN_LINEAR && j < m->layers[i].in_size;
+		     j += NN_DW_COLS, t++) {
+			m->dw_tasks[t].layer = i;
+			m->dw_tasks[t].j0 = (int)j;
+			m->dw_tasks[t].j1 = (int)PP_MIN(j + NN_DW_COLS, m->layers[i].in_size);
+		}
 	for (int t = 0; t < m->threads; t++) {
 		struct nn_worker *wk = &m->workers[t];
 
 		wk->m = m;
-		wk->grads = m->grads;
-		if (t)
-			ret = nn_mem_alloc(m->dev, pbytes, (void **)&wk->grads);
-		if (!ret)
-			ret = nn_mem_alloc(m->dev, (m->col_floats ? m->group * m->col_floats : 0) *
+		ret = nn_mem_alloc(m->dev, (m->col_floats ? m->group * m->col_floats : 0) *
 							   sizeof(float), (void **)&wk->col);
 		if (!ret)
 			ret = nn_mem_alloc(m->dev, col_one * sizeof(float), (void **)&wk->dcol);
@@ -288,29 +410,52 @@ static int cpu_setup(struct pp_model *m)
 }
 
 
+/* The samples' losses and the gradient buffers of the chunks of m->capacity samples. */
 static int cpu_reserve(struct pp_model *m)
 {
-	return 0;
+	const size_t group = group_size(m, m->capacity);
+	const size_t chunks = PP_MIN((m->capacity + group - 1) / group, (size_t)NN_CHUNKS);
+	int ret;
+
+	nn_mem_free(m->dev, m->losses);
+	m->losses = NULL;
+	ret = nn_mem_alloc(m->dev, m->capacity * sizeof(double), (void **)&m->losses);
+	for (; !ret && m->chunks_ready < chunks; m->chunks_ready++)
+		ret = nn_mem_alloc(m->dev, m->n_params * sizeof(float),
+				   (void **)&m->chunks[m->chunks_ready].grads);
+	return ret;
 }
 
 static int cpu_run(struct pp_model *m, struct nn_job *job)
 {
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
-	int ret = run_job(m, job);
+	int ret;
 
+	for (size_t i = 0; i < job->batch; i++)
+		if (job->labels[i] < 0 || job->labels[i] >= last->out_c)
+			return pp_error(-ERANGE, "model inputs: label %d of sample %zu is outside 0..%d",
+					(int)job->labels[i], i, last->out_c - 1);
+	ret = run_job(m, job);
 	if (ret)
 		return ret;
 	if (job->logits)
 		memcpy(job->logits, m->acts[m->n_layers - 1], job->batch * last->out_size * sizeof(float));
 	if (!job->train)
 		return 0;
-	for (int t = 1; t < m->threads; t++) {
-		const float *g = m->workers[t].grads;
+	m->next_dw_task = 0;
+	run_workers(m, run_dw_tasks);
+	for (size_t c = 1; c < m->job_chunks; c++)
+		for (size_t i = 0; i < m->n_layers; i++) {
+			const struct nn_layer *l = &m->layers[i];
+			const float *g = m->chunks[c].grads;
 
-		if (m->workers[t].count)
-			for (size_t i = 0; i < m->n_params; i++)
-				m->grads[i] += g[i];
-	}
+			if (l->kind != NN_CONV)
+				continue;
+			for (size_t j = 0; j < l->n_w; j++)
+				m->grads[l->w_off + j] += g[l->w_off + j];
+			for (size_t j = 0; j < l->n_b; j++)
+				m->grads[l->b_off + j] += g[l->b_off + j];
+		}
 	nn_optim_step_cpu(&m->optim, m->params, m->grads, m->n_params);
 	return 0;
 }

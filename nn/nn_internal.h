@@ -63,7 +63,8 @@ struct nn_layer {
 				  * (a trainable layer precedes) */
 	size_t col_off;          /* conv: offset of its columns in a CPU worker's scratch, floats */
 	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
-				  * follows, so at most one output in each pooling window has a gradient */
+				  * follows, so at most one output in each pooling window has a
+				  * gradient; the CPU backward of the three is conv2d_backward_pooled() */
 };
 
 /* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */
@@ -101,6 +102,17 @@ void linear_forward(const struct nn_layer *l, float *out, const float *in, const
 void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *in, const float *w, int n);
 
+/* din (n, in_c) = dout W */
+void linear_backward_input(const struct nn_layer *l, float *din, const float *dout, const float *w,
+			   int n);
+/*
+ * The columns j0..j1-1 of dW: dw[:, j0:j1] = beta dw[:, j0:j1] + dout^T
+ * in[:, j0:j1], and when db is not NULL db = beta db + sum dout, the
+ * samples added in order (beta is 0 or 1).
+ */
+void linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,
+			    const float *in, int n, int j0, int j1, float beta);
+
 /* col (n, out_h out_w, in_c k k): receives each sample's im2col columns */
 void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n);
@@ -110,6 +122,17 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
  */
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *w, const float *col, float *dcol, int n);
+/*
+ * The backward of conv (l), then a ReLU when relu_out (its output, shaped
+ * as the conv's) is not NULL, then 'pool', a max-pool with stride >= its
+ * kernel (l->sparse_dout), from the pool's output gradient dpool and
+ * indices idx (n, pool out_size): only the positions the pool selected
+ * and the ReLU passed are visited.  Other arguments as conv2d_backward().
+ */
+void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool, float *din,
+			    float *dw, float *db, const float *dpool, const int32_t *idx,
+			    const float *relu_out, const float *w, const float *cols, float *dcol,
+			    int n);
 
 /* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
 void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
@@ -121,13 +144,13 @@ void relu_forward(float *out, const float *in, size_t count);
 void relu_backward(float *din, const float *dout, const float *out, size_t count);
 
 /*
- * Softmax cross-entropy of n samples of c logits.  Adds the sum of the
- * losses to *loss_sum and the correct predictions to *correct; writes
+ * Softmax cross-entropy of n samples of c logits.  Writes each sample's
+ * loss to losses[0..n) and adds the correct predictions to *correct; writes
  * (softmax - onehot) * scale to dlogits unless it is NULL.  Returns 0 or
  * -ERANGE for a label outside 0..c-1.
  */
 int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
-		 float *dlogits, double *loss_sum, uint64_t *correct);
+		 float *dlogits, double *losses, uint64_t *correct);
 
 /* dst[i] = src[i] * (1 / (255 std)) - mean / std, as nn/cuda/convert.cu */
 void u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std);
@@ -149,6 +172,8 @@ void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
 /* ------------------------------------------------------------------ models */
 
 struct nn_worker;
+struct nn_chunk;
+struct nn_dw_task;
 
 /* A batch to run through a model. */
 struct nn_job {
@@ -208,7 +233,21 @@ struct pp_model {
 	float **dacts;            /* n_layers x (capacity, out_size) */
 	int32_t **pool_idx;       /* n_layers x (capacity, out_size) for maxpool, else NULL */
 	size_t col_floats;        /* the im2col columns of all conv layers, one sample, floats */
-	size_t group;             /* CPU: samples taken forward and backward together */
+	size_t group;             /* CPU, with convolutions: samples taken forward and backward
+				   * together; 0 without */
+	/* CPU: a step's batch is cut into groups at fixed boundaries from its start, and the
+	 * groups into at most NN_CHUNKS chunks, whatever the thread count */
+	struct nn_chunk *chunks;  /* NN_CHUNKS; chunk 0 accumulates into 'grads' */
+	size_t chunks_ready;      /* chunks whose gradient buffers are allocated */
+	double *losses;           /* (capacity) each sample's loss in the step */
+	size_t job_group;         /* samples per group in the step being run */
+	size_t job_groups;        /* groups in it */
+	size_t job_chunks;        /* chunks in it */
+	size_t next_chunk;        /* the next chunk a thread takes (atomic) */
+	struct nn_dw_task *dw_tasks; /* n_dw_tasks: the linear layers' gradients, by columns */
+	size_t n_dw_tasks;
+	size_t next_dw_task;      /* the next one a thread takes (atomic) */
+	void (*work)(struct nn_worker *wk); /* what the workers run for the posted job */
 	/* threads: worker 0 is the caller */
 	int threads;
 	struct nn_worker *workers; /* threads */

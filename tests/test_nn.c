@@ -194,25 +194,91 @@ START_TEST(test_grad_linear)
 END_TEST
 
 /*
- * Fails if Conv2d's backward is wrong, with padding and stride 1, and with
- * stride 2 and padding 2; on the GEMM path (dense output gradient) and on
- * the path for sparse output gradients (most of dout zero, as behind a max-pool).
+ * Fails if Conv2d's forward or backward (GEMM path) is wrong: with padding
+ * and stride 1, with stride 2 and padding 2, and without padding at
+ * stride 1 (the column copy of whole windows) for kernels of 3, 5 and 4
+ * (the constant and the general copy lengths).
  */
 START_TEST(test_grad_conv)
 {
-	for (int sparse = 0; sparse < 2; sparse++) {
-		struct gc g = gc_make(NN_CONV, 2, 3, 6, 5, 4, 3, 1, 1);
-		struct gc g2 = gc_make(NN_CONV, 2, 2, 7, 7, 3, 3, 2, 2);
+	static const int shapes[5][6] = {
+		/* c, h, w, k, stride, pad */
+		{ 3, 6, 5, 3, 1, 1 }, { 2, 7, 7, 3, 2, 2 }, { 2, 7, 6, 3, 1, 0 },
+		{ 2, 8, 9, 5, 1, 0 }, { 3, 6, 7, 4, 1, 0 },
+	};
 
-		g.l.sparse_dout = g2.l.sparse_dout = sparse;
-		for (size_t i = 0; sparse && i < (size_t)g.n * g.l.out_size; i++)
-			g.r[i] = i % 5 ? 0.0f : g.r[i];
-		for (size_t i = 0; sparse && i < (size_t)g2.n * g2.l.out_size; i++)
-			g2.r[i] = i % 7 ? 0.0f : g2.r[i];
+	for (int i = 0; i < 5; i++) {
+		const int *sh = shapes[i];
+		struct gc g = gc_make(NN_CONV, 2, sh[0], sh[1], sh[2], 3, sh[3], sh[4], sh[5]);
+
 		gc_run(&g, 1e-2f);
-		gc_run(&g2, 1e-2f);
 		gc_free(&g);
-		gc_free(&g2);
+	}
+}
+END_TEST
+
+static void expect_close(const char *what, const float *want, const float *got, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(fabsf(want[i] - got[i]) <= 1e-5f * (1.0f + fabsf(want[i])),
+			      "%s[%zu]: %g, expected %g", what, i, (double)got[i], (double)want[i]);
+}
+
+/*
+ * Fails if the fused backward of conv, ReLU (or none) and a max-pool with
+ * stride >= kernel differs from the three backwards one after the other
+ * (max-pool, ReLU, the gradient-checked GEMM conv backward): a gradient
+ * lost, sent to a position the pool did not select or the ReLU blocked,
+ * or to the wrong channel.  The 9x9 output leaves the last row and column
+ * out of the 2x2 windows; the 2x2 stride-3 pool leaves gaps between them.
+ */
+START_TEST(test_conv_pooled_backward)
+{
+	for (int variant = 0; variant < 4; variant++) {
+		const bool relu = variant & 1;
+		struct gc g = gc_make(NN_CONV, 2, 3, 9, 9, 4, 3, 1, 1);
+		const struct nn_layer *l = &g.l;
+		struct gc pg = gc_make(NN_MAXPOOL, 2, 4, 9, 9, 4, 2, variant < 2 ? 2 : 3, 0);
+		const struct nn_layer *pool = &pg.l;
+		const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
+		float *act = zero_floats(outs), *dact = zero_floats(outs), *dy = zero_floats(outs);
+		float *pooled = zero_floats(pouts), *dpool = rand_floats(pouts);
+		float *din1 = zero_floats((size_t)g.n * l->in_size), *din2 = zero_floats((size_t)g.n * l->in_size);
+		float *dw1 = zero_floats(l->n_w), *dw2 = zero_floats(l->n_w);
+		float *db1 = zero_floats(l->n_b), *db2 = zero_floats(l->n_b);
+
+		for (size_t i = 0; i < pouts; i += 3)
+			dpool[i] = 0.0f;
+		conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
+		if (relu)
+			relu_forward(act, g.out, outs);
+		else
+			memcpy(act, g.out, outs * sizeof(float));
+		maxpool_forward(pool, pooled, pg.idx, act, g.n);
+		maxpool_backward(pool, dact, dpool, pg.idx, g.n);
+		if (relu)
+			relu_backward(dy, dact, act, outs);
+		else
+			memcpy(dy, dact, outs * sizeof(float));
+		conv2d_backward(l, din1, dw1, db1, dy, g.w, g.col, g.dcol, g.n);
+		conv2d_backward_pooled(l, pool, din2, dw2, db2, dpool, pg.idx, relu ? act : NULL, g.w,
+				       g.col, g.dcol, g.n);
+		expect_close("input gradient", din1, din2, (size_t)g.n * l->in_size);
+		expect_close("weight gradient", dw1, dw2, l->n_w);
+		expect_close("bias gradient", db1, db2, l->n_b);
+		free(act);
+		free(dact);
+		free(dy);
+		free(pooled);
+		free(dpool);
+		free(din1);
+		free(din2);
+		free(dw1);
+		free(dw2);
+		free(db1);
+		free(db2);
+		gc_free(&pg);
+		gc_free(&g);
 	}
 }
 END_TEST
@@ -256,10 +322,13 @@ END_TEST
 
 static double xent_loss(const float *z, const int32_t *y, int n, int c)
 {
-	double s = 0.0;
+	double losses[8], s = 0.0;
 	uint64_t correct = 0;
 
-	ck_assert_int_eq(softmax_xent(z, y, n, c, 1.0f, NULL, &s, &correct), 0);
+	ck_assert_int_le(n, 8);
+	ck_assert_int_eq(softmax_xent(z, y, n, c, 1.0f, NULL, losses, &correct), 0);
+	for (int i = 0; i < n; i++)
+		s += losses[i];
 	return s / n;
 }
 
@@ -274,12 +343,12 @@ START_TEST(test_grad_loss)
 	float *z = rand_floats((size_t)n * c), *dz = zero_floats((size_t)n * c);
 	float big[3] = { 1000.0f, -1000.0f, 999.0f };
 	int32_t by[1] = { 2 };
-	double s = 0.0;
+	double losses[4];
 	uint64_t correct = 0;
 
 	for (int i = 0; i < n * c; i++)
 		z[i] *= 3.0f;
-	ck_assert_int_eq(softmax_xent(z, y, n, c, 1.0f / n, dz, &s, &correct), 0);
+	ck_assert_int_eq(softmax_xent(z, y, n, c, 1.0f / n, dz, losses, &correct), 0);
 	for (int i = 0; i < n * c; i++) {
 		float keep = z[i];
 		double lp, lm, num;
@@ -294,10 +363,9 @@ START_TEST(test_grad_loss)
 			      i, num, (double)dz[i]);
 	}
 	/* log(1 + e^-1 + e^-2000) = 0.31326168752 for the label 999 against 1000 */
-	s = 0.0;
 	correct = 0;
-	ck_assert_int_eq(softmax_xent(big, by, 1, 3, 1.0f, NULL, &s, &correct), 0);
-	ck_assert_double_eq_tol(s, 1.3132616875182228, 1e-9);
+	ck_assert_int_eq(softmax_xent(big, by, 1, 3, 1.0f, NULL, losses, &correct), 0);
+	ck_assert_double_eq_tol(losses[0], 1.3132616875182228, 1e-9);
 	ck_assert_uint_eq(correct, 0);
 	free(z);
 	free(dz);
@@ -538,44 +606,98 @@ START_TEST(test_same_seed_bit_identical)
 }
 END_TEST
 
-/*
- * Fails if splitting a batch across threads (3 slices of an mlp, 2 of a
- * cnn, with groups inside each) changes the result beyond float rounding,
- * or loses or repeats a sample (the running totals count them).
- */
-START_TEST(test_threads_agree)
+/* Trains 'steps' steps of batches of 'batch', then evaluates a batch; keeps the results. */
+struct thread_run {
+	float *params;                    /* after training */
+	size_t n_params;                  /* floats */
+	struct pp_model_metrics train;    /* running totals of the training steps */
+	struct pp_model_metrics eval;     /* of the evaluation alone */
+	float *logits;                    /* (batch, 10) of the evaluation */
+};
+
+static struct thread_run run_with_threads(const char *spec, size_t batch, int threads, int steps)
 {
-	static const char *specs[] = { "mlp", "cnn" };
+	const size_t lshape[2] = { batch, 10 };
+	struct pp_model_config cfg;
+	struct pp_model *m;
+	struct pp_tensor *logits;
+	struct thread_run r;
+	int32_t *labels = malloc(batch * sizeof(*labels));
 
-	for (int k = 0; k < 2; k++) {
-		struct pp_model_config cfg;
-		struct pp_model *one, *many;
-		struct pp_model_metrics m1, m2;
-		float *p1, *p2;
+	ck_assert_ptr_nonnull(labels);
+	pp_model_config_init(&cfg);
+	cfg.seed = 11;
+	cfg.threads = threads;
+	cfg.optim.lr = 0.01f;
+	ck_assert_int_eq(pp_model_create(spec, NULL, &cfg, &m), 0);
+	for (int s = 0; s < steps; s++) {
+		struct pp_tensor *x = synth_batch(batch, 300 + (uint64_t)s, labels);
 
-		pp_model_config_init(&cfg);
-		cfg.seed = 5;
-		ck_assert_int_eq(pp_model_create(specs[k], NULL, &cfg, &one), 0);
-		cfg.threads = 3 - k;
-		ck_assert_int_eq(pp_model_create(specs[k], NULL, &cfg, &many), 0);
-		train(one, 2, 50);
-		train(many, 2, 50);
-		ck_assert_int_eq(pp_model_metrics(one, false, &m1), 0);
-		ck_assert_int_eq(pp_model_metrics(many, false, &m2), 0);
-		ck_assert_uint_eq(m1.samples, 32);
-		ck_assert_uint_eq(m2.samples, 32);
-		ck_assert_uint_eq(m1.correct, m2.correct);
-		ck_assert_double_eq_tol(m1.loss_sum, m2.loss_sum, 1e-4);
-		p1 = read_params(one);
-		p2 = read_params(many);
-		for (size_t i = 0; i < pp_model_param_count(one); i++)
-			ck_assert_msg(fabsf(p1[i] - p2[i]) <= 1e-5f, "%s parameter %zu: %g vs %g", specs[k], i,
-				      (double)p1[i], (double)p2[i]);
-		free(p1);
-		free(p2);
-		pp_model_destroy(one);
-		pp_model_destroy(many);
+		ck_assert_int_eq(pp_model_train_step(m, x, labels), 0);
+		pp_tensor_destroy(x);
 	}
+	ck_assert_int_eq(pp_model_metrics(m, true, &r.train), 0);
+	ck_assert_uint_eq(r.train.samples, batch * (size_t)steps);
+	r.params = read_params(m);
+	r.n_params = pp_model_param_count(m);
+	ck_assert_int_eq(pp_tensor_create(NULL, PP_DTYPE_F32, 2, lshape, &logits), 0);
+	{
+		struct pp_tensor *x = synth_batch(batch, 999, labels);
+
+		ck_assert_int_eq(pp_model_evaluate(m, x, labels, logits), 0);
+		pp_tensor_destroy(x);
+	}
+	ck_assert_int_eq(pp_model_metrics(m, true, &r.eval), 0);
+	ck_assert_uint_eq(r.eval.samples, batch);
+	r.logits = malloc(batch * 10 * sizeof(float));
+	ck_assert_ptr_nonnull(r.logits);
+	memcpy(r.logits, pp_tensor_data(logits), batch * 10 * sizeof(float));
+	pp_tensor_destroy(logits);
+	pp_model_destroy(m);
+	free(labels);
+	return r;
+}
+
+/*
+ * Fails if the thread count changes any bit of the parameters after
+ * training, of the running loss and correct count, or of the evaluation's
+ * logits and metrics: for the cnn (groups of 8 with the sparse convolution
+ * backward), a small conv network with padding, stride and the dense
+ * convolution backward, and the mlp (no convolutions), at batch sizes that
+ * do (100) and do not (37) split evenly.  Splitting the batch per thread,
+ * or summing per-thread gradients or losses, makes the last bits differ.
+ */
+START_TEST(test_threads_bit_identical)
+{
+	static const char *specs[] = { "cnn", "conv:4:3:1:1,relu,maxpool:2,conv:6:3:2,relu,fc:10", "mlp" };
+	static const size_t batches[] = { 37, 100 };
+
+	for (size_t k = 0; k < 3; k++)
+		for (size_t b = 0; b < 2; b++) {
+			struct thread_run one = run_with_threads(specs[k], batches[b], 1, 3);
+
+			for (int t = 2; t <= 4; t++) {
+				struct thread_run r = run_with_threads(specs[k], batches[b], t, 3);
+
+				ck_assert_uint_eq(r.n_params, one.n_params);
+				ck_assert_msg(memcmp(one.params, r.params, r.n_params * sizeof(float)) == 0,
+					      "%s batch %zu: parameters differ at %d threads", specs[k],
+					      batches[b], t);
+				ck_assert_msg(memcmp(&one.train, &r.train, sizeof(r.train)) == 0,
+					      "%s batch %zu: training loss %.17g vs %.17g, correct %llu vs %llu at %d threads",
+					      specs[k], batches[b], one.train.loss_sum, r.train.loss_sum,
+					      (unsigned long long)one.train.correct,
+					      (unsigned long long)r.train.correct, t);
+				ck_assert_msg(memcmp(&one.eval, &r.eval, sizeof(r.eval)) == 0,
+					      "%s batch %zu: evaluation differs at %d threads", specs[k],
+					      batches[b], t);
+				ck_assert(memcmp(one.logits, r.logits, batches[b] * 10 * sizeof(float)) == 0);
+				free(r.params);
+				free(r.logits);
+			}
+			free(one.params);
+			free(one.logits);
+		}
 }
 END_TEST
 
@@ -1017,6 +1139,7 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(grad, test_grad_linear);
 	tcase_add_test(grad, test_grad_conv);
+	tcase_add_test(grad, test_conv_pooled_backward);
 	tcase_add_test(grad, test_grad_maxpool);
 	tcase_add_test(grad, test_grad_relu);
 	tcase_add_test(grad, test_grad_loss);
@@ -1024,7 +1147,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(ref, test_reference_adam_u8);
 	tcase_add_test(ref, test_reference_sparse_conv);
 	tcase_add_test(model, test_same_seed_bit_identical);
-	tcase_add_test(model, test_threads_agree);
+	tcase_add_test(model, test_threads_bit_identical);
 	tcase_add_test(model, test_presets_and_summary);
 	tcase_add_test(model, test_bad_specs);
 	tcase_add_test(model, test_bad_inputs);
