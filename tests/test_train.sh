@@ -156,9 +156,10 @@ for d in dirs:
 '
 check grid "$tmp/grid.jsonl" "$tmp/tb"
 
-# 6. Ctrl-C: stops, still prints the table and writes the rows so far, exit 130.
+# 6. Ctrl-C: stops after the step in progress, still prints the table, writes
+# the rows so far (the interrupted epoch's too) and the checkpoint, exit 130.
 "$train" --data=synthetic:60000 --device=cpu --model=cnn --epochs=50 -q --no-eval \
-	--csv="$tmp/int.csv" >"$tmp/int.out" 2>&1 &
+	--csv="$tmp/int.csv" --checkpoint="$tmp/int.ckpt" >"$tmp/int.out" 2>&1 &
 pid=$!
 sleep 3
 kill -INT $pid
@@ -166,8 +167,9 @@ wait $pid
 code=$?
 if [ $code -ne 130 ]; then
 	echo "FAIL: after SIGINT, exit $code, expected 130:"; cat "$tmp/int.out"; fail=1
-elif ! grep -q "interrupted" "$tmp/int.out" || ! grep -q '^run,epoch' "$tmp/int.csv"; then
-	echo "FAIL: after SIGINT, no message or no CSV:"; cat "$tmp/int.out"; fail=1
+elif ! grep -q "interrupted after" "$tmp/int.out" || ! grep -q ',interrupted$' "$tmp/int.csv" ||
+	[ ! -s "$tmp/int.ckpt" ]; then
+	echo "FAIL: after SIGINT, no message, no interrupted row or no checkpoint:"; cat "$tmp/int.out"; fail=1
 fi
 
 # 7. Bad usage: one line, exit 2; a run that cannot start: its row says why, exit 1.

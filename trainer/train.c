@@ -389,6 +389,99 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 }
 
 /* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
+/* Appends a finished row to the results, the terminal, the JSON lines and TensorBoard. */
+static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, int progress,
+		       struct tr_results *res, FILE *jsonl)
+{
+	tr_results_add(res, row);
+	print_row(row, progress);
+	if (jsonl)
+		tr_results_write_row_jsonl(row, jsonl);
+	if (r->tb == NULL)
+		return;
+	pp_summary_writer_add_scalar(r->tb, "loss/train", (int64_t)steps, row->train_loss);
+	pp_summary_writer_add_scalar(r->tb, "accuracy/train", (int64_t)steps, row->train_acc);
+	if (!isnan(row->val_acc)) {
+		pp_summary_writer_add_scalar(r->tb, "loss/val", (int64_t)steps, row->val_loss);
+		pp_summary_writer_add_scalar(r->tb, "accuracy/val", (int64_t)steps, row->val_acc);
+	}
+	if (!isnan(row->test_acc)) {
+		pp_summary_writer_add_scalar(r->tb, "loss/test", (int64_t)steps, row->test_loss);
+		pp_summary_writer_add_scalar(r->tb, "accuracy/test", (int64_t)steps, row->test_acc);
+	}
+	pp_summary_writer_add_scalar(r->tb, "time/epoch_s", row->epoch, row->epoch_s);
+	pp_summary_writer_add_scalar(r->tb, "time/samples_per_s", row->epoch, row->samples_per_s);
+	pp_summary_writer_add_scalar(r->tb, "time/wait_s", row->epoch, row->wait_s);
+	/* The writer buffers: a full disk shows at the flush, once per epoch. */
+	if (pp_summary_writer_flush(r->tb) < 0)
+		fprintf(stderr, "pinpipe-train: warning: %s\n", pp_last_error());
+}
+
+/* Begins a training epoch, or continues it from a resumed model's step count. */
+static int begin_epoch(struct run *r, unsigned epoch, bool resuming, uint64_t steps,
+		       uint64_t batches)
+{
+	struct pp_loader_position pos;
+	int ret = pp_transfer_begin_epoch(r->train_xfer, epoch);
+
+	if (ret < 0 || !resuming || batches == 0 || steps % batches == 0)
+		return ret;
+	ret = pp_loader_get_position(r->train_loader, &pos);
+	if (ret < 0)
+		return ret;
+	pos.epoch = epoch;
+	pos.batch = steps % batches;
+	return pp_transfer_resume(r->train_xfer, &pos);
+}
+
+/*
+ * Trains one epoch and fills its row: training metrics, time, waiting,
+ * copies, and evaluation.  Returns 0, -EINTR when Ctrl-C stopped it (the
+ * row then holds what was trained), or another -errno.
+ */
+static int train_epoch(const struct tr_options *opt, struct run *r, const struct pp_sample_info *info,
+		       uint64_t *steps, uint64_t batches, struct tr_row *row)
+{
+	struct pp_transfer_stats s0, s1;
+	struct pp_model_metrics m;
+	double t0;
+	int ret, pass;
+
+	pp_transfer_get_stats(r->train_xfer, &s0);
+	pp_model_metrics(r->model, true, &m);
+	r->tb_loss = 0;
+	r->tb_samples = 0;
+	t0 = now_s();
+	pass = run_pass(r, r->train_xfer, true, steps, opt->max_steps, info, opt->progress, batches,
+			t0, "train");
+	ret = pp_stream_synchronize(r->compute);
+	if (pass < 0 && pass != -EINTR)
+		return pass;
+	if (ret < 0)
+		return ret;
+	row->epoch_s = now_s() - t0;
+	pp_model_metrics(r->model, true, &m);
+	pp_transfer_get_stats(r->train_xfer, &s1);
+	row->train_loss = m.samples ? m.loss_sum / (double)m.samples : NAN;
+	row->train_acc = m.samples ? (double)m.correct / (double)m.samples : NAN;
+	row->samples_per_s = row->epoch_s > 0 ? (double)m.samples / row->epoch_s : NAN;
+	row->wait_s = (double)(s1.wait_ns - s0.wait_ns) * 1e-9;
+	row->copy_s = (double)(s1.copy_ns - s0.copy_ns) * 1e-9;
+	row->hidden_pct = s1.copy_ns > s0.copy_ns
+		? 100.0 * (1.0 - (double)(s1.exposed_ns - s0.exposed_ns) / (double)(s1.copy_ns - s0.copy_ns))
+		: NAN;
+	row->val_loss = row->val_acc = row->test_loss = row->test_acc = NAN;
+	if (pass == -EINTR)
+		return pass;
+	ret = evaluate(r, r->val_xfer, r->val_loader, info, opt->progress, "val", &row->val_loss,
+		       &row->val_acc);
+	if (ret == 0)
+		ret = evaluate(r, r->test_xfer, r->test_loader, info, opt->progress, "test",
+			       &row->test_loss, &row->test_acc);
+	return ret;
+}
+
+/* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
 		     const struct data *d, struct tr_results *res, FILE *jsonl)
 {
@@ -414,104 +507,49 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	batches = pp_loader_batches_per_epoch(r.train_loader);
 	steps = pp_model_steps(r.model);
 	first_epoch = batches ? (unsigned)(steps / batches) : 0;
-	if (opt->progress >= 0) {
-		char summary[2048];
-
-		pp_model_summary(r.model, summary, sizeof(summary));
+	if (opt->progress >= 0)
 		printf("run %u: device=%s batch_size=%u workers=%u pin_memory=%s lr=%g model=%s "
-		       "optimizer=%s, %zu parameters%s\n", run, pp_device_get_props(r.dev)->name,
-		       p->batch_size, p->workers, p->pin_memory ? "on" : "off", p->lr, p->model,
-		       p->optimizer, pp_model_param_count(r.model),
-		       first_epoch ? " (resumed)" : "");
-	}
+		       "optimizer=%s, %zu parameters%s\n", run, p->device, p->batch_size, p->workers,
+		       p->pin_memory ? "on" : "off", p->lr, p->model, p->optimizer,
+		       pp_model_param_count(r.model), steps ? " (resumed)" : "");
 	for (unsigned epoch = first_epoch; epoch < opt->epochs; epoch++) {
-		struct pp_transfer_stats s0, s1;
-		struct pp_model_metrics m;
 		struct tr_row row;
-		double t0;
 
+		if (opt->max_steps && steps >= opt->max_steps)
+			break;
 		memset(&row, 0, sizeof(row));
 		row.run = run;
 		row.epoch = epoch + 1;
 		row.p = *p;
-		if (opt->max_steps && steps >= opt->max_steps)
-			break;
-		pp_transfer_get_stats(r.train_xfer, &s0);
-		ret = pp_transfer_begin_epoch(r.train_xfer, epoch);
-		if (ret == 0 && batches && steps % batches != 0 && epoch == first_epoch) {
-			struct pp_loader_position pos;
-
-			ret = pp_loader_get_position(r.train_loader, &pos);
-			pos.epoch = epoch;
-			pos.batch = steps % batches;
-			if (ret == 0)
-				ret = pp_transfer_resume(r.train_xfer, &pos);
-		}
-		if (ret < 0)
-			goto fail;
-		pp_model_metrics(r.model, true, &m);
-		r.tb_loss = 0;
-		r.tb_samples = 0;
-		t0 = now_s();
-		ret = run_pass(&r, r.train_xfer, true, &steps, opt->max_steps, info, opt->progress,
-			       batches, t0, "train");
+		ret = begin_epoch(&r, epoch, epoch == first_epoch, steps, batches);
 		if (ret == 0)
-			ret = pp_stream_synchronize(r.compute);
-		if (ret < 0)
-			goto fail;
-		row.epoch_s = now_s() - t0;
-		pp_model_metrics(r.model, true, &m);
-		pp_transfer_get_stats(r.train_xfer, &s1);
-		row.train_loss = m.samples ? m.loss_sum / (double)m.samples : NAN;
-		row.train_acc = m.samples ? (double)m.correct / (double)m.samples : NAN;
-		row.samples_per_s = row.epoch_s > 0 ? (double)m.samples / row.epoch_s : NAN;
-		row.wait_s = (double)(s1.wait_ns - s0.wait_ns) * 1e-9;
-		row.copy_s = (double)(s1.copy_ns - s0.copy_ns) * 1e-9;
-		row.hidden_pct = s1.copy_ns > s0.copy_ns
-			? 100.0 * (1.0 - (double)(s1.exposed_ns - s0.exposed_ns) /
-				   (double)(s1.copy_ns - s0.copy_ns))
-			: NAN;
-		ret = evaluate(&r, r.val_xfer, r.val_loader, info, opt->progress, "val",
-			       &row.val_loss, &row.val_acc);
-		if (ret == 0)
-			ret = evaluate(&r, r.test_xfer, r.test_loader, info, opt->progress, "test",
-				       &row.test_loss, &row.test_acc);
-		if (ret < 0)
+			ret = train_epoch(opt, &r, info, &steps, batches, &row);
+		if (ret < 0 && ret != -EINTR)
 			goto fail;
 		row.run_s = now_s() - t_run;
-		snprintf(row.status, sizeof(row.status), "ok");
-		tr_results_add(res, &row);
-		print_row(&row, opt->progress);
-		if (jsonl)
-			tr_results_write_row_jsonl(&row, jsonl);
-		if (r.tb) {
-			pp_summary_writer_add_scalar(r.tb, "loss/train", (int64_t)steps, row.train_loss);
-			pp_summary_writer_add_scalar(r.tb, "accuracy/train", (int64_t)steps, row.train_acc);
-			if (!isnan(row.val_acc)) {
-				pp_summary_writer_add_scalar(r.tb, "loss/val", (int64_t)steps, row.val_loss);
-				pp_summary_writer_add_scalar(r.tb, "accuracy/val", (int64_t)steps, row.val_acc);
-			}
-			if (!isnan(row.test_acc)) {
-				pp_summary_writer_add_scalar(r.tb, "loss/test", (int64_t)steps, row.test_loss);
-				pp_summary_writer_add_scalar(r.tb, "accuracy/test", (int64_t)steps, row.test_acc);
-			}
-			pp_summary_writer_add_scalar(r.tb, "time/epoch_s", epoch + 1, row.epoch_s);
-			pp_summary_writer_add_scalar(r.tb, "time/samples_per_s", epoch + 1, row.samples_per_s);
-			pp_summary_writer_add_scalar(r.tb, "time/wait_s", epoch + 1, row.wait_s);
-			pp_summary_writer_flush(r.tb);
-		}
+		snprintf(row.status, sizeof(row.status), "%s", ret == -EINTR ? "interrupted" : "ok");
+		report_row(&r, &row, steps, opt->progress, res, jsonl);
+		/* An interrupted epoch's steps are whole: its checkpoint resumes exactly. */
 		if (opt->checkpoint[0] != '\0') {
-			ret = pp_model_save(r.model, opt->checkpoint);
-			if (ret < 0)
+			int saved = pp_model_save(r.model, opt->checkpoint);
+
+			if (saved < 0) {
+				ret = saved;
 				goto fail;
+			}
+		}
+		if (ret == -EINTR) {
+			fprintf(stderr, "pinpipe-train: interrupted after %llu steps%s\n",
+				(unsigned long long)steps,
+				opt->checkpoint[0] ? "; the checkpoint resumes from there" : "");
+			run_close(&r);
+			return ret;
 		}
 	}
 	run_close(&r);
 	return 0;
 
 fail:
-	if (ret == -EINTR)
-		fprintf(stderr, "pinpipe-train: interrupted\n");
 	fail_row(res, run, p, ret, jsonl);
 	run_close(&r);
 	return ret;
