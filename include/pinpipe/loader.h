@@ -57,6 +57,9 @@ enum pp_loader_io {
 /* Normalisation of up to this many channels (shape[0] of a 3-d sample). */
 #define PP_LOADER_MAX_CHANNELS 4
 
+/* Default of pp_loader_config.io_timeout_ms: 30 s. */
+#define PP_LOADER_IO_TIMEOUT_MS 30000u
+
 /*
  * What to load and how.  Zero-initialise it and set what differs from the
  * defaults: every field's zero value is the default written beside it.
@@ -99,6 +102,11 @@ struct pp_loader_config {
 	                           them; off by default, as the page cache serves every
 	                           epoch after the first when the shards fit in memory */
 	enum pp_loader_io io;   /* I/O path */
+	uint32_t io_timeout_ms; /* a chunk read that makes no progress for this long fails
+	                           the loader with -ETIMEDOUT naming file and chunk, instead
+	                           of hanging; 0: PP_LOADER_IO_TIMEOUT_MS.  Enforced on a
+	                           stuck read by io_uring (which cancels it); the pread
+	                           path checks it between reads only */
 	size_t memory_budget;   /* bytes the loader may allocate (ring, caches, buffers); 0: no limit */
 };
 
