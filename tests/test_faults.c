@@ -558,6 +558,25 @@ static void destroy_dataset(void *obj)
 	pp_dataset_destroy(obj);
 }
 
+/* An IDX pair of 5 images of 4 x 4 and their labels, raw, beside the shards. */
+static int create_idx(struct fx *f, void **obj_p)
+{
+	static const uint8_t images_head[16] = { 0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 4, 0, 0, 0, 4 };
+	static const uint8_t labels_file[13] = { 0, 0, 8, 1, 0, 0, 0, 5, 1, 2, 3, 4, 5 };
+	char images[4096], labels[4096];
+	uint8_t buf[16 + 5 * 16];
+
+	snprintf(images, sizeof(images), "%s/images-idx3-ubyte", f->dir);
+	snprintf(labels, sizeof(labels), "%s/labels-idx1-ubyte", f->dir);
+	if (access(images, R_OK) != 0) {
+		memcpy(buf, images_head, sizeof(images_head));
+		pp_test_fill_random(buf + 16, 5 * 16, 4);
+		pp_test_write_file(images, buf, sizeof(buf));
+		pp_test_write_file(labels, labels_file, sizeof(labels_file));
+	}
+	return pp_dataset_open_idx(images, labels, (struct pp_dataset **)obj_p);
+}
+
 static int create_stream_loader(struct fx *f, void **obj_p)
 {
 	struct pp_loader_config cfg = stream_config(f, 0);
@@ -622,6 +641,7 @@ static const struct create_case create_cases[] = {
 	{ "device", create_device, destroy_device },
 	{ "shard", create_shard, destroy_shard },
 	{ "dataset", create_dataset, destroy_dataset },
+	{ "idx dataset", create_idx, destroy_dataset },
 	{ "stream loader", create_stream_loader, destroy_loader },
 	{ "memory loader", create_memory_loader, destroy_loader },
 	{ "transfer stage", create_stage, destroy_stage },

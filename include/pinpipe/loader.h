@@ -189,8 +189,11 @@ PP_API int pp_loader_begin_epoch(struct pp_loader *l, uint64_t epoch);
  * Returns 1 with a batch, 0 at the end of the epoch (*batch_p = NULL), or
  * -errno: -ENOBUFS when every ring slot is held by the consumer (release a
  * batch first), -EINVAL before any epoch was begun, or the first error of a
- * worker (-EIO, -EBADMSG...) with its message naming the file and chunk;
- * once a worker failed, every later call returns that error.
+ * worker (-EIO, -EBADMSG, -ETIMEDOUT for a read that made no progress
+ * within io_timeout_ms...) with its message naming the file and chunk; a
+ * read that fails through io_uring is not retried through pread.  Once a
+ * worker failed, every later call returns that error; the loader can still
+ * be destroyed.
  */
 PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p);
 
