@@ -258,24 +258,23 @@ int pp_reader_read(struct pp_reader *r, struct pp_read *reqs, size_t n)
 		uint64_t now = pp_now_ns(), wait = deadline > now ? deadline - now : 0;
 		int ret = pp_fault_check(r->faults, PP_FAULT_URING_SUBMIT);
 
-		if (ret >= 0)
-			ret = io_uring_submit(ring);
-		if (ret < 0 && ret != -EINTR && ret != -EBUSY)
+		if (ret < 0)
 			return cancel_reads(r, reqs, n, pp_error(ret, "%s: chunk %llu: io_uring_submit "
 				"failed: %s", reqs[0].path, (unsigned long long)reqs[0].chunk,
 				pp_strerror(ret)));
 		ts.tv_sec = (long long)(wait / 1000000000u);
 		ts.tv_nsec = (long long)(wait % 1000000000u);
-		ret = io_uring_wait_cqe_timeout(ring, &cqe, &ts);
+		/* one system call submits what is queued and waits, up to the deadline */
+		ret = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, NULL);
 		if (ret == -ETIME) {
 			for (size_t i = 0; i < n; i++)
 				if (reqs[i].inflight)
 					return cancel_reads(r, reqs, n, timed_out(r, &reqs[i]));
 		}
-		if (ret < 0 && ret != -EINTR && ret != -ETIME)
-			return cancel_reads(r, reqs, n, pp_error(ret, "%s: chunk %llu: waiting for "
-				"io_uring completions failed: %s", reqs[0].path,
-				(unsigned long long)reqs[0].chunk, pp_strerror(ret)));
+		if (ret < 0 && ret != -EINTR && ret != -EBUSY && ret != -ETIME)
+			return cancel_reads(r, reqs, n, pp_error(ret, "%s: chunk %llu: io_uring_submit "
+				"failed: %s", reqs[0].path, (unsigned long long)reqs[0].chunk,
+				pp_strerror(ret)));
 		while (io_uring_peek_cqe(ring, &cqe) == 0) {
 			struct pp_read *q = io_uring_cqe_get_data(cqe);
 			int res = cqe->res;
