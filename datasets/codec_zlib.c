@@ -10,6 +10,7 @@
 
 #include <zlib.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "datasets/codec.h"
 
@@ -40,10 +41,10 @@ uint32_t pp_crc32(uint32_t crc, const void *buf, size_t len)
 
 int pp_inflater_create(struct pp_inflater **inf_p)
 {
-	struct pp_inflater *inf = calloc(1, sizeof(*inf));
+	struct pp_inflater *inf = pp_calloc(1, sizeof(*inf));
 
 	if (inf == NULL)
-		return -ENOMEM;
+		return pp_error(-ENOMEM, "no memory for a decompressor");
 	*inf_p = inf;
 	return 0;
 }
@@ -118,9 +119,9 @@ int pp_deflater_create(int level, struct pp_deflater **def_p)
 
 	if (level < 1 || level > 9)
 		return -EINVAL;
-	def = calloc(1, sizeof(*def));
+	def = pp_calloc(1, sizeof(*def));
 	if (def == NULL)
-		return -ENOMEM;
+		return pp_error(-ENOMEM, "no memory for a compressor");
 	def->level = level;
 	*def_p = def;
 	return 0;

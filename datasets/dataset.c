@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "datasets/source.h"
 
@@ -48,13 +49,13 @@ int pp_dataset_alloc(const struct pp_sample_info *info, const char *name,
 	    !pp_mul_size(info->count, sizeof(int32_t), &label_total))
 		return pp_error(-EOVERFLOW, "%s: %llu samples of %zu bytes overflow size_t", name,
 				(unsigned long long)info->count, info->sample_bytes);
-	ds = calloc(1, sizeof(*ds));
+	ds = pp_calloc(1, sizeof(*ds));
 	if (ds == NULL)
 		return pp_error(-ENOMEM, "%s: no memory", name);
 	ds->info = *info;
 	snprintf(ds->name, sizeof(ds->name), "%s", name);
 	if (info->label_kind == PP_LABEL_CLASS) {
-		ds->labels = malloc(PP_MAX(label_total, 1));
+		ds->labels = pp_malloc(PP_MAX(label_total, 1));
 		if (ds->labels == NULL) {
 			free(ds);
 			return pp_error(-ENOMEM, "%s: no memory for %llu labels", name,
@@ -167,7 +168,7 @@ PP_API int pp_dataset_create_synthetic(const struct pp_synthetic_config *cfg,
 	if (ret < 0)
 		return ret;
 	snprintf(name, sizeof(name), "synthetic:seed=%llu", (unsigned long long)cfg->seed);
-	ds = calloc(1, sizeof(*ds));
+	ds = pp_calloc(1, sizeof(*ds));
 	if (ds == NULL)
 		return pp_error(-ENOMEM, "%s: no memory", name);
 	ds->info = info;
@@ -257,7 +258,7 @@ static int gather_new(const struct pp_dataset *ds, const uint64_t *indices, size
 	if (ret < 0)
 		return ret;
 	bytes = n * info.sample_bytes; /* checked by pp_dataset_alloc */
-	out->mem = malloc(PP_MAX(bytes, 1));
+	out->mem = pp_malloc(PP_MAX(bytes, 1));
 	if (out->mem == NULL) {
 		pp_dataset_destroy(out);
 		return pp_error(-ENOMEM, "%s: no memory for %zu bytes of samples", name, bytes);
@@ -287,7 +288,7 @@ PP_API int pp_dataset_random_split(const struct pp_dataset *ds, uint64_t holdout
 				(unsigned long long)(count > 0 ? count - 1 : 0));
 	if ((uint64_t)(size_t)count != count || !pp_mul_size(count, sizeof(*perm), &bytes))
 		return pp_error(-EOVERFLOW, "%s: too many samples to split", ds->name);
-	perm = malloc(bytes);
+	perm = pp_malloc(bytes);
 	if (perm == NULL)
 		return pp_error(-ENOMEM, "%s: no memory to split %llu samples", ds->name,
 				(unsigned long long)count);
@@ -363,7 +364,7 @@ PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
 
 	if (npaths == 0)
 		return pp_error(-EINVAL, "no shard given");
-	shards = calloc(npaths, sizeof(*shards));
+	shards = pp_calloc(npaths, sizeof(*shards));
 	if (shards == NULL)
 		return pp_error(-ENOMEM, "no memory");
 	ret = open_shard_set(paths, npaths, shards, &info);

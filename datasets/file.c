@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "datasets/source.h"
 
@@ -29,8 +30,8 @@ void *pp_alloc_large(size_t len)
 	void *p;
 
 	if (len < PP_HUGE_PAGE)
-		return malloc(PP_MAX(len, 1));
-	if (posix_memalign(&p, PP_HUGE_PAGE, len) != 0)
+		return pp_malloc(PP_MAX(len, 1));
+	if (pp_posix_memalign(&p, PP_HUGE_PAGE, len) != 0)
 		return NULL;
 	/* Only a hint: without transparent huge pages, small pages do. */
 	madvise(p, len, MADV_HUGEPAGE);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "datasets/codec.h"
 #include "datasets/source.h"
@@ -285,7 +286,7 @@ PP_API int pp_dataset_open_cifar10(const char *const *paths, size_t npaths,
 	ret = pp_dataset_alloc(&info, name, &ds);
 	if (ret < 0)
 		return ret;
-	mem = malloc((size_t)count * CIFAR_IMAGE_BYTES);
+	mem = pp_malloc((size_t)count * CIFAR_IMAGE_BYTES);
 	if (mem == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory for %llu images", name,
 			       (unsigned long long)count);

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "datasets/codec.h"
 #include "datasets/shard.h"
@@ -246,11 +247,11 @@ PP_API int pp_shard_open(const char *path, struct pp_shard **shard_p)
 	size_t index_len;
 	int ret;
 
-	sh = calloc(1, sizeof(*sh));
+	sh = pp_calloc(1, sizeof(*sh));
 	if (sh == NULL)
 		return pp_error(-ENOMEM, "%s: no memory", path);
 	sh->path = strdup(path);
-	header = malloc(PP_SHARD_ALIGN);
+	header = pp_malloc(PP_SHARD_ALIGN);
 	if (sh->path == NULL || header == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory", path);
 		goto err_free;
@@ -304,8 +305,8 @@ PP_API int pp_shard_open(const char *path, struct pp_shard **shard_p)
 		goto err_close;
 	/* The trailer check bounds nchunks by the file size: these sizes are real. */
 	index_len = (size_t)sh->nchunks * PP_SI_SIZE;
-	index = malloc(PP_MAX(index_len, 1));
-	sh->chunks = calloc(PP_MAX(sh->nchunks, 1), sizeof(*sh->chunks));
+	index = pp_malloc(PP_MAX(index_len, 1));
+	sh->chunks = pp_calloc(PP_MAX(sh->nchunks, 1), sizeof(*sh->chunks));
 	if (index == NULL || sh->chunks == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory for an index of %llu chunks", path,
 			       (unsigned long long)sh->nchunks);
@@ -430,8 +431,8 @@ static int ensure_scratch(struct pp_shard *sh)
 		return 0;
 	for (uint64_t i = 0; i < sh->nchunks; i++)
 		max_raw = PP_MAX(max_raw, sh->chunks[i].raw_size);
-	sh->stored = malloc(PP_MAX(sh->max_span, 1));
-	sh->raw = malloc(PP_MAX(max_raw, 1));
+	sh->stored = pp_malloc(PP_MAX(sh->max_span, 1));
+	sh->raw = pp_malloc(PP_MAX(max_raw, 1));
 	if (sh->stored == NULL || sh->raw == NULL) {
 		free(sh->stored);
 		free(sh->raw);

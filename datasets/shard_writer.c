@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "datasets/codec.h"
 #include "datasets/shard.h"
@@ -57,6 +58,8 @@ struct pp_shard_writer {
 	struct pp_shard_chunk_info *chunks; /* [nchunks], capacity chunks_cap */
 	uint64_t nchunks, chunks_cap;
 	bool finished;                      /* renamed into place */
+	struct pp_fault_plan *faults;       /* injected faults (common/fault.h), or NULL */
+	struct pp_fault_plan env_faults;    /* the plan of PP_FAULTS, when it is set */
 	int error;                          /* first failure; later calls return it */
 };
 
@@ -66,14 +69,23 @@ static int write_full(struct pp_shard_writer *w, const void *buf, size_t len, ui
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = pwrite(w->fd, p + done, len - done, (off_t)(off + done));
+		int fault = pp_fault_check(w->faults, PP_FAULT_WRITE);
+		size_t part = fault == PP_FAULT_SHORT ? (len - done + 1) / 2 : len - done;
+		ssize_t n;
+
+		if (fault < 0) {
+			errno = -fault;
+			n = -1;
+		} else {
+			n = pwrite(w->fd, p + done, part, (off_t)(off + done));
+		}
 
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return pp_error(-errno, "%s: write of %zu bytes at offset %llu failed: %s",
-					w->tmp_path, len - done, (unsigned long long)(off + done),
-					strerror(errno));
+			return pp_error(-errno, "%s: write of %zu bytes at offset %llu (into %s) "
+					"failed: %s", w->path, len - done,
+					(unsigned long long)(off + done), w->tmp_path, strerror(errno));
 		}
 		done += (size_t)n;
 	}
@@ -99,7 +111,7 @@ static int alloc_slots(struct pp_shard_writer *w, const char *path, int level)
 {
 	size_t chunk_bytes = (size_t)w->records_per_chunk * w->record_bytes;
 
-	w->slots = calloc(w->nslots, sizeof(*w->slots));
+	w->slots = pp_calloc(w->nslots, sizeof(*w->slots));
 	if (w->slots == NULL)
 		return -ENOMEM;
 	for (uint32_t k = 0; k < w->nslots; k++) {
@@ -118,8 +130,8 @@ static int alloc_slots(struct pp_shard_writer *w, const char *path, int level)
 		} else {
 			s->out_cap = pp_shard_align_up(chunk_bytes);
 		}
-		s->raw = malloc(chunk_bytes);
-		s->out = malloc(s->out_cap);
+		s->raw = pp_malloc(chunk_bytes);
+		s->out = pp_malloc(s->out_cap);
 		if (s->raw == NULL || s->out == NULL)
 			return -ENOMEM;
 		s->record_bytes = w->record_bytes;
@@ -141,10 +153,17 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 	if (cfg->threads > PP_SHARD_MAX_WRITER_THREADS)
 		return pp_error(-EINVAL, "%s: %u threads, expected at most %u", path, cfg->threads,
 				PP_SHARD_MAX_WRITER_THREADS);
-	w = calloc(1, sizeof(*w));
+	w = pp_calloc(1, sizeof(*w));
 	if (w == NULL)
 		return pp_error(-ENOMEM, "%s: no memory", path);
 	w->fd = -1;
+	w->faults = pp_fault_thread;
+	if (w->faults == NULL && getenv("PP_FAULTS") != NULL) {
+		w->env_faults.stall_fd[0] = w->env_faults.stall_fd[1] = -1;
+		if ((ret = pp_fault_parse(&w->env_faults, getenv("PP_FAULTS"))) < 0)
+			goto err_free;
+		w->faults = &w->env_faults;
+	}
 	w->info = *cfg->info;
 	w->info.count = 0;
 	ret = pp_sample_info_finish(&w->info);
@@ -270,7 +289,7 @@ static int flush_slots(struct pp_shard_writer *w, bool partial)
 		return 0;
 	if (w->nchunks + n > w->chunks_cap) {
 		uint64_t cap = PP_MAX(w->chunks_cap * 2, w->nchunks + n + 64);
-		void *p = realloc(w->chunks, cap * sizeof(*w->chunks));
+		void *p = pp_realloc(w->chunks, cap * sizeof(*w->chunks));
 
 		if (p == NULL)
 			return pp_error(-ENOMEM, "%s: no memory for the chunk index", w->path);
@@ -366,7 +385,7 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 	if (ret < 0)
 		goto err_mark_failed;
 	index_len = (size_t)w->nchunks * PP_SI_SIZE;
-	index = calloc(1, index_len + PP_SHARD_ALIGN);
+	index = pp_calloc(1, index_len + PP_SHARD_ALIGN);
 	if (index == NULL) {
 		ret = pp_error(-ENOMEM, "%s: no memory for the index", w->path);
 		goto err_mark_failed;

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "loader/convert.h"
 #include "loader/loader.h"
@@ -634,9 +635,9 @@ static int cache_chunks(struct pp_loader *l, const struct pp_loader_config *cfg)
 			      "decoding the shards into memory")) < 0 ||
 	    (ret = budget_add(l, cfg, nthreads * max_raw, "decoding buffers")) < 0)
 		return ret;
-	l->cache = malloc(samples_bytes ? samples_bytes : 1);
-	l->cache_labels = lab ? malloc(info->count * lab + 1) : NULL;
-	jobs = calloc(nthreads, sizeof(*jobs));
+	l->cache = pp_malloc(samples_bytes ? samples_bytes : 1);
+	l->cache_labels = lab ? pp_malloc(info->count * lab + 1) : NULL;
+	jobs = pp_calloc(nthreads, sizeof(*jobs));
 	if (l->cache == NULL || (lab && l->cache_labels == NULL) || jobs == NULL) {
 		ret = pp_error(-ENOMEM, "loader: no memory to decode %llu samples",
 			       (unsigned long long)info->count);
@@ -644,7 +645,7 @@ static int cache_chunks(struct pp_loader *l, const struct pp_loader_config *cfg)
 	}
 	for (uint32_t t = 0; t < nthreads; t++) {
 		jobs[t] = (struct cache_job){ .l = l, .wk = &l->workers[t], .next = &next };
-		jobs[t].raw = malloc(max_raw ? max_raw : 1);
+		jobs[t].raw = pp_malloc(max_raw ? max_raw : 1);
 		if (jobs[t].raw == NULL) {
 			ret = pp_error(-ENOMEM, "loader: no memory for a decoding buffer of %zu bytes",
 				       max_raw);
@@ -702,16 +703,16 @@ static int setup_windows(struct pp_loader *l, const struct pp_loader_config *cfg
 		l->nwindows = 2;
 	if ((ret = budget_add(l, cfg, per * l->nwindows, "the chunk windows")) < 0)
 		return ret;
-	l->windows = calloc(l->nwindows, sizeof(struct window));
+	l->windows = pp_calloc(l->nwindows, sizeof(struct window));
 	if (l->windows == NULL)
 		return pp_error(-ENOMEM, "loader: no memory for the chunk windows");
 	for (uint32_t i = 0; i < l->nwindows; i++) {
 		struct window *w = &l->windows[i];
 		w->seg = -1;
-		w->raw = malloc(l->window_raw ? l->window_raw : 1);
-		w->sample = malloc((l->window_records ? l->window_records : 1) * sizeof(uint8_t *));
-		w->labels = malloc((l->window_records ? l->window_records : 1) * sizeof(int32_t));
-		w->chunk_off = malloc(wc * sizeof(size_t));
+		w->raw = pp_malloc(l->window_raw ? l->window_raw : 1);
+		w->sample = pp_malloc((l->window_records ? l->window_records : 1) * sizeof(uint8_t *));
+		w->labels = pp_malloc((l->window_records ? l->window_records : 1) * sizeof(int32_t));
+		w->chunk_off = pp_malloc(wc * sizeof(size_t));
 		if (w->raw == NULL || w->sample == NULL || w->labels == NULL || w->chunk_off == NULL)
 			return pp_error(-ENOMEM, "loader: no memory for a chunk window of %zu bytes",
 					l->window_raw);
@@ -745,11 +746,11 @@ static int setup_ring(struct pp_loader *l, const struct pp_loader_config *cfg)
 		l->device = cfg->device;
 		l->ring = ring;
 		l->stats.pinned = pinned;
-	} else if (posix_memalign((void **)&l->ring, PP_LOADER_IO_ALIGN, ring_bytes)) {
+	} else if (pp_posix_memalign((void **)&l->ring, PP_LOADER_IO_ALIGN, ring_bytes)) {
 		l->ring = NULL;
 		return pp_error(-ENOMEM, "loader: no memory for a ring of %zu bytes", ring_bytes);
 	}
-	l->slots = calloc(l->depth, sizeof(struct slot));
+	l->slots = pp_calloc(l->depth, sizeof(struct slot));
 	if (l->slots == NULL)
 		return pp_error(-ENOMEM, "loader: no memory for %u slots", l->depth);
 	for (uint32_t i = 0; i < l->depth; i++) {
@@ -771,7 +772,7 @@ static int setup_workers(struct pp_loader *l, const struct pp_loader_config *cfg
 	uint32_t nw = PP_MAX(l->nworkers, 1u);
 	int ret;
 
-	l->workers = calloc(nw, sizeof(struct worker));
+	l->workers = pp_calloc(nw, sizeof(struct worker));
 	if (l->workers == NULL)
 		return pp_error(-ENOMEM, "loader: no memory for %u workers", nw);
 	for (uint32_t i = 0; i < nw; i++) {
@@ -781,12 +782,12 @@ static int setup_workers(struct pp_loader *l, const struct pp_loader_config *cfg
 			size_t bytes = (size_t)l->batch_size * l->src.info.sample_bytes;
 			if ((ret = budget_add(l, cfg, bytes, "a worker's gather buffer")) < 0)
 				return ret;
-			wk->staging = malloc(bytes ? bytes : 1);
+			wk->staging = pp_malloc(bytes ? bytes : 1);
 			if (wk->staging == NULL)
 				return pp_error(-ENOMEM, "loader: no memory for a worker's gather buffer");
 		}
 		if (l->src.load_chunks != NULL) {
-			wk->dst = calloc(l->io_depth, sizeof(void *));
+			wk->dst = pp_calloc(l->io_depth, sizeof(void *));
 			if (wk->dst == NULL)
 				return pp_error(-ENOMEM, "loader: no memory for a worker");
 			if ((ret = budget_add(l, cfg, l->io_depth * round_up(l->src.max_stored,
@@ -821,7 +822,7 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 			src->destroy(src->ctx);
 		return ret;
 	}
-	l = calloc(1, sizeof(*l));
+	l = pp_calloc(1, sizeof(*l));
 	if (l == NULL) {
 		if (src->destroy != NULL)
 			src->destroy(src->ctx);

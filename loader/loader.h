@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/fault.h"
 #include "pinpipe/loader.h"
 
 /* ------------------------------------------------------------------ plan */
@@ -105,6 +106,8 @@ struct pp_read {
 	const char *path;      /* for messages */
 	uint64_t chunk;        /* for messages */
 	size_t done;           /* bytes arrived so far */
+	bool inflight;         /* io_uring: submitted, its completion not yet seen */
+	int inject;            /* io_uring: injected -errno for its completion, or 0 */
 };
 
 /* A reader of one thread: an io_uring of its own, or nothing for pread. */
@@ -114,14 +117,18 @@ struct pp_reader {
 	void *ring;            /* struct io_uring, when 'uring' */
 	uint8_t *fixed;        /* buffer registered with the ring, or NULL */
 	size_t fixed_len;      /* its bytes */
+	uint32_t timeout_ms;   /* a read making no progress this long fails with -ETIMEDOUT */
+	struct pp_fault_plan *faults; /* injected faults (common/fault.h), or NULL */
 };
 
 /*
  * Sets a reader up: with io_uring when 'mode' allows and the kernel accepts
  * it, else for pread.  PP_LOADER_IO_URING where io_uring is refused returns
- * that error (-ENOSYS, -EPERM...) with a message.
+ * that error (-ENOSYS, -EPERM...) with a message.  The reader takes the
+ * calling thread's fault plan (common/fault.h) for its life.
  */
-int pp_reader_init(struct pp_reader *r, enum pp_loader_io mode, unsigned depth);
+int pp_reader_init(struct pp_reader *r, enum pp_loader_io mode, unsigned depth,
+		   uint32_t timeout_ms);
 void pp_reader_fini(struct pp_reader *r);
 
 /*
@@ -132,7 +139,16 @@ void pp_reader_fini(struct pp_reader *r);
  */
 int pp_reader_register(struct pp_reader *r, void *buf, size_t len);
 
-/* Reads all of reqs[0..n) (n <= depth), requeueing short reads.  Returns 0 or -errno with a message. */
+/*
+ * Reads all of reqs[0..n) (n <= depth), requeueing short reads and retrying
+ * EINTR.  Returns 0 or -errno with a message naming file and chunk; a read
+ * that makes no progress for timeout_ms gives -ETIMEDOUT.  On io_uring, the
+ * reads still in flight when it fails are cancelled and waited for, so the
+ * buffers are the caller's again when it returns.  A pread the kernel does
+ * not return from (a hung network file system) cannot be interrupted: the
+ * pread path checks the limit between reads only, and its worker stays
+ * blocked until the kernel returns.
+ */
 int pp_reader_read(struct pp_reader *r, struct pp_read *reqs, size_t n);
 
 /* ------------------------------------------------------------------ sample conversion */

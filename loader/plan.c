@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "loader/loader.h"
 
@@ -89,8 +90,8 @@ int pp_plan_alloc_memory(struct pp_plan *plan, const struct pp_plan_params *p, u
 	uint64_t cap = (n + p->world_size - 1) / p->world_size;
 
 	memset(plan, 0, sizeof(*plan));
-	plan->order = malloc((cap ? cap : 1) * sizeof(uint64_t));
-	plan->perm = malloc((n ? n : 1) * sizeof(uint64_t));
+	plan->order = pp_malloc((cap ? cap : 1) * sizeof(uint64_t));
+	plan->perm = pp_malloc((n ? n : 1) * sizeof(uint64_t));
 	if (plan->order == NULL || plan->perm == NULL) {
 		pp_plan_free(plan);
 		return pp_error(-ENOMEM, "loader: no memory for the plan of %llu samples",
@@ -112,12 +113,12 @@ int pp_plan_alloc_stream(struct pp_plan *plan, const struct pp_plan_params *p,
 	plan->cap = per_rank * max_records;
 	plan->chunk_cap = per_rank;
 	plan->seg_cap = 2 * (per_rank / p->window_chunks + 2);
-	plan->order = malloc((plan->cap ? plan->cap : 1) * sizeof(uint64_t));
-	plan->loc = malloc((plan->cap ? plan->cap : 1) * sizeof(uint32_t));
-	plan->perm = malloc((nchunks ? nchunks : 1) * sizeof(uint64_t));
-	plan->seg_chunks = malloc((per_rank ? per_rank : 1) * sizeof(uint32_t));
-	plan->segs = malloc(plan->seg_cap * sizeof(struct pp_plan_segment));
-	plan->rank_len = malloc(p->world_size * sizeof(uint64_t));
+	plan->order = pp_malloc((plan->cap ? plan->cap : 1) * sizeof(uint64_t));
+	plan->loc = pp_malloc((plan->cap ? plan->cap : 1) * sizeof(uint32_t));
+	plan->perm = pp_malloc((nchunks ? nchunks : 1) * sizeof(uint64_t));
+	plan->seg_chunks = pp_malloc((per_rank ? per_rank : 1) * sizeof(uint32_t));
+	plan->segs = pp_malloc(plan->seg_cap * sizeof(struct pp_plan_segment));
+	plan->rank_len = pp_malloc(p->world_size * sizeof(uint64_t));
 	if (plan->order == NULL || plan->loc == NULL || plan->perm == NULL ||
 	    plan->seg_chunks == NULL || plan->segs == NULL || plan->rank_len == NULL) {
 		pp_plan_free(plan);
@@ -161,7 +162,7 @@ static int push_segment(struct pp_plan *plan, const struct pp_plan_segment *s)
 {
 	if (plan->nsegs == plan->seg_cap) {
 		size_t cap = plan->seg_cap * 2;
-		struct pp_plan_segment *segs = realloc(plan->segs, cap * sizeof(*segs));
+		struct pp_plan_segment *segs = pp_realloc(plan->segs, cap * sizeof(*segs));
 		if (segs == NULL)
 			return pp_error(-ENOMEM, "loader: no memory for %zu plan segments", cap);
 		plan->segs = segs;

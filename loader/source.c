@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "datasets/shard.h"
 #include "loader/loader.h"
@@ -47,6 +48,7 @@ struct shard_set {
 	size_t nchunks;
 	enum pp_loader_io io;
 	unsigned depth;                 /* reads in flight per worker */
+	uint32_t timeout_ms;            /* limit of a read without progress */
 	size_t staging;                 /* bytes of one read's staging buffer (4096-aligned) */
 	bool fixed;                     /* every worker so far registered its read buffers */
 	unsigned nworkers;              /* workers created so far */
@@ -92,20 +94,20 @@ static void shard_worker_destroy(void *ctx, void *wctx)
 static int shard_worker_create(void *ctx, void **wctx_p)
 {
 	struct shard_set *set = ctx;
-	struct shard_worker *w = calloc(1, sizeof(*w));
+	struct shard_worker *w = pp_calloc(1, sizeof(*w));
 	int ret;
 
 	if (w == NULL)
 		return pp_error(-ENOMEM, "loader: no memory for a worker");
-	if ((ret = pp_reader_init(&w->reader, set->io, set->depth)) < 0) {
+	if ((ret = pp_reader_init(&w->reader, set->io, set->depth, set->timeout_ms)) < 0) {
 		free(w);
 		return ret;
 	}
 	if ((ret = pp_inflater_create(&w->inf)) < 0)
 		goto err_free;
-	w->reqs = calloc(set->depth, sizeof(struct pp_read));
+	w->reqs = pp_calloc(set->depth, sizeof(struct pp_read));
 	if (w->reqs == NULL ||
-	    posix_memalign((void **)&w->staging, PP_LOADER_IO_ALIGN, set->depth * set->staging)) {
+	    pp_posix_memalign((void **)&w->staging, PP_LOADER_IO_ALIGN, set->depth * set->staging)) {
 		w->staging = NULL;
 		ret = pp_error(-ENOMEM, "loader: no memory for %u read buffers of %zu bytes",
 			       set->depth, set->staging);
@@ -178,7 +180,7 @@ static bool same_kind(const struct pp_sample_info *a, const struct pp_sample_inf
 /* Opens every shard, validates it, and lists its chunks. */
 static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_source *src)
 {
-	struct shard_set *set = calloc(1, sizeof(*set));
+	struct shard_set *set = pp_calloc(1, sizeof(*set));
 	size_t total = 0, max_stored = 0;
 	uint64_t first = 0;
 	struct pp_reader probe;
@@ -187,9 +189,9 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 	memset(src, 0, sizeof(*src));
 	if (set == NULL)
 		return pp_error(-ENOMEM, "loader: no memory");
-	set->shards = calloc(cfg->nshards, sizeof(*set->shards));
-	set->fd = malloc(cfg->nshards * sizeof(int));
-	set->fd_direct = malloc(cfg->nshards * sizeof(int));
+	set->shards = pp_calloc(cfg->nshards, sizeof(*set->shards));
+	set->fd = pp_malloc(cfg->nshards * sizeof(int));
+	set->fd_direct = pp_malloc(cfg->nshards * sizeof(int));
 	if (set->shards == NULL || set->fd == NULL || set->fd_direct == NULL) {
 		ret = pp_error(-ENOMEM, "loader: no memory for %zu shards", cfg->nshards);
 		goto err_destroy;
@@ -199,6 +201,7 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 	set->nshards = cfg->nshards;
 	set->io = cfg->io;
 	set->depth = cfg->io_depth ? cfg->io_depth : 4;
+	set->timeout_ms = cfg->io_timeout_ms ? cfg->io_timeout_ms : PP_LOADER_IO_TIMEOUT_MS;
 	src->io_path = "pread";
 	for (size_t i = 0; i < cfg->nshards; i++) {
 		const char *path = cfg->shard_paths[i];
@@ -232,7 +235,7 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 			}
 		}
 	}
-	set->chunks = calloc(total ? total : 1, sizeof(*set->chunks));
+	set->chunks = pp_calloc(total ? total : 1, sizeof(*set->chunks));
 	if (set->chunks == NULL) {
 		ret = pp_error(-ENOMEM, "loader: no memory for %zu chunks", total);
 		goto err_destroy;
@@ -250,7 +253,7 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 		first += pp_shard_info(set->shards[i])->count;
 	}
 	set->staging = (max_stored + PP_LOADER_IO_ALIGN - 1) / PP_LOADER_IO_ALIGN * PP_LOADER_IO_ALIGN;
-	if ((ret = pp_reader_init(&probe, cfg->io, set->depth)) < 0)
+	if ((ret = pp_reader_init(&probe, cfg->io, set->depth, set->timeout_ms)) < 0)
 		goto err_destroy;
 	src->io_path = probe.uring ? "io_uring" : "pread";
 	pp_reader_fini(&probe);

@@ -772,7 +772,7 @@ START_TEST(test_reader)
 	snprintf(path, sizeof(path), "%s/f", dir);
 	pp_test_fill_random(data, len, 3);
 	pp_test_write_file(path, data, len);
-	ret = pp_reader_init(&r, mode, 4);
+	ret = pp_reader_init(&r, mode, 4, PP_LOADER_IO_TIMEOUT_MS);
 	if (ret == -ENOSYS || ret == -EPERM) {
 		/* io_uring refused here: the pread case covers the reads */
 		ck_assert_int_eq(mode, PP_LOADER_IO_URING);

@@ -59,6 +59,21 @@ expect 1 "test_batch.bin: 6147 bytes, expected a whole" \
 	"$pack" -o "$tmp/c11" "$tmp/data_batch_1.bin" "$tmp/test_batch.bin"
 [ -z "$(ls "$tmp" | grep '^c11')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
 
+# A full disk (ENOSPC injected through PP_FAULTS, a test hook read when a
+# shard writer is created): exit 1, the message names the shard, and
+# neither the shard nor its temporary file is left, whether the first write
+# fails or the last one (the header, after the chunks, index and trailer).
+expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 4096 \(into .*c12-train-00000-of-00001.pps.tmp-.*\) failed: No space left on device" \
+	env PP_FAULTS=write:ENOSPC "$pack" -o "$tmp/c12" "$tmp/data_batch_1.bin"
+expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 0 .*No space left on device" \
+	env PP_FAULTS=write:ENOSPC:after=3 "$pack" -o "$tmp/c12" "$tmp/data_batch_1.bin"
+[ -z "$(ls "$tmp" | grep '^c12')" ] || { echo "FAIL: ENOSPC left files: $(ls "$tmp")"; fail=1; }
+# Short writes are continued: the shards verify.
+expect 0 "3 records, 1 chunks" env PP_FAULTS=write:short "$pack" -o "$tmp/c13" "$tmp/data_batch_1.bin"
+expect 0 "1 of 1 shards ok: 3 records" "$pack" --verify "$tmp"/c13-*.pps
+expect 1 "PP_FAULTS: unknown site in 'disk:EIO'" env PP_FAULTS=disk:EIO "$pack" -o "$tmp/c14" \
+	"$tmp/data_batch_1.bin"
+
 if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 	# The README's command, into the temporary directory, with 3 shards.
 	expect 0 "60000 records" "$pack" -n 3 -o "$tmp/fmnist" "$fm"

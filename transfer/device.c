@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "transfer/device_impl.h"
 
 /* ------------------------------------------------------------------ memory tables */
@@ -39,7 +40,7 @@ static int table_insert(struct pp_mem_table *t, const struct pp_mem_range *r)
 
 	if (t->n == t->cap) {
 		size_t cap = t->cap ? t->cap * 2 : 16;
-		struct pp_mem_range *v = realloc(t->v, cap * sizeof(*v));
+		struct pp_mem_range *v = pp_realloc(t->v, cap * sizeof(*v));
 		if (v == NULL)
 			return pp_error(-ENOMEM, "device: no memory for the table of %zu allocations", cap);
 		t->v = v;
@@ -149,7 +150,7 @@ PP_API int pp_device_open(const char *name, struct pp_device **dev_p)
 
 	if (name == NULL || dev_p == NULL)
 		return pp_error(-EINVAL, "pp_device_open: name and dev_p must not be NULL");
-	dev = calloc(1, sizeof(*dev));
+	dev = pp_calloc(1, sizeof(*dev));
 	if (dev == NULL)
 		return pp_error(-ENOMEM, "device '%s': out of memory", name);
 	if (pthread_mutex_init(&dev->mu, NULL) != 0) {
@@ -326,7 +327,7 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct pp_mem_range r = { 0 };
 	void *p;
-	int ret;
+	int ret, fault;
 
 	if (dev == NULL || ptr_p == NULL)
 		return pp_error(-EINVAL, "pp_host_alloc: dev and ptr_p must not be NULL");
@@ -342,7 +343,11 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 	if (p == MAP_FAILED)
 		return pp_error(-ENOMEM, "%s: host allocation of %zu bytes: mmap failed (%s)",
 				dev->props.name, bytes, strerror(errno));
-	if (pinned && host_pin(dev, p, r.mapped, &r.kind) < 0 && dev->ops->host_alloc_pinned != NULL) {
+	fault = pinned ? pp_fault_check(pp_fault_thread, PP_FAULT_PIN) : 0;
+	if (fault < 0)
+		pp_error(fault, "%s: pinning %zu bytes refused: %s (injected fault)", dev->props.name,
+			 r.mapped, pp_strerror(fault));
+	else if (pinned && host_pin(dev, p, r.mapped, &r.kind) < 0 && dev->ops->host_alloc_pinned != NULL) {
 		void *q;
 		if (dev->ops->host_alloc_pinned(dev, r.mapped, &q) == 0) {
 			munmap(p, r.mapped);
@@ -403,7 +408,7 @@ PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p)
 
 	if (dev == NULL || stream_p == NULL)
 		return pp_error(-EINVAL, "pp_stream_create: dev and stream_p must not be NULL");
-	s = calloc(1, sizeof(*s));
+	s = pp_calloc(1, sizeof(*s));
 	if (s == NULL)
 		return pp_error(-ENOMEM, "%s: out of memory for a stream", dev->props.name);
 	s->dev = dev;
@@ -495,7 +500,7 @@ PP_API int pp_event_create(struct pp_device *dev, struct pp_event **event_p)
 
 	if (dev == NULL || event_p == NULL)
 		return pp_error(-EINVAL, "pp_event_create: dev and event_p must not be NULL");
-	e = calloc(1, sizeof(*e));
+	e = pp_calloc(1, sizeof(*e));
 	if (e == NULL)
 		return pp_error(-ENOMEM, "%s: out of memory for an event", dev->props.name);
 	e->dev = dev;

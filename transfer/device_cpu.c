@@ -10,12 +10,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "transfer/device_impl.h"
 
 static int cpu_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 {
 	void *p;
-	int ret = posix_memalign(&p, PP_DEVICE_ALIGN, bytes);
+	int ret = pp_posix_memalign(&p, PP_DEVICE_ALIGN, bytes);
 
 	if (ret != 0)
 		return pp_error(-ret, "cpu: allocation of %zu bytes failed", bytes);

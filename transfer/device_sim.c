@@ -23,6 +23,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "transfer/device_impl.h"
 
 /*
@@ -285,7 +286,7 @@ static void *engine_main(void *arg)
 
 static struct sim_op *op_new(struct pp_stream *stream, enum sim_op_type type)
 {
-	struct sim_op *op = calloc(1, sizeof(*op));
+	struct sim_op *op = pp_calloc(1, sizeof(*op));
 
 	if (op == NULL)
 		pp_error(-ENOMEM, "%s: stream %u: out of memory for a queue entry",
@@ -330,7 +331,7 @@ static int wait_op(struct sim_stream *s, uint64_t seq, const struct sim_result *
 static int sim_stream_create(struct pp_stream *stream)
 {
 	struct sim_device *sim = sim_of(stream->dev);
-	struct sim_stream *s = calloc(1, sizeof(*s));
+	struct sim_stream *s = pp_calloc(1, sizeof(*s));
 	int ret;
 
 	if (s == NULL)
@@ -473,7 +474,7 @@ static int sim_stream_wait_event(struct pp_stream *stream, struct pp_event *even
 
 static int sim_event_create(struct pp_event *event)
 {
-	struct sim_event *e = calloc(1, sizeof(*e));
+	struct sim_event *e = pp_calloc(1, sizeof(*e));
 
 	if (e == NULL)
 		return pp_error(-ENOMEM, "sim: out of memory for an event");
@@ -578,7 +579,7 @@ static int sim_memcpy_async(struct pp_stream *stream, void *dst, const void *src
 	op->result = staged ? &result : NULL;
 	if (staged && kind == PP_COPY_H2D) {
 		/* The driver's staging: the caller copies into a bounce buffer. */
-		op->bounce = malloc(n);
+		op->bounce = pp_malloc(n);
 		if (op->bounce == NULL) {
 			free(op);
 			return pp_error(-ENOMEM, "%s: stream %u: no memory for a bounce buffer of %zu bytes",
@@ -611,7 +612,7 @@ static int sim_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 	}
 	sim->used += bytes;
 	pthread_mutex_unlock(&sim->mem_mu);
-	ret = posix_memalign(&p, PP_DEVICE_ALIGN, bytes);
+	ret = pp_posix_memalign(&p, PP_DEVICE_ALIGN, bytes);
 	if (ret != 0) {
 		pthread_mutex_lock(&sim->mem_mu);
 		sim->used -= bytes;
@@ -629,7 +630,7 @@ static void sim_free(struct pp_device *dev, void *ptr, size_t bytes)
 
 	if (sim->poison) {
 		memset(ptr, PP_SIM_POISON_BYTE, bytes);
-		q = malloc(sizeof(*q));
+		q = pp_malloc(sizeof(*q));
 	}
 	pthread_mutex_lock(&sim->mem_mu);
 	sim->used -= bytes;
@@ -768,7 +769,7 @@ static int parse_options(struct sim_device *sim, const char *options)
 int pp_device_sim_open(struct pp_device *dev, const char *options)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	struct sim_device *sim = calloc(1, sizeof(*sim));
+	struct sim_device *sim = pp_calloc(1, sizeof(*sim));
 	char bw[32] = "no bandwidth cap";
 	pthread_rwlockattr_t attr;
 	int ret;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "pinpipe/transfer.h"
 #include "transfer/device_impl.h"
@@ -465,7 +466,8 @@ PP_API void pp_transfer_destroy(struct pp_transfer *t)
 		drain(t);
 		pp_device_synchronize(t->dev);
 	}
-	for (uint32_t i = 0; i < t->nslots; i++) {
+	/* slots is NULL where create failed to allocate it */
+	for (uint32_t i = 0; t->slots != NULL && i < t->nslots; i++) {
 		struct tslot *s = &t->slots[i];
 
 		give_back_host(t, s);
@@ -495,8 +497,8 @@ static int slot_init(struct pp_transfer *t, struct tslot *s)
 		return ret;
 	if (t->in_place)
 		return 0;
-	s->host_labels = calloc(t->batch_size, sizeof(int32_t));
-	s->host_ids = calloc(t->batch_size, sizeof(uint64_t));
+	s->host_labels = pp_calloc(t->batch_size, sizeof(int32_t));
+	s->host_ids = pp_calloc(t->batch_size, sizeof(uint64_t));
 	if (s->host_labels == NULL || s->host_ids == NULL)
 		return pp_error(-ENOMEM, "transfer: out of memory for a slot's labels and ids "
 				"(%u samples)", t->batch_size);
@@ -516,7 +518,7 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	if (cfg->slots == 1 || cfg->slots > 256)
 		return pp_error(-EINVAL, "transfer: %u device slots is out of range (0: depth + 2, "
 				"or 2..256)", cfg->slots);
-	t = calloc(1, sizeof(*t));
+	t = pp_calloc(1, sizeof(*t));
 	if (t == NULL)
 		return pp_error(-ENOMEM, "transfer: out of memory");
 	t->loader = cfg->loader;
@@ -534,8 +536,8 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	}
 	t->labels_off = (sbytes + PP_DEVICE_ALIGN - 1) / PP_DEVICE_ALIGN * PP_DEVICE_ALIGN;
 	t->slot_bytes = t->labels_off + (t->labels ? (size_t)t->batch_size * sizeof(int32_t) : 0);
-	t->slots = calloc(t->nslots, sizeof(*t->slots));
-	t->queue = calloc(t->nslots, sizeof(*t->queue));
+	t->slots = pp_calloc(t->nslots, sizeof(*t->slots));
+	t->queue = pp_calloc(t->nslots, sizeof(*t->queue));
 	if (t->slots == NULL || t->queue == NULL) {
 		ret = pp_error(-ENOMEM, "transfer: out of memory for %u slots", t->nslots);
 		goto err_destroy;

@@ -57,6 +57,9 @@ enum pp_loader_io {
 /* Normalisation of up to this many channels (shape[0] of a 3-d sample). */
 #define PP_LOADER_MAX_CHANNELS 4
 
+/* Default of pp_loader_config.io_timeout_ms: 30 s. */
+#define PP_LOADER_IO_TIMEOUT_MS 30000u
+
 /*
  * What to load and how.  Zero-initialise it and set what differs from the
  * defaults: every field's zero value is the default written beside it.
@@ -99,6 +102,11 @@ struct pp_loader_config {
 	                           them; off by default, as the page cache serves every
 	                           epoch after the first when the shards fit in memory */
 	enum pp_loader_io io;   /* I/O path */
+	uint32_t io_timeout_ms; /* a chunk read that makes no progress for this long fails
+	                           the loader with -ETIMEDOUT naming file and chunk, instead
+	                           of hanging; 0: PP_LOADER_IO_TIMEOUT_MS.  Enforced on a
+	                           stuck read by io_uring (which cancels it); the pread
+	                           path checks it between reads only */
 	size_t memory_budget;   /* bytes the loader may allocate (ring, caches, buffers); 0: no limit */
 };
 
@@ -181,8 +189,11 @@ PP_API int pp_loader_begin_epoch(struct pp_loader *l, uint64_t epoch);
  * Returns 1 with a batch, 0 at the end of the epoch (*batch_p = NULL), or
  * -errno: -ENOBUFS when every ring slot is held by the consumer (release a
  * batch first), -EINVAL before any epoch was begun, or the first error of a
- * worker (-EIO, -EBADMSG...) with its message naming the file and chunk;
- * once a worker failed, every later call returns that error.
+ * worker (-EIO, -EBADMSG, -ETIMEDOUT for a read that made no progress
+ * within io_timeout_ms...) with its message naming the file and chunk; a
+ * read that fails through io_uring is not retried through pread.  Once a
+ * worker failed, every later call returns that error; the loader can still
+ * be destroyed.
  */
 PP_API int pp_loader_next(struct pp_loader *l, struct pp_batch **batch_p);
 
