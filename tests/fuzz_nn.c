@@ -29,7 +29,11 @@
 #define FUZZ_MAX_PARAMS ((size_t)1 << 18)
 #define FUZZ_MAX_ACTS ((size_t)1 << 18)
 #define FUZZ_MAX_FLOPS ((size_t)1 << 24)
-/* Beyond this many parameters a spec is not even built: it would take gigabytes. */
+/*
+ * Beyond this many parameters, floats of activations per sample, or floats
+ * of a convolution's columns, a spec is not even built: building it would
+ * take gigabytes (as asked; that is not a bug).
+ */
 #define FUZZ_MAX_BUILD ((size_t)1 << 22)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
@@ -43,7 +47,7 @@ static int how_far(const char *spec, int c, int h, int w, uint32_t *classes_p)
 {
 	struct nn_layer *layers;
 	char *expanded;
-	size_t n, params = 0, acts = 0, flops = 0;
+	size_t n, params = 0, acts = 0, cols = 0, flops = 0;
 	int far;
 
 	if (nn_spec_parse(spec, c, h, w, &layers, &n, &expanded) != 0)
@@ -51,10 +55,14 @@ static int how_far(const char *spec, int c, int h, int w, uint32_t *classes_p)
 	for (size_t i = 0; i < n; i++) {
 		params += layers[i].n_w + layers[i].n_b;
 		acts += layers[i].out_size;
+		if (layers[i].kind == NN_CONV)
+			cols = PP_MAX(cols, layers[i].n_w / (size_t)layers[i].out_c *
+						    layers[i].out_h * layers[i].out_w);
 		flops += layers[i].kind == NN_CONV ? layers[i].n_w * layers[i].out_h * layers[i].out_w
 						   : layers[i].n_w + layers[i].out_size;
 	}
-	far = params > FUZZ_MAX_BUILD || layers[n - 1].out_size > UINT32_MAX ? 1
+	far = params > FUZZ_MAX_BUILD || acts > FUZZ_MAX_BUILD || cols > FUZZ_MAX_BUILD ||
+			      layers[n - 1].out_size > UINT32_MAX ? 1
 	      : params <= FUZZ_MAX_PARAMS && acts <= FUZZ_MAX_ACTS && flops <= FUZZ_MAX_FLOPS ? 3
 	      : 2;
 	*classes_p = (uint32_t)layers[n - 1].out_size;
