@@ -1,7 +1,7 @@
 /*
- * tests/test_fuzz_found.c: regression tests for what fuzzing found (each
- * input is also in a seed corpus, tests/corpus/, which `make check`
- * replays); each test names the target that found it.
+ * tests/test_fuzz_found.c: regression tests for the bugs found by fuzzing
+ * or while writing the fuzz targets (each input is also in a seed corpus,
+ * tests/corpus/, which `make check` replays); each test names its target.
  */
 #include "config.h"
 
@@ -40,8 +40,9 @@ static void write_checkpoint(const char *path, const char *spec, uint32_t c, uin
 }
 
 /*
- * fuzz_nn: a checkpoint of 140 bytes whose valid header and CRC describe a
- * spec of 2^30 weights (and 5 parameters) made pp_model_load() allocate and
+ * fuzz_nn (found reading the code it reaches, before a run did): a
+ * checkpoint of 140 bytes whose valid header and CRC describe a spec of
+ * 2^30 weights (and 5 parameters) made pp_model_load() allocate and
  * initialise 16 GB before it compared the counts.  Fails (takes 15 s or
  * more, past the timeout, or runs out of memory) if the parameter count is
  * not checked against the spec first, or if the load does not fail with
