@@ -194,6 +194,35 @@ err_close:
 	return ret;
 }
 
+/*
+ * Checks that the spec, on the header's input shape, has the n parameters
+ * the header says, before anything of that size is allocated: a small file
+ * must not make the reader build a model of gigabytes.  Returns 0,
+ * -EBADMSG, or the error of a spec that does not parse (said by the caller).
+ */
+static int spec_params(const char *path, const char *spec, const struct pp_model_config *cfg,
+		       uint64_t n)
+{
+	struct nn_layer *layers;
+	char *expanded;
+	size_t n_layers, have = 0;
+	int ret;
+
+	ret = nn_spec_parse(spec, (int)PP_MIN(cfg->in_channels, 1u << 30),
+			    (int)PP_MIN(cfg->in_height, 1u << 30), (int)PP_MIN(cfg->in_width, 1u << 30),
+			    &layers, &n_layers, &expanded);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n_layers; i++)
+		have += layers[i].n_w + layers[i].n_b;
+	free(layers);
+	free(expanded);
+	if (have != n)
+		return pp_error(-EBADMSG, "%s: offset 32: %llu parameters, the spec '%s' has %zu", path,
+				(unsigned long long)n, spec, have);
+	return 0;
+}
+
 /* Parses a checkpoint held in buf (len bytes) into a new model. */
 static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_device *dev,
 		 const struct pp_model_config *user, struct pp_model **model_p)
@@ -255,7 +284,11 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 		return pp_error(-EBADMSG, "%s: %zu bytes, expected %zu for %llu parameters and the %s state",
 				path, len, need, (unsigned long long)n,
 				cfg.optim.kind == PP_OPTIM_ADAM ? "adam" : "sgd");
-	ret = nn_model_new(spec, dev, &cfg, &m);
+	ret = spec_params(path, spec, &cfg, n);
+	if (!ret)
+		ret = nn_model_new(spec, dev, &cfg, &m);
+	if (ret == -EBADMSG)
+		return ret;
 	if (ret) {
 		char why[512];
 

@@ -8,14 +8,8 @@
  *   4 shard as in 0, with every CRC-32 it holds made right first, so that
  *     the checks behind the CRCs are reached
  * Any crash, leak, sanitizer report or hang is a bug; rejection is not.
- * Not built by make; from a configured tree (with libdeflate):
- *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I. -Iinclude \
- *     tests/fuzz_datasets.c datasets/dataset.c datasets/file.c datasets/idx.c \
- *     datasets/gzip_head.c datasets/shard.c datasets/shard_writer.c \
- *     datasets/codec_libdeflate.c common/error.c \
- *     -ldeflate -lz -o /tmp/fuzz_datasets
- *   mkdir -p /tmp/corpus && /tmp/fuzz_datasets -max_total_time=300 /tmp/corpus
+ * Built by `make fuzz` (tests/fuzz.inc); replayed over
+ * tests/corpus/fuzz_datasets by `make check` through tests/fuzz_replay.c.
  */
 #include "config.h"
 

@@ -23,7 +23,10 @@ void pp_test_write_file(const char *path, const void *buf, size_t len);
 /* Reads a whole file into a malloc'd buffer; fails the test on error. */
 void *pp_test_read_file(const char *path, size_t *len_p);
 
-/* The directory holding the real Fashion-MNIST, or NULL if it is not installed. */
+/*
+ * The directory holding the real Fashion-MNIST, or NULL if it is not
+ * installed or PP_TEST_QUICK is set (the tests on it take minutes under valgrind).
+ */
 const char *pp_test_fashion_mnist_dir(void);
 
 /* Fills buf with deterministic pseudo-random bytes from seed. */
