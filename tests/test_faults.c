@@ -22,6 +22,7 @@
 #include "pinpipe/pinpipe.h"
 #include "pinpipe/transfer.h"
 #include "tests/testutil.h"
+#include "transfer/device_impl.h"
 
 #define NSHARDS 2
 #define PER_SHARD 300
@@ -691,6 +692,45 @@ START_TEST(test_alloc_failures)
 END_TEST
 
 /*
+ * Device memory refused (the sim's injected allocation failure) at each of
+ * the transfer stage's 4 slots: create returns -ENOMEM with the sim's
+ * message, frees what it had (ASan, valgrind), and succeeds once the device
+ * allocates again.  Fails if a refused slot is ignored or reported wrong.
+ */
+START_TEST(test_transfer_device_memory)
+{
+	struct pp_loader_config cfg;
+	struct pp_transfer_config tc = { 0 };
+	struct pp_transfer *t;
+	struct pp_device *dev;
+	struct pp_loader *l;
+	struct fx f;
+
+	fx_open(&f);
+	ck_assert_int_eq(pp_device_open("sim", &dev), 0);
+	cfg = stream_config(&f, 1);
+	cfg.device = dev;
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), 0);
+	tc.loader = l;
+	tc.device = dev;
+	for (long long after = 0; after < 4; after++) {
+		t = NULL;
+		ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_ALLOC, after), 0);
+		ck_assert_int_eq(pp_transfer_create(&tc, &t), -ENOMEM);
+		ck_assert_ptr_null(t);
+		ck_assert_msg(strstr(pp_last_error(), "failed: injected fault") != NULL, "%s",
+			      pp_last_error());
+	}
+	ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_ALLOC, -1), 0);
+	ck_assert_msg(pp_transfer_create(&tc, &t) == 0, "%s", pp_last_error());
+	pp_transfer_destroy(t);
+	pp_loader_destroy(l);
+	pp_device_close(dev);
+	fx_close(&f);
+}
+END_TEST
+
+/*
  * The PP_FAULTS syntax arms the sites it names and refuses what it does
  * not know, naming it.  Fails if a field is parsed wrong or a bad entry is
  * accepted.
@@ -741,6 +781,7 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(tc, test_loader_timeout, 0, 2);
 	tcase_add_loop_test(tc, test_uring_refused, 0, 2);
 	tcase_add_test(tc, test_pin_refused);
+	tcase_add_test(tc, test_transfer_device_memory);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("alloc");

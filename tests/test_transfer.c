@@ -62,7 +62,9 @@ START_TEST(test_copy_failure)
 		got++;
 	}
 	ck_assert_int_eq(ret, -EIO);
-	ck_assert_msg(strstr(pp_last_error(), "injected") != NULL, "message: %s", pp_last_error());
+	ck_assert_msg(strstr(pp_last_error(), "sim: stream ") != NULL &&
+		      strstr(pp_last_error(), " bytes, host to device) failed: injected fault") != NULL,
+		      "message: %s", pp_last_error());
 	/*
 	 * Samples and labels are two copies per batch: the 8th copy is batch 3's
 	 * labels.  The failure is returned as soon as a call sees it (batches
