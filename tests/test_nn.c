@@ -284,6 +284,86 @@ START_TEST(test_conv_pooled_backward)
 END_TEST
 
 /*
+ * Fails if the direct convolution (one input channel, no columns) differs
+ * from the gradient-checked im2col + GEMM path, in either version (the
+ * portable one, and the AVX2 one where the CPU has it): a tap, channel or
+ * bias missed, a row of 24 or 8 positions or the single positions after
+ * them (widths 26, 9 and 4) or the second channel of a pair (3 outputs:
+ * a pair, then one alone) wrong; or if its pooled backward differs from
+ * conv2d_backward_pooled() on the columns: a gradient sent to the wrong
+ * tap, window or channel, or read past the input's end (the last windows
+ * of an input whose row is shorter than 8, under ASan).  Kernels 5, 3
+ * and 4 (the constant and the general code).
+ */
+START_TEST(test_conv_direct)
+{
+	static const int shapes[4][3] = {
+		/* h, w, k */
+		{ 30, 30, 5 }, { 11, 13, 5 }, { 6, 6, 3 }, { 9, 7, 4 },
+	};
+
+	const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
+	for (int s = 0; s < 4; s++)
+		for (int variant = 0; variant < (has_avx2 ? 4 : 2); variant++) {
+			const int *sh = shapes[s];
+			const bool relu = variant & 1, avx2 = variant & 2;
+			struct gc g = gc_make(NN_CONV, 3, 1, sh[0], sh[1], 3, sh[2], 1, 0);
+			struct nn_layer *l = &g.l;
+			struct gc pg = gc_make(NN_MAXPOOL, 3, 3, l->out_h, l->out_w, 0, 2, 2, 0);
+			const struct nn_layer *pool = &pg.l;
+			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
+			const size_t ins = (size_t)g.n * l->in_size;
+			float *y = zero_floats(outs), *act = zero_floats(outs), *pooled = zero_floats(pouts);
+			float *dpool = rand_floats(pouts);
+			float *din1 = zero_floats(ins), *din2 = zero_floats(ins);
+			float *dw1 = zero_floats(l->n_w), *dw2 = zero_floats(l->n_w);
+			float *db1 = zero_floats(l->n_b), *db2 = zero_floats(l->n_b);
+
+			l->sparse_dout = true;
+			ck_assert(conv2d_direct_fits(l));
+			for (size_t i = 0; i < pouts; i += 3)
+				dpool[i] = 0.0f;
+			conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
+			if (avx2)
+				conv2d_direct_forward_avx2(l, y, g.in, g.w, g.b, g.n);
+			else
+				conv2d_direct_forward_portable(l, y, g.in, g.w, g.b, g.n);
+			expect_close("output", g.out, y, outs);
+			if (relu)
+				relu_forward(act, g.out, outs);
+			else
+				memcpy(act, g.out, outs * sizeof(float));
+			maxpool_forward(pool, pooled, pg.idx, act, g.n);
+			conv2d_backward_pooled(l, pool, din1, dw1, db1, dpool, pg.idx, relu ? act : NULL,
+					       g.w, g.col, g.dcol, g.n);
+			if (avx2)
+				conv2d_direct_backward_pooled_avx2(l, pool, din2, dw2, db2, dpool, pg.idx,
+								   relu ? act : NULL, g.w, g.in, g.n);
+			else
+				conv2d_direct_backward_pooled_portable(l, pool, din2, dw2, db2, dpool,
+								       pg.idx, relu ? act : NULL, g.w,
+								       g.in, g.n);
+			expect_close("input gradient", din1, din2, ins);
+			expect_close("weight gradient", dw1, dw2, l->n_w);
+			expect_close("bias gradient", db1, db2, l->n_b);
+			free(y);
+			free(act);
+			free(pooled);
+			free(dpool);
+			free(din1);
+			free(din2);
+			free(dw1);
+			free(dw2);
+			free(db1);
+			free(db2);
+			gc_free(&pg);
+			gc_free(&g);
+		}
+}
+END_TEST
+
+/*
  * Fails if MaxPool2d routes gradients anywhere but to each window's
  * maximum: overlapping 3x3 windows with stride 2, and the 2x2 stride-2
  * windows of the unrolled path, over an odd size (the last row and column
@@ -1140,6 +1220,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(grad, test_grad_linear);
 	tcase_add_test(grad, test_grad_conv);
 	tcase_add_test(grad, test_conv_pooled_backward);
+	tcase_add_test(grad, test_conv_direct);
 	tcase_add_test(grad, test_grad_maxpool);
 	tcase_add_test(grad, test_grad_relu);
 	tcase_add_test(grad, test_grad_loss);
