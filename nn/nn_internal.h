@@ -135,6 +135,16 @@ void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *poo
 			    float *dw, float *db, const float *dpool, const int32_t *idx,
 			    const float *relu_out, const float *w, const float *cols, float *dcol,
 			    int n);
+/*
+ * The same, in the version chosen by the flags: the input gradient added
+ * window by window into din (scatter; where the layer allows it: stride
+ * 1, no padding, k <= 8) or through dcol and col2im; AVX2+FMA code (avx2,
+ * only where the CPU has them) or portable.
+ */
+void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
+				 float *din, float *dw, float *db, const float *dpool,
+				 const int32_t *idx, const float *relu_out, const float *w,
+				 const float *cols, float *dcol, int n, bool scatter, bool avx2);
 
 /*
  * Direct convolution (nn/conv2d_direct.c): true for a conv layer it takes
