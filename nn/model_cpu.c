@@ -72,6 +72,21 @@ static bool behind_pooled_conv(const struct pp_model *m, size_t i)
 }
 
 /*
+ * True for a max-pool (i) behind a ReLU behind a convolution whose
+ * backward is conv2d_backward_pooled(): the ReLU is done by the pool's
+ * forward (maxpool_relu_forward() on the convolution's output), its own
+ * output is not written, and the backward reads the sign of the
+ * convolution's output in place of the ReLU's.
+ */
+static bool relu_in_pool(const struct pp_model *m, size_t i)
+{
+	const struct nn_layer *L = m->layers;
+
+	return i < m->n_layers && L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
+	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
+}
+
+/*
  * Forward, loss, and when training backward, of samples s0..s0+n-1: the
  * convolutions' gradients into G, the linear layers' input gradients only;
  * 0 or -errno.
@@ -108,10 +123,15 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 					       wk->col + m->group * l->col_off, n);
 			break;
 		case NN_MAXPOOL:
-			maxpool_forward(l, y, m->pool_idx[i] + s0 * l->out_size, x, n);
+			if (relu_in_pool(m, i))
+				maxpool_relu_forward(l, y, m->pool_idx[i] + s0 * l->out_size,
+						     m->acts[i - 2] + s0 * l->in_size, n);
+			else
+				maxpool_forward(l, y, m->pool_idx[i] + s0 * l->out_size, x, n);
 			break;
 		case NN_RELU:
-			relu_forward(y, x, (size_t)n * l->out_size);
+			if (!relu_in_pool(m, i + 1))
+				relu_forward(y, x, (size_t)n * l->out_size);
 			break;
 		case NN_FLATTEN:
 			memcpy(y, x, (size_t)n * l->out_size * sizeof(float));
@@ -140,7 +160,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 
 				const float *dp = m->dacts[p] + s0 * pool->out_size;
 				const int32_t *ix = m->pool_idx[p] + s0 * pool->out_size;
-				const float *r = p == i + 2 ? m->acts[i + 1] + s0 * l->out_size : NULL;
+				const float *r = p == i + 2 ? m->acts[i] + s0 * l->out_size : NULL;
 
 				if (l->direct)
 					conv2d_direct_backward_pooled(l, pool, dx, G + l->w_off,

@@ -125,8 +125,8 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *w, const float *col, float *dcol, int n);
 /*
- * The backward of conv (l), then a ReLU when relu_out (its output, shaped
- * as the conv's) is not NULL, then 'pool', a max-pool with stride >= its
+ * The backward of conv (l), then a ReLU when relu_out (its output, or its
+ * input: only the sign is read; shaped as the conv's) is not NULL, then 'pool', a max-pool with stride >= its
  * kernel (l->sparse_dout), from the pool's output gradient dpool and
  * indices idx (n, pool out_size): only the positions the pool selected
  * and the ReLU passed are visited.  Other arguments as conv2d_backward().
@@ -180,6 +180,13 @@ void conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct n
 
 /* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
 void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
+/*
+ * The max-pool of ReLU(in), from in: out = max(0, the window's maximum),
+ * idx the window's maximum in 'in' (which may differ from the index of
+ * maxpool_forward() on ReLU(in) only where out is 0).
+ */
+void maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+			  int n);
 void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
 		      const int32_t *idx, int n);
 

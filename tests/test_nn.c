@@ -425,6 +425,52 @@ START_TEST(test_conv_direct)
 END_TEST
 
 /*
+ * Fails if the 2x2 stride-2 max-pool (four windows at a time, then one by
+ * one: output width 10) or its fusion with a ReLU picks another value or
+ * index than the first maximum of each window (top left, top right,
+ * bottom left, bottom right), or if the fused one does not give
+ * max(0, maximum); ties (values on a coarse grid) make the order matter.
+ */
+START_TEST(test_maxpool_windows)
+{
+	struct gc g = gc_make(NN_MAXPOOL, 2, 3, 9, 21, 0, 2, 2, 0);
+	const struct nn_layer *l = &g.l;
+	const size_t outs = (size_t)g.n * l->out_size;
+	float *y2 = zero_floats(outs);
+	int32_t *idx2 = calloc(outs, sizeof(int32_t));
+
+	ck_assert_ptr_nonnull(idx2);
+	for (size_t i = 0; i < (size_t)g.n * l->in_size; i++)
+		g.in[i] = roundf(g.in[i] * 3.0f);
+	maxpool_forward(l, g.out, g.idx, g.in, g.n);
+	maxpool_relu_forward(l, y2, idx2, g.in, g.n);
+	for (int i = 0; i < g.n; i++)
+		for (int ch = 0; ch < l->out_c; ch++)
+			for (int oy = 0; oy < l->out_h; oy++)
+				for (int ox = 0; ox < l->out_w; ox++) {
+					const float *x = g.in + (size_t)i * l->in_size;
+					const size_t q = (size_t)i * l->out_size +
+							 ((size_t)ch * l->out_h + oy) * l->out_w + ox;
+					int best = (ch * l->in_h + 2 * oy) * l->in_w + 2 * ox;
+
+					for (int k = 1; k < 4; k++) {
+						int at = (ch * l->in_h + 2 * oy + k / 2) * l->in_w + 2 * ox + k % 2;
+
+						if (x[at] > x[best])
+							best = at;
+					}
+					ck_assert_int_eq(g.idx[q], best);
+					ck_assert_int_eq(idx2[q], best);
+					ck_assert(g.out[q] == x[best]);
+					ck_assert(y2[q] == (x[best] > 0.0f ? x[best] : 0.0f));
+				}
+	free(y2);
+	free(idx2);
+	gc_free(&g);
+}
+END_TEST
+
+/*
  * Fails if MaxPool2d routes gradients anywhere but to each window's
  * maximum: overlapping 3x3 windows with stride 2, and the 2x2 stride-2
  * windows of the unrolled path, over an odd size (the last row and column
@@ -1284,6 +1330,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(grad, test_conv_pooled_versions);
 	tcase_add_test(grad, test_conv_direct);
 	tcase_add_test(grad, test_grad_maxpool);
+	tcase_add_test(grad, test_maxpool_windows);
 	tcase_add_test(grad, test_grad_relu);
 	tcase_add_test(grad, test_grad_loss);
 	tcase_add_test(ref, test_reference_sgd);
