@@ -175,13 +175,18 @@ void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 /* 8 floats, one AVX register (two SSE ones where AVX is not enabled) */
 typedef float nn_f32x8 __attribute__((vector_size(32)));
 
-/* y[0..n) += a x[0..n), 8 at a time (one AVX FMA where compiled for it), then 4, then 1. */
+/*
+ * y[0..n) += a x[0..n): when wide, 8 at a time (one AVX FMA; only where
+ * compiled for AVX, SSE code keeping 8-float vectors in memory), then as
+ * nn_axpy().
+ */
 static inline __attribute__((always_inline)) void axpy8(float *restrict y, float a,
-							const float *restrict x, int n)
+							const float *restrict x, int n,
+							const bool wide)
 {
 	int i = 0;
 
-	for (; i + 8 <= n; i += 8) {
+	for (; wide && i + 8 <= n; i += 8) {
 		nn_f32x8 vx, vy;
 
 		memcpy(&vx, x + i, sizeof(vx));
@@ -229,12 +234,12 @@ static inline __attribute__((always_inline)) void scatter_window(const struct nn
  * from the loops and the window, without division.  With wpad (the
  * weights padded, see scatter_window()) the input gradient is added to
  * dx at once; otherwise through dcol and col2im.  Compiled once per
- * target.
+ * target, wide for AVX (see axpy8()).
  */
 static inline __attribute__((always_inline)) void
 pooled_sample(const struct nn_layer *l, const struct nn_layer *pool, float *dx, float *dw,
 	      float *db, const float *dp, const int32_t *ix, const float *r, const float *w,
-	      const float *wpad, const float *col, float *dcol)
+	      const float *wpad, const float *col, float *dcol, const bool wide)
 {
 	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w, ow = l->out_w;
 	const int s = pool->stride, ph = pool->out_h, pw = pool->out_w;
@@ -258,13 +263,13 @@ pooled_sample(const struct nn_layer *l, const struct nn_layer *pool, float *dx, 
 				ox = j;
 				j += oy * ow;
 				db[o] += g;
-				axpy8(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk);
+				axpy8(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk, wide);
 				if (dx && wpad)
 					scatter_window(l, dx, g, wpad + o * wrows,
 						       (size_t)(oy * l->stride - l->pad) * l->in_w +
 							       (size_t)(ox * l->stride - l->pad));
 				else if (dx)
-					axpy8(dcol + (size_t)j * kk, g, w + (size_t)o * kk, kk);
+					axpy8(dcol + (size_t)j * kk, g, w + (size_t)o * kk, kk, wide);
 			}
 	if (dx && !wpad)
 		col2im(l, dx, dcol);
@@ -274,7 +279,8 @@ pooled_sample(const struct nn_layer *l, const struct nn_layer *pool, float *dx, 
 static inline __attribute__((always_inline)) void
 pooled_all(const struct nn_layer *l, const struct nn_layer *pool, float *din, float *dw,
 	   float *db, const float *dpool, const int32_t *idx, const float *relu_out,
-	   const float *w, const float *wpad, const float *cols, float *dcol, int n)
+	   const float *w, const float *wpad, const float *cols, float *dcol, int n,
+	   const bool wide)
 {
 	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
 
@@ -286,7 +292,7 @@ pooled_all(const struct nn_layer *l, const struct nn_layer *pool, float *din, fl
 		pooled_sample(l, pool, dx, dw, db, dpool + (size_t)i * pool->out_size,
 			      idx + (size_t)i * pool->out_size,
 			      relu_out ? relu_out + (size_t)i * l->out_size : NULL, w, wpad,
-			      cols + (size_t)i * pos * kk, dcol);
+			      cols + (size_t)i * pos * kk, dcol, wide);
 	}
 }
 
@@ -295,7 +301,7 @@ static void pooled_portable(const struct nn_layer *l, const struct nn_layer *poo
 			    const float *relu_out, const float *w, const float *wpad,
 			    const float *cols, float *dcol, int n)
 {
-	pooled_all(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
+	pooled_all(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n, false);
 }
 
 __attribute__((target("avx2,fma"))) static void
@@ -303,7 +309,7 @@ pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool, float *din, f
 	    float *db, const float *dpool, const int32_t *idx, const float *relu_out,
 	    const float *w, const float *wpad, const float *cols, float *dcol, int n)
 {
-	pooled_all(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
+	pooled_all(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n, true);
 }
 
 /*
@@ -336,7 +342,8 @@ void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *poo
 			    const float *relu_out, const float *w, const float *cols, float *dcol,
 			    int n)
 {
+	const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
 	conv2d_backward_pooled_impl(l, pool, din, dw, db, dpool, idx, relu_out, w, cols, dcol, n,
-				    true,
-				    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+				    avx2, avx2);
 }

@@ -5,8 +5,10 @@
  * (the first layer of an image network, 1 channel, 6 outputs).  Each
  * output row is made 8 positions at a time, the 8 sums kept in registers
  * across all the taps.  Two versions of the forward: 8-wide AVX2 with FMA,
- * chosen at run time where the CPU has them, and a portable one of two
- * 4-wide SSE vectors (baseline x86-64).  The backward, behind a ReLU and
+ * chosen at run time where the CPU has them, and a portable one for the
+ * others (baseline x86-64), correct but slower than im2col + GEMM (GCC
+ * keeps 8-float vectors in memory on SSE): a model takes this file's
+ * path only where the CPU has AVX2 and FMA (conv2d_direct_fits()).  The backward, behind a ReLU and
  * a max-pool with stride >= kernel, visits only the positions the pool
  * selected and reads the input windows in place of the columns; it too
  * has the two versions.
@@ -18,13 +20,13 @@
 
 #include "nn/nn_internal.h"
 
-/* 8 floats, one AVX register (two SSE ones where AVX is not enabled) */
+/* 8 floats, one AVX register (kept in memory where AVX is not enabled) */
 typedef float nn_f32x8 __attribute__((vector_size(32)));
 
 bool conv2d_direct_fits(const struct nn_layer *l)
 {
 	return l->kind == NN_CONV && l->stride == 1 && l->pad == 0 && l->in_c == 1 && l->k <= 8 &&
-	       l->sparse_dout;
+	       l->sparse_dout && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 /*

@@ -149,7 +149,7 @@ void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer
 /*
  * Direct convolution (nn/conv2d_direct.c): true for a conv layer it takes
  * (stride 1, no padding, one input channel, kernel <= 8, a max-pool
- * behind: sparse_dout).
+ * behind: sparse_dout), on a CPU with AVX2 and FMA.
  */
 bool conv2d_direct_fits(const struct nn_layer *l);
 /* out (n, out_c, out_h, out_w) = b + W * in, as conv2d_forward() but without columns */
