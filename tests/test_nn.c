@@ -365,7 +365,6 @@ START_TEST(test_conv_direct)
 		{ 30, 30, 5 }, { 11, 13, 5 }, { 6, 6, 3 }, { 9, 7, 4 },
 	};
 
-
 	for (int s = 0; s < 4; s++)
 		for (int variant = 0; variant < (has_avx2 ? 4 : 2); variant++) {
 			const int *sh = shapes[s];
