@@ -172,36 +172,178 @@ void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 	}
 }
 
+/* 8 floats, one AVX register (two SSE ones where AVX is not enabled) */
+typedef float nn_f32x8 __attribute__((vector_size(32)));
+
+/*
+ * y[0..n) += a x[0..n): when wide, 8 at a time (one AVX FMA; only where
+ * compiled for AVX, SSE code keeping 8-float vectors in memory), then as
+ * nn_axpy().
+ */
+static inline __attribute__((always_inline)) void axpy8(float *restrict y, float a,
+							const float *restrict x, int n,
+							const bool wide)
+{
+	int i = 0;
+
+	for (; wide && i + 8 <= n; i += 8) {
+		nn_f32x8 vx, vy;
+
+		memcpy(&vx, x + i, sizeof(vx));
+		memcpy(&vy, y + i, sizeof(vy));
+		vy += a * vx;
+		memcpy(y + i, &vy, sizeof(vy));
+	}
+	nn_axpy(y + i, a, x + i, n - i);
+}
+
+/*
+ * dx (C, H, W) += g times the kernel of one output channel, its rows
+ * padded to 8 (wpad (C, K, 8), lanes k..7 zero), at the window whose top
+ * left is 'at': each kernel row one 8-wide update.  Where the last row
+ * would reach past the input, the rows are added k floats at a time.
+ */
+static inline __attribute__((always_inline)) void scatter_window(const struct nn_layer *l,
+								 float *dx, float g,
+								 const float *wpad, size_t at)
+{
+	const int c = l->in_c, h = l->in_h, iw = l->in_w, k = l->k;
+	const bool whole = at + ((size_t)(c - 1) * h + k - 1) * iw + 8 <= l->in_size;
+
+	for (int ch = 0; ch < c; ch++)
+		for (int ky = 0; ky < k; ky++) {
+			float *d = dx + at + ((size_t)ch * h + ky) * iw;
+			const float *wr = wpad + (size_t)(ch * k + ky) * 8;
+
+			if (whole) {
+				nn_f32x8 vd, vw;
+
+				memcpy(&vd, d, sizeof(vd));
+				memcpy(&vw, wr, sizeof(vw));
+				vd += g * vw;
+				memcpy(d, &vd, sizeof(vd));
+			} else {
+				nn_axpy(d, g, wr, k);
+			}
+		}
+}
+
+/*
+ * The pooled backward of one sample.  The pool's outputs in order
+ * (channel, row, column): the selected position's channel and row come
+ * from the loops and the window, without division.  With wpad (the
+ * weights padded, see scatter_window()) the input gradient is added to
+ * dx at once; otherwise through dcol and col2im.  Compiled once per
+ * target, wide for AVX (see axpy8()).
+ */
+static inline __attribute__((always_inline)) void
+pooled_sample(const struct nn_layer *l, const struct nn_layer *pool, float *dx, float *dw,
+	      float *db, const float *dp, const int32_t *ix, const float *r, const float *w,
+	      const float *wpad, const float *col, float *dcol, const bool wide)
+{
+	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w, ow = l->out_w;
+	const int s = pool->stride, ph = pool->out_h, pw = pool->out_w;
+	const size_t wrows = (size_t)l->in_c * l->k * 8;
+
+	if (dx && !wpad)
+		memset(dcol, 0, (size_t)pos * kk * sizeof(float));
+	for (int o = 0; o < l->out_c; o++)
+		for (int py = 0; py < ph; py++)
+			for (int px = 0; px < pw; px++, dp++, ix++) {
+				const float g = *dp;
+				int j = *ix - o * pos, oy = py * s, ox;
+
+				if (g == 0.0f || (r && !(r[*ix] > 0.0f)))
+					continue;
+				j -= oy * ow;
+				while (j >= ow) {
+					j -= ow;
+					oy++;
+				}
+				ox = j;
+				j += oy * ow;
+				db[o] += g;
+				axpy8(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk, wide);
+				if (dx && wpad)
+					scatter_window(l, dx, g, wpad + o * wrows,
+						       (size_t)(oy * l->stride - l->pad) * l->in_w +
+							       (size_t)(ox * l->stride - l->pad));
+				else if (dx)
+					axpy8(dcol + (size_t)j * kk, g, w + (size_t)o * kk, kk, wide);
+			}
+	if (dx && !wpad)
+		col2im(l, dx, dcol);
+}
+
+/* Every sample; wpad as pooled_sample(). */
+static inline __attribute__((always_inline)) void
+pooled_all(const struct nn_layer *l, const struct nn_layer *pool, float *din, float *dw,
+	   float *db, const float *dpool, const int32_t *idx, const float *relu_out,
+	   const float *w, const float *wpad, const float *cols, float *dcol, int n,
+	   const bool wide)
+{
+	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
+
+	for (int i = 0; i < n; i++) {
+		float *dx = din ? din + (size_t)i * l->in_size : NULL;
+
+		if (dx)
+			memset(dx, 0, l->in_size * sizeof(float));
+		pooled_sample(l, pool, dx, dw, db, dpool + (size_t)i * pool->out_size,
+			      idx + (size_t)i * pool->out_size,
+			      relu_out ? relu_out + (size_t)i * l->out_size : NULL, w, wpad,
+			      cols + (size_t)i * pos * kk, dcol, wide);
+	}
+}
+
+static void pooled_portable(const struct nn_layer *l, const struct nn_layer *pool, float *din,
+			    float *dw, float *db, const float *dpool, const int32_t *idx,
+			    const float *relu_out, const float *w, const float *wpad,
+			    const float *cols, float *dcol, int n)
+{
+	pooled_all(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n, false);
+}
+
+__attribute__((target("avx2,fma"))) static void
+pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool, float *din, float *dw,
+	    float *db, const float *dpool, const int32_t *idx, const float *relu_out,
+	    const float *w, const float *wpad, const float *cols, float *dcol, int n)
+{
+	pooled_all(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n, true);
+}
+
+/*
+ * The window scatter needs stride 1 without padding (every window inside
+ * the input), k <= 8, and room in dcol for the padded weights (OC, C, K, 8).
+ */
+void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
+				 float *din, float *dw, float *db, const float *dpool,
+				 const int32_t *idx, const float *relu_out, const float *w,
+				 const float *cols, float *dcol, int n, bool scatter, bool avx2)
+{
+	const size_t rows = (size_t)l->out_c * l->in_c * l->k;
+	float *wpad = NULL;
+
+	if (din && scatter && l->stride == 1 && l->pad == 0 && l->k <= 8 &&
+	    rows * 8 <= (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k) {
+		wpad = dcol;
+		memset(wpad, 0, rows * 8 * sizeof(float));
+		for (size_t q = 0; q < rows; q++)
+			memcpy(wpad + q * 8, w + q * l->k, (size_t)l->k * sizeof(float));
+	}
+	if (avx2)
+		pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
+	else
+		pooled_portable(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
+}
+
 void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool, float *din,
 			    float *dw, float *db, const float *dpool, const int32_t *idx,
 			    const float *relu_out, const float *w, const float *cols, float *dcol,
 			    int n)
 {
-	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
+	const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 
-	for (int i = 0; i < n; i++) {
-		const float *dp = dpool + (size_t)i * pool->out_size;
-		const int32_t *ix = idx + (size_t)i * pool->out_size;
-		const float *r = relu_out ? relu_out + (size_t)i * l->out_size : NULL;
-		const float *col = cols + (size_t)i * pos * kk;
-
-		if (din)
-			memset(dcol, 0, (size_t)pos * kk * sizeof(float));
-		for (size_t q = 0; q < pool->out_size; q++) {
-			const float g = dp[q];
-			const int at = ix[q], o = at / pos, j = at % pos;
-
-			if (g == 0.0f || (r && !(r[at] > 0.0f)))
-				continue;
-			db[o] += g;
-			nn_axpy(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk);
-			if (din)
-				nn_axpy(dcol + (size_t)j * kk, g, w + (size_t)o * kk, kk);
-		}
-		if (!din)
-			continue;
-		float *dx = din + (size_t)i * l->in_size;
-		memset(dx, 0, l->in_size * sizeof(float));
-		col2im(l, dx, dcol);
-	}
+	conv2d_backward_pooled_impl(l, pool, din, dw, db, dpool, idx, relu_out, w, cols, dcol, n,
+				    avx2, avx2);
 }

@@ -1,7 +1,8 @@
 /*
  * nn/maxpool.c: MaxPool2d (no padding) on the CPU.  The forward keeps the
  * index of each window's maximum (the first one, as PyTorch's CPU kernel),
- * so the backward routes each gradient to it.
+ * so the backward routes each gradient to it.  A ReLU before it can be
+ * fused in (maxpool_relu_forward()).
  */
 #include "config.h"
 
@@ -9,9 +10,61 @@
 
 #include "nn/nn_internal.h"
 
-/* The common 2x2 window with stride 2, unrolled; the same choices as the general loop. */
-static void maxpool2_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
-			     int n)
+/* 4 lanes of int32, for the comparison masks and indices */
+typedef int32_t nn_i32x4 __attribute__((vector_size(16)));
+
+/*
+ * Where c (all ones or zeros per lane) is set, v and its index vi become
+ * the maximum m and its index mi.
+ */
+static inline void take(nn_f32x4 *m, nn_i32x4 *mi, nn_f32x4 v, nn_i32x4 vi)
+{
+	const nn_i32x4 c = v > *m;
+
+	*m = (nn_f32x4)((c & (nn_i32x4)v) | (~c & (nn_i32x4)*m));
+	*mi = (c & vi) | (~c & *mi);
+}
+
+/*
+ * Four 2x2 windows side by side, the first at index 'at' of x (rows w
+ * floats apart), without branches: the same choices as the scalar loop
+ * (the first maximum in the order top left, top right, bottom left,
+ * bottom right; a NaN first stays).
+ */
+static inline __attribute__((always_inline)) void maxpool2_x4(float *y, int32_t *ix, const float *x,
+							      int at, int w, const bool relu)
+{
+	const nn_i32x4 i0 = { at, at + 2, at + 4, at + 6 };
+	nn_f32x4 a, b, top_l, top_r, bot_l, bot_r, m;
+	nn_i32x4 mi = i0;
+
+	memcpy(&a, x + at, sizeof(a));
+	memcpy(&b, x + at + 4, sizeof(b));
+	top_l = __builtin_shufflevector(a, b, 0, 2, 4, 6);
+	top_r = __builtin_shufflevector(a, b, 1, 3, 5, 7);
+	memcpy(&a, x + at + w, sizeof(a));
+	memcpy(&b, x + at + w + 4, sizeof(b));
+	bot_l = __builtin_shufflevector(a, b, 0, 2, 4, 6);
+	bot_r = __builtin_shufflevector(a, b, 1, 3, 5, 7);
+	m = top_l;
+	take(&m, &mi, top_r, i0 + 1);
+	take(&m, &mi, bot_l, i0 + w);
+	take(&m, &mi, bot_r, i0 + w + 1);
+	if (relu)
+		m = (nn_f32x4)((nn_i32x4)m & (m > (nn_f32x4){ 0 }));
+	memcpy(y, &m, sizeof(m));
+	memcpy(ix, &mi, sizeof(mi));
+}
+
+/*
+ * The common 2x2 window with stride 2, four windows at a time then one by
+ * one; the same choices as the general loop.  With relu, each output is max(0, the window's maximum):
+ * the pool of the ReLU of 'in' (the index may differ only where that is
+ * 0, where no gradient passes).
+ */
+static inline __attribute__((always_inline)) void maxpool2(const struct nn_layer *l, float *out,
+							   int32_t *idx, const float *in, int n,
+							   const bool relu)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
 
@@ -24,7 +77,11 @@ static void maxpool2_forward(const struct nn_layer *l, float *out, int32_t *idx,
 			for (int oy = 0; oy < oh; oy++) {
 				const int r0 = (ch * h + 2 * oy) * w, r1 = r0 + w;
 
-				for (int ox = 0; ox < ow; ox++) {
+				int ox = 0;
+
+				for (; ox + 4 <= ow; ox += 4, y += 4, ix += 4)
+					maxpool2_x4(y, ix, x, r0 + 2 * ox, w, relu);
+				for (; ox < ow; ox++) {
 					int best = r0 + 2 * ox;
 					float m = x[best];
 
@@ -40,20 +97,23 @@ static void maxpool2_forward(const struct nn_layer *l, float *out, int32_t *idx,
 						best = r1 + 2 * ox + 1;
 						m = x[best];
 					}
-					*y++ = m;
+					*y++ = relu && !(m > 0.0f) ? 0.0f : m;
 					*ix++ = best;
 				}
 			}
 	}
 }
 
-void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n)
+/* relu: as maxpool2() */
+static inline __attribute__((always_inline)) void maxpool(const struct nn_layer *l, float *out,
+							  int32_t *idx, const float *in, int n,
+							  const bool relu)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
 	const int k = l->k, s = l->stride;
 
 	if (k == 2 && s == 2) {
-		maxpool2_forward(l, out, idx, in, n);
+		maxpool2(l, out, idx, in, n, relu);
 		return;
 	}
 	for (int i = 0; i < n; i++) {
@@ -76,10 +136,21 @@ void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const f
 								best = at;
 							}
 						}
-					y[(ch * oh + oy) * ow + ox] = m;
+					y[(ch * oh + oy) * ow + ox] = relu && !(m > 0.0f) ? 0.0f : m;
 					ix[(ch * oh + oy) * ow + ox] = best;
 				}
 	}
+}
+
+void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n)
+{
+	maxpool(l, out, idx, in, n, false);
+}
+
+void maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+			  int n)
+{
+	maxpool(l, out, idx, in, n, true);
 }
 
 void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,

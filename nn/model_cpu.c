@@ -72,6 +72,21 @@ static bool behind_pooled_conv(const struct pp_model *m, size_t i)
 }
 
 /*
+ * True for a max-pool (i) behind a ReLU behind a convolution whose
+ * backward is conv2d_backward_pooled(): the ReLU is done by the pool's
+ * forward (maxpool_relu_forward() on the convolution's output), its own
+ * output is not written, and the backward reads the sign of the
+ * convolution's output in place of the ReLU's.
+ */
+static bool relu_in_pool(const struct pp_model *m, size_t i)
+{
+	const struct nn_layer *L = m->layers;
+
+	return i < m->n_layers && L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
+	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
+}
+
+/*
  * Forward, loss, and when training backward, of samples s0..s0+n-1: the
  * convolutions' gradients into G, the linear layers' input gradients only;
  * 0 or -errno.
@@ -82,8 +97,9 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	struct pp_model *m = wk->m;
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	const float *P = m->params;
-	const float *x;
+	const float *x, *x0; /* the input of the layer being run; of the first layer */
 	int ret;
+
 	if (job->in_u8) {
 		size_t sz = m->layers[0].in_size;
 
@@ -93,20 +109,29 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	} else {
 		x = job->in_f32 + s0 * m->layers[0].in_size;
 	}
+	x0 = x;
 	for (size_t i = 0; i < m->n_layers; i++) {
 		const struct nn_layer *l = &m->layers[i];
 		float *y = m->acts[i] + s0 * l->out_size;
 
 		switch (l->kind) {
 		case NN_CONV:
-			conv2d_forward(l, y, x, P + l->w_off, P + l->b_off,
-				       wk->col + m->group * l->col_off, n);
+			if (l->direct)
+				conv2d_direct_forward(l, y, x, P + l->w_off, P + l->b_off, n);
+			else
+				conv2d_forward(l, y, x, P + l->w_off, P + l->b_off,
+					       wk->col + m->group * l->col_off, n);
 			break;
 		case NN_MAXPOOL:
-			maxpool_forward(l, y, m->pool_idx[i] + s0 * l->out_size, x, n);
+			if (relu_in_pool(m, i))
+				maxpool_relu_forward(l, y, m->pool_idx[i] + s0 * l->out_size,
+						     m->acts[i - 2] + s0 * l->in_size, n);
+			else
+				maxpool_forward(l, y, m->pool_idx[i] + s0 * l->out_size, x, n);
 			break;
 		case NN_RELU:
-			relu_forward(y, x, (size_t)n * l->out_size);
+			if (!relu_in_pool(m, i + 1))
+				relu_forward(y, x, (size_t)n * l->out_size);
 			break;
 		case NN_FLATTEN:
 			memcpy(y, x, (size_t)n * l->out_size * sizeof(float));
@@ -133,12 +158,20 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 				const size_t p = m->layers[i + 1].kind == NN_RELU ? i + 2 : i + 1;
 				const struct nn_layer *pool = &m->layers[p];
 
-				conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off,
-						       m->dacts[p] + s0 * pool->out_size,
-						       m->pool_idx[p] + s0 * pool->out_size,
-						       p == i + 2 ? m->acts[i + 1] + s0 * l->out_size : NULL,
-						       P + l->w_off, wk->col + m->group * l->col_off,
-						       wk->dcol, n);
+				const float *dp = m->dacts[p] + s0 * pool->out_size;
+				const int32_t *ix = m->pool_idx[p] + s0 * pool->out_size;
+				const float *r = p == i + 2 ? m->acts[i] + s0 * l->out_size : NULL;
+
+				if (l->direct)
+					conv2d_direct_backward_pooled(l, pool, dx, G + l->w_off,
+								      G + l->b_off, dp, ix, r,
+								      P + l->w_off,
+								      i ? m->acts[i - 1] + s0 * l->in_size : x0, n);
+				else
+					conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off, dp,
+							       ix, r, P + l->w_off,
+							       wk->col + m->group * l->col_off,
+							       wk->dcol, n);
 			} else {
 				conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
 						wk->col + m->group * l->col_off, wk->dcol, n);
@@ -353,6 +386,9 @@ static int cpu_setup(struct pp_model *m)
 		size_t cols = (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k;
 
 		if (l->kind != NN_CONV)
+			continue;
+		l->direct = conv2d_direct_fits(l);
+		if (l->direct)
 			continue;
 		l->col_off = m->col_floats;
 		m->col_floats += cols;

@@ -65,6 +65,8 @@ struct nn_layer {
 	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
 				  * follows, so at most one output in each pooling window has a
 				  * gradient; the CPU backward of the three is conv2d_backward_pooled() */
+	bool direct;             /* conv, CPU: computed by conv2d_direct_*() without columns
+				  * (set when the CPU backend is set up, conv2d_direct_fits()) */
 };
 
 /* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */
@@ -123,8 +125,8 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *w, const float *col, float *dcol, int n);
 /*
- * The backward of conv (l), then a ReLU when relu_out (its output, shaped
- * as the conv's) is not NULL, then 'pool', a max-pool with stride >= its
+ * The backward of conv (l), then a ReLU when relu_out (its output, or its
+ * input: only the sign is read; shaped as the conv's) is not NULL, then 'pool', a max-pool with stride >= its
  * kernel (l->sparse_dout), from the pool's output gradient dpool and
  * indices idx (n, pool out_size): only the positions the pool selected
  * and the ReLU passed are visited.  Other arguments as conv2d_backward().
@@ -133,9 +135,58 @@ void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *poo
 			    float *dw, float *db, const float *dpool, const int32_t *idx,
 			    const float *relu_out, const float *w, const float *cols, float *dcol,
 			    int n);
+/*
+ * The same, in the version chosen by the flags: the input gradient added
+ * window by window into din (scatter; where the layer allows it: stride
+ * 1, no padding, k <= 8) or through dcol and col2im; AVX2+FMA code (avx2,
+ * only where the CPU has them) or portable.
+ */
+void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
+				 float *din, float *dw, float *db, const float *dpool,
+				 const int32_t *idx, const float *relu_out, const float *w,
+				 const float *cols, float *dcol, int n, bool scatter, bool avx2);
+
+/*
+ * Direct convolution (nn/conv2d_direct.c): true for a conv layer it takes
+ * (stride 1, no padding, one input channel, kernel <= 8, a max-pool
+ * behind: sparse_dout), on a CPU with AVX2 and FMA.
+ */
+bool conv2d_direct_fits(const struct nn_layer *l);
+/* out (n, out_c, out_h, out_w) = b + W * in, as conv2d_forward() but without columns */
+void conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+			   const float *b, int n);
+/* The two versions it chooses between (the AVX2 one only where the CPU has AVX2 and FMA). */
+void conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const float *in,
+				    const float *w, const float *b, int n);
+void conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in,
+				const float *w, const float *b, int n);
+/*
+ * As conv2d_backward_pooled(), the weight gradient from the layer's input
+ * in (n, in_c, in_h, in_w) in place of columns, din (may be NULL) written
+ * whole.
+ */
+void conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool,
+				   float *din, float *dw, float *db, const float *dpool,
+				   const int32_t *idx, const float *relu_out, const float *w,
+				   const float *in, int n);
+void conv2d_direct_backward_pooled_portable(const struct nn_layer *l, const struct nn_layer *pool,
+					    float *din, float *dw, float *db, const float *dpool,
+					    const int32_t *idx, const float *relu_out,
+					    const float *w, const float *in, int n);
+void conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool,
+					float *din, float *dw, float *db, const float *dpool,
+					const int32_t *idx, const float *relu_out, const float *w,
+					const float *in, int n);
 
 /* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
 void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
+/*
+ * The max-pool of ReLU(in), from in: out = max(0, the window's maximum),
+ * idx the window's maximum in 'in' (which may differ from the index of
+ * maxpool_forward() on ReLU(in) only where out is 0).
+ */
+void maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+			  int n);
 void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
 		      const int32_t *idx, int n);
 

@@ -284,6 +284,193 @@ START_TEST(test_conv_pooled_backward)
 END_TEST
 
 /*
+ * Fails if a version of the pooled conv backward (the input gradient
+ * added window by window or through the columns; AVX2 or portable code)
+ * differs from the three backwards one after the other (max-pool, ReLU,
+ * the gradient-checked GEMM conv backward), at stride 1 without padding
+ * where the window scatter applies: a window added at the wrong place or
+ * channel, a padded lane added to the input, or a gradient read or
+ * written past the end of the input (the last windows of a 7-wide input,
+ * under ASan).  Kernels 5 and 3; 3 input channels, 4 outputs.
+ */
+START_TEST(test_conv_pooled_versions)
+{
+	static const int shapes[3][3] = { { 12, 12, 5 }, { 7, 7, 3 }, { 9, 8, 5 } }; /* h, w, k */
+	const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
+	for (int s = 0; s < 3; s++)
+		for (int variant = 0; variant < (has_avx2 ? 4 : 2); variant++) {
+			const int *sh = shapes[s];
+			const bool scatter = variant & 1, avx2 = variant & 2;
+			struct gc g = gc_make(NN_CONV, 2, 3, sh[0], sh[1], 4, sh[2], 1, 0);
+			const struct nn_layer *l = &g.l;
+			struct gc pg = gc_make(NN_MAXPOOL, 2, 4, l->out_h, l->out_w, 0, 2, 2, 0);
+			const struct nn_layer *pool = &pg.l;
+			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
+			const size_t ins = (size_t)g.n * l->in_size;
+			float *act = zero_floats(outs), *dact = zero_floats(outs), *dy = zero_floats(outs);
+			float *pooled = zero_floats(pouts), *dpool = rand_floats(pouts);
+			float *din1 = zero_floats(ins), *din2 = rand_floats(ins);
+			float *dw1 = zero_floats(l->n_w), *dw2 = zero_floats(l->n_w);
+			float *db1 = zero_floats(l->n_b), *db2 = zero_floats(l->n_b);
+
+			for (size_t i = 0; i < pouts; i += 3)
+				dpool[i] = 0.0f;
+			conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
+			relu_forward(act, g.out, outs);
+			maxpool_forward(pool, pooled, pg.idx, act, g.n);
+			maxpool_backward(pool, dact, dpool, pg.idx, g.n);
+			relu_backward(dy, dact, act, outs);
+			conv2d_backward(l, din1, dw1, db1, dy, g.w, g.col, g.dcol, g.n);
+			conv2d_backward_pooled_impl(l, pool, din2, dw2, db2, dpool, pg.idx, act, g.w,
+						    g.col, g.dcol, g.n, scatter, avx2);
+			expect_close("input gradient", din1, din2, ins);
+			expect_close("weight gradient", dw1, dw2, l->n_w);
+			expect_close("bias gradient", db1, db2, l->n_b);
+			free(act);
+			free(dact);
+			free(dy);
+			free(pooled);
+			free(dpool);
+			free(din1);
+			free(din2);
+			free(dw1);
+			free(dw2);
+			free(db1);
+			free(db2);
+			gc_free(&pg);
+			gc_free(&g);
+		}
+}
+END_TEST
+
+/*
+ * Fails if the direct convolution (one input channel, no columns) differs
+ * from the gradient-checked im2col + GEMM path, in either version (the
+ * portable one, and the AVX2 one where the CPU has it): a tap, channel or
+ * bias missed, a row of 24 or 8 positions or the single positions after
+ * them (widths 26, 9 and 4) or the second channel of a pair (3 outputs:
+ * a pair, then one alone) wrong; or if its pooled backward differs from
+ * conv2d_backward_pooled() on the columns: a gradient sent to the wrong
+ * tap, window or channel, or read past the input's end (the last windows
+ * of an input whose row is shorter than 8, under ASan).  Kernels 5, 3
+ * and 4 (the constant and the general code).  Also fails if a model would
+ * take the direct path on a CPU without AVX2 and FMA.
+ */
+START_TEST(test_conv_direct)
+{
+	const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	static const int shapes[4][3] = {
+		/* h, w, k */
+		{ 30, 30, 5 }, { 11, 13, 5 }, { 6, 6, 3 }, { 9, 7, 4 },
+	};
+
+	for (int s = 0; s < 4; s++)
+		for (int variant = 0; variant < (has_avx2 ? 4 : 2); variant++) {
+			const int *sh = shapes[s];
+			const bool relu = variant & 1, avx2 = variant & 2;
+			struct gc g = gc_make(NN_CONV, 3, 1, sh[0], sh[1], 3, sh[2], 1, 0);
+			struct nn_layer *l = &g.l;
+			struct gc pg = gc_make(NN_MAXPOOL, 3, 3, l->out_h, l->out_w, 0, 2, 2, 0);
+			const struct nn_layer *pool = &pg.l;
+			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
+			const size_t ins = (size_t)g.n * l->in_size;
+			float *y = zero_floats(outs), *act = zero_floats(outs), *pooled = zero_floats(pouts);
+			float *dpool = rand_floats(pouts);
+			float *din1 = zero_floats(ins), *din2 = zero_floats(ins);
+			float *dw1 = zero_floats(l->n_w), *dw2 = zero_floats(l->n_w);
+			float *db1 = zero_floats(l->n_b), *db2 = zero_floats(l->n_b);
+
+			l->sparse_dout = true;
+			ck_assert(conv2d_direct_fits(l) == has_avx2);
+			for (size_t i = 0; i < pouts; i += 3)
+				dpool[i] = 0.0f;
+			conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
+			if (avx2)
+				conv2d_direct_forward_avx2(l, y, g.in, g.w, g.b, g.n);
+			else
+				conv2d_direct_forward_portable(l, y, g.in, g.w, g.b, g.n);
+			expect_close("output", g.out, y, outs);
+			if (relu)
+				relu_forward(act, g.out, outs);
+			else
+				memcpy(act, g.out, outs * sizeof(float));
+			maxpool_forward(pool, pooled, pg.idx, act, g.n);
+			conv2d_backward_pooled(l, pool, din1, dw1, db1, dpool, pg.idx, relu ? act : NULL,
+					       g.w, g.col, g.dcol, g.n);
+			if (avx2)
+				conv2d_direct_backward_pooled_avx2(l, pool, din2, dw2, db2, dpool, pg.idx,
+								   relu ? act : NULL, g.w, g.in, g.n);
+			else
+				conv2d_direct_backward_pooled_portable(l, pool, din2, dw2, db2, dpool,
+								       pg.idx, relu ? act : NULL, g.w,
+								       g.in, g.n);
+			expect_close("input gradient", din1, din2, ins);
+			expect_close("weight gradient", dw1, dw2, l->n_w);
+			expect_close("bias gradient", db1, db2, l->n_b);
+			free(y);
+			free(act);
+			free(pooled);
+			free(dpool);
+			free(din1);
+			free(din2);
+			free(dw1);
+			free(dw2);
+			free(db1);
+			free(db2);
+			gc_free(&pg);
+			gc_free(&g);
+		}
+}
+END_TEST
+
+/*
+ * Fails if the 2x2 stride-2 max-pool (four windows at a time, then one by
+ * one: output width 10) or its fusion with a ReLU picks another value or
+ * index than the first maximum of each window (top left, top right,
+ * bottom left, bottom right), or if the fused one does not give
+ * max(0, maximum); ties (values on a coarse grid) make the order matter.
+ */
+START_TEST(test_maxpool_windows)
+{
+	struct gc g = gc_make(NN_MAXPOOL, 2, 3, 9, 21, 0, 2, 2, 0);
+	const struct nn_layer *l = &g.l;
+	const size_t outs = (size_t)g.n * l->out_size;
+	float *y2 = zero_floats(outs);
+	int32_t *idx2 = calloc(outs, sizeof(int32_t));
+
+	ck_assert_ptr_nonnull(idx2);
+	for (size_t i = 0; i < (size_t)g.n * l->in_size; i++)
+		g.in[i] = roundf(g.in[i] * 3.0f);
+	maxpool_forward(l, g.out, g.idx, g.in, g.n);
+	maxpool_relu_forward(l, y2, idx2, g.in, g.n);
+	for (int i = 0; i < g.n; i++)
+		for (int ch = 0; ch < l->out_c; ch++)
+			for (int oy = 0; oy < l->out_h; oy++)
+				for (int ox = 0; ox < l->out_w; ox++) {
+					const float *x = g.in + (size_t)i * l->in_size;
+					const size_t q = (size_t)i * l->out_size +
+							 ((size_t)ch * l->out_h + oy) * l->out_w + ox;
+					int best = (ch * l->in_h + 2 * oy) * l->in_w + 2 * ox;
+
+					for (int k = 1; k < 4; k++) {
+						int at = (ch * l->in_h + 2 * oy + k / 2) * l->in_w + 2 * ox + k % 2;
+
+						if (x[at] > x[best])
+							best = at;
+					}
+					ck_assert_int_eq(g.idx[q], best);
+					ck_assert_int_eq(idx2[q], best);
+					ck_assert(g.out[q] == x[best]);
+					ck_assert(y2[q] == (x[best] > 0.0f ? x[best] : 0.0f));
+				}
+	free(y2);
+	free(idx2);
+	gc_free(&g);
+}
+END_TEST
+
+/*
  * Fails if MaxPool2d routes gradients anywhere but to each window's
  * maximum: overlapping 3x3 windows with stride 2, and the 2x2 stride-2
  * windows of the unrolled path, over an odd size (the last row and column
@@ -1140,7 +1327,10 @@ Suite *pp_test_suite(void)
 	tcase_add_test(grad, test_grad_linear);
 	tcase_add_test(grad, test_grad_conv);
 	tcase_add_test(grad, test_conv_pooled_backward);
+	tcase_add_test(grad, test_conv_pooled_versions);
+	tcase_add_test(grad, test_conv_direct);
 	tcase_add_test(grad, test_grad_maxpool);
+	tcase_add_test(grad, test_maxpool_windows);
 	tcase_add_test(grad, test_grad_relu);
 	tcase_add_test(grad, test_grad_loss);
 	tcase_add_test(ref, test_reference_sgd);
