@@ -84,14 +84,16 @@ def pinpipe_run(bs, workers, pin, epochs, seed, threads):
                "--lr=0.01", "--batch-size=%d" % bs, "--workers=%d" % workers, "--pin-memory=" + pin,
                "--epochs=%d" % epochs, "--seed=%d" % seed, "--threads=%d" % threads, "-q",
                "--csv=" + f.name]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        # A fresh Python parent, whose only child is pinpipe-train, reports its peak RSS.
+        rss = float(subprocess.run(
+            [sys.executable, "-c", "import resource, subprocess, sys; "
+             "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"] + cmd,
+            check=True, capture_output=True, text=True).stdout)
         rows = sorted(csv.DictReader(open(f.name)), key=lambda r: int(r["epoch"]))
     times = [float(r["epoch_s"]) for r in rows]
     waits = sum(float(r["wait_s"]) for r in rows)
-    # ru_maxrss of children is the largest child so far: report it only when it grew.
-    return times, float(rows[-1]["test_acc"]), waits / sum(times), max(rss, before) / 1024
+    return times, float(rows[-1]["test_acc"]), waits / sum(times), rss / 1024
 
 
 def main():
