@@ -272,7 +272,7 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 {
 	struct pp_device_batch *b;
 	uint64_t done = 0, samples = 0;
-	int ret = 0;
+	int ret = 0, released;
 
 	while (!interrupted && (ret = pp_transfer_next(xfer, r->compute, &b)) == 1) {
 		size_t shape[4] = { b->size, 1, 1, 1 };
@@ -291,8 +291,9 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 			pp_tensor_destroy(in);
 		}
 		samples += b->size;
-		if (pp_transfer_release(xfer, b, r->compute) < 0 && ret >= 0)
-			ret = -EIO;
+		released = pp_transfer_release(xfer, b, r->compute);
+		if (ret >= 0)
+			ret = released;
 		if (ret < 0)
 			return ret;
 		done++;
