@@ -315,6 +315,25 @@ static void window_release(struct pp_loader *l, struct window *w)
 /* ------------------------------------------------------------------ filling a batch */
 
 /* Fills batch b into slot sl.  Returns 0, -ECANCELED when the epoch ended, or an error with its message. */
+/*
+ * A shuffled batch reads its samples from random places of a dataset larger
+ * than the caches: the reads of sample i + PP_PREFETCH_AHEAD start while
+ * sample i is converted, so that the conversion does not wait on memory
+ * (Fashion-MNIST on a 2-vCPU EPYC, float32 output: 4.9 M samples/s without,
+ * 15.7 M with 8 ahead, 7.4 M with 2; bench/README.md).  Of a large sample
+ * only the first PP_PREFETCH_BYTES: the hardware prefetcher follows the rest.
+ */
+#define PP_PREFETCH_AHEAD 8
+#define PP_PREFETCH_BYTES 4096
+
+static inline void prefetch_sample(const void *p, size_t bytes)
+{
+	const char *c = p;
+	size_t end = PP_MIN(bytes, (size_t)PP_PREFETCH_BYTES);
+	for (size_t off = 0; off < end; off += 64)
+		__builtin_prefetch(c + off);
+}
+
 static int fill_batch(struct pp_loader *l, struct worker *wk, uint64_t b, struct slot *sl)
 {
 	const struct pp_plan *plan = &l->plan;
@@ -342,6 +361,9 @@ static int fill_batch(struct pp_loader *l, struct worker *wk, uint64_t b, struct
 			t0 = pp_now_ns();
 			for (uint64_t k = pos; k < stop; k++) {
 				uint32_t loc = plan->loc[k];
+				if (k + PP_PREFETCH_AHEAD < stop)
+					prefetch_sample(w->sample[plan->loc[k + PP_PREFETCH_AHEAD]],
+							l->cv.in_bytes);
 				pp_convert_sample(&l->cv, w->sample[loc],
 						  out + (k - first) * l->cv.out_bytes);
 				if (bt->labels != NULL)
@@ -358,9 +380,13 @@ static int fill_batch(struct pp_loader *l, struct worker *wk, uint64_t b, struct
 	if (l->src.samples != NULL) {
 		const uint8_t *base = l->src.samples;
 		size_t in_bytes = l->cv.in_bytes;
-		for (uint32_t i = 0; i < n; i++)
+		for (uint32_t i = 0; i < n; i++) {
+			if (i + PP_PREFETCH_AHEAD < n)
+				prefetch_sample(base + bt->ids[i + PP_PREFETCH_AHEAD] * in_bytes,
+						in_bytes);
 			pp_convert_sample(&l->cv, base + bt->ids[i] * in_bytes,
 					  out + (size_t)i * l->cv.out_bytes);
+		}
 		if (bt->labels != NULL)
 			for (uint32_t i = 0; i < n; i++)
 				bt->labels[i] = l->src.labels[bt->ids[i]];
