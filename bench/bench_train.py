@@ -10,10 +10,14 @@ the peak RSS, and the ratio of PyTorch's epoch time to pinpipe's.
 
   /usr/bin/python3 bench/bench_train.py [--epochs 3] [--seeds 1,2,3]
         [--batch-size 100,1000] [--workers 0,1,2] [--pin on,off] [--threads 1]
+        [--openblas-coretype CORE]
 
 Both sides get the same number of compute threads (--threads; PyTorch's
-torch.set_num_threads, pinpipe-train --threads) and OPENBLAS_NUM_THREADS=1.
-Run from the top of a built tree.
+torch.set_num_threads, pinpipe-train --threads), OPENBLAS_NUM_THREADS=1,
+and the same OpenBLAS kernels: OPENBLAS_CORETYPE as found in the
+environment, or as --openblas-coretype sets it (an empty value unsets it,
+leaving OpenBLAS to pick the kernels for the processor).  Run from the top
+of a built tree.
 """
 import argparse
 import csv
@@ -104,8 +108,16 @@ def main():
     ap.add_argument("--workers", default="0,1,2")
     ap.add_argument("--pin", default="on,off")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--openblas-coretype", default=None,
+                    help="OPENBLAS_CORETYPE for both sides (empty: OpenBLAS's own choice) [environment]")
     a = ap.parse_args()
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    if a.openblas_coretype is not None:
+        os.environ["OPENBLAS_CORETYPE"] = a.openblas_coretype
+    if not os.environ.get("OPENBLAS_CORETYPE"):
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+    print("both sides: OPENBLAS_NUM_THREADS=1 OPENBLAS_CORETYPE=%s, %d compute thread(s)"
+          % (os.environ.get("OPENBLAS_CORETYPE", "(unset: OpenBLAS's choice)"), a.threads))
     seeds = [int(s) for s in a.seeds.split(",")]
     print("bs    workers pin  | pinpipe s/epoch acc    wait% | PyTorch s/epoch acc    wait%  RSS MB | ratio")
     for bs in [int(b) for b in a.batch_size.split(",")]:
