@@ -6,7 +6,8 @@
 #
 # Fails only when CUDA was asked for; saves and restores CPPFLAGS, LDFLAGS and
 # LIBS around its checks; evaluates AM_CONDITIONAL([HAVE_CUDA]) on every path.
-# Sets CUDA_CPPFLAGS, CUDA_LIBS, NVCC, NVCCFLAGS and defines PP_HAVE_CUDA.
+# Sets CUDA_CPPFLAGS, CUDA_LIBS, NVCC, NVCCFLAGS and defines PP_HAVE_CUDA,
+# PP_CUBLAS_SONAME and PP_CUBLAS_PATH (cuBLAS is opened at run time, not linked).
 AC_DEFUN([PP_CHECK_CUDA], [
   AC_ARG_WITH([cuda],
     [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@],
@@ -50,7 +51,16 @@ AC_DEFUN([PP_CHECK_CUDA], [
       AS_IF([test $pp_cuda_ok = yes], [
         have_cuda=yes
         CUDA_CPPFLAGS="-I$pp_cuda_dir/include"
-        CUDA_LIBS="-L$pp_cuda_libdir -Wl,-rpath,$pp_cuda_libdir -lcublas -lcudart -lstdc++"
+        dnl cuBLAS is not linked but opened at run time (nn/cuda/ops.cu), by the
+        dnl soname of the toolkit's library, then by its path here.
+        pp_cublas_soname=`objdump -p "$pp_cuda_libdir/libcublas.so" 2>/dev/null | sed -n 's/^ *SONAME *//p'`
+        AS_IF([test -z "$pp_cublas_soname"], [pp_cublas_soname=libcublas.so])
+        AC_DEFINE_UNQUOTED([PP_CUBLAS_SONAME], ["$pp_cublas_soname"],
+          [The soname of cuBLAS, opened at run time.])
+        AC_DEFINE_UNQUOTED([PP_CUBLAS_PATH], ["$pp_cuda_libdir/$pp_cublas_soname"],
+          [cuBLAS in the toolkit found by configure.])
+        AC_SEARCH_LIBS([dlopen], [dl])
+        CUDA_LIBS="-L$pp_cuda_libdir -Wl,-rpath,$pp_cuda_libdir -lcudart -lstdc++"
         AS_IF([test -z "$NVCC_ARCH"],
           [NVCC_ARCH="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"])
         pp_nvcc_version=`"$NVCC" --version 2>/dev/null | sed -n 's/.*release \(@<:@0-9.@:>@*\).*/\1/p'`

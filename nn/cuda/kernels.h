@@ -51,8 +51,16 @@ int pp_cuda_read(void *host, const void *src, size_t bytes, void *stream);
 /* Waits for the stream's work. */
 int pp_cuda_sync(void *stream);
 
-/* A cuBLAS handle bound to 'stream'. */
+/*
+ * A cuBLAS handle bound to 'stream', with its own reference to cuBLAS,
+ * which is loaded here (dlopen) and not linked: by its soname, then from
+ * the toolkit's directory found by configure.  -ENOENT with a message
+ * naming the library when it cannot be loaded or lacks a function, -EIO
+ * when cuBLAS refuses (no GPU).  pp_cuda_blas_open() loads the library
+ * named 'lib' instead.
+ */
 int pp_cuda_blas_create(void *stream, void **handle_p);
+int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p);
 void pp_cuda_blas_destroy(void *handle);
 int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
 
@@ -112,6 +120,7 @@ static inline int pp_cuda_copy(void *dst, const void *src, size_t bytes, void *s
 static inline int pp_cuda_read(void *host, const void *src, size_t bytes, void *stream) PP_CUDA_STUB
 static inline int pp_cuda_sync(void *stream) PP_CUDA_STUB
 static inline int pp_cuda_blas_create(void *stream, void **handle_p) PP_CUDA_STUB
+static inline int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p) PP_CUDA_STUB
 static inline void pp_cuda_blas_destroy(void *handle) {}
 static inline int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g) PP_CUDA_STUB
 static inline int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols,

@@ -2,15 +2,19 @@
  * nn/cuda/ops.cu: the layers, the loss and the optimizers on the GPU,
  * mirroring the CPU kernels of nn/ op by op: element-wise work, pooling,
  * im2col and its inverse, reductions, softmax cross-entropy, SGD and Adam
- * as small kernels, and the matrix products through cuBLAS.  One thread per
+ * as small kernels, and the matrix products through cuBLAS, loaded at run
+ * time.  One thread per
  * output element unless said otherwise; grid-stride loops.
  */
 #include "config.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/internal.h"
 #include "nn/cuda/kernels.h"
@@ -39,38 +43,114 @@ static int launched(const char *kernel)
 
 /* ------------------------------------------------------------------ cuBLAS */
 
+/*
+ * cuBLAS is opened with dlopen() when a model on a GPU first needs it, not
+ * linked: loading it maps about 150 MB of pages into every process, which
+ * a process that links libpinpipe and trains on the CPU would carry for
+ * nothing.  Each handle holds its own reference to the library and its own
+ * entry points: no state is shared between models.
+ */
+struct pp_cuda_blas {
+	void *lib;          /* dlopen() handle of cuBLAS */
+	cublasHandle_t h;
+	decltype(&cublasCreate_v2) create;
+	decltype(&cublasDestroy_v2) destroy;
+	decltype(&cublasSetStream_v2) set_stream;
+	decltype(&cublasSgemm_v2) sgemm;
+	decltype(&cublasGetStatusString) status_string;
+};
+
+/* Resolves 'name' in the library, or says which symbol is missing where. */
+static int blas_sym(struct pp_cuda_blas *b, const char *lib, const char *name, void **fn_p)
+{
+	void *fn = dlsym(b->lib, name);
+
+	if (fn == NULL)
+		return pp_error(-ENOENT, "cuBLAS: %s has no symbol %s (not cuBLAS, or too old)", lib,
+				name);
+	*fn_p = fn;
+	return 0;
+}
+
+extern "C" int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p)
+{
+	struct pp_cuda_blas *b = (struct pp_cuda_blas *)calloc(1, sizeof(*b));
+	cublasStatus_t st;
+	int ret;
+
+	if (b == NULL)
+		return pp_error(-ENOMEM, "cuBLAS: out of memory");
+	b->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (b->lib == NULL) {
+		ret = pp_error(-ENOENT, "cuBLAS: cannot load %s: %s (install the CUDA toolkit's "
+			       "cuBLAS, or add its directory to LD_LIBRARY_PATH)", lib, dlerror());
+		goto fail_free;
+	}
+	ret = blas_sym(b, lib, "cublasCreate_v2", (void **)&b->create);
+	if (ret == 0)
+		ret = blas_sym(b, lib, "cublasDestroy_v2", (void **)&b->destroy);
+	if (ret == 0)
+		ret = blas_sym(b, lib, "cublasSetStream_v2", (void **)&b->set_stream);
+	if (ret == 0)
+		ret = blas_sym(b, lib, "cublasSgemm_v2", (void **)&b->sgemm);
+	if (ret == 0)
+		ret = blas_sym(b, lib, "cublasGetStatusString", (void **)&b->status_string);
+	if (ret < 0)
+		goto fail_close;
+	st = b->create(&b->h);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		ret = pp_error(-EIO, "cublasCreate: %s", b->status_string(st));
+		goto fail_close;
+	}
+	st = b->set_stream(b->h, (cudaStream_t)stream);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		ret = pp_error(-EIO, "cublasSetStream: %s", b->status_string(st));
+		goto fail_destroy;
+	}
+	*handle_p = b;
+	return 0;
+
+fail_destroy:
+	b->destroy(b->h);
+fail_close:
+	dlclose(b->lib);
+fail_free:
+	free(b);
+	return ret;
+}
+
 extern "C" int pp_cuda_blas_create(void *stream, void **handle_p)
 {
-	cublasHandle_t h;
-	cublasStatus_t st = cublasCreate(&h);
+	int ret = pp_cuda_blas_open(PP_CUBLAS_SONAME, stream, handle_p);
 
-	if (st != CUBLAS_STATUS_SUCCESS)
-		return pp_error(-EIO, "cublasCreate: %s", cublasGetStatusString(st));
-	st = cublasSetStream(h, (cudaStream_t)stream);
-	if (st != CUBLAS_STATUS_SUCCESS) {
-		cublasDestroy(h);
-		return pp_error(-EIO, "cublasSetStream: %s", cublasGetStatusString(st));
-	}
-	*handle_p = h;
-	return 0;
+	/* Where the library's run path does not reach: the toolkit's directory. */
+	if (ret == -ENOENT && strchr(PP_CUBLAS_PATH, '/') != NULL)
+		ret = pp_cuda_blas_open(PP_CUBLAS_PATH, stream, handle_p);
+	return ret;
 }
 
 extern "C" void pp_cuda_blas_destroy(void *handle)
 {
-	if (handle)
-		cublasDestroy((cublasHandle_t)handle);
+	struct pp_cuda_blas *b = (struct pp_cuda_blas *)handle;
+
+	if (b == NULL)
+		return;
+	b->destroy(b->h);
+	dlclose(b->lib);
+	free(b);
 }
 
 extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
 {
+	struct pp_cuda_blas *b = (struct pp_cuda_blas *)handle;
 	const float one = 1.0f;
-	cublasStatus_t st = cublasSgemm((cublasHandle_t)handle, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-					g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &one,
-					g->a, g->lda, g->b, g->ldb, &g->beta, g->c, g->ldc);
+	cublasStatus_t st = b->sgemm(b->h, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+				     g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &one, g->a,
+				     g->lda, g->b, g->ldb, &g->beta, g->c, g->ldc);
 
 	if (st != CUBLAS_STATUS_SUCCESS)
 		return pp_error(-EIO, "cublasSgemm %dx%dx%d: %s", g->m, g->n, g->k,
-				cublasGetStatusString(st));
+				b->status_string(st));
 	return 0;
 }
 
