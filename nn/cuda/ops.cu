@@ -80,7 +80,10 @@ extern "C" int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p)
 
 	if (b == NULL)
 		return pp_error(-ENOMEM, "cuBLAS: out of memory");
-	b->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	/* Never unloaded once loaded (RTLD_NODELETE): CUDA's libraries do not
+	 * support it, and their statically linked C++ runtime's buffers would be
+	 * lost with them. */
+	b->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (b->lib == NULL) {
 		ret = pp_error(-ENOENT, "cuBLAS: cannot load %s: %s (install the CUDA toolkit's "
 			       "cuBLAS, or add its directory to LD_LIBRARY_PATH)", lib, dlerror());
