@@ -197,9 +197,9 @@ PP_API void pp_device_close(struct pp_device *dev)
 		return;
 	pp_device_synchronize(dev);
 	while (dev->events != NULL)
-		pp_event_destroy(dev->events);
+		pp_event_destroy((struct pp_event *)dev->events);
 	while (dev->streams != NULL)
-		pp_stream_destroy(dev->streams);
+		pp_stream_destroy((struct pp_stream *)dev->streams);
 	for (size_t i = 0; i < dev->device_mem.n; i++)
 		dev->ops->free(dev, (void *)dev->device_mem.v[i].addr, dev->device_mem.v[i].bytes);
 	for (size_t i = 0; i < dev->host_mem.n; i++)
@@ -399,6 +399,33 @@ void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes)
 		dev->ops->release(dev, ptr, bytes);
 }
 
+/* ------------------------------------------------------------------ lists of open objects */
+
+/* Puts 'link' at the head of the device's list 'head' (dev->streams or dev->events). */
+static void link_add(struct pp_device *dev, struct pp_dev_link **head, struct pp_dev_link *link)
+{
+	pthread_mutex_lock(&dev->mu);
+	link->prev = NULL;
+	link->next = *head;
+	if (*head != NULL)
+		(*head)->prev = link;
+	*head = link;
+	pthread_mutex_unlock(&dev->mu);
+}
+
+/* Takes 'link' out of the device's list 'head'. */
+static void link_remove(struct pp_device *dev, struct pp_dev_link **head, struct pp_dev_link *link)
+{
+	pthread_mutex_lock(&dev->mu);
+	if (link->prev != NULL)
+		link->prev->next = link->next;
+	else
+		*head = link->next;
+	if (link->next != NULL)
+		link->next->prev = link->prev;
+	pthread_mutex_unlock(&dev->mu);
+}
+
 /* ------------------------------------------------------------------ streams */
 
 PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p)
@@ -422,12 +449,7 @@ PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p)
 			return ret;
 		}
 	}
-	pthread_mutex_lock(&dev->mu);
-	s->next = dev->streams;
-	if (dev->streams != NULL)
-		dev->streams->prev = s;
-	dev->streams = s;
-	pthread_mutex_unlock(&dev->mu);
+	link_add(dev, &dev->streams, &s->link);
 	*stream_p = s;
 	return 0;
 }
@@ -439,14 +461,7 @@ PP_API void pp_stream_destroy(struct pp_stream *stream)
 	if (stream == NULL)
 		return;
 	dev = stream->dev;
-	pthread_mutex_lock(&dev->mu);
-	if (stream->prev != NULL)
-		stream->prev->next = stream->next;
-	else
-		dev->streams = stream->next;
-	if (stream->next != NULL)
-		stream->next->prev = stream->prev;
-	pthread_mutex_unlock(&dev->mu);
+	link_remove(dev, &dev->streams, &stream->link);
 	if (dev->ops->stream_destroy != NULL)
 		dev->ops->stream_destroy(stream);
 	free(stream);
@@ -511,12 +526,7 @@ PP_API int pp_event_create(struct pp_device *dev, struct pp_event **event_p)
 			return ret;
 		}
 	}
-	pthread_mutex_lock(&dev->mu);
-	e->next = dev->events;
-	if (dev->events != NULL)
-		dev->events->prev = e;
-	dev->events = e;
-	pthread_mutex_unlock(&dev->mu);
+	link_add(dev, &dev->events, &e->link);
 	*event_p = e;
 	return 0;
 }
@@ -528,14 +538,7 @@ PP_API void pp_event_destroy(struct pp_event *event)
 	if (event == NULL)
 		return;
 	dev = event->dev;
-	pthread_mutex_lock(&dev->mu);
-	if (event->prev != NULL)
-		event->prev->next = event->next;
-	else
-		dev->events = event->next;
-	if (event->next != NULL)
-		event->next->prev = event->prev;
-	pthread_mutex_unlock(&dev->mu);
+	link_remove(dev, &dev->events, &event->link);
 	if (dev->ops->event_destroy != NULL)
 		dev->ops->event_destroy(event);
 	free(event);

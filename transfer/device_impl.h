@@ -112,6 +112,11 @@ struct pp_device_counters {
 	atomic_uint_least64_t pageable_copies;
 };
 
+/* A place in a device's list of its open streams or events (doubly linked). */
+struct pp_dev_link {
+	struct pp_dev_link *prev, *next;
+};
+
 struct pp_device {
 	const struct pp_device_ops *ops;
 	struct pp_device_props props;
@@ -119,22 +124,22 @@ struct pp_device {
 	pthread_mutex_t mu;          /* guards the tables, lists and ids below */
 	struct pp_mem_table device_mem; /* pp_device_alloc() allocations */
 	struct pp_mem_table host_mem;   /* pp_host_alloc() allocations */
-	struct pp_stream *streams;   /* open streams, linked by next */
-	struct pp_event *events;     /* open events, linked by next */
+	struct pp_dev_link *streams; /* open streams, by their link */
+	struct pp_dev_link *events;  /* open events, by their link */
 	unsigned next_stream_id;     /* id of the next stream, from 1 */
 	void *ctx;                   /* the backend's context */
 };
 
 struct pp_stream {
+	struct pp_dev_link link;       /* in dev->streams; first: a link is its stream */
 	struct pp_device *dev;
-	struct pp_stream *prev, *next; /* in dev->streams */
 	unsigned id;                   /* 1, 2, ... in creation order, for messages */
 	void *ctx;                     /* the backend's stream */
 };
 
 struct pp_event {
+	struct pp_dev_link link;      /* in dev->events; first: a link is its event */
 	struct pp_device *dev;
-	struct pp_event *prev, *next; /* in dev->events */
 	bool recorded;                /* recorded at least once */
 	uint64_t host_ns;             /* when recorded, without a backend queue (pp_now_ns) */
 	void *ctx;                    /* the backend's event */
