@@ -19,8 +19,7 @@
 #include "tests/testutil.h"
 #include "transfer/device_impl.h"
 
-static char gpu_names[16][16];
-static const char *gpu_name_ptrs[16];
+static const char *const *gpu_names; /* "cuda:0", ... */
 static int gpu_count;
 
 /*
@@ -52,7 +51,7 @@ START_TEST(test_pinning_on_its_gpu)
 	void *h;
 	int cur = -1;
 
-	ck_assert_int_eq(pp_device_open(gpu_name_ptrs[gpu_count - 1], &dev), 0);
+	ck_assert_int_eq(pp_device_open(gpu_names[gpu_count - 1], &dev), 0);
 	ck_assert_int_eq(cudaSetDevice(0), cudaSuccess);
 	ck_assert_int_eq(pp_host_alloc(dev, 1 << 20, true, &h, &pinned), 0);
 	ck_assert(pinned);
@@ -66,32 +65,14 @@ int main(void)
 {
 	Suite *s;
 	TCase *tc;
-	SRunner *sr;
-	int gpus = pp_device_cuda_count();
-	int failed;
 
-	if (gpus <= 0) {
-		printf("SKIP: %s\n", pp_last_error());
-		return 77;
-	}
-	if (gpus > 16)
-		gpus = 16;
-	for (int i = 0; i < gpus; i++) {
-		snprintf(gpu_names[i], sizeof(gpu_names[i]), "cuda:%d", i);
-		gpu_name_ptrs[i] = gpu_names[i];
-	}
-	gpu_count = gpus;
+	gpu_count = pp_test_cuda_gpus_or_skip(&gpu_names);
 	s = suite_create("device_cuda");
-	pp_device_cases_add(s, "cuda", gpu_name_ptrs, gpus);
+	pp_device_cases_add(s, "cuda", gpu_names, gpu_count);
 	tc = tcase_create("cuda_only");
 	tcase_add_checked_fixture(tc, pp_test_watchdog_arm, NULL);
 	tcase_add_test(tc, test_failure_clears_last_error);
 	tcase_add_test(tc, test_pinning_on_its_gpu);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return pp_test_run_nofork(s);
 }

@@ -199,15 +199,11 @@ END_TEST
 
 int main(void)
 {
+	const char *const *gpu_names;
 	Suite *s;
 	TCase *tc;
-	SRunner *sr;
-	int failed;
 
-	if (pp_device_cuda_count() <= 0) {
-		printf("SKIP: %s\n", pp_last_error());
-		return 77;
-	}
+	pp_test_cuda_gpus_or_skip(&gpu_names);
 	s = suite_create("nn_cuda");
 	tc = tcase_create("cpu_vs_cuda");
 	tcase_add_test(tc, test_forward_matches_cpu);
@@ -215,10 +211,5 @@ int main(void)
 	tcase_add_test(tc, test_bad_label_and_device);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return pp_test_run_nofork(s);
 }

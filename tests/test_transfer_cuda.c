@@ -16,32 +16,12 @@
 #include "tests/testutil.h"
 #include "tests/transfer_cases.h"
 
-static char gpu_names[16][16];
-static const char *gpu_name_ptrs[16];
-
 int main(void)
 {
-	Suite *s;
-	SRunner *sr;
-	int gpus = pp_device_cuda_count();
-	int failed;
+	const char *const *gpu_names;
+	int gpus = pp_test_cuda_gpus_or_skip(&gpu_names);
+	Suite *s = suite_create("transfer_cuda");
 
-	if (gpus <= 0) {
-		printf("SKIP: %s\n", pp_last_error());
-		return 77;
-	}
-	if (gpus > 16)
-		gpus = 16;
-	for (int i = 0; i < gpus; i++) {
-		snprintf(gpu_names[i], sizeof(gpu_names[i]), "cuda:%d", i);
-		gpu_name_ptrs[i] = gpu_names[i];
-	}
-	s = suite_create("transfer_cuda");
-	pp_transfer_cases_add(s, "cuda", gpu_name_ptrs, gpus);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	pp_transfer_cases_add(s, "cuda", gpu_names, gpus);
+	return pp_test_run_nofork(s);
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pinpipe/device.h"
 #include "tests/testutil.h"
 
 char *pp_test_tmpdir(void)
@@ -96,4 +97,36 @@ void pp_test_fill_random(void *buf, size_t len, uint64_t seed)
 void pp_test_watchdog_arm(void)
 {
 	alarm(PP_TEST_WATCHDOG_S);
+}
+
+int pp_test_cuda_gpus_or_skip(const char *const **names_p)
+{
+	static char names[16][16];
+	static const char *ptrs[16];
+	int gpus = pp_device_cuda_count();
+
+	if (gpus <= 0) {
+		printf("SKIP: %s\n", pp_last_error());
+		exit(77);
+	}
+	if (gpus > 16)
+		gpus = 16;
+	for (int i = 0; i < gpus; i++) {
+		snprintf(names[i], sizeof(names[i]), "cuda:%d", i);
+		ptrs[i] = names[i];
+	}
+	*names_p = ptrs;
+	return gpus;
+}
+
+int pp_test_run_nofork(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

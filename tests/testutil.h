@@ -44,4 +44,15 @@ void pp_test_fill_random(void *buf, size_t len, uint64_t seed);
 #define PP_TEST_WATCHDOG_S 90
 void pp_test_watchdog_arm(void);
 
+/*
+ * For the programs that need a GPU: writes the names "cuda:0", "cuda:1", ...
+ * of this machine's GPUs (up to 16, in storage of this file) to *names_p
+ * and returns their count; with none, prints why and exits 77, which
+ * automake counts as SKIP.
+ */
+int pp_test_cuda_gpus_or_skip(const char *const **names_p);
+
+/* Runs the suite without forking (CUDA does not survive fork()); returns the exit status. */
+int pp_test_run_nofork(Suite *s);
+
 #endif
