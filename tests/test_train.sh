@@ -189,16 +189,20 @@ expect 1 "layer|spec" "$train" --data=synthetic:600 --device=cpu --model=fc:7,bo
 # test samples of Fashion-MNIST, in chunks of 50 records, 3 shards a split.
 pack=${PINPIPE_PACK:-./pinpipe-pack}
 if [ -r "$fm/train-images-idx3-ubyte.gz" ] && [ -x "$pack" ]; then
-	mkdir -p "$tmp/small" "$tmp/sh" "$tmp/noeval" "$tmp/part" "$tmp/bad"
+	mkdir -p "$tmp/small" "$tmp/sh" "$tmp/noeval" "$tmp/part" "$tmp/bad" "$tmp/shape"
+	# (and, in $tmp/small/odd-*, 200 test samples cut to 14 x 14)
 	python3 - "$fm" "$tmp/small" <<'EOPY' || { echo "FAIL: could not cut the small dataset"; fail=1; }
 import gzip, struct, sys
-for stem, n in (("train", 600), ("t10k", 200)):
-    img = gzip.open(sys.argv[1] + "/%s-images-idx3-ubyte.gz" % stem).read()
-    lab = gzip.open(sys.argv[1] + "/%s-labels-idx1-ubyte.gz" % stem).read()
-    open(sys.argv[2] + "/%s-images-idx3-ubyte" % stem, "wb").write(struct.pack(">4I", 0x803, n, 28, 28) + img[16:16 + n * 784])
-    open(sys.argv[2] + "/%s-labels-idx1-ubyte" % stem, "wb").write(struct.pack(">2I", 0x801, n) + lab[8:8 + n])
+for name, src, n, side in (("train", "train", 600, 28), ("t10k", "t10k", 200, 28), ("odd-t10k", "t10k", 200, 14)):
+    img = gzip.open(sys.argv[1] + "/%s-images-idx3-ubyte.gz" % src).read()
+    lab = gzip.open(sys.argv[1] + "/%s-labels-idx1-ubyte.gz" % src).read()
+    pix = b"".join(img[16 + i * 784 + r * 28:16 + i * 784 + r * 28 + side] for i in range(n) for r in range(side))
+    open(sys.argv[2] + "/%s-images-idx3-ubyte" % name, "wb").write(struct.pack(">4I", 0x803, n, side, side) + pix)
+    open(sys.argv[2] + "/%s-labels-idx1-ubyte" % name, "wb").write(struct.pack(">2I", 0x801, n) + lab[8:8 + n])
 EOPY
-	"$pack" -q -c 50 -n 3 -o "$tmp/sh/small" "$tmp/small" 2>"$tmp/err" || { echo "FAIL: pinpipe-pack:"; cat "$tmp/err"; fail=1; }
+	"$pack" -q -c 50 -n 3 -o "$tmp/sh/small" "$tmp/small" 2>"$tmp/err" &&
+	"$pack" -q -c 50 -o "$tmp/shape/odd" "$tmp/small/odd-t10k-images-idx3-ubyte" \
+		"$tmp/small/odd-t10k-labels-idx1-ubyte" 2>>"$tmp/err" || { echo "FAIL: pinpipe-pack:"; cat "$tmp/err"; fail=1; }
 	small="--data=$tmp/sh --model=mlp --batch-size=50 --epochs=2 --seed=3 -q"
 
 	# Unshuffled, a streamed run sees the samples in the same order as an
@@ -250,8 +254,10 @@ assert len(last(a)) == 1 and last(rows) == last(a), (last(rows), last(a))
 	check sb "$tmp/sa.csv"
 
 	# Errors: no shards (IDX files, synthetic), no test shards, part of a
-	# set, a truncated shard, --val-split, bad windows, a budget too small.
+	# set, a truncated shard, test samples of another shape (streamed and in
+	# memory), --val-split, bad windows, a budget too small.
 	cp "$tmp"/sh/*train* "$tmp/noeval/"
+	cp "$tmp"/sh/*train* "$tmp/shape/"
 	cp "$tmp"/sh/*train-00000* "$tmp"/sh/*train-00001* "$tmp"/sh/*test* "$tmp/part/"
 	cp "$tmp"/sh/* "$tmp/bad/"
 	bad=$(ls "$tmp"/bad/*train-00001*)
@@ -263,10 +269,18 @@ assert len(last(a)) == 1 and last(rows) == last(a), (last(rows), last(a))
 	expect 0 "train_loss" "$train" --data="$tmp/noeval" --stream --no-eval --model=mlp --epochs=1 -q
 	expect 1 "$tmp/part: the 2 train shards.*not one whole set" "$train" --data="$tmp/part" --stream
 	expect 1 "$bad" "$train" --data="$tmp/bad" --stream
+	expect 1 "$tmp/shape: the test split's samples \(u8, 3 dimensions, 196 bytes.*not shaped as" \
+		"$train" --data="$tmp/shape" --stream
+	expect 1 "$tmp/shape: the test split's samples \(u8, 3 dimensions, 196 bytes.*not shaped as" \
+		"$train" --data="$tmp/shape"
 	expect 2 "--stream and --val-split" "$train" --data="$tmp/sh" --stream --val-split=100
 	expect 2 "--stream=0: not a window" "$train" --data="$tmp/sh" --stream=0
 	expect 2 "--memory-budget=0: not a size" "$train" --data="$tmp/sh" --memory-budget=0
-	expect 1 "memory budget of 1048576 bytes exceeded" "$train" $small --device=cpu --stream=12 --memory-budget=1
+	# Windows of 12 chunks (all of them) do not fit in 1 MiB, windows of 2
+	# do: the window and the budget reach the loader, which streams.
+	expect 1 "memory budget of 1048576 bytes exceeded.*chunk windows" \
+		"$train" $small --device=cpu --stream=12 --memory-budget=1
+	expect 0 "train_loss" "$train" $small --device=cpu --stream=2 --memory-budget=1
 else
 	echo "FAIL: --stream not tested: Fashion-MNIST not installed in $fm, or $pack not built"
 	fail=1

@@ -117,15 +117,14 @@ static unsigned long long shard_set_total(const char *path)
  * whole set of N.  Their headers and indexes are validated now, so that a
  * bad file stops pinpipe-train before any run; their chunks are read by
  * the loader as it streams them.  The shape of the shards' samples is
- * written to *info (count: the split's records).
+ * written to *info.
  */
 static int find_shards(const char *dir, const char *split, glob_t *g, struct pp_sample_info *info)
 {
 	char pattern[4096 + 16];
 	unsigned long long total;
-	uint64_t count = 0;
 	struct stat st;
-	int ret = 0;
+	int ret;
 
 	memset(g, 0, sizeof(*g));
 	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -133,9 +132,15 @@ static int find_shards(const char *dir, const char *split, glob_t *g, struct pp_
 		return -ENOENT;
 	}
 	snprintf(pattern, sizeof(pattern), "%s/*%s*.pps", dir, split);
-	if (glob(pattern, 0, NULL, g) != 0) {
+	ret = glob(pattern, 0, NULL, g);
+	if (ret != 0) {
 		globfree(g);
 		memset(g, 0, sizeof(*g));
+		if (ret != GLOB_NOMATCH) {
+			fprintf(stderr, "pinpipe-train: --stream: %s: cannot list the %s shards: out "
+				"of memory\n", dir, split);
+			return -ENOMEM;
+		}
 		fprintf(stderr, "pinpipe-train: --stream: %s has no %s shards (*%s*.pps), which "
 			"--stream reads: make them with pinpipe-pack (pinpipe-pack -o OUT/NAME "
 			"DATASET-DIR, then --data=OUT)%s\n", dir, split, split,
@@ -161,13 +166,11 @@ static int find_shards(const char *dir, const char *split, glob_t *g, struct pp_
 		}
 		if (k == 0)
 			*info = *pp_shard_info(sh);
-		count += pp_shard_info(sh)->count;
 		ret = check_samples(g->gl_pathv[k], "shard's", info, pp_shard_info(sh));
 		pp_shard_close(sh);
 		if (ret < 0)
 			goto err_free_glob;
 	}
-	info->count = count;
 	return 0;
 
 err_free_glob:
