@@ -46,7 +46,30 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(opt.data, "/usr/share/datasets/fashion-mnist");
 	ck_assert_uint_eq(opt.epochs, 3);
 	ck_assert(opt.shuffle && opt.eval && !opt.drop_last);
+	ck_assert(!opt.stream && opt.window_chunks == 0 && opt.memory_budget == 0);
 	ck_assert_str_eq(opt.sort, "epoch_s");
+}
+END_TEST
+
+/* Fails if --stream's window or --memory-budget's MiB do not reach the options as given. */
+START_TEST(test_stream)
+{
+	static const char *const plain[] = { "--data=/tmp/x", "--stream", NULL };
+	static const char *const window[] = { "--stream=3", "--memory-budget=64", "--val-split=0", NULL };
+	static const char *const budget[] = { "--memory-budget=5", NULL };
+	struct tr_options opt;
+
+	ck_assert_int_eq(parse(&opt, plain), 0);
+	ck_assert(opt.stream);
+	ck_assert_uint_eq(opt.window_chunks, 0); /* the loader's default */
+	ck_assert_uint_eq(opt.memory_budget, 0);
+	ck_assert_int_eq(parse(&opt, window), 0);
+	ck_assert(opt.stream);
+	ck_assert_uint_eq(opt.window_chunks, 3);
+	ck_assert_uint_eq(opt.memory_budget, 64u << 20);
+	ck_assert_int_eq(parse(&opt, budget), 0);
+	ck_assert(!opt.stream);
+	ck_assert_uint_eq(opt.memory_budget, 5u << 20);
 }
 END_TEST
 
@@ -98,6 +121,10 @@ START_TEST(test_bad_input)
 		{ "--sort=speed", NULL }, { "--frobnicate", NULL }, { "--resume", NULL },
 		{ "--momentum=1", NULL }, { "extra", NULL }, { "--epochs", NULL },
 		{ "--checkpoint=x.ckpt", "--lr=0.1,0.2" },
+		{ "--stream=0", NULL }, { "--stream=x", NULL }, { "--stream=1048577", NULL },
+		{ "--stream=", NULL }, { "--memory-budget=0", NULL }, { "--memory-budget=1.5", NULL },
+		{ "--memory-budget", NULL }, { "--stream", "--val-split=100" },
+		{ "--stream", "--data=synthetic:600" }, { "--data=synthetic", "--stream=4" },
 	};
 	struct tr_options opt;
 
@@ -112,6 +139,7 @@ Suite *pp_test_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_stream);
 	tcase_add_test(tc, test_grid);
 	tcase_add_test(tc, test_model_lists);
 	tcase_add_test(tc, test_bad_input);

@@ -3,7 +3,8 @@
 # on synthetic data on cpu and sim (through the transfer stage), the real
 # Fashion-MNIST, determinism across worker counts, resuming from a
 # checkpoint (at an epoch's end and in the middle of one), grids and their
-# CSV, JSON lines and TensorBoard files, Ctrl-C, and bad usage.  Each check
+# CSV, JSON lines and TensorBoard files, Ctrl-C, bad usage, and streaming
+# shards (--stream) against decoding them into memory.  Each check
 # fails the script with what went wrong; exit 77 only when the tool was not
 # built.  The CSV, JSON and TFRecord checks use python3's standard library.
 set -u
@@ -183,5 +184,106 @@ expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
 expect 1 "$tmp/none" "$train" --data="$tmp/none"
 expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda,cpu --model=mlp --epochs=1 -q
 expect 1 "layer|spec" "$train" --data=synthetic:600 --device=cpu --model=fc:7,bogus --epochs=1 -q
+
+# 8. --stream, on shards packed here from the first 600 training and 200
+# test samples of Fashion-MNIST, in chunks of 50 records, 3 shards a split.
+pack=${PINPIPE_PACK:-./pinpipe-pack}
+if [ -r "$fm/train-images-idx3-ubyte.gz" ] && [ -x "$pack" ]; then
+	mkdir -p "$tmp/small" "$tmp/sh" "$tmp/noeval" "$tmp/part" "$tmp/bad" "$tmp/shape"
+	# (and, in $tmp/small/odd-*, 200 test samples cut to 14 x 14)
+	python3 - "$fm" "$tmp/small" <<'EOPY' || { echo "FAIL: could not cut the small dataset"; fail=1; }
+import gzip, struct, sys
+for name, src, n, side in (("train", "train", 600, 28), ("t10k", "t10k", 200, 28), ("odd-t10k", "t10k", 200, 14)):
+    img = gzip.open(sys.argv[1] + "/%s-images-idx3-ubyte.gz" % src).read()
+    lab = gzip.open(sys.argv[1] + "/%s-labels-idx1-ubyte.gz" % src).read()
+    pix = b"".join(img[16 + i * 784 + r * 28:16 + i * 784 + r * 28 + side] for i in range(n) for r in range(side))
+    open(sys.argv[2] + "/%s-images-idx3-ubyte" % name, "wb").write(struct.pack(">4I", 0x803, n, side, side) + pix)
+    open(sys.argv[2] + "/%s-labels-idx1-ubyte" % name, "wb").write(struct.pack(">2I", 0x801, n) + lab[8:8 + n])
+EOPY
+	"$pack" -q -c 50 -n 3 -o "$tmp/sh/small" "$tmp/small" 2>"$tmp/err" &&
+	"$pack" -q -c 50 -o "$tmp/shape/odd" "$tmp/small/odd-t10k-images-idx3-ubyte" \
+		"$tmp/small/odd-t10k-labels-idx1-ubyte" 2>>"$tmp/err" || { echo "FAIL: pinpipe-pack:"; cat "$tmp/err"; fail=1; }
+	small="--data=$tmp/sh --model=mlp --batch-size=50 --epochs=2 --seed=3 -q"
+
+	# Unshuffled, a streamed run sees the samples in the same order as an
+	# in-memory run of the same shards: the same losses and accuracies.
+	# Shuffled, the same seed gives the same results for 0, 1 and 3
+	# workers, on cpu and on sim (through the transfer stage), and twice;
+	# and not those of the unshuffled run, or shuffling did nothing.
+	"$train" $small --device=cpu --no-shuffle --csv="$tmp/mem.csv" >/dev/null 2>"$tmp/err" &&
+	"$train" $small --device=cpu,sim --no-shuffle --stream=2 --memory-budget=64 \
+		--csv="$tmp/str.csv" >/dev/null 2>>"$tmp/err" &&
+	"$train" $small --device=cpu,sim --workers=0,1,3 --stream=2 --csv="$tmp/shuf.csv" >/dev/null 2>>"$tmp/err" &&
+	"$train" $small --device=cpu --workers=1 --stream=2 --csv="$tmp/shuf2.csv" >/dev/null 2>>"$tmp/err" ||
+		{ echo "FAIL: streamed runs:"; cat "$tmp/err"; fail=1; }
+	CHECK='
+res = lambda rs, e: set((r["train_loss"], r["train_acc"], r["test_loss"], r["test_acc"]) for r in rs if r["epoch"] == e)
+mem = list(csv.DictReader(open(sys.argv[2])))
+shuf = list(csv.DictReader(open(sys.argv[3])))
+shuf2 = list(csv.DictReader(open(sys.argv[4])))
+assert len(rows) == 4 and len(mem) == 2 and len(shuf) == 12 and len(shuf2) == 2, (rows, mem, shuf, shuf2)
+assert all(r["status"] == "ok" for r in rows + mem + shuf + shuf2), rows + mem + shuf + shuf2
+for e in ("1", "2"):
+    assert len(res(mem, e)) == 1 and res(rows, e) == res(mem, e), (res(rows, e), res(mem, e))
+    assert len(res(shuf, e)) == 1 and res(shuf2, e) == res(shuf, e), (res(shuf, e), res(shuf2, e))
+    assert res(shuf, e) != res(mem, e), "shuffled like unshuffled"
+assert f(shuf[0], "test_acc") > 0.5, shuf
+sim = [r for r in rows + shuf if r["device"] == "sim"]
+assert len(sim) == 8 and all(f(r, "copy_s") > 0 and r["hidden_pct"] != "" for r in sim), sim
+'
+	check str "$tmp/mem.csv" "$tmp/shuf.csv" "$tmp/shuf2.csv"
+
+	# Resume, streamed and shuffled: 3 epochs straight against a run
+	# stopped after step 17 (in epoch 2, of 12 steps each) and resumed from
+	# its checkpoint; the loader's position must be the same, so the final
+	# checkpoints are identical.
+	"$train" $small --device=cpu --stream=2 --epochs=3 --checkpoint="$tmp/sa.ckpt" \
+		--csv="$tmp/sa.csv" >/dev/null 2>"$tmp/err" &&
+	"$train" $small --device=cpu --stream=2 --epochs=3 --max-steps=17 --checkpoint="$tmp/sb.ckpt" \
+		>/dev/null 2>>"$tmp/err" &&
+	"$train" $small --device=cpu --stream=2 --epochs=3 --checkpoint="$tmp/sb.ckpt" --resume \
+		--csv="$tmp/sb.csv" >/dev/null 2>>"$tmp/err" ||
+		{ echo "FAIL: streamed resume runs:"; cat "$tmp/err"; fail=1; }
+	cmp -s "$tmp/sa.ckpt" "$tmp/sb.ckpt" || { echo "FAIL: the resumed streamed checkpoint differs"; fail=1; }
+	CHECK='
+a = list(csv.DictReader(open(sys.argv[2])))
+last = lambda rs: [(r["train_loss"], r["test_loss"], r["test_acc"]) for r in rs if r["epoch"] == "3"]
+assert sorted(r["epoch"] for r in rows) == ["2", "3"], rows
+assert len(last(a)) == 1 and last(rows) == last(a), (last(rows), last(a))
+'
+	check sb "$tmp/sa.csv"
+
+	# Errors: no shards (IDX files, synthetic), no test shards, part of a
+	# set, a truncated shard, test samples of another shape (streamed and in
+	# memory), --val-split, bad windows, a budget too small.
+	cp "$tmp"/sh/*train* "$tmp/noeval/"
+	cp "$tmp"/sh/*train* "$tmp/shape/"
+	cp "$tmp"/sh/*train-00000* "$tmp"/sh/*train-00001* "$tmp"/sh/*test* "$tmp/part/"
+	cp "$tmp"/sh/* "$tmp/bad/"
+	bad=$(ls "$tmp"/bad/*train-00001*)
+	head -c 5000 "$tmp"/sh/*train-00001* >"$bad"
+	expect 1 "$fm has no train shards.*pinpipe-pack" "$train" --data="$fm" --stream
+	expect 1 "no such directory" "$train" --data="$tmp/none" --stream
+	expect 2 "--stream reads pinpipe shards.*synthetic" "$train" --data=synthetic:600 --stream
+	expect 1 "$tmp/noeval has no test shards.*--no-eval" "$train" --data="$tmp/noeval" --stream
+	expect 0 "train_loss" "$train" --data="$tmp/noeval" --stream --no-eval --model=mlp --epochs=1 -q
+	expect 1 "$tmp/part: the 2 train shards.*not one whole set" "$train" --data="$tmp/part" --stream
+	expect 1 "$bad" "$train" --data="$tmp/bad" --stream
+	expect 1 "$tmp/shape: the test split's samples \(u8, 3 dimensions, 196 bytes.*not shaped as" \
+		"$train" --data="$tmp/shape" --stream
+	expect 1 "$tmp/shape: the test split's samples \(u8, 3 dimensions, 196 bytes.*not shaped as" \
+		"$train" --data="$tmp/shape"
+	expect 2 "--stream and --val-split" "$train" --data="$tmp/sh" --stream --val-split=100
+	expect 2 "--stream=0: not a window" "$train" --data="$tmp/sh" --stream=0
+	expect 2 "--memory-budget=0: not a size" "$train" --data="$tmp/sh" --memory-budget=0
+	# Windows of 12 chunks (all of them) do not fit in 1 MiB, windows of 2
+	# do: the window and the budget reach the loader, which streams.
+	expect 1 "memory budget of 1048576 bytes exceeded.*chunk windows" \
+		"$train" $small --device=cpu --stream=12 --memory-budget=1
+	expect 0 "train_loss" "$train" $small --device=cpu --stream=2 --memory-budget=1
+else
+	echo "FAIL: --stream not tested: Fashion-MNIST not installed in $fm, or $pack not built"
+	fail=1
+fi
 
 exit $fail

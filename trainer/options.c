@@ -45,11 +45,21 @@ static const char usage[] =
 "      --nesterov          Nesterov momentum (SGD)\n"
 "      --prefetch=N        ring slots of the loader                  [4]\n"
 "      --val-split=N       hold out N training samples for validation [0]\n"
+"      --stream[=CHUNKS]   stream the shards of --data (pinpipe-pack makes them)\n"
+"                          chunk by chunk as batches need them, instead of\n"
+"                          decoding them whole into memory; shuffle the samples\n"
+"                          within windows of CHUNKS chunks (1..1048576) [off; 8]\n"
+"      --memory-budget=MB  MiB each loader (train, test) may allocate: its ring,\n"
+"                          its decoded chunks (--stream), its read buffers; not\n"
+"                          the data decoded in memory without --stream.  A run\n"
+"                          that needs more fails, saying how much    [no limit]\n"
 "      --no-shuffle        keep the dataset's order\n"
 "      --drop-last         drop the last incomplete batch\n"
 "      --no-eval           do not evaluate on the test set\n"
 "      --checkpoint=FILE   save model and optimizer after each epoch\n"
-"      --resume            continue from --checkpoint exactly\n"
+"      --resume            continue from --checkpoint exactly, given the\n"
+"                          --data, --seed, --batch-size and --stream of the run\n"
+"                          that wrote it\n"
 "      --max-steps=N       stop each run after N steps               [no limit]\n"
 "  -t, --threads=N         compute threads   [cores left by the workers, >= 1]\n"
 "\n"
@@ -69,7 +79,7 @@ static const char usage[] =
 enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
 	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
-	OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
+	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
 };
 
 static const struct option long_options[] = {
@@ -94,6 +104,8 @@ static const struct option long_options[] = {
 	{ "checkpoint", required_argument, NULL, OPT_CHECKPOINT },
 	{ "resume", no_argument, NULL, OPT_RESUME },
 	{ "max-steps", required_argument, NULL, OPT_MAX_STEPS },
+	{ "stream", optional_argument, NULL, OPT_STREAM },
+	{ "memory-budget", required_argument, NULL, OPT_MEMORY_BUDGET },
 	{ "threads", required_argument, NULL, 't' },
 	{ "sort", required_argument, NULL, OPT_SORT },
 	{ "csv", required_argument, NULL, OPT_CSV },
@@ -315,6 +327,17 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			if (parse_u64(optarg, 1, UINT64_MAX, &opt->max_steps) < 0)
 				ret = bad(name, optarg, "not a step count >= 1");
 			break;
+		case OPT_STREAM:
+			opt->stream = true;
+			if (optarg != NULL && parse_u64(optarg, 1, 1u << 20, &u) < 0)
+				ret = bad(name, optarg, "not a window of chunks (1..1048576)");
+			opt->window_chunks = optarg != NULL ? (uint32_t)u : 0;
+			break;
+		case OPT_MEMORY_BUDGET:
+			if (parse_u64(optarg, 1, SIZE_MAX >> 20, &u) < 0)
+				ret = bad(name, optarg, "not a size in MiB (1 or more)");
+			opt->memory_budget = (size_t)u << 20;
+			break;
 		case 't':
 			if (parse_u64(optarg, 1, 256, &u) < 0)
 				ret = bad(name, optarg, "not a thread count (1..256)");
@@ -353,6 +376,16 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	}
 	if (opt->resume && opt->checkpoint[0] == '\0') {
 		fprintf(stderr, "pinpipe-train: --resume needs --checkpoint=FILE (see --help)\n");
+		return 2;
+	}
+	if (opt->stream && strncmp(opt->data, "synthetic", 9) == 0) {
+		fprintf(stderr, "pinpipe-train: --stream reads pinpipe shards, and --data=%s has none "
+			"(pinpipe-pack makes them from a dataset directory)\n", opt->data);
+		return 2;
+	}
+	if (opt->stream && opt->val_split > 0) {
+		fprintf(stderr, "pinpipe-train: --stream and --val-split exclude each other: the "
+			"validation split is drawn from the samples in memory\n");
 		return 2;
 	}
 	set_default(&opt->device, "auto");

@@ -35,6 +35,9 @@ struct tr_options {
 	bool eval;                /* evaluate on the test set after each epoch */
 	char checkpoint[4096];    /* "" for none */
 	bool resume;
+	bool stream;              /* stream the shards (PP_LOADER_CACHE_STREAM), not decode them whole */
+	uint32_t window_chunks;   /* --stream: chunks shuffled together; 0: the loader's default */
+	size_t memory_budget;     /* bytes each loader may allocate; 0: no limit */
 	uint64_t max_steps;       /* 0: no limit */
 	unsigned threads;         /* compute threads; 0: the cores the workers leave */
 	char sort[32];

@@ -8,12 +8,14 @@
 #include "config.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,19 +46,137 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* One split of the data: decoded in memory, or the shard files a loader streams. */
+struct split {
+	struct pp_dataset *ds;     /* in memory, or NULL */
+	glob_t shards;             /* --stream: the split's shard files, sorted by name;
+				      gl_pathc is 0 without --stream */
+};
+
 /* The data of every run of the grid, opened once. */
 struct data {
-	struct pp_dataset *train;  /* what the model learns from */
-	struct pp_dataset *val;    /* held out of the training split (--val-split), or NULL */
-	struct pp_dataset *test;   /* the test split, or NULL without evaluation */
+	struct split train;        /* what the model learns from */
+	struct split val;          /* held out of the training split (--val-split), or none */
+	struct split test;         /* the test split, or none without evaluation */
 };
+
+static bool split_present(const struct split *s)
+{
+	return s->ds != NULL || s->shards.gl_pathc > 0;
+}
+
+static void split_free(struct split *s)
+{
+	pp_dataset_destroy(s->ds);
+	if (s->shards.gl_pathc > 0)
+		globfree(&s->shards);
+	memset(s, 0, sizeof(*s));
+}
 
 static void data_free(struct data *d)
 {
-	pp_dataset_destroy(d->train);
-	pp_dataset_destroy(d->val);
-	pp_dataset_destroy(d->test);
-	memset(d, 0, sizeof(*d));
+	split_free(&d->train);
+	split_free(&d->val);
+	split_free(&d->test);
+}
+
+/*
+ * Checks that samples described by 'b' (a shard of the split 'what', or
+ * that split) are shaped as those of 'a', which the model is made for.
+ */
+static int check_samples(const char *where, const char *what, const struct pp_sample_info *a,
+			 const struct pp_sample_info *b)
+{
+	if (a->dtype == b->dtype && a->ndim == b->ndim && a->sample_bytes == b->sample_bytes &&
+	    memcmp(a->shape, b->shape, sizeof(a->shape)) == 0 && a->label_kind == b->label_kind &&
+	    a->num_classes == b->num_classes)
+		return 0;
+	fprintf(stderr, "pinpipe-train: %s: the %s samples (%s, %u dimensions, %zu bytes, %u classes) "
+		"are not shaped as the train split's (%s, %u, %zu, %u)\n", where, what,
+		pp_dtype_name(b->dtype), b->ndim, b->sample_bytes, b->num_classes,
+		pp_dtype_name(a->dtype), a->ndim, a->sample_bytes, a->num_classes);
+	return -EINVAL;
+}
+
+/* The N of a shard named ...-of-N.pps, as pinpipe-pack names them; 0 for other names. */
+static unsigned long long shard_set_total(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	const char *of = strstr(base != NULL ? base + 1 : path, "-of-");
+	unsigned long long n;
+	char end[8];
+
+	if (of == NULL || sscanf(of, "-of-%llu%7s", &n, end) != 2 || strcmp(end, ".pps") != 0)
+		return 0;
+	return n;
+}
+
+/*
+ * --stream: finds a split's shard files in DIR as pp_dataset_open_dir()
+ * does: the files *SPLIT*.pps, sorted by name, those named -of-N.pps one
+ * whole set of N.  Their headers and indexes are validated now, so that a
+ * bad file stops pinpipe-train before any run; their chunks are read by
+ * the loader as it streams them.  The shape of the shards' samples is
+ * written to *info.
+ */
+static int find_shards(const char *dir, const char *split, glob_t *g, struct pp_sample_info *info)
+{
+	char pattern[4096 + 16];
+	unsigned long long total;
+	struct stat st;
+	int ret;
+
+	memset(g, 0, sizeof(*g));
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "pinpipe-train: --stream: %s: no such directory\n", dir);
+		return -ENOENT;
+	}
+	snprintf(pattern, sizeof(pattern), "%s/*%s*.pps", dir, split);
+	ret = glob(pattern, 0, NULL, g);
+	if (ret != 0) {
+		globfree(g);
+		memset(g, 0, sizeof(*g));
+		if (ret != GLOB_NOMATCH) {
+			fprintf(stderr, "pinpipe-train: --stream: %s: cannot list the %s shards: out "
+				"of memory\n", dir, split);
+			return -ENOMEM;
+		}
+		fprintf(stderr, "pinpipe-train: --stream: %s has no %s shards (*%s*.pps), which "
+			"--stream reads: make them with pinpipe-pack (pinpipe-pack -o OUT/NAME "
+			"DATASET-DIR, then --data=OUT)%s\n", dir, split, split,
+			strcmp(split, "test") == 0 ? ", or train without evaluation (--no-eval)" : "");
+		return -ENOENT;
+	}
+	total = shard_set_total(g->gl_pathv[0]);
+	for (size_t k = 0; k < g->gl_pathc; k++)
+		if (shard_set_total(g->gl_pathv[k]) != total || (total != 0 && total != g->gl_pathc)) {
+			fprintf(stderr, "pinpipe-train: --stream: %s: the %zu %s shards (%s...) are not "
+				"one whole set of -of-N.pps files; remove the older set, or pack again\n",
+				dir, g->gl_pathc, split, g->gl_pathv[0]);
+			ret = -EINVAL;
+			goto err_free_glob;
+		}
+	for (size_t k = 0; k < g->gl_pathc; k++) {
+		struct pp_shard *sh;
+
+		ret = pp_shard_open(g->gl_pathv[k], &sh);
+		if (ret < 0) {
+			fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
+			goto err_free_glob;
+		}
+		if (k == 0)
+			*info = *pp_shard_info(sh);
+		ret = check_samples(g->gl_pathv[k], "shard's", info, pp_shard_info(sh));
+		pp_shard_close(sh);
+		if (ret < 0)
+			goto err_free_glob;
+	}
+	return 0;
+
+err_free_glob:
+	globfree(g);
+	memset(g, 0, sizeof(*g));
+	return ret;
 }
 
 /*
@@ -84,7 +204,7 @@ static int open_synthetic(const char *spec, uint64_t seed, struct data *d)
 	ret = pp_dataset_create_synthetic(&sc, &all);
 	if (ret < 0)
 		return ret;
-	ret = pp_dataset_random_split(all, sc.count / 7, seed, &d->train, &d->test);
+	ret = pp_dataset_random_split(all, sc.count / 7, seed, &d->train.ds, &d->test.ds);
 	pp_dataset_destroy(all);
 	if (ret < 0)
 		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
@@ -96,30 +216,49 @@ bad_spec:
 	return -EINVAL;
 }
 
-/* Opens --data (a directory of a known dataset, or synthetic[:COUNT]) and holds out --val-split. */
+/*
+ * Opens --data (a directory of a known dataset, or synthetic[:COUNT]) and
+ * holds out --val-split; with --stream, finds the shard files instead.
+ */
 static int data_open(const struct tr_options *opt, struct data *d)
 {
 	int ret;
 
 	memset(d, 0, sizeof(*d));
+	if (opt->stream) {
+		struct pp_sample_info train, test;
+
+		ret = find_shards(opt->data, "train", &d->train.shards, &train);
+		if (ret == 0 && opt->eval)
+			ret = find_shards(opt->data, "test", &d->test.shards, &test);
+		if (ret == 0 && opt->eval)
+			ret = check_samples(opt->data, "test split's", &train, &test);
+		if (ret < 0)
+			data_free(d);
+		return ret;
+	}
 	if (strncmp(opt->data, "synthetic", 9) == 0) {
 		ret = open_synthetic(opt->data + 9, opt->seed, d);
 		if (ret < 0)
 			return ret;
 	} else {
-		ret = pp_dataset_open_dir(opt->data, "train", &d->train);
+		ret = pp_dataset_open_dir(opt->data, "train", &d->train.ds);
 		if (ret == 0 && opt->eval)
-			ret = pp_dataset_open_dir(opt->data, "test", &d->test);
+			ret = pp_dataset_open_dir(opt->data, "test", &d->test.ds);
 	}
-	if (ret == 0 && !opt->eval) {
-		pp_dataset_destroy(d->test);
-		d->test = NULL;
+	if (ret == 0 && !opt->eval)
+		split_free(&d->test);
+	if (ret == 0 && d->test.ds != NULL &&
+	    check_samples(opt->data, "test split's", pp_dataset_info(d->train.ds),
+			  pp_dataset_info(d->test.ds)) < 0) {
+		data_free(d);
+		return -EINVAL;
 	}
 	if (ret == 0 && opt->val_split > 0) {
-		struct pp_dataset *full = d->train;
+		struct pp_dataset *full = d->train.ds;
 
-		d->train = NULL;
-		ret = pp_dataset_random_split(full, opt->val_split, opt->seed, &d->train, &d->val);
+		d->train.ds = NULL;
+		ret = pp_dataset_random_split(full, opt->val_split, opt->seed, &d->train.ds, &d->val.ds);
 		pp_dataset_destroy(full);
 	}
 	if (ret < 0) {
@@ -161,7 +300,7 @@ static void run_close(struct run *r)
 }
 
 static int make_pipeline(const struct tr_options *opt, const struct tr_params *p,
-			 struct pp_dataset *ds, bool train, struct run *r,
+			 const struct split *s, bool train, struct run *r,
 			 struct pp_loader **loader_p, struct pp_transfer **xfer_p)
 {
 	struct pp_loader_config lc;
@@ -169,7 +308,15 @@ static int make_pipeline(const struct tr_options *opt, const struct tr_params *p
 	int ret;
 
 	memset(&lc, 0, sizeof(lc));
-	lc.dataset = ds;
+	if (s->ds != NULL) {
+		lc.dataset = s->ds;
+	} else {
+		lc.shard_paths = (const char *const *)s->shards.gl_pathv;
+		lc.nshards = s->shards.gl_pathc;
+		lc.cache = PP_LOADER_CACHE_STREAM;
+		lc.window_chunks = opt->window_chunks;
+	}
+	lc.memory_budget = opt->memory_budget;
 	lc.batch_size = p->batch_size;
 	lc.shuffle = train && opt->shuffle;
 	lc.seed = opt->seed;
@@ -207,7 +354,7 @@ static void run_dirname(const struct tr_params *p, unsigned run, char *buf, size
 static int run_open(const struct tr_options *opt, const struct tr_params *p, unsigned run,
 		    const struct data *d, struct run *r)
 {
-	const struct pp_sample_info *info = pp_dataset_info(d->train);
+	const struct pp_sample_info *info;
 	struct pp_model_config mc;
 	unsigned cores = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	int ret;
@@ -220,19 +367,20 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	ret = pp_stream_create(r->dev, &r->compute);
 	if (ret < 0)
 		return ret;
-	ret = make_pipeline(opt, p, d->train, true, r, &r->train_loader, &r->train_xfer);
+	ret = make_pipeline(opt, p, &d->train, true, r, &r->train_loader, &r->train_xfer);
 	if (ret < 0)
 		return ret;
-	if (d->val != NULL) {
-		ret = make_pipeline(opt, p, d->val, false, r, &r->val_loader, &r->val_xfer);
+	if (split_present(&d->val)) {
+		ret = make_pipeline(opt, p, &d->val, false, r, &r->val_loader, &r->val_xfer);
 		if (ret < 0)
 			return ret;
 	}
-	if (d->test != NULL) {
-		ret = make_pipeline(opt, p, d->test, false, r, &r->test_loader, &r->test_xfer);
+	if (split_present(&d->test)) {
+		ret = make_pipeline(opt, p, &d->test, false, r, &r->test_loader, &r->test_xfer);
 		if (ret < 0)
 			return ret;
 	}
+	info = pp_loader_info(r->train_loader);
 	pp_model_config_init(&mc);
 	mc.in_channels = info->ndim == 3 ? info->shape[0] : 1;
 	mc.in_height = info->ndim == 3 ? info->shape[1] : info->shape[0];
@@ -378,7 +526,8 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 
 	memset(&row, 0, sizeof(row));
 	row.run = run;
-	row.train_loss = row.train_acc = row.test_loss = row.test_acc = NAN;
+	row.train_loss = row.train_acc = row.val_loss = row.val_acc = NAN;
+	row.test_loss = row.test_acc = NAN;
 	row.epoch_s = row.run_s = row.samples_per_s = row.wait_s = row.copy_s = row.hidden_pct = NAN;
 	row.p = *p;
 	snprintf(row.status, sizeof(row.status), "failed: %s",
@@ -487,7 +636,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		     const struct data *d, struct tr_results *res, FILE *jsonl)
 {
 	struct tr_params params = *p;
-	const struct pp_sample_info *info = pp_dataset_info(d->train);
+	const struct pp_sample_info *info;
 	struct run r;
 	double t_run = now_s();
 	uint64_t steps, batches;
@@ -500,8 +649,10 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	/* Rows name the device that ran ("auto" opens cpu or cuda:0). */
 	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
 	p = &params;
+	info = pp_loader_info(r.train_loader);
 	/* The loader knows an epoch's batch count once one is begun (the same for
-	 * every epoch of an in-memory dataset): it places a resumed model's steps. */
+	 * every epoch of one rank, in memory or streamed): it places a resumed
+	 * model's steps. */
 	ret = pp_transfer_begin_epoch(r.train_xfer, 0);
 	if (ret < 0)
 		goto fail;
