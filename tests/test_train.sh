@@ -17,19 +17,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/pinpipe-train-test-XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
-# expect CODE PATTERN CMD...: runs CMD, checks its exit code and that its
-# output matches the extended regular expression PATTERN.
-expect() {
-	code=$1 pattern=$2
-	shift 2
-	"$@" >"$tmp/out" 2>&1
-	got=$?
-	if [ "$got" -ne "$code" ]; then
-		echo "FAIL: '$*' exited $got, expected $code:"; cat "$tmp/out"; fail=1
-	elif ! grep -Eq -- "$pattern" "$tmp/out"; then
-		echo "FAIL: '$*' printed nothing matching '$pattern':"; cat "$tmp/out"; fail=1
-	fi
-}
+. "${srcdir:-.}/tests/testlib.sh"
 
 # check NAME PYTHON-CODE: runs the code with the CSV rows of $tmp/$NAME.csv
 # as 'rows' (a list of dicts); an assertion error fails the script.
