@@ -457,22 +457,73 @@ static int check_shard_set(const char *dir, const char *split, char **paths, siz
 	return 0;
 }
 
-/* Opens dir's shards named *split*.pps, sorted by name; 1 when there are none. */
-static int open_dir_shards(const char *dir, const char *split, struct pp_dataset **ds_p)
+PP_API int pp_shard_find(const char *dir, const char *split, char ***paths_p, size_t *count_p)
 {
 	char pattern[4096];
+	char **paths;
 	glob_t g;
 	int ret;
 
-	snprintf(pattern, sizeof(pattern), "%s/*%s*.pps", dir, split);
-	if (glob(pattern, 0, NULL, &g) != 0) {
+	if (dir == NULL || split == NULL || paths_p == NULL || count_p == NULL)
+		return pp_error(-EINVAL, "pp_shard_find: no argument may be NULL");
+	if (snprintf(pattern, sizeof(pattern), "%s/*%s*.pps", dir, split) >= (int)sizeof(pattern))
+		return pp_error(-ENAMETOOLONG, "%s: directory name too long", dir);
+	ret = glob(pattern, 0, NULL, &g);
+	if (ret != 0) {
 		globfree(&g);
-		return 1;
+		if (ret == GLOB_NOSPACE)
+			return pp_error(-ENOMEM, "%s: out of memory listing the %s shards", dir, split);
+		return pp_error(-ENOENT, "%s: no %s shards (*%s*.pps)", dir, split, split);
 	}
 	ret = check_shard_set(dir, split, g.gl_pathv, g.gl_pathc);
-	if (ret == 0)
-		ret = pp_dataset_open_shards((const char *const *)g.gl_pathv, g.gl_pathc, ds_p);
+	if (ret < 0)
+		goto out;
+	paths = pp_calloc(g.gl_pathc + 1, sizeof(*paths));
+	if (paths == NULL) {
+		ret = pp_error(-ENOMEM, "%s: out of memory listing the %s shards", dir, split);
+		goto out;
+	}
+	for (size_t k = 0; k < g.gl_pathc; k++) {
+		size_t len = strlen(g.gl_pathv[k]) + 1;
+
+		paths[k] = pp_malloc(len);
+		if (paths[k] != NULL)
+			memcpy(paths[k], g.gl_pathv[k], len);
+		if (paths[k] == NULL) {
+			pp_shard_paths_free(paths);
+			ret = pp_error(-ENOMEM, "%s: out of memory listing the %s shards", dir, split);
+			goto out;
+		}
+	}
+	*paths_p = paths;
+	*count_p = g.gl_pathc;
+out:
 	globfree(&g);
+	return ret;
+}
+
+PP_API void pp_shard_paths_free(char **paths)
+{
+	if (paths == NULL)
+		return;
+	for (size_t k = 0; paths[k] != NULL; k++)
+		free(paths[k]);
+	free(paths);
+}
+
+/* Opens dir's shards named *split*.pps, sorted by name; 1 when there are none. */
+static int open_dir_shards(const char *dir, const char *split, struct pp_dataset **ds_p)
+{
+	char **paths;
+	size_t n;
+	int ret = pp_shard_find(dir, split, &paths, &n);
+
+	if (ret == -ENOENT)
+		return 1;
+	if (ret < 0)
+		return ret;
+	ret = pp_dataset_open_shards((const char *const *)paths, n, ds_p);
+	pp_shard_paths_free(paths);
 	return ret;
 }
 

@@ -690,6 +690,61 @@ START_TEST(test_open_dir_one_shard_set)
 }
 END_TEST
 
+/*
+ * Fails if pp_shard_find() lists other files than a split's whole set, in
+ * another order than by name, without the terminating NULL, or accepts a
+ * set with a shard missing or two sets mixed (the files need not be
+ * shards: it lists names, the loader opens them).
+ */
+START_TEST(test_shard_find)
+{
+	char *dir = pp_test_tmpdir();
+	const char *names[] = { "q-train-00001-of-00002.pps", "q-train-00000-of-00002.pps",
+				"q-test-00000-of-00001.pps", "notes.txt" };
+	char **paths = NULL, *p;
+	size_t n = 0;
+
+	for (size_t k = 0; k < PP_ARRAY_SIZE(names); k++) {
+		p = path_in(dir, names[k]);
+		pp_test_write_file(p, "x", 1);
+		free(p);
+	}
+	ck_assert_int_eq(pp_shard_find(dir, "train", &paths, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_ptr_nonnull(strstr(paths[0], "/q-train-00000-of-00002.pps"));
+	ck_assert_ptr_nonnull(strstr(paths[1], "/q-train-00001-of-00002.pps"));
+	ck_assert_ptr_null(paths[2]);
+	pp_shard_paths_free(paths);
+	ck_assert_int_eq(pp_shard_find(dir, "test", &paths, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	pp_shard_paths_free(paths);
+
+	paths = NULL;
+	n = 7;
+	ck_assert_int_eq(pp_shard_find(dir, "val", &paths, &n), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no val shards"));
+	ck_assert_ptr_null(paths);
+	ck_assert_uint_eq(n, 7);
+
+	p = path_in(dir, "r-train-00000-of-00001.pps");
+	pp_test_write_file(p, "x", 1);
+	ck_assert_int_eq(pp_shard_find(dir, "train", &paths, &n), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "not one set"));
+	ck_assert_int_eq(unlink(p), 0);
+	free(p);
+	p = path_in(dir, names[0]);
+	ck_assert_int_eq(unlink(p), 0);
+	free(p);
+	ck_assert_int_eq(pp_shard_find(dir, "train", &paths, &n), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "1 train shards of a set of 2"));
+	ck_assert_ptr_null(paths);
+	ck_assert_int_eq(pp_shard_find(NULL, "train", &paths, &n), -EINVAL);
+	pp_shard_paths_free(NULL);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 /* Fails if the writer accepts bad labels or configurations, or if an
  * abandoned or failed write leaves any file behind. */
 START_TEST(test_writer_errors)
@@ -1232,6 +1287,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(damage, test_idx_damage);
 	tcase_add_test(damage, test_no_labels_read_minus_one);
 	tcase_add_test(damage, test_open_dir_one_shard_set);
+	tcase_add_test(damage, test_shard_find);
 	tcase_add_test(damage, test_gzip_damage);
 	tcase_add_test(damage, test_gzip_absurd_header);
 	suite_add_tcase(s, damage);

@@ -255,7 +255,7 @@ assert len(last(a)) == 1 and last(rows) == last(a), (last(rows), last(a))
 	expect 2 "--stream reads pinpipe shards.*synthetic" "$train" --data=synthetic:600 --stream
 	expect 1 "$tmp/noeval has no test shards.*--no-eval" "$train" --data="$tmp/noeval" --stream
 	expect 0 "train_loss" "$train" --data="$tmp/noeval" --stream --no-eval --model=mlp --epochs=1 -q
-	expect 1 "$tmp/part: the 2 train shards.*not one whole set" "$train" --data="$tmp/part" --stream
+	expect 1 "$tmp/part: 2 train shards of a set of 3 .*expected 3" "$train" --data="$tmp/part" --stream
 	expect 1 "$bad" "$train" --data="$tmp/bad" --stream
 	expect 1 "$tmp/shape: the test split's samples \(u8, 3 dimensions, 196 bytes.*not shaped as" \
 		"$train" --data="$tmp/shape" --stream

@@ -8,7 +8,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <glob.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -49,8 +48,9 @@ static double now_s(void)
 /* One split of the data: decoded in memory, or the shard files a loader streams. */
 struct split {
 	struct pp_dataset *ds;     /* in memory, or NULL */
-	glob_t shards;             /* --stream: the split's shard files, sorted by name;
-				      gl_pathc is 0 without --stream */
+	char **shards;             /* --stream: the split's shard files (pp_shard_find()),
+				      or NULL */
+	size_t nshards;            /* their count */
 };
 
 /* The data of every run of the grid, opened once. */
@@ -62,14 +62,13 @@ struct data {
 
 static bool split_present(const struct split *s)
 {
-	return s->ds != NULL || s->shards.gl_pathc > 0;
+	return s->ds != NULL || s->nshards > 0;
 }
 
 static void split_free(struct split *s)
 {
 	pp_dataset_destroy(s->ds);
-	if (s->shards.gl_pathc > 0)
-		globfree(&s->shards);
+	pp_shard_paths_free(s->shards);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -98,19 +97,6 @@ static int check_samples(const char *where, const char *what, const struct pp_sa
 	return -EINVAL;
 }
 
-/* The N of a shard named ...-of-N.pps, as pinpipe-pack names them; 0 for other names. */
-static unsigned long long shard_set_total(const char *path)
-{
-	const char *base = strrchr(path, '/');
-	const char *of = strstr(base != NULL ? base + 1 : path, "-of-");
-	unsigned long long n;
-	char end[8];
-
-	if (of == NULL || sscanf(of, "-of-%llu%7s", &n, end) != 2 || strcmp(end, ".pps") != 0)
-		return 0;
-	return n;
-}
-
 /*
  * --stream: finds a split's shard files in DIR as pp_dataset_open_dir()
  * does: the files *SPLIT*.pps, sorted by name, those named -of-N.pps one
@@ -119,63 +105,49 @@ static unsigned long long shard_set_total(const char *path)
  * the loader as it streams them.  The shape of the shards' samples is
  * written to *info.
  */
-static int find_shards(const char *dir, const char *split, glob_t *g, struct pp_sample_info *info)
+static int find_shards(const char *dir, const char *split, struct split *sp,
+		       struct pp_sample_info *info)
 {
-	char pattern[4096 + 16];
-	unsigned long long total;
 	struct stat st;
 	int ret;
 
-	memset(g, 0, sizeof(*g));
 	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "pinpipe-train: --stream: %s: no such directory\n", dir);
 		return -ENOENT;
 	}
-	snprintf(pattern, sizeof(pattern), "%s/*%s*.pps", dir, split);
-	ret = glob(pattern, 0, NULL, g);
-	if (ret != 0) {
-		globfree(g);
-		memset(g, 0, sizeof(*g));
-		if (ret != GLOB_NOMATCH) {
-			fprintf(stderr, "pinpipe-train: --stream: %s: cannot list the %s shards: out "
-				"of memory\n", dir, split);
-			return -ENOMEM;
-		}
+	ret = pp_shard_find(dir, split, &sp->shards, &sp->nshards);
+	if (ret == -ENOENT) {
 		fprintf(stderr, "pinpipe-train: --stream: %s has no %s shards (*%s*.pps), which "
 			"--stream reads: make them with pinpipe-pack (pinpipe-pack -o OUT/NAME "
 			"DATASET-DIR, then --data=OUT)%s\n", dir, split, split,
 			strcmp(split, "test") == 0 ? ", or train without evaluation (--no-eval)" : "");
-		return -ENOENT;
+		return ret;
 	}
-	total = shard_set_total(g->gl_pathv[0]);
-	for (size_t k = 0; k < g->gl_pathc; k++)
-		if (shard_set_total(g->gl_pathv[k]) != total || (total != 0 && total != g->gl_pathc)) {
-			fprintf(stderr, "pinpipe-train: --stream: %s: the %zu %s shards (%s...) are not "
-				"one whole set of -of-N.pps files; remove the older set, or pack again\n",
-				dir, g->gl_pathc, split, g->gl_pathv[0]);
-			ret = -EINVAL;
-			goto err_free_glob;
-		}
-	for (size_t k = 0; k < g->gl_pathc; k++) {
+	if (ret < 0) {
+		fprintf(stderr, "pinpipe-train: --stream: %s\n", pp_last_error());
+		return ret;
+	}
+	for (size_t k = 0; k < sp->nshards; k++) {
 		struct pp_shard *sh;
 
-		ret = pp_shard_open(g->gl_pathv[k], &sh);
+		ret = pp_shard_open(sp->shards[k], &sh);
 		if (ret < 0) {
 			fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
-			goto err_free_glob;
+			goto err_free;
 		}
 		if (k == 0)
 			*info = *pp_shard_info(sh);
-		ret = check_samples(g->gl_pathv[k], "shard's", info, pp_shard_info(sh));
+		ret = check_samples(sp->shards[k], "shard's", info, pp_shard_info(sh));
 		pp_shard_close(sh);
 		if (ret < 0)
-			goto err_free_glob;
+			goto err_free;
 	}
 	return 0;
 
-err_free_glob:
-	globfree(g);
-	memset(g, 0, sizeof(*g));
+err_free:
+	pp_shard_paths_free(sp->shards);
+	sp->shards = NULL;
+	sp->nshards = 0;
 	return ret;
 }
 
@@ -228,9 +200,9 @@ static int data_open(const struct tr_options *opt, struct data *d)
 	if (opt->stream) {
 		struct pp_sample_info train, test;
 
-		ret = find_shards(opt->data, "train", &d->train.shards, &train);
+		ret = find_shards(opt->data, "train", &d->train, &train);
 		if (ret == 0 && opt->eval)
-			ret = find_shards(opt->data, "test", &d->test.shards, &test);
+			ret = find_shards(opt->data, "test", &d->test, &test);
 		if (ret == 0 && opt->eval)
 			ret = check_samples(opt->data, "test split's", &train, &test);
 		if (ret < 0)
@@ -311,8 +283,8 @@ static int make_pipeline(const struct tr_options *opt, const struct tr_params *p
 	if (s->ds != NULL) {
 		lc.dataset = s->ds;
 	} else {
-		lc.shard_paths = (const char *const *)s->shards.gl_pathv;
-		lc.nshards = s->shards.gl_pathc;
+		lc.shard_paths = (const char *const *)s->shards;
+		lc.nshards = s->nshards;
 		lc.cache = PP_LOADER_CACHE_STREAM;
 		lc.window_chunks = opt->window_chunks;
 	}

@@ -194,6 +194,21 @@ PP_API int pp_shard_open(const char *path, struct pp_shard **shard_p);
 /* Closes the shard and frees it.  NULL is allowed. */
 PP_API void pp_shard_close(struct pp_shard *shard);
 
+/*
+ * Lists the shard files of a split in a directory, as pp_dataset_open_dir()
+ * finds them: the files *SPLIT*.pps in DIR, sorted by name; files named ...-of-N.pps
+ * (as pinpipe-pack writes them) must make exactly one whole set of N.  For
+ * a loader that streams them (pp_loader_config.shard_paths).  Writes a
+ * NULL-terminated array of paths to *paths_p (free it with
+ * pp_shard_paths_free()) and their count to *count_p.  Returns 0, -ENOENT
+ * when there is no such file, -EINVAL (naming the files) when they are
+ * not one whole set, or -ENOMEM.
+ */
+PP_API int pp_shard_find(const char *dir, const char *split, char ***paths_p, size_t *count_p);
+
+/* Frees an array of paths from pp_shard_find().  NULL is allowed. */
+PP_API void pp_shard_paths_free(char **paths);
+
 /* Returns the shape and record count of the shard. */
 PP_API const struct pp_sample_info *pp_shard_info(const struct pp_shard *shard);
 
