@@ -1476,6 +1476,38 @@ START_TEST(test_xent_versions)
 END_TEST
 
 /*
+ * Fails if a version of the uint8 to float32 normalisation gives other
+ * bits than x * (1 / (255 std)) - mean / std computed one by one (an FMA
+ * would change the last bits; a lane converted from the wrong byte, a
+ * signed conversion of bytes above 127), or misses or overruns the tail:
+ * 300 values (every byte value, then a tail of 12 for 16 lanes, of 4
+ * for 8), a sentinel after them.
+ */
+START_TEST(test_convert_versions)
+{
+	enum { N = 300 };
+	const float mean = 0.2860f, std = 0.3530f;
+	const float scale = 1.0f / (255.0f * std), shift = mean / std;
+	enum nn_isa isas[3];
+	const int n_isas = isas_here(isas);
+	uint8_t src[N];
+	float want[N], got[N + 1];
+
+	ck_assert(!has_avx512() || isas[n_isas - 1] == NN_ISA_AVX512);
+	for (int i = 0; i < N; i++) {
+		src[i] = (uint8_t)(i < 256 ? i : (i * 97) % 256);
+		want[i] = (float)src[i] * scale - shift;
+	}
+	for (int a = 0; a < n_isas; a++) {
+		got[N] = 12345.0f;
+		u8_to_f32_isa(got, src, N, mean, std, isas[a]);
+		ck_assert_msg(memcmp(got, want, sizeof(want)) == 0, "version %d differs", (int)isas[a]);
+		ck_assert(got[N] == 12345.0f);
+	}
+}
+END_TEST
+
+/*
  * Fails if a Flatten, whose output on the CPU is its input (not a copy),
  * makes a layer read the wrong activations: a model with Flattens first,
  * in the middle and last must give the same bits as the same model
@@ -1569,6 +1601,7 @@ Suite *pp_test_suite(void)
 	suite_add_tcase(s, learn);
 	tcase_add_test(mlp, test_optim_versions);
 	tcase_add_test(mlp, test_xent_versions);
+	tcase_add_test(mlp, test_convert_versions);
 	tcase_add_test(mlp, test_flatten_in_place);
 	tcase_set_timeout(mlp, 30);
 	suite_add_tcase(s, mlp);
