@@ -15,7 +15,7 @@
  * lanes), AVX2 with FMA (8 lanes), and portable (4 lanes of baseline
  * x86-64).  The vector versions take the last partial vector with masked
  * loads and stores, so that every element goes through the same
- * instructions wherever it lies, and they contract the multiply-adds into
+ * arithmetic wherever it lies, and they contract the multiply-adds into
  * FMAs: results differ from the portable version's in the last bits, and
  * are the same on one machine run to run.
  */
@@ -129,11 +129,9 @@ static void adam_step_portable(struct nn_optim *o, float *p, const float *grad, 
 }
 
 /*
- * The vector versions, written once for a vector of W floats: LOAD(ptr, mask)
- * and STORE(ptr, mask, v) with a mask of the lanes [0, k) (for k < W),
- * and the FMA spelled for the width.  Adam's order of operations is
- * PyTorch's: g += wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
- * p -= step m / (sqrt(v) / bc2_sqrt + eps).
+ * The vector versions.  Adam's order of operations is PyTorch's: g += wd
+ * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; p -= step m /
+ * (sqrt(v) / bc2_sqrt + eps).
  */
 __attribute__((target("avx512f"))) static void adam_step_avx512(struct nn_optim *o, float *p,
 								  const float *grad, size_t n)
@@ -166,11 +164,26 @@ __attribute__((target("avx512f"))) static void adam_step_avx512(struct nn_optim 
 }
 
 /* The mask of lanes [0, k) of 8, for maskload and maskstore. */
-__attribute__((target("avx2"))) static __m256i lanes8(size_t k)
+__attribute__((target("avx2"))) static inline __m256i lanes8(size_t k)
 {
 	const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
 
 	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)PP_MIN(k, 8u)), idx);
+}
+
+/* 8 floats from p, of which the 'left' first (all when left >= 8); the others 0. */
+__attribute__((target("avx2"))) static inline __m256 load8(const float *p, size_t left)
+{
+	return left >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8(left));
+}
+
+/* Stores the 'left' first of the 8 floats of v to p (all when left >= 8). */
+__attribute__((target("avx2"))) static inline void store8(float *p, size_t left, __m256 v)
+{
+	if (left >= 8)
+		_mm256_storeu_ps(p, v);
+	else
+		_mm256_maskstore_ps(p, lanes8(left), v);
 }
 
 __attribute__((target("avx2,fma"))) static void adam_step_avx2(struct nn_optim *o, float *p,
@@ -186,9 +199,9 @@ __attribute__((target("avx2,fma"))) static void adam_step_avx2(struct nn_optim *
 	float *m = o->buf1, *v = o->buf2;
 
 	for (size_t i = 0; i < n; i += 8) {
-		const __m256i k = lanes8(n - i);
-		__m256 g = _mm256_maskload_ps(grad + i, k), pv = _mm256_maskload_ps(p + i, k);
-		__m256 mv = _mm256_maskload_ps(m + i, k), vv = _mm256_maskload_ps(v + i, k);
+		const size_t left = n - i;
+		__m256 g = load8(grad + i, left), pv = load8(p + i, left);
+		__m256 mv = load8(m + i, left), vv = load8(v + i, left);
 		__m256 den;
 
 		if (decay)
@@ -197,9 +210,9 @@ __attribute__((target("avx2,fma"))) static void adam_step_avx2(struct nn_optim *
 		vv = _mm256_fmadd_ps(b2, vv, _mm256_mul_ps(_mm256_mul_ps(a2, g), g));
 		den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps);
 		pv = _mm256_fnmadd_ps(step, _mm256_div_ps(mv, den), pv);
-		_mm256_maskstore_ps(p + i, k, pv);
-		_mm256_maskstore_ps(m + i, k, mv);
-		_mm256_maskstore_ps(v + i, k, vv);
+		store8(p + i, left, pv);
+		store8(m + i, left, mv);
+		store8(v + i, left, vv);
 	}
 }
 
@@ -245,19 +258,19 @@ __attribute__((target("avx2,fma"))) static void sgd_step_avx2(struct nn_optim *o
 	float *b = o->buf1;
 
 	for (size_t i = 0; i < n; i += 8) {
-		const __m256i k = lanes8(n - i);
-		__m256 g = _mm256_maskload_ps(grad + i, k), pv = _mm256_maskload_ps(p + i, k);
+		const size_t left = n - i;
+		__m256 g = load8(grad + i, left), pv = load8(p + i, left);
 
 		if (decay)
 			g = _mm256_fmadd_ps(wd, pv, g);
 		if (momentum) {
-			__m256 bv = first ? g : _mm256_fmadd_ps(mom, _mm256_maskload_ps(b + i, k),
+			__m256 bv = first ? g : _mm256_fmadd_ps(mom, load8(b + i, left),
 								_mm256_mul_ps(damp, g));
 
-			_mm256_maskstore_ps(b + i, k, bv);
+			store8(b + i, left, bv);
 			g = c->nesterov ? _mm256_fmadd_ps(mom, bv, g) : bv;
 		}
-		_mm256_maskstore_ps(p + i, k, _mm256_fnmadd_ps(lr, g, pv));
+		store8(p + i, left, _mm256_fnmadd_ps(lr, g, pv));
 	}
 }
 
