@@ -236,6 +236,9 @@ void nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, e
 /* softmax_xent() in the version for isa (AVX-512 for up to 16 classes, else portable). */
 int softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, float scale,
 		     float *dlogits, double *losses, uint64_t *correct, enum nn_isa isa);
+/* linear_backward_params() in the version for isa: AVX-512, or else the GEMM of CBLAS. */
+void linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
+				const float *in, int n, int j0, int j1, float beta, enum nn_isa isa);
 /* u8_to_f32() in the version for isa; every version gives the same bits. */
 void u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
 		   enum nn_isa isa);

@@ -1508,6 +1508,62 @@ START_TEST(test_convert_versions)
 END_TEST
 
 /*
+ * Fails if the AVX-512 weight gradient of a Linear layer differs from
+ * CBLAS's GEMM beyond float rounding, or writes a column outside j0..j1
+ * or a row past out_c: tiles of 8 rows then 4, 2 and 1 (32, 13 = 8 + 4
+ * + 1, 60 = 7 x 8 + 4, 10 = 8 + 2 rows), a last block of 16 columns (its
+ * second vector empty) and of fewer than 16, a range that starts off a
+ * vector's boundary, beta 1 (added to what dW held) and 0, and the bias
+ * gradient with it.  Runs where the CPU has AVX-512.
+ */
+START_TEST(test_linear_dw_versions)
+{
+	static const int cases[6][6] = {
+		/* out_c, in_c, n, j0, j1, beta */
+		{ 32, 784, 100, 0, 128, 0 }, { 32, 784, 37, 768, 784, 0 }, { 13, 50, 5, 3, 50, 1 },
+		{ 60, 70, 9, 0, 70, 1 },     { 10, 7, 3, 0, 7, 0 },        { 2, 40, 4, 5, 38, 1 },
+	};
+
+	if (!has_avx512())
+		return;
+	ck_assert(nn_cpu_isa() == NN_ISA_AVX512);
+	for (int t = 0; t < 6; t++) {
+		const int *c = cases[t];
+		struct gc g = gc_make(NN_LINEAR, c[2], c[1], 1, 1, c[0], 0, 0, 0);
+		const size_t nw = g.l.n_w;
+		float *dw[2], *db[2];
+		float *dout = rand_floats((size_t)c[2] * c[0]);
+		float *start = rand_floats(nw), *db_start = rand_floats((size_t)c[0]);
+
+		for (int a = 0; a < 2; a++) {
+			dw[a] = zero_floats(nw);
+			db[a] = zero_floats((size_t)c[0]);
+			memcpy(dw[a], start, nw * sizeof(float));
+			memcpy(db[a], db_start, (size_t)c[0] * sizeof(float));
+			linear_backward_params_isa(&g.l, dw[a], db[a], dout, g.in, c[2], c[3], c[4],
+						   (float)c[5], a ? NN_ISA_AVX512 : NN_ISA_BASE);
+		}
+		for (size_t i = 0; i < nw; i++) {
+			const size_t col = i % (size_t)c[1];
+
+			if (col < (size_t)c[3] || col >= (size_t)c[4])
+				ck_assert_msg(dw[1][i] == start[i], "case %d: weight %zu outside the columns written", t, i);
+		}
+		expect_near("weight gradient", dw[0], dw[1], nw, 1e-5f, 1e-5f);
+		ck_assert_mem_eq(db[0], db[1], (size_t)c[0] * sizeof(float));
+		for (int a = 0; a < 2; a++) {
+			free(dw[a]);
+			free(db[a]);
+		}
+		free(dout);
+		free(start);
+		free(db_start);
+		gc_free(&g);
+	}
+}
+END_TEST
+
+/*
  * Fails if a Flatten, whose output on the CPU is its input (not a copy),
  * makes a layer read the wrong activations: a model with Flattens first,
  * in the middle and last must give the same bits as the same model
@@ -1602,6 +1658,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(mlp, test_optim_versions);
 	tcase_add_test(mlp, test_xent_versions);
 	tcase_add_test(mlp, test_convert_versions);
+	tcase_add_test(mlp, test_linear_dw_versions);
 	tcase_add_test(mlp, test_flatten_in_place);
 	tcase_set_timeout(mlp, 30);
 	suite_add_tcase(s, mlp);
