@@ -6,6 +6,11 @@ samples/s of wall-clock time and per second of the process's CPU time.
 
   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/bench_nn.py SPEC BATCH THREADS [SECONDS]
 
+With --fmnist SPEC BATCH THREADS [SECONDS [DIR]]: the same steps on
+Fashion-MNIST's training images held in memory as a uint8 tensor,
+consecutive batches in turn, each normalised as in --epochs, as
+bench/bench_nn --fmnist.
+
 With --epochs SPEC THREADS EPOCHS [DIR]: Fashion-MNIST held in memory as a
 uint8 tensor (PyTorch's fastest path: a permutation per epoch, index,
 float, normalise per batch of 100), Adam lr 0.01, each epoch timed, then
@@ -71,18 +76,28 @@ def main():
         d = sys.argv[5] if len(sys.argv) > 5 else "/usr/share/datasets/fashion-mnist"
         epochs(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), d)
         return
-    spec, batch, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 3.0
+    fmnist = sys.argv[1] == "--fmnist"
+    args = sys.argv[2:] if fmnist else sys.argv[1:]
+    spec, batch, threads = args[0], int(args[1]), int(args[2])
+    seconds = float(args[3]) if len(args) > 3 else 3.0
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = make(spec)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    x = torch.rand(batch, 1, 28, 28) * 2 - 1
-    y = torch.arange(batch) % 10
+    if fmnist:
+        u8, labels = load(args[4] if len(args) > 4 else "/usr/share/datasets/fashion-mnist", "train")
+        count = len(u8) // batch
+        batches = [(u8[b * batch:(b + 1) * batch], labels[b * batch:(b + 1) * batch])
+                   for b in range(count)]
+    else:
+        batches = [(torch.rand(batch, 1, 28, 28) * 2 - 1, torch.arange(batch) % 10)]
+    taken = [0]
 
     def step():
+        x, y = batches[taken[0] % len(batches)]
+        taken[0] += 1
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
+        torch.nn.functional.cross_entropy(model(normalise(x) if fmnist else x), y).backward()
         opt.step()
 
     for _ in range(3):
@@ -98,8 +113,8 @@ def main():
             break
     c1 = time.process_time()
     s = t1 - t0
-    print("pytorch %s batch=%d threads=%d: %.0f samples/s, %.3f ms/step, %.0f samples/cpu-s"
-          % (spec, batch, threads, steps * batch / s, 1e3 * s / steps,
+    print("pytorch %s%s batch=%d threads=%d: %.0f samples/s, %.3f ms/step, %.0f samples/cpu-s"
+          % (spec, " fmnist" if fmnist else "", batch, threads, steps * batch / s, 1e3 * s / steps,
              steps * batch / (c1 - c0)))
 
 

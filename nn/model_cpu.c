@@ -87,6 +87,20 @@ static bool relu_in_pool(const struct pp_model *m, size_t i)
 }
 
 /*
+ * Where the output of layer i lies, for the whole batch: a Flatten changes
+ * only the shape, so its output is its input, never copied; past the
+ * bottom (i = SIZE_MAX, the output of "layer -1") the model's input.
+ */
+static const float *output_of(const struct pp_model *m, const struct nn_job *job, size_t i)
+{
+	for (; i < m->n_layers && m->layers[i].kind == NN_FLATTEN; i--)
+		;
+	if (i >= m->n_layers)
+		return job->in_u8 ? m->input : job->in_f32;
+	return m->acts[i];
+}
+
+/*
  * Forward, loss, and when training backward, of samples s0..s0+n-1: the
  * convolutions' gradients into G, the linear layers' input gradients only;
  * 0 or -errno.
@@ -97,7 +111,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	struct pp_model *m = wk->m;
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	const float *P = m->params;
-	const float *x, *x0; /* the input of the layer being run; of the first layer */
+	const float *x; /* the input of the layer being run */
 	int ret;
 
 	if (job->in_u8) {
@@ -109,7 +123,6 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	} else {
 		x = job->in_f32 + s0 * m->layers[0].in_size;
 	}
-	x0 = x;
 	for (size_t i = 0; i < m->n_layers; i++) {
 		const struct nn_layer *l = &m->layers[i];
 		float *y = m->acts[i] + s0 * l->out_size;
@@ -134,8 +147,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 				relu_forward(y, x, (size_t)n * l->out_size);
 			break;
 		case NN_FLATTEN:
-			memcpy(y, x, (size_t)n * l->out_size * sizeof(float));
-			break;
+			continue; /* its output is its input (output_of()) */
 		case NN_LINEAR:
 			linear_forward(l, y, x, P + l->w_off, P + l->b_off, n);
 			break;
@@ -166,7 +178,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 					conv2d_direct_backward_pooled(l, pool, dx, G + l->w_off,
 								      G + l->b_off, dp, ix, r,
 								      P + l->w_off,
-								      i ? m->acts[i - 1] + s0 * l->in_size : x0, n);
+								      output_of(m, job, i - 1) + s0 * l->in_size, n);
 				else
 					conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off, dp,
 							       ix, r, P + l->w_off,
@@ -256,7 +268,7 @@ static void run_dw_tasks(struct nn_worker *wk)
 			break;
 		task = &m->dw_tasks[t];
 		l = &m->layers[task->layer];
-		in = task->layer ? m->acts[task->layer - 1] : job->in_u8 ? m->input : job->in_f32;
+		in = output_of(m, job, task->layer - 1);
 		linear_backward_params(l, m->grads + l->w_off, task->j0 ? NULL : m->grads + l->b_off,
 				       m->dacts[task->layer], in, (int)job->batch, task->j0, task->j1,
 				       0.0f);
@@ -475,7 +487,8 @@ static int cpu_run(struct pp_model *m, struct nn_job *job)
 	if (ret)
 		return ret;
 	if (job->logits)
-		memcpy(job->logits, m->acts[m->n_layers - 1], job->batch * last->out_size * sizeof(float));
+		memcpy(job->logits, output_of(m, job, m->n_layers - 1),
+		       job->batch * last->out_size * sizeof(float));
 	if (!job->train)
 		return 0;
 	m->next_dw_task = 0;

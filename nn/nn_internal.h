@@ -220,6 +220,29 @@ int nn_optim_check(const struct pp_optimizer_config *cfg);
 /* One update of p (n) from g (n); cpu. */
 void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
 
+/* ------------------------------------------------------------------ the MLP's step: vector versions */
+
+/* The instruction sets the CPU kernels below come in. */
+enum nn_isa {
+	NN_ISA_BASE,   /* baseline x86-64 (SSE2) */
+	NN_ISA_AVX2,   /* AVX2 and FMA */
+	NN_ISA_AVX512, /* AVX-512F */
+};
+
+/* The best the CPU running this has. */
+enum nn_isa nn_cpu_isa(void);
+/* nn_optim_step_cpu() in the version for isa (which the CPU must have). */
+void nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa);
+/* softmax_xent() in the version for isa (AVX-512 for up to 16 classes, else portable). */
+int softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, float scale,
+		     float *dlogits, double *losses, uint64_t *correct, enum nn_isa isa);
+/* linear_backward_params() in the version for isa: AVX-512, or else the GEMM of CBLAS. */
+void linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
+				const float *in, int n, int j0, int j1, float beta, enum nn_isa isa);
+/* u8_to_f32() in the version for isa; every version gives the same bits. */
+void u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
+		   enum nn_isa isa);
+
 /* ------------------------------------------------------------------ models */
 
 struct nn_worker;

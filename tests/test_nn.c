@@ -1315,6 +1315,306 @@ START_TEST(test_checkpoint_damaged)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ the MLP's step: vector kernels */
+
+/* True where the CPU has AVX-512F: the tests below must then run the AVX-512 versions. */
+static bool has_avx512(void)
+{
+	return __builtin_cpu_supports("avx512f");
+}
+
+/* The instruction sets this CPU has, best last; their count. */
+static int isas_here(enum nn_isa isas[3])
+{
+	int n = 0;
+
+	isas[n++] = NN_ISA_BASE;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		isas[n++] = NN_ISA_AVX2;
+	if (has_avx512())
+		isas[n++] = NN_ISA_AVX512;
+	return n;
+}
+
+static void expect_near(const char *what, const float *want, const float *got, size_t n, float rel,
+			float abs_tol)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(fabsf(got[i] - want[i]) <= abs_tol + rel * fabsf(want[i]),
+			      "%s[%zu]: %.9g, expected %.9g", what, i, (double)got[i], (double)want[i]);
+}
+
+/*
+ * Fails if a vector version of SGD (plain; momentum, dampening and weight
+ * decay; Nesterov) or Adam (with and without weight decay) differs after
+ * three steps from the portable version (4 lanes, no FMA) by more than
+ * the last bits: a lane of the 37 skipped or updated twice (37 = two full
+ * vectors of 16 and a masked tail of 5; four of 8 and a tail of 5), a
+ * moment not written back, the first step's momentum not the gradient,
+ * a bias correction of the wrong step; or if a masked tail writes past the
+ * end of the parameters or of either buffer (a sentinel there).  Also
+ * fails if the CPU has AVX-512 and nn_cpu_isa() does not choose it.
+ */
+START_TEST(test_optim_versions)
+{
+	enum { N = 37, STEPS = 3 };
+	const float sentinel = 12345.0f;
+	enum nn_isa isas[3];
+	const int n_isas = isas_here(isas);
+	struct pp_optimizer_config cfgs[5];
+
+	ck_assert(!has_avx512() || nn_cpu_isa() == NN_ISA_AVX512);
+	ck_assert(!has_avx512() || isas[n_isas - 1] == NN_ISA_AVX512);
+	for (int k = 0; k < 5; k++) {
+		struct pp_model_config mc;
+
+		pp_model_config_init(&mc);
+		cfgs[k] = mc.optim;
+		cfgs[k].kind = k < 3 ? PP_OPTIM_SGD : PP_OPTIM_ADAM;
+		cfgs[k].lr = 0.05f;
+	}
+	cfgs[1].momentum = 0.9f;
+	cfgs[1].dampening = 0.3f;
+	cfgs[1].weight_decay = 0.01f;
+	cfgs[2].momentum = 0.8f;
+	cfgs[2].dampening = 0.0f;
+	cfgs[2].nesterov = true;
+	cfgs[4].weight_decay = 0.02f;
+	for (int k = 0; k < 5; k++) {
+		float p[3][N + 1], m[3][N + 1], v[3][N + 1];
+
+		for (int a = 0; a < n_isas; a++) {
+			struct nn_optim o = { .cfg = cfgs[k], .buf1 = m[a],
+					      .buf2 = cfgs[k].kind == PP_OPTIM_ADAM ? v[a] : NULL };
+
+			ck_assert_int_eq(nn_optim_check(&cfgs[k]), 0);
+			test_rng = 7;
+			for (int i = 0; i < N; i++) {
+				p[a][i] = frand();
+				m[a][i] = v[a][i] = 0.0f;
+			}
+			p[a][N] = m[a][N] = v[a][N] = sentinel;
+			for (int s = 0; s < STEPS; s++) {
+				float g[N + 1];
+
+				for (int i = 0; i < N; i++)
+					g[i] = frand() * (float)(s + 1);
+				g[N] = sentinel;
+				nn_optim_step_isa(&o, p[a], g, N, isas[a]);
+			}
+			ck_assert_uint_eq(o.t, STEPS);
+			ck_assert(p[a][N] == sentinel && m[a][N] == sentinel && v[a][N] == sentinel);
+			if (a == 0)
+				continue;
+			expect_near("parameter", p[0], p[a], N, 1e-6f, 1e-7f);
+			if (cfgs[k].momentum != 0.0f || cfgs[k].kind == PP_OPTIM_ADAM)
+				expect_near("first buffer", m[0], m[a], N, 1e-6f, 1e-7f);
+			if (cfgs[k].kind == PP_OPTIM_ADAM)
+				expect_near("second moment", v[0], v[a], N, 1e-6f, 1e-9f);
+		}
+		/* the step changed every parameter: the comparison above is not of untouched arrays */
+		test_rng = 7;
+		for (int i = 0; i < N; i++)
+			ck_assert(p[0][i] != frand());
+	}
+}
+END_TEST
+
+/*
+ * Fails if the AVX-512 softmax cross-entropy (its own exp, in double)
+ * differs from the portable one (the C library's exp): a loss off by more
+ * than 1e-13 relative (a polynomial or range reduction wrong, lanes past
+ * the classes counted in the sum), a gradient off by more than float
+ * rounding, another argmax (a tie must go to the first index), a
+ * gradient written past a sample's classes (a sentinel after the last);
+ * for 10 classes (the MLP's), 3, 8, 9 and 16 (the mask's edges), logits
+ * of +-30 and of +-1000 (exps that underflow to 0).  Also fails if it
+ * accepts a label outside the classes.
+ */
+START_TEST(test_xent_versions)
+{
+	static const int classes[5] = { 10, 3, 8, 9, 16 };
+	enum { N = 9 };
+
+	ck_assert(!has_avx512() || nn_cpu_isa() == NN_ISA_AVX512);
+	for (int ci = 0; ci < 5; ci++)
+		for (int big = 0; big < 2; big++) {
+			const int c = classes[ci];
+			float z[N * 16], d[2][N * 16 + 1];
+			double losses[2][N];
+			uint64_t correct[2] = { 5, 5 };
+			int32_t y[N];
+
+			for (int i = 0; i < N * c; i++)
+				z[i] = frand() * (big ? 1000.0f : 30.0f);
+			for (int i = 0; i < N; i++)
+				y[i] = (int32_t)((i * 7 + ci) % c);
+			/* a tie for the largest logit, the label on the second: not correct */
+			z[1 * c + 0] = z[1 * c + 1] = 2000.0f;
+			y[1] = 1;
+			/* the label the largest: correct */
+			z[2 * c + y[2]] = 3000.0f;
+			for (int a = 0; a < 2; a++) {
+				d[a][N * c] = 12345.0f;
+				ck_assert_int_eq(softmax_xent_isa(z, y, N, c, 0.25f, d[a], losses[a],
+								  &correct[a],
+								  a ? nn_cpu_isa() : NN_ISA_BASE), 0);
+				ck_assert(d[a][N * c] == 12345.0f);
+			}
+			ck_assert_uint_eq(correct[0], correct[1]);
+			ck_assert_uint_ge(correct[0], 6);
+			for (int i = 0; i < N; i++)
+				ck_assert_msg(fabs(losses[1][i] - losses[0][i]) <= 1e-13 * fabs(losses[0][i]) + 1e-15,
+					      "c %d sample %d: loss %.17g, expected %.17g", c, i,
+					      losses[1][i], losses[0][i]);
+			expect_near("logit gradient", d[0], d[1], (size_t)N * c, 1e-6f, 1e-12f);
+			y[N - 1] = c;
+			ck_assert_int_eq(softmax_xent_isa(z, y, N, c, 0.25f, d[1], losses[1], &correct[1],
+							  nn_cpu_isa()), -ERANGE);
+		}
+}
+END_TEST
+
+/*
+ * Fails if a version of the uint8 to float32 normalisation gives other
+ * bits than x * (1 / (255 std)) - mean / std computed one by one (an FMA
+ * would change the last bits; a lane converted from the wrong byte, a
+ * signed conversion of bytes above 127), or misses or overruns the tail:
+ * 300 values (every byte value, then a tail of 12 for 16 lanes, of 4
+ * for 8), a sentinel after them.
+ */
+START_TEST(test_convert_versions)
+{
+	enum { N = 300 };
+	const float mean = 0.2860f, std = 0.3530f;
+	const float scale = 1.0f / (255.0f * std), shift = mean / std;
+	enum nn_isa isas[3];
+	const int n_isas = isas_here(isas);
+	uint8_t src[N];
+	float want[N], got[N + 1];
+
+	ck_assert(!has_avx512() || isas[n_isas - 1] == NN_ISA_AVX512);
+	for (int i = 0; i < N; i++) {
+		src[i] = (uint8_t)(i < 256 ? i : (i * 97) % 256);
+		want[i] = (float)src[i] * scale - shift;
+	}
+	for (int a = 0; a < n_isas; a++) {
+		got[N] = 12345.0f;
+		u8_to_f32_isa(got, src, N, mean, std, isas[a]);
+		ck_assert_msg(memcmp(got, want, sizeof(want)) == 0, "version %d differs", (int)isas[a]);
+		ck_assert(got[N] == 12345.0f);
+	}
+}
+END_TEST
+
+/*
+ * Fails if the AVX-512 weight gradient of a Linear layer differs from
+ * CBLAS's GEMM beyond float rounding, or writes a column outside j0..j1
+ * or a row past out_c: tiles of 8 rows then 4, 2 and 1 (32, 13 = 8 + 4
+ * + 1, 60 = 7 x 8 + 4, 10 = 8 + 2 rows), a last block of 16 columns (its
+ * second vector empty) and of fewer than 16, a range that starts off a
+ * vector's boundary, beta 1 (added to what dW held) and 0, and the bias
+ * gradient with it.  Runs where the CPU has AVX-512.
+ */
+START_TEST(test_linear_dw_versions)
+{
+	static const int cases[6][6] = {
+		/* out_c, in_c, n, j0, j1, beta */
+		{ 32, 784, 100, 0, 128, 0 }, { 32, 784, 37, 768, 784, 0 }, { 13, 50, 5, 3, 50, 1 },
+		{ 60, 70, 9, 0, 70, 1 },     { 10, 7, 3, 0, 7, 0 },        { 2, 40, 4, 5, 38, 1 },
+	};
+
+	if (!has_avx512())
+		return;
+	ck_assert(nn_cpu_isa() == NN_ISA_AVX512);
+	for (int t = 0; t < 6; t++) {
+		const int *c = cases[t];
+		struct gc g = gc_make(NN_LINEAR, c[2], c[1], 1, 1, c[0], 0, 0, 0);
+		const size_t nw = g.l.n_w;
+		float *dw[2], *db[2];
+		float *dout = rand_floats((size_t)c[2] * c[0]);
+		float *start = rand_floats(nw), *db_start = rand_floats((size_t)c[0]);
+
+		for (int a = 0; a < 2; a++) {
+			dw[a] = zero_floats(nw);
+			db[a] = zero_floats((size_t)c[0]);
+			memcpy(dw[a], start, nw * sizeof(float));
+			memcpy(db[a], db_start, (size_t)c[0] * sizeof(float));
+			linear_backward_params_isa(&g.l, dw[a], db[a], dout, g.in, c[2], c[3], c[4],
+						   (float)c[5], a ? NN_ISA_AVX512 : NN_ISA_BASE);
+		}
+		for (size_t i = 0; i < nw; i++) {
+			const size_t col = i % (size_t)c[1];
+
+			if (col < (size_t)c[3] || col >= (size_t)c[4])
+				ck_assert_msg(dw[1][i] == start[i], "case %d: weight %zu outside the columns written", t, i);
+		}
+		expect_near("weight gradient", dw[0], dw[1], nw, 1e-5f, 1e-5f);
+		ck_assert_mem_eq(db[0], db[1], (size_t)c[0] * sizeof(float));
+		for (int a = 0; a < 2; a++) {
+			free(dw[a]);
+			free(db[a]);
+		}
+		free(dout);
+		free(start);
+		free(db_start);
+		gc_free(&g);
+	}
+}
+END_TEST
+
+/*
+ * Fails if a Flatten, whose output on the CPU is its input (not a copy),
+ * makes a layer read the wrong activations: a model with Flattens first,
+ * in the middle and last must give the same bits as the same model
+ * without them, in its logits and in its parameters after two steps,
+ * on uint8 and on float32 inputs.
+ */
+START_TEST(test_flatten_in_place)
+{
+	static const char *const specs[2] = { "fc:16,relu,fc:10", "flatten,fc:16,relu,flatten,fc:10,flatten" };
+	const size_t lshape[2] = { 16, 10 };
+	int32_t labels[16];
+
+	for (int f32 = 0; f32 < 2; f32++) {
+		struct pp_tensor *u8 = synth_batch(16, 3, labels), *x = u8;
+		float *after[2], z[2][160];
+
+		if (f32) {
+			const size_t shape[4] = { 16, 1, 28, 28 };
+
+			ck_assert_int_eq(pp_tensor_create(NULL, PP_DTYPE_F32, 4, shape, &x), 0);
+			for (size_t i = 0; i < 16 * 784; i++)
+				((float *)pp_tensor_data(x))[i] = frand();
+		}
+		for (int s = 0; s < 2; s++) {
+			struct pp_model_config cfg;
+			struct pp_model *m;
+			struct pp_tensor *logits;
+
+			pp_model_config_init(&cfg);
+			cfg.seed = 5;
+			ck_assert_int_eq(pp_model_create(specs[s], NULL, &cfg, &m), 0);
+			ck_assert_int_eq(pp_tensor_create(NULL, PP_DTYPE_F32, 2, lshape, &logits), 0);
+			ck_assert_int_eq(pp_model_evaluate(m, x, labels, logits), 0);
+			ck_assert_int_eq(pp_tensor_copy_to_host(logits, z[s], sizeof(z[s])), 0);
+			ck_assert_int_eq(pp_model_train_step(m, x, labels), 0);
+			ck_assert_int_eq(pp_model_train_step(m, x, labels), 0);
+			after[s] = read_params(m);
+			pp_tensor_destroy(logits);
+			pp_model_destroy(m);
+		}
+		ck_assert_mem_eq(z[0], z[1], sizeof(z[0]));
+		ck_assert_mem_eq(after[0], after[1], (16 * 784 + 16 + 10 * 16 + 10) * sizeof(float));
+		free(after[0]);
+		free(after[1]);
+		if (f32)
+			pp_tensor_destroy(x);
+		pp_tensor_destroy(u8);
+	}
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn");
@@ -1323,6 +1623,7 @@ Suite *pp_test_suite(void)
 	TCase *model = tcase_create("model");
 	TCase *ckpt = tcase_create("checkpoint");
 	TCase *learn = tcase_create("fashion-mnist");
+	TCase *mlp = tcase_create("mlp-step");
 
 	tcase_add_test(grad, test_grad_linear);
 	tcase_add_test(grad, test_grad_conv);
@@ -1354,5 +1655,12 @@ Suite *pp_test_suite(void)
 	suite_add_tcase(s, ckpt);
 	tcase_set_timeout(learn, 120);
 	suite_add_tcase(s, learn);
+	tcase_add_test(mlp, test_optim_versions);
+	tcase_add_test(mlp, test_xent_versions);
+	tcase_add_test(mlp, test_convert_versions);
+	tcase_add_test(mlp, test_linear_dw_versions);
+	tcase_add_test(mlp, test_flatten_in_place);
+	tcase_set_timeout(mlp, 30);
+	suite_add_tcase(s, mlp);
 	return s;
 }
