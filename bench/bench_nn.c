@@ -85,7 +85,7 @@ static int sgemm_peak(void)
 			    c, n);
 		best = PP_MAX(best, 2.0 * n * n * n / (double)(pp_now_ns() - t0));
 	}
-	printf("openblas sgemm n=%d threads=1: %.1f GFLOP/s\n", n, best);
+	printf("openblas sgemm n=%d threads=1 core=%s: %.1f GFLOP/s\n", n, openblas_get_corename(), best);
 	free(a);
 	free(b);
 	free(c);
