@@ -16,6 +16,7 @@
  */
 #include "config.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 #include "nn/nn_internal.h"
@@ -164,10 +165,106 @@ conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in
 	direct_forward(l, out, in, w, b, n);
 }
 
+/*
+ * AVX-512: the outputs of channels o..o+no-1 at row oy, positions
+ * ox..ox+31, as two 16-wide vectors per channel, the first masked by m0
+ * and the second by m1 (the tail of a row: 24 = 16 + 8): no x 2 sums in
+ * registers over all the C K K taps (12 for no = 6), each tap's weight
+ * broadcast from memory into its FMA.  No input is read past the lanes
+ * in the masks.  k and no are constants where inlined with them.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_tile(const struct nn_layer *l, float *y, const float *x, const float *w, const float *b,
+	       const int k, int o, const int no, int oy, int ox, __mmask16 m0, __mmask16 m1)
+{
+	const int c = l->in_c, h = l->in_h, iw = l->in_w, oh = l->out_h, ow = l->out_w;
+	const int ckk = c * k * k;
+	__m512 acc[6][2];
+
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++)
+		acc[a][0] = acc[a][1] = _mm512_set1_ps(b[o + a]);
+	for (int ch = 0; ch < c; ch++)
+#pragma GCC unroll 8
+		for (int ky = 0; ky < k; ky++) {
+			const float *xr = x + ((size_t)ch * h + oy + ky) * iw + ox;
+			const float *wr = w + ((size_t)o * c + ch) * k * k + ky * k;
+
+#pragma GCC unroll 8
+			for (int kx = 0; kx < k; kx++) {
+				const __m512 v0 = _mm512_maskz_loadu_ps(m0, xr + kx);
+				const __m512 v1 = _mm512_maskz_loadu_ps(m1, xr + kx + 16);
+
+#pragma GCC unroll 6
+				for (int a = 0; a < no; a++) {
+					const __m512 wv = _mm512_set1_ps(wr[(size_t)a * ckk + kx]);
+
+					acc[a][0] = _mm512_fmadd_ps(wv, v0, acc[a][0]);
+					acc[a][1] = _mm512_fmadd_ps(wv, v1, acc[a][1]);
+				}
+			}
+		}
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++) {
+		float *yr = y + ((size_t)(o + a) * oh + oy) * ow + ox;
+
+		_mm512_mask_storeu_ps(yr, m0, acc[a][0]);
+		_mm512_mask_storeu_ps(yr + 16, m1, acc[a][1]);
+	}
+}
+
+/* AVX-512: channels o..o+no-1 of one sample, each row 32 positions at a time, the tail masked. */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_channels(const struct nn_layer *l, float *y, const float *x, const float *w,
+		   const float *b, const int k, int o, const int no)
+{
+	const int ow = l->out_w;
+
+	for (int oy = 0; oy < l->out_h; oy++)
+		for (int ox = 0; ox < ow; ox += 32)
+			direct512_tile(l, y, x, w, b, k, o, no, oy, ox, nn_lanes16(ow - ox),
+				       nn_lanes16(ow - ox - 16));
+}
+
+/* AVX-512: one sample, six channels at a time, then two, then one. */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_sample(const struct nn_layer *l, float *y, const float *x, const float *w,
+		 const float *b, const int k)
+{
+	int o = 0;
+
+	for (; o + 6 <= l->out_c; o += 6)
+		direct512_channels(l, y, x, w, b, k, o, 6);
+	for (; o + 2 <= l->out_c; o += 2)
+		direct512_channels(l, y, x, w, b, k, o, 2);
+	if (o < l->out_c)
+		direct512_channels(l, y, x, w, b, k, o, 1);
+}
+
+NN_AVX512 void conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
+					    const float *w, const float *b, int n)
+{
+	for (int i = 0; i < n; i++) {
+		float *y = out + (size_t)i * l->out_size;
+		const float *x = in + (size_t)i * l->in_size;
+
+		if (l->k == 5)
+			direct512_sample(l, y, x, w, b, 5);
+		else if (l->k == 3)
+			direct512_sample(l, y, x, w, b, 3);
+		else
+			direct512_sample(l, y, x, w, b, l->k);
+	}
+}
+
 void conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 			   const float *b, int n)
 {
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+	const enum nn_isa isa = nn_isa_best();
+
+	if (isa == NN_ISA_AVX512)
+		conv2d_direct_forward_avx512(l, out, in, w, b, n);
+	else if (isa == NN_ISA_AVX2)
 		conv2d_direct_forward_avx2(l, out, in, w, b, n);
 	else
 		conv2d_direct_forward_portable(l, out, in, w, b, n);
@@ -277,12 +374,178 @@ conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_lay
 	direct_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n);
 }
 
+/* The most output positions of a channel the AVX-512 backward takes (its gradient on the stack) */
+#define DIRECT512_POSITIONS 4096
+/* Its largest kernel (k x k sums in registers) */
+#define DIRECT512_K 5
+
+/*
+ * AVX-512: one channel o's output gradient of one sample made dense in dy
+ * (OH, OW, zero on entry) from the pool's, 16 of the pool's outputs at a time without
+ * branches (the ReLU's signs gathered, the gradients scattered; zero
+ * where the pool did not select or the ReLU blocked), their sum added
+ * to *bsum lane by lane; when dx is not NULL the input gradient added
+ * window by window as direct_backward_sample().
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dy, float *dx,
+		   __m512 *bsum, const float *dp, const int32_t *ix, const float *r, const float *w,
+		   int o)
+{
+	const int k = l->k, iw = l->in_w, pos = l->out_h * l->out_w, ow = l->out_w;
+	const int np = pool->out_h * pool->out_w;
+	const __m512i base = _mm512_set1_epi32(o * pos);
+
+	for (int q = 0; q < np; q += 16) {
+		const __mmask16 m = nn_lanes16(np - q);
+		const __m512i vi = _mm512_maskz_loadu_epi32(m, ix + q);
+		__mmask16 pass = m;
+
+		if (r)
+			pass = _mm512_mask_cmp_ps_mask(
+				m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi, r, 4),
+				_mm512_setzero_ps(), _CMP_GT_OQ);
+		const __m512 g = _mm512_maskz_loadu_ps(pass, dp + q);
+
+		_mm512_mask_i32scatter_ps(dy, m, _mm512_sub_epi32(vi, base), g, 4);
+		*bsum = _mm512_add_ps(*bsum, g);
+	}
+	if (!dx)
+		return;
+	for (int q = 0; q < np; q++) {
+		const int j = ix[q] - o * pos;
+		const float g = dy[j];
+
+		if (g == 0.0f)
+			continue;
+		const size_t row0 = (size_t)(j / ow) * iw + (size_t)(j % ow);
+
+		for (int ky = 0; ky < k; ky++)
+			nn_axpy(dx + row0 + (size_t)ky * iw, g, w + ((size_t)o * k + ky) * k, k);
+	}
+}
+
+/* AVX-512: dy zero again where direct512_dense_dy() wrote it (no call: the sums stay in registers). */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_clear_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dy,
+		   const int32_t *ix, int o)
+{
+	const int np = pool->out_h * pool->out_w;
+	const __m512i base = _mm512_set1_epi32(o * l->out_h * l->out_w);
+
+	for (int q = 0; q < np; q += 16) {
+		const __mmask16 m = nn_lanes16(np - q);
+
+		_mm512_mask_i32scatter_ps(dy, m,
+					  _mm512_sub_epi32(_mm512_maskz_loadu_epi32(m, ix + q), base),
+					  _mm512_setzero_ps(), 4);
+	}
+}
+
+/*
+ * AVX-512 backward behind the pool, one input channel: output channel by
+ * output channel over all n samples, the weight gradient as the dense
+ * correlation of the channel's output gradient (dense in dy, see
+ * direct512_dense_dy()) with the input, 32 positions of a row at a time
+ * (two vectors, the tail masked), one 16-wide sum in registers per tap
+ * (25 for k = 5, the most it takes) over all the samples, reduced once.
+ * Four times the multiplications of the sparse walk but no branch on
+ * each selected position.  k is a constant where inlined with one.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float *din, float *dw,
+		   float *db, const float *dpool, const int32_t *idx, const float *relu_out,
+		   const float *w, const float *in, int n, const int k)
+{
+	const int iw = l->in_w, oh = l->out_h, ow = l->out_w;
+	const size_t np = (size_t)pool->out_h * pool->out_w;
+	float dy[DIRECT512_POSITIONS];
+
+	memset(dy, 0, (size_t)l->out_h * ow * sizeof(float));
+	if (din)
+		memset(din, 0, (size_t)n * l->in_size * sizeof(float));
+	for (int o = 0; o < l->out_c; o++) {
+		__m512 acc[DIRECT512_K][DIRECT512_K], bsum = _mm512_setzero_ps();
+
+#pragma GCC unroll 5
+		for (int ky = 0; ky < k; ky++)
+#pragma GCC unroll 5
+			for (int kx = 0; kx < k; kx++)
+				acc[ky][kx] = _mm512_setzero_ps();
+		for (int i = 0; i < n; i++) {
+			const size_t p0 = (size_t)i * pool->out_size + (size_t)o * np;
+			const float *x = in + (size_t)i * l->in_size;
+
+			direct512_dense_dy(l, pool, dy, din ? din + (size_t)i * l->in_size : NULL,
+					   &bsum, dpool + p0, idx + p0,
+					   relu_out ? relu_out + (size_t)i * l->out_size : NULL, w, o);
+			for (int oy = 0; oy < oh; oy++)
+				for (int ox = 0; ox < ow; ox += 32) {
+					const __mmask16 m0 = nn_lanes16(ow - ox), m1 = nn_lanes16(ow - ox - 16);
+					const float *dr = dy + (size_t)oy * ow + ox;
+					const __m512 d0 = _mm512_maskz_loadu_ps(m0, dr);
+					const __m512 d1 = _mm512_maskz_loadu_ps(m1, dr + 16);
+
+#pragma GCC unroll 5
+					for (int ky = 0; ky < k; ky++) {
+						const float *xr = x + (size_t)(oy + ky) * iw + ox;
+
+#pragma GCC unroll 5
+						for (int kx = 0; kx < k; kx++) {
+							acc[ky][kx] = _mm512_fmadd_ps(
+								d0, _mm512_maskz_loadu_ps(m0, xr + kx),
+								acc[ky][kx]);
+							acc[ky][kx] = _mm512_fmadd_ps(
+								d1, _mm512_maskz_loadu_ps(m1, xr + kx + 16),
+								acc[ky][kx]);
+						}
+					}
+				}
+			direct512_clear_dy(l, pool, dy, idx + p0, o);
+		}
+		db[o] += _mm512_reduce_add_ps(bsum);
+#pragma GCC unroll 5
+		for (int ky = 0; ky < k; ky++)
+#pragma GCC unroll 5
+			for (int kx = 0; kx < k; kx++)
+				dw[((size_t)o * k + ky) * k + kx] += _mm512_reduce_add_ps(acc[ky][kx]);
+	}
+}
+
+NN_AVX512 void conv2d_direct_backward_pooled_avx512(const struct nn_layer *l,
+						    const struct nn_layer *pool, float *din,
+						    float *dw, float *db, const float *dpool,
+						    const int32_t *idx, const float *relu_out,
+						    const float *w, const float *in, int n)
+{
+	switch (l->k) {
+	case 5:
+		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, 5);
+		break;
+	case 4:
+		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, 4);
+		break;
+	case 3:
+		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, 3);
+		break;
+	default:
+		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, l->k);
+		break;
+	}
+}
+
 void conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool,
 				   float *din, float *dw, float *db, const float *dpool,
 				   const int32_t *idx, const float *relu_out, const float *w,
 				   const float *in, int n)
 {
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+	const enum nn_isa isa = nn_isa_best();
+
+	if (isa == NN_ISA_AVX512 && l->k <= DIRECT512_K &&
+	    (size_t)l->out_h * l->out_w <= DIRECT512_POSITIONS)
+		conv2d_direct_backward_pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w,
+						     in, n);
+	else if (isa != NN_ISA_BASE)
 		conv2d_direct_backward_pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, in,
 						   n);
 	else
