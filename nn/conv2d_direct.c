@@ -380,43 +380,27 @@ conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_lay
 #define DIRECT512_K 5
 
 /*
- * AVX-512: one channel o's output gradient of one sample made dense in dy
- * (OH, OW, zero on entry) from the pool's, 16 of the pool's outputs at a time without
- * branches (the ReLU's signs gathered, the gradients scattered; zero
- * where the pool did not select or the ReLU blocked), their sum added
- * to *bsum lane by lane; when dx is not NULL the input gradient added
- * window by window as direct_backward_sample().
+ * AVX-512: one channel o's output gradient of one sample as the pool
+ * sent it, made dense in dy (OH, OW, zero on entry; the ReLU's mask is
+ * applied where dy is read); when dx is not NULL the input gradient added window by window
+ * as direct_backward_sample().
  */
 NN_AVX512 static inline __attribute__((always_inline)) void
 direct512_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dy, float *dx,
-		   __m512 *bsum, const float *dp, const int32_t *ix, const float *r, const float *w,
-		   int o)
+		   const float *dp, const int32_t *ix, const float *r, const float *w, int o)
 {
 	const int k = l->k, iw = l->in_w, pos = l->out_h * l->out_w, ow = l->out_w;
 	const int np = pool->out_h * pool->out_w;
-	const __m512i base = _mm512_set1_epi32(o * pos);
 
-	for (int q = 0; q < np; q += 16) {
-		const __mmask16 m = nn_lanes16(np - q);
-		const __m512i vi = _mm512_maskz_loadu_epi32(m, ix + q);
-		__mmask16 pass = m;
-
-		if (r)
-			pass = _mm512_mask_cmp_ps_mask(
-				m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi, r, 4),
-				_mm512_setzero_ps(), _CMP_GT_OQ);
-		const __m512 g = _mm512_maskz_loadu_ps(pass, dp + q);
-
-		_mm512_mask_i32scatter_ps(dy, m, _mm512_sub_epi32(vi, base), g, 4);
-		*bsum = _mm512_add_ps(*bsum, g);
-	}
+	for (int q = 0; q < np; q++)
+		dy[ix[q] - o * pos] = dp[q];
 	if (!dx)
 		return;
 	for (int q = 0; q < np; q++) {
 		const int j = ix[q] - o * pos;
-		const float g = dy[j];
+		const float g = dp[q];
 
-		if (g == 0.0f)
+		if (g == 0.0f || (r && !(r[ix[q]] > 0.0f)))
 			continue;
 		const size_t row0 = (size_t)(j / ow) * iw + (size_t)(j % ow);
 
@@ -430,25 +414,36 @@ NN_AVX512 static inline __attribute__((always_inline)) void
 direct512_clear_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dy,
 		   const int32_t *ix, int o)
 {
-	const int np = pool->out_h * pool->out_w;
-	const __m512i base = _mm512_set1_epi32(o * l->out_h * l->out_w);
+	const int np = pool->out_h * pool->out_w, base = o * l->out_h * l->out_w;
 
-	for (int q = 0; q < np; q += 16) {
-		const __mmask16 m = nn_lanes16(np - q);
+	for (int q = 0; q < np; q++)
+		dy[ix[q] - base] = 0.0f;
+}
 
-		_mm512_mask_i32scatter_ps(dy, m,
-					  _mm512_sub_epi32(_mm512_maskz_loadu_epi32(m, ix + q), base),
-					  _mm512_setzero_ps(), 4);
-	}
+/* The row pitch of the padded gradient of direct512_backward(): OW rounded up to 16 */
+static inline int direct512_pitch(const struct nn_layer *l)
+{
+	return (l->out_w + 15) / 16 * 16;
+}
+
+/* True when the AVX-512 backward takes the layer: k <= 5, and its gradients fit its buffers. */
+static bool direct512_fits(const struct nn_layer *l)
+{
+	return l->k <= DIRECT512_K && (size_t)l->out_h * l->out_w <= DIRECT512_POSITIONS &&
+	       (size_t)(l->out_h + 2 * (l->k - 1)) * direct512_pitch(l) <= DIRECT512_POSITIONS;
 }
 
 /*
  * AVX-512 backward behind the pool, one input channel: output channel by
  * output channel over all n samples, the weight gradient as the dense
- * correlation of the channel's output gradient (dense in dy, see
- * direct512_dense_dy()) with the input, 32 positions of a row at a time
- * (two vectors, the tail masked), one 16-wide sum in registers per tap
- * (25 for k = 5, the most it takes) over all the samples, reduced once.
+ * correlation of the channel's output gradient with the input.  The
+ * gradient is made dense in dy (see direct512_dense_dy()), then masked
+ * by the ReLU's signs into dz (rows of OW padded to a multiple of 16
+ * lanes with zeros, K - 1 zero rows above and below; its sum into the
+ * bias gradient).  Then input row by input row, 16 positions at a time:
+ * the K shifted input vectors loaded once each serve the K kernel rows
+ * (the output rows iy - ky), one 16-wide sum in registers per tap (25
+ * for k = 5, the most it takes) over all the samples, reduced once.
  * Four times the multiplications of the sparse walk but no branch on
  * each selected position.  k is a constant where inlined with one.
  */
@@ -457,11 +452,14 @@ direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float 
 		   float *db, const float *dpool, const int32_t *idx, const float *relu_out,
 		   const float *w, const float *in, int n, const int k)
 {
-	const int iw = l->in_w, oh = l->out_h, ow = l->out_w;
+	const int iw = l->in_w, ih = l->in_h, oh = l->out_h, ow = l->out_w;
+	const int pitch = direct512_pitch(l);
 	const size_t np = (size_t)pool->out_h * pool->out_w;
 	float dy[DIRECT512_POSITIONS];
+	float dz[DIRECT512_POSITIONS] __attribute__((aligned(64)));
 
-	memset(dy, 0, (size_t)l->out_h * ow * sizeof(float));
+	memset(dy, 0, (size_t)oh * ow * sizeof(float));
+	memset(dz, 0, (size_t)(oh + 2 * (k - 1)) * pitch * sizeof(float));
 	if (din)
 		memset(din, 0, (size_t)n * l->in_size * sizeof(float));
 	for (int o = 0; o < l->out_c; o++) {
@@ -475,33 +473,48 @@ direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float 
 		for (int i = 0; i < n; i++) {
 			const size_t p0 = (size_t)i * pool->out_size + (size_t)o * np;
 			const float *x = in + (size_t)i * l->in_size;
+			const float *r = relu_out ? relu_out + (size_t)i * l->out_size + (size_t)o * oh * ow
+						  : NULL;
 
 			direct512_dense_dy(l, pool, dy, din ? din + (size_t)i * l->in_size : NULL,
-					   &bsum, dpool + p0, idx + p0,
+					   dpool + p0, idx + p0,
 					   relu_out ? relu_out + (size_t)i * l->out_size : NULL, w, o);
 			for (int oy = 0; oy < oh; oy++)
-				for (int ox = 0; ox < ow; ox += 32) {
-					const __mmask16 m0 = nn_lanes16(ow - ox), m1 = nn_lanes16(ow - ox - 16);
-					const float *dr = dy + (size_t)oy * ow + ox;
-					const __m512 d0 = _mm512_maskz_loadu_ps(m0, dr);
-					const __m512 d1 = _mm512_maskz_loadu_ps(m1, dr + 16);
+				for (int ox = 0; ox < ow; ox += 16) {
+					const __mmask16 m = nn_lanes16(ow - ox);
+					__mmask16 pass = m;
 
-#pragma GCC unroll 5
-					for (int ky = 0; ky < k; ky++) {
-						const float *xr = x + (size_t)(oy + ky) * iw + ox;
+					if (r)
+						pass = _mm512_mask_cmp_ps_mask(
+							m, _mm512_maskz_loadu_ps(m, r + (size_t)oy * ow + ox),
+							_mm512_setzero_ps(), _CMP_GT_OQ);
+					const __m512 d = _mm512_maskz_loadu_ps(pass, dy + (size_t)oy * ow + ox);
 
-#pragma GCC unroll 5
-						for (int kx = 0; kx < k; kx++) {
-							acc[ky][kx] = _mm512_fmadd_ps(
-								d0, _mm512_maskz_loadu_ps(m0, xr + kx),
-								acc[ky][kx]);
-							acc[ky][kx] = _mm512_fmadd_ps(
-								d1, _mm512_maskz_loadu_ps(m1, xr + kx + 16),
-								acc[ky][kx]);
-						}
-					}
+					bsum = _mm512_add_ps(bsum, d);
+					_mm512_store_ps(dz + (size_t)(oy + k - 1) * pitch + ox, d);
 				}
 			direct512_clear_dy(l, pool, dy, idx + p0, o);
+			for (int ox = 0; ox < ow; ox += 16) {
+				const __mmask16 m = nn_lanes16(ow - ox);
+
+				for (int iy = 0; iy < ih; iy++) {
+					const float *xr = x + (size_t)iy * iw + ox;
+					const float *dr = dz + (size_t)(iy + k - 1) * pitch + ox;
+					__m512 xv[DIRECT512_K];
+
+#pragma GCC unroll 5
+					for (int kx = 0; kx < k; kx++)
+						xv[kx] = _mm512_maskz_loadu_ps(m, xr + kx);
+#pragma GCC unroll 5
+					for (int ky = 0; ky < k; ky++) {
+						const __m512 d = _mm512_load_ps(dr - (size_t)ky * pitch);
+
+#pragma GCC unroll 5
+						for (int kx = 0; kx < k; kx++)
+							acc[ky][kx] = _mm512_fmadd_ps(d, xv[kx], acc[ky][kx]);
+					}
+				}
+			}
 		}
 		db[o] += _mm512_reduce_add_ps(bsum);
 #pragma GCC unroll 5
@@ -541,8 +554,7 @@ void conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_lay
 {
 	const enum nn_isa isa = nn_isa_best();
 
-	if (isa == NN_ISA_AVX512 && l->k <= DIRECT512_K &&
-	    (size_t)l->out_h * l->out_w <= DIRECT512_POSITIONS)
+	if (isa == NN_ISA_AVX512 && direct512_fits(l))
 		conv2d_direct_backward_pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w,
 						     in, n);
 	else if (isa != NN_ISA_BASE)
