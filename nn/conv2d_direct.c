@@ -374,33 +374,54 @@ conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_lay
 	direct_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n);
 }
 
-/* The most output positions of a channel the AVX-512 backward takes (its gradient on the stack) */
+/* The most floats of a channel's padded output gradient in the AVX-512 backward (on the stack) */
 #define DIRECT512_POSITIONS 4096
 /* Its largest kernel (k x k sums in registers) */
 #define DIRECT512_K 5
 
+/* True when the AVX-512 backward takes the layer: k <= 5, and its gradient fits its buffer. */
+static bool direct512_fits(const struct nn_layer *l)
+{
+	return l->k <= DIRECT512_K &&
+	       (size_t)(l->out_h + 2 * (l->k - 1)) * l->out_w <= DIRECT512_POSITIONS;
+}
+
 /*
- * AVX-512: one channel o's output gradient of one sample as the pool
- * sent it, made dense in dy (OH, OW, zero on entry; the ReLU's mask is
- * applied where dy is read); when dx is not NULL the input gradient added window by window
- * as direct_backward_sample().
+ * AVX-512: one channel o's output gradient of one sample, as the pool
+ * sent it and the ReLU passed it, made dense in dz (OH, OW, zero on
+ * entry; the value, and 0 where the ReLU blocked, stored without a
+ * branch), its sum added to *bsum in the pool's order; when dx is not
+ * NULL the input gradient added window by window as
+ * direct_backward_sample().
  */
 NN_AVX512 static inline __attribute__((always_inline)) void
-direct512_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dy, float *dx,
-		   const float *dp, const int32_t *ix, const float *r, const float *w, int o)
+direct512_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dz, float *dx,
+		   float *bsum, const float *dp, const int32_t *ix, const float *r, const float *w,
+		   int o)
 {
 	const int k = l->k, iw = l->in_w, pos = l->out_h * l->out_w, ow = l->out_w;
 	const int np = pool->out_h * pool->out_w;
 
-	for (int q = 0; q < np; q++)
-		dy[ix[q] - o * pos] = dp[q];
+	if (r) {
+		for (int q = 0; q < np; q++) {
+			const float g = r[ix[q]] > 0.0f ? dp[q] : 0.0f;
+
+			dz[ix[q] - o * pos] = g;
+			*bsum += g;
+		}
+	} else {
+		for (int q = 0; q < np; q++) {
+			dz[ix[q] - o * pos] = dp[q];
+			*bsum += dp[q];
+		}
+	}
 	if (!dx)
 		return;
 	for (int q = 0; q < np; q++) {
 		const int j = ix[q] - o * pos;
-		const float g = dp[q];
+		const float g = dz[j];
 
-		if (g == 0.0f || (r && !(r[ix[q]] > 0.0f)))
+		if (g == 0.0f)
 			continue;
 		const size_t row0 = (size_t)(j / ow) * iw + (size_t)(j % ow);
 
@@ -409,43 +430,29 @@ direct512_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float 
 	}
 }
 
-/* AVX-512: dy zero again where direct512_dense_dy() wrote it (no call: the sums stay in registers). */
+/* AVX-512: dz zero again where direct512_dense_dy() wrote it (no call: the sums stay in registers). */
 NN_AVX512 static inline __attribute__((always_inline)) void
-direct512_clear_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dy,
+direct512_clear_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dz,
 		   const int32_t *ix, int o)
 {
 	const int np = pool->out_h * pool->out_w, base = o * l->out_h * l->out_w;
 
 	for (int q = 0; q < np; q++)
-		dy[ix[q] - base] = 0.0f;
-}
-
-/* The row pitch of the padded gradient of direct512_backward(): OW rounded up to 16 */
-static inline int direct512_pitch(const struct nn_layer *l)
-{
-	return (l->out_w + 15) / 16 * 16;
-}
-
-/* True when the AVX-512 backward takes the layer: k <= 5, and its gradients fit its buffers. */
-static bool direct512_fits(const struct nn_layer *l)
-{
-	return l->k <= DIRECT512_K && (size_t)l->out_h * l->out_w <= DIRECT512_POSITIONS &&
-	       (size_t)(l->out_h + 2 * (l->k - 1)) * direct512_pitch(l) <= DIRECT512_POSITIONS;
+		dz[ix[q] - base] = 0.0f;
 }
 
 /*
  * AVX-512 backward behind the pool, one input channel: output channel by
  * output channel over all n samples, the weight gradient as the dense
  * correlation of the channel's output gradient with the input.  The
- * gradient is made dense in dy (see direct512_dense_dy()), then masked
- * by the ReLU's signs into dz (rows of OW padded to a multiple of 16
- * lanes with zeros, K - 1 zero rows above and below; its sum into the
- * bias gradient).  Then input row by input row, 16 positions at a time:
- * the K shifted input vectors loaded once each serve the K kernel rows
- * (the output rows iy - ky), one 16-wide sum in registers per tap (25
- * for k = 5, the most it takes) over all the samples, reduced once.
- * Four times the multiplications of the sparse walk but no branch on
- * each selected position.  k is a constant where inlined with one.
+ * gradient is made dense in dz (see direct512_dense_dy(); K - 1 zero
+ * rows above and below).  Then input row by input row, 16 positions at
+ * a time (the row's tail masked): the K shifted input vectors loaded
+ * once each serve the K kernel rows (the output rows iy - ky), one
+ * 16-wide sum in registers per tap (25 for k = 5, the most it takes)
+ * over all the samples, reduced once.  Four times the multiplications
+ * of the sparse walk but no branch on each selected position.  k is a
+ * constant where inlined with one.
  */
 NN_AVX512 static inline __attribute__((always_inline)) void
 direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float *din, float *dw,
@@ -453,17 +460,16 @@ direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float 
 		   const float *w, const float *in, int n, const int k)
 {
 	const int iw = l->in_w, ih = l->in_h, oh = l->out_h, ow = l->out_w;
-	const int pitch = direct512_pitch(l);
 	const size_t np = (size_t)pool->out_h * pool->out_w;
-	float dy[DIRECT512_POSITIONS];
-	float dz[DIRECT512_POSITIONS] __attribute__((aligned(64)));
+	float dzbuf[DIRECT512_POSITIONS];
+	float *dz = dzbuf + (size_t)(k - 1) * ow; /* row 0 of the gradient */
 
-	memset(dy, 0, (size_t)oh * ow * sizeof(float));
-	memset(dz, 0, (size_t)(oh + 2 * (k - 1)) * pitch * sizeof(float));
+	memset(dzbuf, 0, (size_t)(oh + 2 * (k - 1)) * ow * sizeof(float));
 	if (din)
 		memset(din, 0, (size_t)n * l->in_size * sizeof(float));
 	for (int o = 0; o < l->out_c; o++) {
-		__m512 acc[DIRECT512_K][DIRECT512_K], bsum = _mm512_setzero_ps();
+		__m512 acc[DIRECT512_K][DIRECT512_K];
+		float bsum = 0.0f;
 
 #pragma GCC unroll 5
 		for (int ky = 0; ky < k; ky++)
@@ -473,33 +479,16 @@ direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float 
 		for (int i = 0; i < n; i++) {
 			const size_t p0 = (size_t)i * pool->out_size + (size_t)o * np;
 			const float *x = in + (size_t)i * l->in_size;
-			const float *r = relu_out ? relu_out + (size_t)i * l->out_size + (size_t)o * oh * ow
-						  : NULL;
 
-			direct512_dense_dy(l, pool, dy, din ? din + (size_t)i * l->in_size : NULL,
-					   dpool + p0, idx + p0,
+			direct512_dense_dy(l, pool, dz, din ? din + (size_t)i * l->in_size : NULL,
+					   &bsum, dpool + p0, idx + p0,
 					   relu_out ? relu_out + (size_t)i * l->out_size : NULL, w, o);
-			for (int oy = 0; oy < oh; oy++)
-				for (int ox = 0; ox < ow; ox += 16) {
-					const __mmask16 m = nn_lanes16(ow - ox);
-					__mmask16 pass = m;
-
-					if (r)
-						pass = _mm512_mask_cmp_ps_mask(
-							m, _mm512_maskz_loadu_ps(m, r + (size_t)oy * ow + ox),
-							_mm512_setzero_ps(), _CMP_GT_OQ);
-					const __m512 d = _mm512_maskz_loadu_ps(pass, dy + (size_t)oy * ow + ox);
-
-					bsum = _mm512_add_ps(bsum, d);
-					_mm512_store_ps(dz + (size_t)(oy + k - 1) * pitch + ox, d);
-				}
-			direct512_clear_dy(l, pool, dy, idx + p0, o);
 			for (int ox = 0; ox < ow; ox += 16) {
 				const __mmask16 m = nn_lanes16(ow - ox);
 
 				for (int iy = 0; iy < ih; iy++) {
 					const float *xr = x + (size_t)iy * iw + ox;
-					const float *dr = dz + (size_t)(iy + k - 1) * pitch + ox;
+					const float *dr = dz + (ptrdiff_t)iy * ow + ox;
 					__m512 xv[DIRECT512_K];
 
 #pragma GCC unroll 5
@@ -507,7 +496,8 @@ direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float 
 						xv[kx] = _mm512_maskz_loadu_ps(m, xr + kx);
 #pragma GCC unroll 5
 					for (int ky = 0; ky < k; ky++) {
-						const __m512 d = _mm512_load_ps(dr - (size_t)ky * pitch);
+						const __m512 d =
+							_mm512_maskz_loadu_ps(m, dr - (ptrdiff_t)ky * ow);
 
 #pragma GCC unroll 5
 						for (int kx = 0; kx < k; kx++)
@@ -515,8 +505,9 @@ direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float 
 					}
 				}
 			}
+			direct512_clear_dy(l, pool, dz, idx + p0, o);
 		}
-		db[o] += _mm512_reduce_add_ps(bsum);
+		db[o] += bsum;
 #pragma GCC unroll 5
 		for (int ky = 0; ky < k; ky++)
 #pragma GCC unroll 5

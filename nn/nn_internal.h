@@ -213,7 +213,10 @@ void conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct n
 					float *din, float *dw, float *db, const float *dpool,
 					const int32_t *idx, const float *relu_out, const float *w,
 					const float *in, int n);
-/* The AVX-512 one: where nn_isa_best() is NN_ISA_AVX512, for k <= 5 and out_h out_w <= 4096. */
+/*
+ * The AVX-512 one: where nn_isa_best() is NN_ISA_AVX512, for k <= 5 and
+ * (out_h + 2 (k - 1)) out_w <= 4096.
+ */
 void conv2d_direct_backward_pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
 					  float *din, float *dw, float *db, const float *dpool,
 					  const int32_t *idx, const float *relu_out,
