@@ -213,14 +213,76 @@ direct512_tile(const struct nn_layer *l, float *y, const float *x, const float *
 	}
 }
 
-/* AVX-512: channels o..o+no-1 of one sample, each row 32 positions at a time, the tail masked. */
+/*
+ * AVX-512, rows of 17 to 24 positions: the outputs of channels o..o+no-1
+ * at rows oy and oy+1, three vectors per channel: the first 16 positions
+ * of each row, and the tails of both (up to 8 positions each) in one
+ * vector, lanes 0..7 and 8..15: three FMAs per tap for two rows where
+ * direct512_tile() takes four.  k and no are constants where inlined
+ * with them.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_tile_pair(const struct nn_layer *l, float *y, const float *x, const float *w,
+		    const float *b, const int k, int o, const int no, int oy)
+{
+	const int c = l->in_c, h = l->in_h, iw = l->in_w, oh = l->out_h, ow = l->out_w;
+	const int ckk = c * k * k;
+	const __mmask8 mt = (__mmask8)nn_lanes16(ow - 16);
+	__m512 acc[6][3];
+
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++)
+		acc[a][0] = acc[a][1] = acc[a][2] = _mm512_set1_ps(b[o + a]);
+	for (int ch = 0; ch < c; ch++)
+#pragma GCC unroll 8
+		for (int ky = 0; ky < k; ky++) {
+			const float *x0 = x + ((size_t)ch * h + oy + ky) * iw, *x1 = x0 + iw;
+			const float *wr = w + ((size_t)o * c + ch) * k * k + ky * k;
+
+#pragma GCC unroll 8
+			for (int kx = 0; kx < k; kx++) {
+				const __m512 v0 = _mm512_loadu_ps(x0 + kx);
+				const __m512 v1 = _mm512_loadu_ps(x1 + kx);
+				const __m512 v2 = _mm512_insertf32x8(
+					_mm512_castps256_ps512(_mm256_maskz_loadu_ps(mt, x0 + 16 + kx)),
+					_mm256_maskz_loadu_ps(mt, x1 + 16 + kx), 1);
+
+#pragma GCC unroll 6
+				for (int a = 0; a < no; a++) {
+					const __m512 wv = _mm512_set1_ps(wr[(size_t)a * ckk + kx]);
+
+					acc[a][0] = _mm512_fmadd_ps(wv, v0, acc[a][0]);
+					acc[a][1] = _mm512_fmadd_ps(wv, v1, acc[a][1]);
+					acc[a][2] = _mm512_fmadd_ps(wv, v2, acc[a][2]);
+				}
+			}
+		}
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++) {
+		float *y0 = y + ((size_t)(o + a) * oh + oy) * ow, *y1 = y0 + ow;
+
+		_mm512_storeu_ps(y0, acc[a][0]);
+		_mm256_mask_storeu_ps(y0 + 16, mt, _mm512_castps512_ps256(acc[a][2]));
+		_mm512_storeu_ps(y1, acc[a][1]);
+		_mm256_mask_storeu_ps(y1 + 16, mt, _mm512_extractf32x8_ps(acc[a][2], 1));
+	}
+}
+
+/*
+ * AVX-512: channels o..o+no-1 of one sample, each row 32 positions at a
+ * time, the tail masked; rows of 17 to 24 positions two at a time.
+ */
 NN_AVX512 static inline __attribute__((always_inline)) void
 direct512_channels(const struct nn_layer *l, float *y, const float *x, const float *w,
 		   const float *b, const int k, int o, const int no)
 {
 	const int ow = l->out_w;
+	int oy = 0;
 
-	for (int oy = 0; oy < l->out_h; oy++)
+	if (ow > 16 && ow <= 24)
+		for (; oy + 2 <= l->out_h; oy += 2)
+			direct512_tile_pair(l, y, x, w, b, k, o, no, oy);
+	for (; oy < l->out_h; oy++)
 		for (int ox = 0; ox < ow; ox += 32)
 			direct512_tile(l, y, x, w, b, k, o, no, oy, ox, nn_lanes16(ow - ox),
 				       nn_lanes16(ow - ox - 16));

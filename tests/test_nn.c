@@ -362,7 +362,9 @@ END_TEST
  * portable one, and the AVX2 and AVX-512 ones where the CPU has them): a
  * tap, channel or bias missed, a row of 24 or 8 positions or the single
  * positions after them (widths 26, 9 and 4; AVX-512: 32 then a masked
- * tail, widths 36, 26, 9, 4) or the second channel of a pair (3 outputs:
+ * tail, widths 36, 26, 9, 4, and two rows at a time with their tails in
+ * one vector, widths 24 and 21, the last of 9 rows alone) or the second
+ * channel of a pair (3 outputs:
  * a pair, then one alone; AVX-512: 8 and 7, six then two or one) wrong;
  * or if its pooled backward differs from conv2d_backward_pooled() on the
  * columns: a gradient sent to the wrong tap, window or channel, or read
@@ -375,14 +377,15 @@ START_TEST(test_conv_direct)
 {
 	const enum nn_isa best = nn_isa_best();
 	const bool has_avx2 = best >= NN_ISA_AVX2;
-	static const int shapes[7][4] = {
+	static const int shapes[9][4] = {
 		/* h, w, k, output channels */
 		{ 30, 30, 5, 3 }, { 11, 13, 5, 3 }, { 6, 6, 3, 3 }, { 9, 7, 4, 3 },
-		{ 12, 40, 5, 8 }, { 10, 30, 3, 7 }, { 8, 9, 2, 8 },
+		{ 12, 40, 5, 8 }, { 10, 30, 3, 7 }, { 8, 9, 2, 8 }, { 28, 28, 5, 6 },
+		{ 11, 23, 3, 8 },
 	};
 
 	note_isa("test_conv_direct", best);
-	for (int s = 0; s < 7; s++)
+	for (int s = 0; s < 9; s++)
 		for (int variant = 0; variant < 2 * ((int)best + 1); variant++) {
 			const int *sh = shapes[s];
 			const bool relu = variant & 1;
