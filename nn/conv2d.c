@@ -10,8 +10,10 @@
 #include "config.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <string.h>
 
+#include "common/internal.h"
 #include "nn/nn_internal.h"
 
 /* Copies k floats; constant sizes for the common kernels, so that the copy is inlined. */
@@ -312,6 +314,130 @@ pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool, float *din, f
 	pooled_all(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n, true);
 }
 
+/* The weight gradient's taps summed in registers per pass of pooled512_sample(): 10 vectors of 16 */
+#define POOLED512_TAPS 160
+
+/*
+ * The AVX-512 pooled backward of one sample, channel by channel: the
+ * channel's weight gradient (C K K taps) summed in ten 16-wide registers
+ * over its selected positions and added to dw once per pass of 160 taps
+ * (the taps past C K K masked off), its bias gradient likewise.  The
+ * input gradient, in the first pass: with wpad as pooled_sample() (8-wide
+ * unmasked updates: a masked store would stall the overlapping loads of
+ * the next window, which cannot take its data by store forwarding);
+ * otherwise through dcol and col2im.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+pooled512_sample(const struct nn_layer *l, const struct nn_layer *pool, float *dx, float *dw,
+		 float *db, const float *dp0, const int32_t *ix0, const float *r, const float *w,
+		 const float *wpad, const float *col, float *dcol)
+{
+	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w, ow = l->out_w;
+	const int s = pool->stride, ph = pool->out_h, pw = pool->out_w;
+	const size_t wrows = (size_t)l->in_c * l->k * 8;
+
+	if (dx && !wpad)
+		memset(dcol, 0, (size_t)pos * kk * sizeof(float));
+	for (int o = 0; o < l->out_c; o++) {
+		const float *wo = w + (size_t)o * kk;
+
+		for (int t0 = 0; t0 < kk; t0 += POOLED512_TAPS) {
+			const int32_t *ix = ix0 + (size_t)o * ph * pw;
+			const float *dp = dp0 + (size_t)o * ph * pw;
+			const int taps = PP_MIN(kk - t0, POOLED512_TAPS); /* in this pass */
+			const __mmask16 tail = nn_lanes16(taps % 16);
+			__m512 acc[POOLED512_TAPS / 16];
+			float bsum = 0.0f;
+
+#pragma GCC unroll 10
+			for (int v = 0; v < POOLED512_TAPS / 16; v++)
+				acc[v] = _mm512_setzero_ps();
+			for (int py = 0; py < ph; py++)
+				for (int px = 0; px < pw; px++, dp++, ix++) {
+					const float g = *dp;
+					int j = *ix - o * pos, oy = py * s, ox;
+
+					if (g == 0.0f || (r && !(r[*ix] > 0.0f)))
+						continue;
+					j -= oy * ow;
+					while (j >= ow) {
+						j -= ow;
+						oy++;
+					}
+					ox = j;
+					j += oy * ow;
+
+					const __m512 vg = _mm512_set1_ps(g);
+					const float *cr = col + (size_t)j * kk + t0;
+
+#pragma GCC unroll 10
+					for (int v = 0; v < POOLED512_TAPS / 16; v++) {
+						if (16 * v >= taps)
+							break;
+						acc[v] = _mm512_fmadd_ps(
+							vg,
+							16 * v + 16 <= taps
+								? _mm512_loadu_ps(cr + 16 * v)
+								: _mm512_maskz_loadu_ps(tail, cr + 16 * v),
+							acc[v]);
+					}
+					if (t0)
+						continue;
+					bsum += g;
+					if (dx && wpad)
+						scatter_window(l, dx, g, wpad + o * wrows,
+							       (size_t)oy * l->in_w + (size_t)ox);
+					else if (dx) {
+						float *dr = dcol + (size_t)j * kk;
+
+						for (int t = 0; t < kk; t += 16) {
+							const __mmask16 m = nn_lanes16(kk - t);
+
+							_mm512_mask_storeu_ps(
+								dr + t, m,
+								_mm512_fmadd_ps(vg, _mm512_maskz_loadu_ps(m, wo + t),
+										_mm512_maskz_loadu_ps(m, dr + t)));
+						}
+					}
+				}
+			float *dwo = dw + (size_t)o * kk + t0;
+
+#pragma GCC unroll 10
+			for (int v = 0; v < POOLED512_TAPS / 16; v++) {
+				const __mmask16 m = nn_lanes16(kk - t0 - 16 * v);
+
+				_mm512_mask_storeu_ps(dwo + 16 * v, m,
+						      _mm512_add_ps(_mm512_maskz_loadu_ps(m, dwo + 16 * v),
+								    acc[v]));
+			}
+			if (!t0)
+				db[o] += bsum;
+		}
+	}
+	if (dx && !wpad)
+		col2im(l, dx, dcol);
+}
+
+NN_AVX512 static void pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
+				    float *din, float *dw, float *db, const float *dpool,
+				    const int32_t *idx, const float *relu_out, const float *w,
+				    const float *wpad, const float *cols, float *dcol, int n)
+{
+	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
+
+	for (int i = 0; i < n; i++) {
+		float *dx = din ? din + (size_t)i * l->in_size : NULL;
+		const float *r = relu_out ? relu_out + (size_t)i * l->out_size : NULL;
+		const float *dp = dpool + (size_t)i * pool->out_size;
+		const int32_t *ix = idx + (size_t)i * pool->out_size;
+		const float *col = cols + (size_t)i * pos * kk;
+
+		if (dx)
+			memset(dx, 0, l->in_size * sizeof(float));
+		pooled512_sample(l, pool, dx, dw, db, dp, ix, r, w, wpad, col, dcol);
+	}
+}
+
 /*
  * The window scatter needs stride 1 without padding (every window inside
  * the input), k <= 8, and room in dcol for the padded weights (OC, C, K, 8).
@@ -319,7 +445,7 @@ pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool, float *din, f
 void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
 				 float *din, float *dw, float *db, const float *dpool,
 				 const int32_t *idx, const float *relu_out, const float *w,
-				 const float *cols, float *dcol, int n, bool scatter, bool avx2)
+				 const float *cols, float *dcol, int n, bool scatter, enum nn_isa isa)
 {
 	const size_t rows = (size_t)l->out_c * l->in_c * l->k;
 	float *wpad = NULL;
@@ -331,7 +457,9 @@ void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer
 		for (size_t q = 0; q < rows; q++)
 			memcpy(wpad + q * 8, w + q * l->k, (size_t)l->k * sizeof(float));
 	}
-	if (avx2)
+	if (isa == NN_ISA_AVX512)
+		pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
+	else if (isa == NN_ISA_AVX2)
 		pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
 	else
 		pooled_portable(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
@@ -342,8 +470,8 @@ void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *poo
 			    const float *relu_out, const float *w, const float *cols, float *dcol,
 			    int n)
 {
-	const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	const enum nn_isa isa = nn_isa_best();
 
 	conv2d_backward_pooled_impl(l, pool, din, dw, db, dpool, idx, relu_out, w, cols, dcol, n,
-				    avx2, avx2);
+				    isa != NN_ISA_BASE, isa);
 }

@@ -16,6 +16,7 @@
  */
 #include "config.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 #include "nn/nn_internal.h"
@@ -164,10 +165,168 @@ conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in
 	direct_forward(l, out, in, w, b, n);
 }
 
+/*
+ * AVX-512: the outputs of channels o..o+no-1 at row oy, positions
+ * ox..ox+31, as two 16-wide vectors per channel, the first masked by m0
+ * and the second by m1 (the tail of a row: 24 = 16 + 8): no x 2 sums in
+ * registers over all the C K K taps (12 for no = 6), each tap's weight
+ * broadcast from memory into its FMA.  No input is read past the lanes
+ * in the masks.  k and no are constants where inlined with them.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_tile(const struct nn_layer *l, float *y, const float *x, const float *w, const float *b,
+	       const int k, int o, const int no, int oy, int ox, __mmask16 m0, __mmask16 m1)
+{
+	const int c = l->in_c, h = l->in_h, iw = l->in_w, oh = l->out_h, ow = l->out_w;
+	const int ckk = c * k * k;
+	__m512 acc[6][2];
+
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++)
+		acc[a][0] = acc[a][1] = _mm512_set1_ps(b[o + a]);
+	for (int ch = 0; ch < c; ch++)
+#pragma GCC unroll 8
+		for (int ky = 0; ky < k; ky++) {
+			const float *xr = x + ((size_t)ch * h + oy + ky) * iw + ox;
+			const float *wr = w + ((size_t)o * c + ch) * k * k + ky * k;
+
+#pragma GCC unroll 8
+			for (int kx = 0; kx < k; kx++) {
+				const __m512 v0 = _mm512_maskz_loadu_ps(m0, xr + kx);
+				const __m512 v1 = _mm512_maskz_loadu_ps(m1, xr + kx + 16);
+
+#pragma GCC unroll 6
+				for (int a = 0; a < no; a++) {
+					const __m512 wv = _mm512_set1_ps(wr[(size_t)a * ckk + kx]);
+
+					acc[a][0] = _mm512_fmadd_ps(wv, v0, acc[a][0]);
+					acc[a][1] = _mm512_fmadd_ps(wv, v1, acc[a][1]);
+				}
+			}
+		}
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++) {
+		float *yr = y + ((size_t)(o + a) * oh + oy) * ow + ox;
+
+		_mm512_mask_storeu_ps(yr, m0, acc[a][0]);
+		_mm512_mask_storeu_ps(yr + 16, m1, acc[a][1]);
+	}
+}
+
+/*
+ * AVX-512, rows of 17 to 24 positions: the outputs of channels o..o+no-1
+ * at rows oy and oy+1, three vectors per channel: the first 16 positions
+ * of each row, and the tails of both (up to 8 positions each) in one
+ * vector, lanes 0..7 and 8..15: three FMAs per tap for two rows where
+ * direct512_tile() takes four.  k and no are constants where inlined
+ * with them.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_tile_pair(const struct nn_layer *l, float *y, const float *x, const float *w,
+		    const float *b, const int k, int o, const int no, int oy)
+{
+	const int c = l->in_c, h = l->in_h, iw = l->in_w, oh = l->out_h, ow = l->out_w;
+	const int ckk = c * k * k;
+	const __mmask8 mt = (__mmask8)nn_lanes16(ow - 16);
+	__m512 acc[6][3];
+
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++)
+		acc[a][0] = acc[a][1] = acc[a][2] = _mm512_set1_ps(b[o + a]);
+	for (int ch = 0; ch < c; ch++)
+#pragma GCC unroll 8
+		for (int ky = 0; ky < k; ky++) {
+			const float *x0 = x + ((size_t)ch * h + oy + ky) * iw, *x1 = x0 + iw;
+			const float *wr = w + ((size_t)o * c + ch) * k * k + ky * k;
+
+#pragma GCC unroll 8
+			for (int kx = 0; kx < k; kx++) {
+				const __m512 v0 = _mm512_loadu_ps(x0 + kx);
+				const __m512 v1 = _mm512_loadu_ps(x1 + kx);
+				const __m512 v2 = _mm512_insertf32x8(
+					_mm512_castps256_ps512(_mm256_maskz_loadu_ps(mt, x0 + 16 + kx)),
+					_mm256_maskz_loadu_ps(mt, x1 + 16 + kx), 1);
+
+#pragma GCC unroll 6
+				for (int a = 0; a < no; a++) {
+					const __m512 wv = _mm512_set1_ps(wr[(size_t)a * ckk + kx]);
+
+					acc[a][0] = _mm512_fmadd_ps(wv, v0, acc[a][0]);
+					acc[a][1] = _mm512_fmadd_ps(wv, v1, acc[a][1]);
+					acc[a][2] = _mm512_fmadd_ps(wv, v2, acc[a][2]);
+				}
+			}
+		}
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++) {
+		float *y0 = y + ((size_t)(o + a) * oh + oy) * ow, *y1 = y0 + ow;
+
+		_mm512_storeu_ps(y0, acc[a][0]);
+		_mm256_mask_storeu_ps(y0 + 16, mt, _mm512_castps512_ps256(acc[a][2]));
+		_mm512_storeu_ps(y1, acc[a][1]);
+		_mm256_mask_storeu_ps(y1 + 16, mt, _mm512_extractf32x8_ps(acc[a][2], 1));
+	}
+}
+
+/*
+ * AVX-512: channels o..o+no-1 of one sample, each row 32 positions at a
+ * time, the tail masked; rows of 17 to 24 positions two at a time.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_channels(const struct nn_layer *l, float *y, const float *x, const float *w,
+		   const float *b, const int k, int o, const int no)
+{
+	const int ow = l->out_w;
+	int oy = 0;
+
+	if (ow > 16 && ow <= 24)
+		for (; oy + 2 <= l->out_h; oy += 2)
+			direct512_tile_pair(l, y, x, w, b, k, o, no, oy);
+	for (; oy < l->out_h; oy++)
+		for (int ox = 0; ox < ow; ox += 32)
+			direct512_tile(l, y, x, w, b, k, o, no, oy, ox, nn_lanes16(ow - ox),
+				       nn_lanes16(ow - ox - 16));
+}
+
+/* AVX-512: one sample, six channels at a time, then two, then one. */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_sample(const struct nn_layer *l, float *y, const float *x, const float *w,
+		 const float *b, const int k)
+{
+	int o = 0;
+
+	for (; o + 6 <= l->out_c; o += 6)
+		direct512_channels(l, y, x, w, b, k, o, 6);
+	for (; o + 2 <= l->out_c; o += 2)
+		direct512_channels(l, y, x, w, b, k, o, 2);
+	if (o < l->out_c)
+		direct512_channels(l, y, x, w, b, k, o, 1);
+}
+
+NN_AVX512 void conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
+					    const float *w, const float *b, int n)
+{
+	for (int i = 0; i < n; i++) {
+		float *y = out + (size_t)i * l->out_size;
+		const float *x = in + (size_t)i * l->in_size;
+
+		if (l->k == 5)
+			direct512_sample(l, y, x, w, b, 5);
+		else if (l->k == 3)
+			direct512_sample(l, y, x, w, b, 3);
+		else
+			direct512_sample(l, y, x, w, b, l->k);
+	}
+}
+
 void conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 			   const float *b, int n)
 {
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+	const enum nn_isa isa = nn_isa_best();
+
+	if (isa == NN_ISA_AVX512)
+		conv2d_direct_forward_avx512(l, out, in, w, b, n);
+	else if (isa == NN_ISA_AVX2)
 		conv2d_direct_forward_avx2(l, out, in, w, b, n);
 	else
 		conv2d_direct_forward_portable(l, out, in, w, b, n);
@@ -277,12 +436,181 @@ conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_lay
 	direct_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n);
 }
 
+/* The most floats of a channel's padded output gradient in the AVX-512 backward (on the stack) */
+#define DIRECT512_POSITIONS 4096
+/* Its largest kernel (k x k sums in registers) */
+#define DIRECT512_K 5
+
+/* True when the AVX-512 backward takes the layer: k <= 5, and its gradient fits its buffer. */
+static bool direct512_fits(const struct nn_layer *l)
+{
+	return l->k <= DIRECT512_K &&
+	       (size_t)(l->out_h + 2 * (l->k - 1)) * l->out_w <= DIRECT512_POSITIONS;
+}
+
+/*
+ * AVX-512: one channel o's output gradient of one sample, as the pool
+ * sent it and the ReLU passed it, made dense in dz (OH, OW, zero on
+ * entry; the value, and 0 where the ReLU blocked, stored without a
+ * branch), its sum added to *bsum in the pool's order; when dx is not
+ * NULL the input gradient added window by window as
+ * direct_backward_sample().
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dz, float *dx,
+		   float *bsum, const float *dp, const int32_t *ix, const float *r, const float *w,
+		   int o)
+{
+	const int k = l->k, iw = l->in_w, pos = l->out_h * l->out_w, ow = l->out_w;
+	const int np = pool->out_h * pool->out_w;
+
+	if (r) {
+		for (int q = 0; q < np; q++) {
+			const float g = r[ix[q]] > 0.0f ? dp[q] : 0.0f;
+
+			dz[ix[q] - o * pos] = g;
+			*bsum += g;
+		}
+	} else {
+		for (int q = 0; q < np; q++) {
+			dz[ix[q] - o * pos] = dp[q];
+			*bsum += dp[q];
+		}
+	}
+	if (!dx)
+		return;
+	for (int q = 0; q < np; q++) {
+		const int j = ix[q] - o * pos;
+		const float g = dz[j];
+
+		if (g == 0.0f)
+			continue;
+		const size_t row0 = (size_t)(j / ow) * iw + (size_t)(j % ow);
+
+		for (int ky = 0; ky < k; ky++)
+			nn_axpy(dx + row0 + (size_t)ky * iw, g, w + ((size_t)o * k + ky) * k, k);
+	}
+}
+
+/* AVX-512: dz zero again where direct512_dense_dy() wrote it (no call: the sums stay in registers). */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_clear_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dz,
+		   const int32_t *ix, int o)
+{
+	const int np = pool->out_h * pool->out_w, base = o * l->out_h * l->out_w;
+
+	for (int q = 0; q < np; q++)
+		dz[ix[q] - base] = 0.0f;
+}
+
+/*
+ * AVX-512 backward behind the pool, one input channel: output channel by
+ * output channel over all n samples, the weight gradient as the dense
+ * correlation of the channel's output gradient with the input.  The
+ * gradient is made dense in dz (see direct512_dense_dy(); K - 1 zero
+ * rows above and below).  Then input row by input row, 16 positions at
+ * a time (the row's tail masked): the K shifted input vectors loaded
+ * once each serve the K kernel rows (the output rows iy - ky), one
+ * 16-wide sum in registers per tap (25 for k = 5, the most it takes)
+ * over all the samples, reduced once.  Four times the multiplications
+ * of the sparse walk but no branch on each selected position.  k is a
+ * constant where inlined with one.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float *din, float *dw,
+		   float *db, const float *dpool, const int32_t *idx, const float *relu_out,
+		   const float *w, const float *in, int n, const int k)
+{
+	const int iw = l->in_w, ih = l->in_h, oh = l->out_h, ow = l->out_w;
+	const size_t np = (size_t)pool->out_h * pool->out_w;
+	float dzbuf[DIRECT512_POSITIONS];
+	float *dz = dzbuf + (size_t)(k - 1) * ow; /* row 0 of the gradient */
+
+	memset(dzbuf, 0, (size_t)(oh + 2 * (k - 1)) * ow * sizeof(float));
+	if (din)
+		memset(din, 0, (size_t)n * l->in_size * sizeof(float));
+	for (int o = 0; o < l->out_c; o++) {
+		__m512 acc[DIRECT512_K][DIRECT512_K];
+		float bsum = 0.0f;
+
+#pragma GCC unroll 5
+		for (int ky = 0; ky < k; ky++)
+#pragma GCC unroll 5
+			for (int kx = 0; kx < k; kx++)
+				acc[ky][kx] = _mm512_setzero_ps();
+		for (int i = 0; i < n; i++) {
+			const size_t p0 = (size_t)i * pool->out_size + (size_t)o * np;
+			const float *x = in + (size_t)i * l->in_size;
+
+			direct512_dense_dy(l, pool, dz, din ? din + (size_t)i * l->in_size : NULL,
+					   &bsum, dpool + p0, idx + p0,
+					   relu_out ? relu_out + (size_t)i * l->out_size : NULL, w, o);
+			for (int ox = 0; ox < ow; ox += 16) {
+				const __mmask16 m = nn_lanes16(ow - ox);
+
+				for (int iy = 0; iy < ih; iy++) {
+					const float *xr = x + (size_t)iy * iw + ox;
+					const float *dr = dz + (ptrdiff_t)iy * ow + ox;
+					__m512 xv[DIRECT512_K];
+
+#pragma GCC unroll 5
+					for (int kx = 0; kx < k; kx++)
+						xv[kx] = _mm512_maskz_loadu_ps(m, xr + kx);
+#pragma GCC unroll 5
+					for (int ky = 0; ky < k; ky++) {
+						const __m512 d =
+							_mm512_maskz_loadu_ps(m, dr - (ptrdiff_t)ky * ow);
+
+#pragma GCC unroll 5
+						for (int kx = 0; kx < k; kx++)
+							acc[ky][kx] = _mm512_fmadd_ps(d, xv[kx], acc[ky][kx]);
+					}
+				}
+			}
+			direct512_clear_dy(l, pool, dz, idx + p0, o);
+		}
+		db[o] += bsum;
+#pragma GCC unroll 5
+		for (int ky = 0; ky < k; ky++)
+#pragma GCC unroll 5
+			for (int kx = 0; kx < k; kx++)
+				dw[((size_t)o * k + ky) * k + kx] += _mm512_reduce_add_ps(acc[ky][kx]);
+	}
+}
+
+NN_AVX512 void conv2d_direct_backward_pooled_avx512(const struct nn_layer *l,
+						    const struct nn_layer *pool, float *din,
+						    float *dw, float *db, const float *dpool,
+						    const int32_t *idx, const float *relu_out,
+						    const float *w, const float *in, int n)
+{
+	switch (l->k) {
+	case 5:
+		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, 5);
+		break;
+	case 4:
+		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, 4);
+		break;
+	case 3:
+		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, 3);
+		break;
+	default:
+		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, l->k);
+		break;
+	}
+}
+
 void conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool,
 				   float *din, float *dw, float *db, const float *dpool,
 				   const int32_t *idx, const float *relu_out, const float *w,
 				   const float *in, int n)
 {
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+	const enum nn_isa isa = nn_isa_best();
+
+	if (isa == NN_ISA_AVX512 && direct512_fits(l))
+		conv2d_direct_backward_pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w,
+						     in, n);
+	else if (isa != NN_ISA_BASE)
 		conv2d_direct_backward_pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, in,
 						   n);
 	else

@@ -75,6 +75,39 @@ int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layer
 
 /* ------------------------------------------------------------------ CPU kernels */
 
+/*
+ * The instruction sets the hot kernels are compiled for, each version
+ * chosen at run time where the CPU has it: baseline x86-64 (SSE), AVX2
+ * with FMA, AVX-512 (F, VL, BW, DQ, with FMA; 16 floats a register,
+ * masked loads and stores for the tails of rows).
+ */
+enum nn_isa {
+	NN_ISA_BASE = 0,
+	NN_ISA_AVX2,
+	NN_ISA_AVX512,
+};
+
+/* The attribute of a function compiled for AVX-512 (callable only where nn_isa_best() says so). */
+#define NN_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+
+/* The best of enum nn_isa this CPU has. */
+static inline enum nn_isa nn_isa_best(void)
+{
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+	    __builtin_cpu_supports("fma"))
+		return NN_ISA_AVX512;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return NN_ISA_AVX2;
+	return NN_ISA_BASE;
+}
+
+/* The mask of the first n of 16 lanes (none for n <= 0, all for n >= 16). */
+static inline uint16_t nn_lanes16(int n)
+{
+	return n >= 16 ? 0xffff : n <= 0 ? 0 : (uint16_t)((1u << n) - 1);
+}
+
 /* 4 floats, the SSE width every x86-64 has (GCC and clang vector extension). */
 typedef float nn_f32x4 __attribute__((vector_size(16)));
 
@@ -138,13 +171,13 @@ void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *poo
 /*
  * The same, in the version chosen by the flags: the input gradient added
  * window by window into din (scatter; where the layer allows it: stride
- * 1, no padding, k <= 8) or through dcol and col2im; AVX2+FMA code (avx2,
- * only where the CPU has them) or portable.
+ * 1, no padding, k <= 8) or through dcol and col2im;
+ * the code for isa (only one the CPU has, nn_isa_best()).
  */
 void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
 				 float *din, float *dw, float *db, const float *dpool,
 				 const int32_t *idx, const float *relu_out, const float *w,
-				 const float *cols, float *dcol, int n, bool scatter, bool avx2);
+				 const float *cols, float *dcol, int n, bool scatter, enum nn_isa isa);
 
 /*
  * Direct convolution (nn/conv2d_direct.c): true for a conv layer it takes
@@ -160,6 +193,9 @@ void conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const 
 				    const float *w, const float *b, int n);
 void conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in,
 				const float *w, const float *b, int n);
+/* The AVX-512 one, only where nn_isa_best() is NN_ISA_AVX512. */
+void conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
+				  const float *w, const float *b, int n);
 /*
  * As conv2d_backward_pooled(), the weight gradient from the layer's input
  * in (n, in_c, in_h, in_w) in place of columns, din (may be NULL) written
@@ -177,6 +213,14 @@ void conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct n
 					float *din, float *dw, float *db, const float *dpool,
 					const int32_t *idx, const float *relu_out, const float *w,
 					const float *in, int n);
+/*
+ * The AVX-512 one: where nn_isa_best() is NN_ISA_AVX512, for k <= 5 and
+ * (out_h + 2 (k - 1)) out_w <= 4096.
+ */
+void conv2d_direct_backward_pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
+					  float *din, float *dw, float *db, const float *dpool,
+					  const int32_t *idx, const float *relu_out,
+					  const float *w, const float *in, int n);
 
 /* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
 void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);

@@ -224,6 +224,15 @@ static void expect_close(const char *what, const float *want, const float *got, 
 			      "%s[%zu]: %g, expected %g", what, i, (double)got[i], (double)want[i]);
 }
 
+/* Says which of the kernels' versions a test compares on this CPU (all of them where it has AVX-512). */
+static void note_isa(const char *test, enum nn_isa best)
+{
+	if (best < NN_ISA_AVX512)
+		fprintf(stderr, "%s: no %s on this CPU, its version%s not compared\n", test,
+			best < NN_ISA_AVX2 ? "AVX2 nor AVX-512" : "AVX-512",
+			best < NN_ISA_AVX2 ? "s" : "");
+}
+
 /*
  * Fails if the fused backward of conv, ReLU (or none) and a max-pool with
  * stride >= kernel differs from the three backwards one after the other
@@ -285,7 +294,8 @@ END_TEST
 
 /*
  * Fails if a version of the pooled conv backward (the input gradient
- * added window by window or through the columns; AVX2 or portable code)
+ * added window by window or through the columns; AVX-512, AVX2 or
+ * portable code, each where the CPU has it)
  * differs from the three backwards one after the other (max-pool, ReLU,
  * the gradient-checked GEMM conv backward), at stride 1 without padding
  * where the window scatter applies: a window added at the wrong place or
@@ -296,12 +306,14 @@ END_TEST
 START_TEST(test_conv_pooled_versions)
 {
 	static const int shapes[3][3] = { { 12, 12, 5 }, { 7, 7, 3 }, { 9, 8, 5 } }; /* h, w, k */
-	const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	const enum nn_isa best = nn_isa_best();
 
+	note_isa("test_conv_pooled_versions", best);
 	for (int s = 0; s < 3; s++)
-		for (int variant = 0; variant < (has_avx2 ? 4 : 2); variant++) {
+		for (int variant = 0; variant < 2 * ((int)best + 1); variant++) {
 			const int *sh = shapes[s];
-			const bool scatter = variant & 1, avx2 = variant & 2;
+			const bool scatter = variant & 1;
+			const enum nn_isa isa = (enum nn_isa)(variant / 2);
 			struct gc g = gc_make(NN_CONV, 2, 3, sh[0], sh[1], 4, sh[2], 1, 0);
 			const struct nn_layer *l = &g.l;
 			struct gc pg = gc_make(NN_MAXPOOL, 2, 4, l->out_h, l->out_w, 0, 2, 2, 0);
@@ -323,7 +335,7 @@ START_TEST(test_conv_pooled_versions)
 			relu_backward(dy, dact, act, outs);
 			conv2d_backward(l, din1, dw1, db1, dy, g.w, g.col, g.dcol, g.n);
 			conv2d_backward_pooled_impl(l, pool, din2, dw2, db2, dpool, pg.idx, act, g.w,
-						    g.col, g.dcol, g.n, scatter, avx2);
+						    g.col, g.dcol, g.n, scatter, isa);
 			expect_close("input gradient", din1, din2, ins);
 			expect_close("weight gradient", dw1, dw2, l->n_w);
 			expect_close("bias gradient", db1, db2, l->n_b);
@@ -346,32 +358,41 @@ END_TEST
 
 /*
  * Fails if the direct convolution (one input channel, no columns) differs
- * from the gradient-checked im2col + GEMM path, in either version (the
- * portable one, and the AVX2 one where the CPU has it): a tap, channel or
- * bias missed, a row of 24 or 8 positions or the single positions after
- * them (widths 26, 9 and 4) or the second channel of a pair (3 outputs:
- * a pair, then one alone) wrong; or if its pooled backward differs from
- * conv2d_backward_pooled() on the columns: a gradient sent to the wrong
- * tap, window or channel, or read past the input's end (the last windows
- * of an input whose row is shorter than 8, under ASan).  Kernels 5, 3
- * and 4 (the constant and the general code).  Also fails if a model would
- * take the direct path on a CPU without AVX2 and FMA.
+ * from the gradient-checked im2col + GEMM path, in any version (the
+ * portable one, and the AVX2 and AVX-512 ones where the CPU has them): a
+ * tap, channel or bias missed, a row of 24 or 8 positions or the single
+ * positions after them (widths 26, 9 and 4; AVX-512: 32 then a masked
+ * tail, widths 36, 26, 9, 4, and two rows at a time with their tails in
+ * one vector, widths 24 and 21, the last of 9 rows alone) or the second
+ * channel of a pair (3 outputs:
+ * a pair, then one alone; AVX-512: 8 and 7, six then two or one) wrong;
+ * or if its pooled backward differs from conv2d_backward_pooled() on the
+ * columns: a gradient sent to the wrong tap, window or channel, or read
+ * past the input's end (the last windows of an input whose row is
+ * shorter than 8, under ASan).  Kernels 5, 3, 4 and 2 (the constant and
+ * the general code).  Also fails if a model would take the direct path on
+ * a CPU without AVX2 and FMA.
  */
 START_TEST(test_conv_direct)
 {
-	const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-	static const int shapes[4][3] = {
-		/* h, w, k */
-		{ 30, 30, 5 }, { 11, 13, 5 }, { 6, 6, 3 }, { 9, 7, 4 },
+	const enum nn_isa best = nn_isa_best();
+	const bool has_avx2 = best >= NN_ISA_AVX2;
+	static const int shapes[9][4] = {
+		/* h, w, k, output channels */
+		{ 30, 30, 5, 3 }, { 11, 13, 5, 3 }, { 6, 6, 3, 3 }, { 9, 7, 4, 3 },
+		{ 12, 40, 5, 8 }, { 10, 30, 3, 7 }, { 8, 9, 2, 8 }, { 28, 28, 5, 6 },
+		{ 11, 23, 3, 8 },
 	};
 
-	for (int s = 0; s < 4; s++)
-		for (int variant = 0; variant < (has_avx2 ? 4 : 2); variant++) {
+	note_isa("test_conv_direct", best);
+	for (int s = 0; s < 9; s++)
+		for (int variant = 0; variant < 2 * ((int)best + 1); variant++) {
 			const int *sh = shapes[s];
-			const bool relu = variant & 1, avx2 = variant & 2;
-			struct gc g = gc_make(NN_CONV, 3, 1, sh[0], sh[1], 3, sh[2], 1, 0);
+			const bool relu = variant & 1;
+			const enum nn_isa isa = (enum nn_isa)(variant / 2);
+			struct gc g = gc_make(NN_CONV, 3, 1, sh[0], sh[1], sh[3], sh[2], 1, 0);
 			struct nn_layer *l = &g.l;
-			struct gc pg = gc_make(NN_MAXPOOL, 3, 3, l->out_h, l->out_w, 0, 2, 2, 0);
+			struct gc pg = gc_make(NN_MAXPOOL, 3, sh[3], l->out_h, l->out_w, 0, 2, 2, 0);
 			const struct nn_layer *pool = &pg.l;
 			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
 			const size_t ins = (size_t)g.n * l->in_size;
@@ -386,7 +407,9 @@ START_TEST(test_conv_direct)
 			for (size_t i = 0; i < pouts; i += 3)
 				dpool[i] = 0.0f;
 			conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
-			if (avx2)
+			if (isa == NN_ISA_AVX512)
+				conv2d_direct_forward_avx512(l, y, g.in, g.w, g.b, g.n);
+			else if (isa == NN_ISA_AVX2)
 				conv2d_direct_forward_avx2(l, y, g.in, g.w, g.b, g.n);
 			else
 				conv2d_direct_forward_portable(l, y, g.in, g.w, g.b, g.n);
@@ -398,7 +421,10 @@ START_TEST(test_conv_direct)
 			maxpool_forward(pool, pooled, pg.idx, act, g.n);
 			conv2d_backward_pooled(l, pool, din1, dw1, db1, dpool, pg.idx, relu ? act : NULL,
 					       g.w, g.col, g.dcol, g.n);
-			if (avx2)
+			if (isa == NN_ISA_AVX512)
+				conv2d_direct_backward_pooled_avx512(l, pool, din2, dw2, db2, dpool, pg.idx,
+								     relu ? act : NULL, g.w, g.in, g.n);
+			else if (isa == NN_ISA_AVX2)
 				conv2d_direct_backward_pooled_avx2(l, pool, din2, dw2, db2, dpool, pg.idx,
 								   relu ? act : NULL, g.w, g.in, g.n);
 			else
