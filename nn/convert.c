@@ -82,5 +82,5 @@ void u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, flo
 
 void u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std)
 {
-	u8_to_f32_isa(dst, src, count, mean, std, nn_cpu_isa());
+	u8_to_f32_isa(dst, src, count, mean, std, nn_isa_best());
 }

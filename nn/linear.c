@@ -131,7 +131,7 @@ void linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, 
 void linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,
 			    const float *in, int n, int j0, int j1, float beta)
 {
-	linear_backward_params_isa(l, dw, db, dout, in, n, j0, j1, beta, nn_cpu_isa());
+	linear_backward_params_isa(l, dw, db, dout, in, n, j0, j1, beta, nn_isa_best());
 }
 
 void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,

@@ -140,5 +140,5 @@ int softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, f
 int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
 		 float *dlogits, double *losses, uint64_t *correct)
 {
-	return softmax_xent_isa(logits, labels, n, c, scale, dlogits, losses, correct, nn_cpu_isa());
+	return softmax_xent_isa(logits, labels, n, c, scale, dlogits, losses, correct, nn_isa_best());
 }

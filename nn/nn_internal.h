@@ -266,15 +266,7 @@ void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
 
 /* ------------------------------------------------------------------ the MLP's step: vector versions */
 
-/* The instruction sets the CPU kernels below come in. */
-enum nn_isa {
-	NN_ISA_BASE,   /* baseline x86-64 (SSE2) */
-	NN_ISA_AVX2,   /* AVX2 and FMA */
-	NN_ISA_AVX512, /* AVX-512F */
-};
-
-/* The best the CPU running this has. */
-enum nn_isa nn_cpu_isa(void);
+/* The kernels below come in a version for each enum nn_isa (above). */
 /* nn_optim_step_cpu() in the version for isa (which the CPU must have). */
 void nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa);
 /* softmax_xent() in the version for isa (AVX-512 for up to 16 classes, else portable). */

@@ -274,15 +274,6 @@ __attribute__((target("avx2,fma"))) static void sgd_step_avx2(struct nn_optim *o
 	}
 }
 
-enum nn_isa nn_cpu_isa(void)
-{
-	if (__builtin_cpu_supports("avx512f"))
-		return NN_ISA_AVX512;
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		return NN_ISA_AVX2;
-	return NN_ISA_BASE;
-}
-
 void nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa)
 {
 	const bool sgd = o->cfg.kind == PP_OPTIM_SGD;
@@ -312,5 +303,5 @@ void nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, e
 
 void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n)
 {
-	nn_optim_step_isa(o, p, g, n, nn_cpu_isa());
+	nn_optim_step_isa(o, p, g, n, nn_isa_best());
 }

@@ -1343,10 +1343,13 @@ END_TEST
 
 /* ------------------------------------------------------------------ the MLP's step: vector kernels */
 
-/* True where the CPU has AVX-512F: the tests below must then run the AVX-512 versions. */
+/* True where the CPU has the AVX-512 the kernels use (F, VL, BW, DQ, and FMA): the
+ * tests below must then run the AVX-512 versions. */
 static bool has_avx512(void)
 {
-	return __builtin_cpu_supports("avx512f");
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+	       __builtin_cpu_supports("fma");
 }
 
 /* The instruction sets this CPU has, best last; their count. */
@@ -1379,7 +1382,7 @@ static void expect_near(const char *what, const float *want, const float *got, s
  * moment not written back, the first step's momentum not the gradient,
  * a bias correction of the wrong step; or if a masked tail writes past the
  * end of the parameters or of either buffer (a sentinel there).  Also
- * fails if the CPU has AVX-512 and nn_cpu_isa() does not choose it.
+ * fails if the CPU has AVX-512 and nn_isa_best() does not choose it.
  */
 START_TEST(test_optim_versions)
 {
@@ -1389,7 +1392,7 @@ START_TEST(test_optim_versions)
 	const int n_isas = isas_here(isas);
 	struct pp_optimizer_config cfgs[5];
 
-	ck_assert(!has_avx512() || nn_cpu_isa() == NN_ISA_AVX512);
+	ck_assert(!has_avx512() || nn_isa_best() == NN_ISA_AVX512);
 	ck_assert(!has_avx512() || isas[n_isas - 1] == NN_ISA_AVX512);
 	for (int k = 0; k < 5; k++) {
 		struct pp_model_config mc;
@@ -1462,7 +1465,7 @@ START_TEST(test_xent_versions)
 	static const int classes[5] = { 10, 3, 8, 9, 16 };
 	enum { N = 9 };
 
-	ck_assert(!has_avx512() || nn_cpu_isa() == NN_ISA_AVX512);
+	ck_assert(!has_avx512() || nn_isa_best() == NN_ISA_AVX512);
 	for (int ci = 0; ci < 5; ci++)
 		for (int big = 0; big < 2; big++) {
 			const int c = classes[ci];
@@ -1484,7 +1487,7 @@ START_TEST(test_xent_versions)
 				d[a][N * c] = 12345.0f;
 				ck_assert_int_eq(softmax_xent_isa(z, y, N, c, 0.25f, d[a], losses[a],
 								  &correct[a],
-								  a ? nn_cpu_isa() : NN_ISA_BASE), 0);
+								  a ? nn_isa_best() : NN_ISA_BASE), 0);
 				ck_assert(d[a][N * c] == 12345.0f);
 			}
 			ck_assert_uint_eq(correct[0], correct[1]);
@@ -1496,7 +1499,7 @@ START_TEST(test_xent_versions)
 			expect_near("logit gradient", d[0], d[1], (size_t)N * c, 1e-6f, 1e-12f);
 			y[N - 1] = c;
 			ck_assert_int_eq(softmax_xent_isa(z, y, N, c, 0.25f, d[1], losses[1], &correct[1],
-							  nn_cpu_isa()), -ERANGE);
+							  nn_isa_best()), -ERANGE);
 		}
 }
 END_TEST
@@ -1552,7 +1555,7 @@ START_TEST(test_linear_dw_versions)
 
 	if (!has_avx512())
 		return;
-	ck_assert(nn_cpu_isa() == NN_ISA_AVX512);
+	ck_assert(nn_isa_best() == NN_ISA_AVX512);
 	for (int t = 0; t < 6; t++) {
 		const int *c = cases[t];
 		struct gc g = gc_make(NN_LINEAR, c[2], c[1], 1, 1, c[0], 0, 0, 0);
