@@ -578,6 +578,21 @@ static int create_idx(struct fx *f, void **obj_p)
 	return pp_dataset_open_idx(images, labels, (struct pp_dataset **)obj_p);
 }
 
+/* The list of the fixture's shards (part-N.pps), as pp_shard_find() makes it. */
+static int create_shard_list(struct fx *f, void **obj_p)
+{
+	size_t n;
+	int ret = pp_shard_find(f->dir, "part", (char ***)obj_p, &n);
+
+	ck_assert(ret < 0 || n == NSHARDS);
+	return ret;
+}
+
+static void destroy_shard_list(void *obj)
+{
+	pp_shard_paths_free(obj);
+}
+
 static int create_stream_loader(struct fx *f, void **obj_p)
 {
 	struct pp_loader_config cfg = stream_config(f, 0);
@@ -643,6 +658,7 @@ static const struct create_case create_cases[] = {
 	{ "shard", create_shard, destroy_shard },
 	{ "dataset", create_dataset, destroy_dataset },
 	{ "idx dataset", create_idx, destroy_dataset },
+	{ "shard list", create_shard_list, destroy_shard_list },
 	{ "stream loader", create_stream_loader, destroy_loader },
 	{ "memory loader", create_memory_loader, destroy_loader },
 	{ "transfer stage", create_stage, destroy_stage },
