@@ -2,14 +2,15 @@
  * nn/checkpoint.c: checkpoints.  Layout, little-endian:
  *
  *   0   8  magic "PPNNCKPT"
- *   8   4  version (1)
+ *   8   4  version (2; version 1 is read too)
  *  12   4  spec length S (1..4096)
  *  16  16  input channels, height, width, classes (u32 each)
  *  32   8  parameter count N (u64)
  *  40   8  optimizer steps taken (u64)
  *  48  36  optimizer: kind (u32), lr, momentum, dampening (f32), nesterov (u32),
  *          weight decay, beta1, beta2, eps (f32)
- *  84   S  the expanded spec (no NUL)
+ *  84   8  the caller's tag (u64, pp_model_set_tag()); version 2 only
+ *  92   S  the expanded spec (no NUL); at 84 in version 1
  *       4N parameters, then 4N momentum (SGD) or 8N first and second moments (Adam)
  *       4  CRC-32 of everything before it
  */
@@ -27,8 +28,9 @@
 #include "nn/nn_internal.h"
 
 #define CKPT_MAGIC "PPNNCKPT"
-#define CKPT_VERSION 1
-#define CKPT_HEADER 84
+#define CKPT_VERSION 2
+#define CKPT_HEADER 92    /* version 2; 84 in version 1, which has no tag */
+#define CKPT_HEADER_V1 84
 #define CKPT_MAX_SPEC 4096
 
 static void put_f32(uint8_t *p, float v)
@@ -83,6 +85,16 @@ static int write_all(int fd, const uint8_t *buf, size_t len, const char *path)
 	return 0;
 }
 
+PP_API void pp_model_set_tag(struct pp_model *m, uint64_t tag)
+{
+	m->tag = tag;
+}
+
+PP_API uint64_t pp_model_tag(const struct pp_model *m)
+{
+	return m->tag;
+}
+
 int pp_model_save(struct pp_model *m, const char *path)
 {
 	const struct pp_optimizer_config *o = &m->optim.cfg;
@@ -119,6 +131,7 @@ int pp_model_save(struct pp_model *m, const char *path)
 	put_f32(buf + 72, o->beta1);
 	put_f32(buf + 76, o->beta2);
 	put_f32(buf + 80, o->eps);
+	pp_put_le64(buf + 84, m->tag);
 	memcpy(buf + CKPT_HEADER, m->spec, slen);
 	p = buf + CKPT_HEADER + slen;
 	ret = put_floats(m, p, m->params, n);
@@ -230,34 +243,41 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 	struct pp_model_config cfg = *user;
 	struct pp_model *m;
 	uint32_t version, slen, crc, want_crc;
-	uint64_t n, steps;
+	uint64_t n, steps, tag = 0;
+	size_t header;
 	size_t need;
 	char spec[CKPT_MAX_SPEC + 1];
 	float *host;
 	int ret;
 
-	if (len < CKPT_HEADER + 4)
+	if (len < CKPT_HEADER_V1 + 4)
 		return pp_error(-EBADMSG, "%s: %zu bytes, too short for a checkpoint (at least %d)", path,
-				len, CKPT_HEADER + 4);
+				len, CKPT_HEADER_V1 + 4);
 	if (memcmp(buf, CKPT_MAGIC, 8) != 0)
 		return pp_error(-EBADMSG, "%s: offset 0: bad magic (expected \"%s\")", path, CKPT_MAGIC);
 	version = pp_le32(buf + 8);
-	if (version != CKPT_VERSION)
-		return pp_error(-EBADMSG, "%s: offset 8: version %u (expected %d)", path, version,
+	if (version != 1 && version != CKPT_VERSION)
+		return pp_error(-EBADMSG, "%s: offset 8: version %u (expected 1 or %d)", path, version,
 				CKPT_VERSION);
+	header = version == 1 ? CKPT_HEADER_V1 : CKPT_HEADER;
+	if (len < header + 4)
+		return pp_error(-EBADMSG, "%s: %zu bytes, too short for a version %u checkpoint (at "
+				"least %zu)", path, len, version, header + 4);
 	want_crc = pp_le32(buf + len - 4);
 	crc = pp_crc32(0, buf, len - 4);
 	if (crc != want_crc)
 		return pp_error(-EBADMSG, "%s: offset %zu: CRC-32 mismatch (expected 0x%08x, got 0x%08x)",
 				path, len - 4, want_crc, crc);
 	slen = pp_le32(buf + 12);
-	if (slen < 1 || slen > CKPT_MAX_SPEC || slen > len - CKPT_HEADER - 4)
+	if (slen < 1 || slen > CKPT_MAX_SPEC || slen > len - header - 4)
 		return pp_error(-EBADMSG, "%s: offset 12: spec length %u (expected 1..%d within the file)",
 				path, slen, CKPT_MAX_SPEC);
-	memcpy(spec, buf + CKPT_HEADER, slen);
+	memcpy(spec, buf + header, slen);
 	spec[slen] = '\0';
 	if (strlen(spec) != slen)
-		return pp_error(-EBADMSG, "%s: offset %d: the spec holds a NUL byte", path, CKPT_HEADER);
+		return pp_error(-EBADMSG, "%s: offset %zu: the spec holds a NUL byte", path, header);
+	if (version >= 2)
+		tag = pp_le64(buf + 84);
 	cfg.in_channels = pp_le32(buf + 16);
 	cfg.in_height = pp_le32(buf + 20);
 	cfg.in_width = pp_le32(buf + 24);
@@ -279,7 +299,7 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 	if (n > (len / 4))
 		return pp_error(-EBADMSG, "%s: offset 32: %llu parameters cannot fit in %zu bytes", path,
 				(unsigned long long)n, len);
-	need = CKPT_HEADER + slen + 4 * (size_t)n * (1 + state_vectors(cfg.optim.kind)) + 4;
+	need = header + slen + 4 * (size_t)n * (1 + state_vectors(cfg.optim.kind)) + 4;
 	if (need != len)
 		return pp_error(-EBADMSG, "%s: %zu bytes, expected %zu for %llu parameters and the %s state",
 				path, len, need, (unsigned long long)n,
@@ -307,7 +327,7 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 		goto err_destroy;
 	}
 	float *dsts[3] = { m->params, m->optim.buf1, m->optim.buf2 };
-	const uint8_t *p = buf + CKPT_HEADER + slen;
+	const uint8_t *p = buf + header + slen;
 	for (size_t v = 0; v < 1 + state_vectors(cfg.optim.kind) && !ret; v++) {
 		for (size_t i = 0; i < n; i++)
 			host[i] = get_f32(p + 4 * (v * n + i));
@@ -317,6 +337,7 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 	if (ret)
 		goto err_destroy;
 	m->optim.t = steps;
+	m->tag = tag;
 	*model_p = m;
 	return 0;
 

@@ -330,6 +330,7 @@ struct pp_model {
 	const struct nn_backend *backend;
 	struct pp_model_config cfg;
 	char *spec;               /* expanded */
+	uint64_t tag;             /* the caller's, kept in checkpoints (pp_model_set_tag()) */
 	struct nn_layer *layers;  /* n_layers */
 	size_t n_layers;
 	size_t n_params;          /* floats */

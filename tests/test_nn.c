@@ -1274,6 +1274,66 @@ static void expect_rejected(const char *path, const void *buf, size_t len, int e
 }
 
 /*
+ * Fails if the tag is not kept through a checkpoint, or if a checkpoint of
+ * version 1 (no tag: the same file without bytes 84..91) is no longer read,
+ * with its steps and parameters, and tag 0.
+ */
+START_TEST(test_checkpoint_tag)
+{
+	char *dir = pp_test_tmpdir();
+	char path[512], v1[512];
+	struct pp_model_config cfg;
+	struct pp_model *m, *a, *b;
+	uint8_t *buf, *old;
+	size_t len, n;
+	float *pa, *pb;
+
+	snprintf(path, sizeof(path), "%s/tag.ckpt", dir);
+	snprintf(v1, sizeof(v1), "%s/v1.ckpt", dir);
+	pp_model_config_init(&cfg);
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), 0);
+	ck_assert_uint_eq(pp_model_tag(m), 0);
+	train(m, 2, 5);
+	pp_model_set_tag(m, 0x0123456789abcdefull);
+	ck_assert_int_eq(pp_model_save(m, path), 0);
+	pp_model_destroy(m);
+
+	ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &a), 0);
+	ck_assert_uint_eq(pp_model_tag(a), 0x0123456789abcdefull);
+	ck_assert_uint_eq(pp_model_steps(a), 2);
+
+	buf = pp_test_read_file(path, &len);
+	ck_assert_uint_eq(pp_le32(buf + 8), 2);
+	ck_assert_uint_eq(pp_le64(buf + 84), 0x0123456789abcdefull);
+	old = malloc(len - 8);
+	ck_assert_ptr_nonnull(old);
+	memcpy(old, buf, 84);
+	memcpy(old + 84, buf + 92, len - 92);
+	pp_put_le32(old + 8, 1);
+	pp_put_le32(old + len - 12, pp_crc32(0, old, len - 12));
+	pp_test_write_file(v1, old, len - 8);
+	ck_assert_int_eq(pp_model_load(v1, NULL, &cfg, &b), 0);
+	ck_assert_uint_eq(pp_model_tag(b), 0);
+	ck_assert_uint_eq(pp_model_steps(b), 2);
+	n = pp_model_param_count(a);
+	pa = malloc(n * sizeof(float));
+	pb = malloc(n * sizeof(float));
+	ck_assert(pa != NULL && pb != NULL);
+	ck_assert_int_eq(pp_model_params_read(a, pa, n), 0);
+	ck_assert_int_eq(pp_model_params_read(b, pb, n), 0);
+	ck_assert_int_eq(memcmp(pa, pb, n * sizeof(float)), 0);
+	free(pa);
+	free(pb);
+	pp_model_destroy(a);
+	pp_model_destroy(b);
+	free(old);
+	free(buf);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * Fails if a truncated, extended, bit-flipped, wrongly versioned or
  * mislabelled checkpoint (or one whose spec is bad under a valid CRC) is
  * loaded, or is rejected without a message naming the file and the place.
@@ -1310,10 +1370,10 @@ START_TEST(test_checkpoint_damaged)
 	expect_rejected(bad, copy, len, -EBADMSG, "offset 0: bad magic");
 	memcpy(copy, buf, len);
 	copy[8] = 9;
-	expect_rejected(bad, copy, len, -EBADMSG, "offset 8: version 9 (expected 1)");
+	expect_rejected(bad, copy, len, -EBADMSG, "offset 8: version 9 (expected 1 or 2)");
 	/* a bad spec ("flatten" -> "flatteX") under a recomputed CRC */
 	memcpy(copy, buf, len);
-	copy[84 + 6] = 'X';
+	copy[92 + 6] = 'X';
 	pp_put_le32(copy + len - 4, pp_crc32(0, copy, len - 4));
 	expect_rejected(bad, copy, len, -EBADMSG, "describe no valid model");
 	/* a parameter count that does not match the file's size */
@@ -1676,6 +1736,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(learn, test_learns_fashion_mnist);
 	tcase_add_test(ckpt, test_checkpoint_resume);
 	tcase_add_test(ckpt, test_checkpoint_damaged);
+	tcase_add_test(ckpt, test_checkpoint_tag);
 	tcase_set_timeout(model, 30);
 	tcase_set_timeout(ckpt, 30);
 	suite_add_tcase(s, grad);

@@ -103,6 +103,19 @@ assert got == sys.argv[3].split(","), got
 # step 7 of 12, it finishes epoch 1 and trains 2 and 3.
 check rb "$tmp/ra.csv" 2,3
 check rc "$tmp/ra.csv" 1,2,3
+# A resume whose training data would come in another order (another batch
+# size, no shuffling) is refused, at an epoch's end and in the middle of
+# one, and leaves the checkpoint as it was.
+"$train" $common --epochs=1 --checkpoint="$tmp/d.ckpt" >/dev/null 2>"$tmp/err" &&
+"$train" $common --epochs=3 --max-steps=7 --checkpoint="$tmp/e.ckpt" >/dev/null 2>>"$tmp/err" ||
+	{ echo "FAIL: runs to resume:"; cat "$tmp/err"; fail=1; }
+cp "$tmp/d.ckpt" "$tmp/d0.ckpt"
+cp "$tmp/e.ckpt" "$tmp/e0.ckpt"
+other="was written by a run whose training data came in another order.*resume it with the options it was written with"
+expect 1 "d.ckpt $other" "$train" $common --epochs=2 --batch-size=50 --checkpoint="$tmp/d.ckpt" --resume
+expect 1 "e.ckpt $other" "$train" $common --epochs=3 --no-shuffle --checkpoint="$tmp/e.ckpt" --resume
+cmp -s "$tmp/d.ckpt" "$tmp/d0.ckpt" && cmp -s "$tmp/e.ckpt" "$tmp/e0.ckpt" ||
+	{ echo "FAIL: a refused resume changed its checkpoint"; fail=1; }
 
 # 5. A 2x2 grid: 4 runs with the right parameters in the CSV, JSON lines
 # that parse, and TensorBoard event files with valid TFRecord framing and

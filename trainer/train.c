@@ -539,20 +539,27 @@ static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, 
 		fprintf(stderr, "pinpipe-train: warning: %s\n", pp_last_error());
 }
 
-/* Begins a training epoch, or continues it from a resumed model's step count. */
+/*
+ * Begins a training epoch, or continues it from a resumed model's step
+ * count.  'key' is the plan key of the loader that trained the resumed
+ * model (its checkpoint's tag; 0 for a checkpoint without one): the loader
+ * refuses to continue a run whose data came in another order (-EINVAL).
+ */
 static int begin_epoch(struct run *r, unsigned epoch, bool resuming, uint64_t steps,
-		       uint64_t batches)
+		       uint64_t batches, uint64_t key)
 {
 	struct pp_loader_position pos;
 	int ret = pp_transfer_begin_epoch(r->train_xfer, epoch);
 
-	if (ret < 0 || !resuming || batches == 0 || steps % batches == 0)
+	if (ret < 0 || !resuming || batches == 0 || (steps % batches == 0 && key == 0))
 		return ret;
 	ret = pp_loader_get_position(r->train_loader, &pos);
 	if (ret < 0)
 		return ret;
 	pos.epoch = epoch;
 	pos.batch = steps % batches;
+	if (key != 0)
+		pos.plan_key = key;
 	return pp_transfer_resume(r->train_xfer, &pos);
 }
 
@@ -613,6 +620,8 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	double t_run = now_s();
 	uint64_t steps, batches;
 	unsigned first_epoch;
+	struct pp_loader_position pos;
+	uint64_t resumed_key;
 	int ret;
 
 	ret = run_open(opt, p, run, d, &r);
@@ -631,6 +640,13 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	batches = pp_loader_batches_per_epoch(r.train_loader);
 	steps = pp_model_steps(r.model);
 	first_epoch = batches ? (unsigned)(steps / batches) : 0;
+	/* The model keeps the order of its training data (the loader's plan key)
+	 * in its checkpoints, so that a resume can be checked against it. */
+	ret = pp_loader_get_position(r.train_loader, &pos);
+	if (ret < 0)
+		goto fail;
+	resumed_key = steps ? pp_model_tag(r.model) : 0;
+	pp_model_set_tag(r.model, pos.plan_key);
 	if (opt->progress >= 0)
 		printf("run %u: device=%s batch_size=%u workers=%u pin_memory=%s lr=%g model=%s "
 		       "optimizer=%s, %zu parameters%s\n", run, p->device, p->batch_size, p->workers,
@@ -645,7 +661,12 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		row.run = run;
 		row.epoch = epoch + 1;
 		row.p = *p;
-		ret = begin_epoch(&r, epoch, epoch == first_epoch, steps, batches);
+		ret = begin_epoch(&r, epoch, epoch == first_epoch, steps, batches, resumed_key);
+		if (ret == -EINVAL && epoch == first_epoch && steps != 0)
+			fprintf(stderr, "pinpipe-train: --resume: %s was written by a run whose "
+				"training data came in another order (--data, --seed, --batch-size, "
+				"--val-split, --no-shuffle, --drop-last or the --stream window differ); "
+				"resume it with the options it was written with\n", opt->checkpoint);
 		if (ret == 0)
 			ret = train_epoch(opt, &r, info, &steps, batches, &row);
 		if (ret < 0 && ret != -EINTR)

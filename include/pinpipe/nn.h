@@ -237,9 +237,18 @@ struct pp_model_metrics {
 PP_API int pp_model_metrics(struct pp_model *model, bool reset, struct pp_model_metrics *metrics_p);
 
 /*
+ * A number the caller keeps with the model and its checkpoints, e.g. what
+ * the model's training data was (pinpipe-train keeps the training loader's
+ * pp_loader_position.plan_key, and refuses to resume a checkpoint on data
+ * in another order).  0 for a new model and for a checkpoint of version 1.
+ */
+PP_API void pp_model_set_tag(struct pp_model *model, uint64_t tag);
+PP_API uint64_t pp_model_tag(const struct pp_model *model);
+
+/*
  * Saves the model to 'path': a versioned binary checkpoint with the spec,
  * the input shape, the parameters, the optimizer's settings and state, the
- * step count and a CRC-32 of the whole.  The file is written under a
+ * step count, the tag and a CRC-32 of the whole.  The file is written under a
  * temporary name and renamed, so an existing checkpoint is never left half
  * written.  Returns 0 or -errno with the path in the message.
  */
@@ -251,7 +260,8 @@ PP_API int pp_model_save(struct pp_model *model, const char *path);
  * std); the spec, shapes, parameters and optimizer come from the file.
  * Training continued from it gives the same parameters as if it had never
  * stopped.  Returns 0, or -EINVAL (a bad threads, mean or std in 'cfg'),
- * -EBADMSG (bad magic, unknown version, truncated, a field out of range,
+ * -EBADMSG (bad magic, unknown version (versions 1 and 2 are read),
+ * truncated, a field out of range,
  * CRC mismatch: the message names the file, the offset and what was
  * expected), -errno from opening or reading it.
  */
