@@ -8,7 +8,10 @@
  * chosen at run time where the CPU has them, and a portable one for the
  * others (baseline x86-64), correct but slower than im2col + GEMM (GCC
  * keeps 8-float vectors in memory on SSE): a model takes this file's
- * path only where the CPU has AVX2 and FMA (conv2d_direct_fits()).  The backward, behind a ReLU and
+ * path only where the CPU has AVX2 and FMA (conv2d_direct_fits()).  A
+ * third, AVX-512, for any number of input channels, also makes the
+ * output of conv2d_forward() for the thin layers at stride 1 without
+ * padding (conv2d_direct_forward_fits512()).  The backward, behind a ReLU and
  * a max-pool with stride >= kernel, visits only the positions the pool
  * selected and reads the input windows in place of the columns; it too
  * has the two versions.
