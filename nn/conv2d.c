@@ -1,6 +1,8 @@
 /*
  * nn/conv2d.c: Conv2d (stride, zero padding) on the CPU by im2col and one
- * GEMM per sample; the backward reuses the forward's columns.
+ * GEMM per sample, or (AVX-512, stride 1 without padding, few taps) the
+ * direct kernel of nn/conv2d_direct.c from the input, the columns still
+ * made for the backward, which reuses them.
  * Shapes (one sample): in (C, H, W), W (OC, C, K, K) as PyTorch's
  * nn.Conv2d, col (OH OW, C K K), out (OC, OH OW).  When a max-pool
  * follows (after a ReLU or not), the backward takes the pool's and the
@@ -125,16 +127,21 @@ static void col2im(const struct nn_layer *l, float *dx, const float *dcol)
 		}
 }
 
-void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
-		    const float *b, float *col, int n)
+void conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, const float *w,
+			 const float *b, float *col, int n, enum nn_isa isa)
 {
 	const int oc = l->out_c, kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
+	const bool direct = isa == NN_ISA_AVX512 && conv2d_direct_forward_fits512(l);
 
 	for (int i = 0; i < n; i++) {
 		float *y = out + (size_t)i * l->out_size;
 		float *c = col + (size_t)i * pos * kk;
 
 		im2col(l, c, in + (size_t)i * l->in_size);
+		if (direct) {
+			conv2d_direct_forward_avx512(l, y, in + (size_t)i * l->in_size, w, b, 1);
+			continue;
+		}
 		for (int o = 0; o < oc; o++)
 			for (int j = 0; j < pos; j++)
 				y[(size_t)o * pos + j] = b[o];
@@ -142,6 +149,12 @@ void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, pos, kk, 1.0f, w, kk, c, kk,
 			    1.0f, y, pos);
 	}
+}
+
+void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+		    const float *b, float *col, int n)
+{
+	conv2d_forward_impl(l, out, in, w, b, col, n, nn_isa_best());
 }
 
 void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,

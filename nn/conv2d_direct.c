@@ -8,7 +8,10 @@
  * chosen at run time where the CPU has them, and a portable one for the
  * others (baseline x86-64), correct but slower than im2col + GEMM (GCC
  * keeps 8-float vectors in memory on SSE): a model takes this file's
- * path only where the CPU has AVX2 and FMA (conv2d_direct_fits()).  The backward, behind a ReLU and
+ * path only where the CPU has AVX2 and FMA (conv2d_direct_fits()).  A
+ * third, AVX-512, for any number of input channels, also makes the
+ * output of conv2d_forward() for the thin layers at stride 1 without
+ * padding (conv2d_direct_forward_fits512()).  The backward, behind a ReLU and
  * a max-pool with stride >= kernel, visits only the positions the pool
  * selected and reads the input windows in place of the columns; it too
  * has the two versions.
@@ -269,8 +272,75 @@ direct512_tile_pair(const struct nn_layer *l, float *y, const float *x, const fl
 }
 
 /*
+ * AVX-512, rows of at most 8 positions (the second convolution of a small
+ * image network, 8 x 8 outputs): the outputs of channels o..o+no-1 at
+ * rows oy..oy+2 np-1, one vector per channel and pair of rows (lanes
+ * 0..7 the first row, 8..15 the second; a row past the last, oy + 2 p + 1
+ * = OH, masked off): no x np sums in registers (24 for no = 6, np = 4)
+ * over all the C K K taps, so that each loaded pair of input rows serves
+ * no channels.  k, no and np are constants where inlined with them.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_tile_rows8(const struct nn_layer *l, float *y, const float *x, const float *w,
+		     const float *b, const int k, int o, const int no, int oy, const int np)
+{
+	const int c = l->in_c, h = l->in_h, iw = l->in_w, oh = l->out_h, ow = l->out_w;
+	const int ckk = c * k * k;
+	const __mmask8 m = (__mmask8)nn_lanes16(ow);
+	__mmask8 m1[4];
+	__m512 acc[6][4];
+
+#pragma GCC unroll 4
+	for (int p = 0; p < np; p++)
+		m1[p] = oy + 2 * p + 1 < oh ? m : 0;
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++)
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++)
+			acc[a][p] = _mm512_set1_ps(b[o + a]);
+	for (int ch = 0; ch < c; ch++)
+#pragma GCC unroll 8
+		for (int ky = 0; ky < k; ky++) {
+			const float *xr = x + ((size_t)ch * h + oy + ky) * iw;
+			const float *wr = w + ((size_t)o * c + ch) * k * k + ky * k;
+
+#pragma GCC unroll 8
+			for (int kx = 0; kx < k; kx++) {
+				__m512 v[4];
+
+#pragma GCC unroll 4
+				for (int p = 0; p < np; p++) {
+					const float *x0 = xr + (size_t)(2 * p) * iw + kx;
+
+					v[p] = _mm512_insertf32x8(
+						_mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, x0)),
+						_mm256_maskz_loadu_ps(m1[p], x0 + iw), 1);
+				}
+#pragma GCC unroll 6
+				for (int a = 0; a < no; a++) {
+					const __m512 wv = _mm512_set1_ps(wr[(size_t)a * ckk + kx]);
+
+#pragma GCC unroll 4
+					for (int p = 0; p < np; p++)
+						acc[a][p] = _mm512_fmadd_ps(wv, v[p], acc[a][p]);
+				}
+			}
+		}
+#pragma GCC unroll 6
+	for (int a = 0; a < no; a++)
+#pragma GCC unroll 4
+		for (int p = 0; p < np; p++) {
+			float *y0 = y + ((size_t)(o + a) * oh + oy + 2 * p) * ow;
+
+			_mm256_mask_storeu_ps(y0, m, _mm512_castps512_ps256(acc[a][p]));
+			_mm256_mask_storeu_ps(y0 + ow, m1[p], _mm512_extractf32x8_ps(acc[a][p], 1));
+		}
+}
+
+/*
  * AVX-512: channels o..o+no-1 of one sample, each row 32 positions at a
- * time, the tail masked; rows of 17 to 24 positions two at a time.
+ * time, the tail masked; rows of 17 to 24 positions two at a time; rows
+ * of at most 8 positions eight at a time, then two (the last maybe alone).
  */
 NN_AVX512 static inline __attribute__((always_inline)) void
 direct512_channels(const struct nn_layer *l, float *y, const float *x, const float *w,
@@ -279,6 +349,13 @@ direct512_channels(const struct nn_layer *l, float *y, const float *x, const flo
 	const int ow = l->out_w;
 	int oy = 0;
 
+	if (ow <= 8) {
+		for (; oy + 8 <= l->out_h; oy += 8)
+			direct512_tile_rows8(l, y, x, w, b, k, o, no, oy, 4);
+		for (; oy < l->out_h; oy += 2)
+			direct512_tile_rows8(l, y, x, w, b, k, o, no, oy, 1);
+		return;
+	}
 	if (ow > 16 && ow <= 24)
 		for (; oy + 2 <= l->out_h; oy += 2)
 			direct512_tile_pair(l, y, x, w, b, k, o, no, oy);
@@ -317,6 +394,15 @@ NN_AVX512 void conv2d_direct_forward_avx512(const struct nn_layer *l, float *out
 		else
 			direct512_sample(l, y, x, w, b, l->k);
 	}
+}
+
+/* The most taps (C K K) of a layer whose forward conv2d_forward() makes with the AVX-512 kernel */
+#define DIRECT512_FORWARD_TAPS 1024
+
+bool conv2d_direct_forward_fits512(const struct nn_layer *l)
+{
+	return l->kind == NN_CONV && l->stride == 1 && l->pad == 0 &&
+	       (size_t)l->in_c * l->k * l->k <= DIRECT512_FORWARD_TAPS;
 }
 
 void conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,

@@ -152,6 +152,13 @@ void linear_backward_params(const struct nn_layer *l, float *dw, float *db, cons
 void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n);
 /*
+ * The same, the output by the code for isa (only one the CPU has): for
+ * NN_ISA_AVX512 where conv2d_direct_forward_fits512(), the direct kernel
+ * from the input; otherwise (and for any other isa) a GEMM on the columns.
+ */
+void conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, const float *w,
+			 const float *b, float *col, int n, enum nn_isa isa);
+/*
  * col: the columns conv2d_forward() made of these n samples; dcol: scratch
  * of one sample's columns; din may be NULL; dout (n, out_c, out_h, out_w)
  */
@@ -193,9 +200,18 @@ void conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const 
 				    const float *w, const float *b, int n);
 void conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in,
 				const float *w, const float *b, int n);
-/* The AVX-512 one, only where nn_isa_best() is NN_ISA_AVX512. */
+/*
+ * The AVX-512 one, only where nn_isa_best() is NN_ISA_AVX512; any number
+ * of input channels and kernel size, at stride 1 without padding.
+ */
 void conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
 				  const float *w, const float *b, int n);
+/*
+ * True for a conv layer whose forward conv2d_forward() makes with
+ * conv2d_direct_forward_avx512() on a CPU with AVX-512: stride 1, no
+ * padding, at most 1024 taps (C K K: the thin GEMMs of small networks).
+ */
+bool conv2d_direct_forward_fits512(const struct nn_layer *l);
 /*
  * As conv2d_backward_pooled(), the weight gradient from the layer's input
  * in (n, in_c, in_h, in_w) in place of columns, din (may be NULL) written

@@ -362,8 +362,9 @@ END_TEST
  * portable one, and the AVX2 and AVX-512 ones where the CPU has them): a
  * tap, channel or bias missed, a row of 24 or 8 positions or the single
  * positions after them (widths 26, 9 and 4; AVX-512: 32 then a masked
- * tail, widths 36, 26, 9, 4, and two rows at a time with their tails in
- * one vector, widths 24 and 21, the last of 9 rows alone) or the second
+ * tail, widths 36, 26 and 9, two rows at a time with their tails in
+ * one vector, widths 24 and 21, the last of 9 rows alone, and rows of at
+ * most 8 two to a vector, widths 4 and 8) or the second
  * channel of a pair (3 outputs:
  * a pair, then one alone; AVX-512: 8 and 7, six then two or one) wrong;
  * or if its pooled backward differs from conv2d_backward_pooled() on the
@@ -406,7 +407,7 @@ START_TEST(test_conv_direct)
 			ck_assert(conv2d_direct_fits(l) == has_avx2);
 			for (size_t i = 0; i < pouts; i += 3)
 				dpool[i] = 0.0f;
-			conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
+			conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, NN_ISA_BASE);
 			if (isa == NN_ISA_AVX512)
 				conv2d_direct_forward_avx512(l, y, g.in, g.w, g.b, g.n);
 			else if (isa == NN_ISA_AVX2)
@@ -447,6 +448,55 @@ START_TEST(test_conv_direct)
 			gc_free(&pg);
 			gc_free(&g);
 		}
+}
+END_TEST
+
+/*
+ * Fails if conv2d_forward() on AVX-512 (the direct kernel from the input
+ * where conv2d_direct_forward_fits512(), else the GEMM) gives another
+ * output than the GEMM on the columns, or other columns (the backward
+ * reads them): several input channels (the cnn's second convolution, 6
+ * to 12 channels, 12 x 12 to 8 x 8), rows of at most 8 positions eight
+ * at a time, then two at a time with the last alone (8, 7 and 6 rows),
+ * wider rows, 6 + 2 + 1 output channels, kernels 5, 3 and 1; and layers
+ * the check rejects (padding, stride 2, more than 1024 taps), which must
+ * still give the GEMM's result.  Also fails if the check accepts one of
+ * those or rejects one of the others.
+ */
+START_TEST(test_conv_forward_direct512)
+{
+	const enum nn_isa best = nn_isa_best();
+	static const int shapes[9][7] = {
+		/* c, h, w, output channels, k, stride, pad */
+		{ 6, 12, 12, 12, 5, 1, 0 }, { 3, 11, 9, 9, 5, 1, 0 },  { 4, 9, 10, 7, 3, 1, 0 },
+		{ 2, 14, 30, 6, 5, 1, 0 },  { 5, 6, 8, 13, 1, 1, 0 },  { 3, 10, 10, 4, 3, 1, 1 },
+		{ 3, 13, 13, 5, 3, 2, 0 },  { 50, 9, 9, 7, 5, 1, 0 },  { 6, 12, 12, 12, 5, 1, 2 },
+	};
+
+	note_isa("test_conv_forward_direct512", best);
+	for (int s = 0; s < 9; s++) {
+		const int *sh = shapes[s];
+		struct gc g = gc_make(NN_CONV, 3, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], sh[6]);
+		const struct nn_layer *l = &g.l;
+		const size_t outs = (size_t)g.n * l->out_size;
+		const size_t cols = (size_t)g.n * l->in_c * l->k * l->k * l->out_h * l->out_w;
+		float *y = zero_floats(outs), *col = zero_floats(cols);
+
+		ck_assert_msg(conv2d_direct_forward_fits512(l) == (s < 5), "shape %d", s);
+		if (best < NN_ISA_AVX512) {
+			free(y);
+			free(col);
+			gc_free(&g);
+			continue;
+		}
+		conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, NN_ISA_BASE);
+		conv2d_forward_impl(l, y, g.in, g.w, g.b, col, g.n, NN_ISA_AVX512);
+		expect_close("output", g.out, y, outs);
+		ck_assert(memcmp(g.col, col, cols * sizeof(float)) == 0);
+		free(y);
+		free(col);
+		gc_free(&g);
+	}
 }
 END_TEST
 
@@ -1719,6 +1769,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(grad, test_conv_pooled_backward);
 	tcase_add_test(grad, test_conv_pooled_versions);
 	tcase_add_test(grad, test_conv_direct);
+	tcase_add_test(grad, test_conv_forward_direct512);
 	tcase_add_test(grad, test_grad_maxpool);
 	tcase_add_test(grad, test_maxpool_windows);
 	tcase_add_test(grad, test_grad_relu);
