@@ -244,6 +244,26 @@ static inline __attribute__((always_inline)) void scatter_window(const struct nn
 }
 
 /*
+ * The position j (row oy, column ox; ow columns) within its channel that a
+ * pool window selected, from that position and the window's first row
+ * top (a row at or above it): no division, as the window spans few rows.
+ */
+static inline __attribute__((always_inline)) int pooled_position(int j, int top, int ow,
+								 int *oy_p, int *ox_p)
+{
+	int oy = top;
+
+	j -= oy * ow;
+	while (j >= ow) {
+		j -= ow;
+		oy++;
+	}
+	*oy_p = oy;
+	*ox_p = j;
+	return j + oy * ow;
+}
+
+/*
  * The pooled backward of one sample.  The pool's outputs in order
  * (channel, row, column): the selected position's channel and row come
  * from the loops and the window, without division.  With wpad (the
@@ -266,17 +286,11 @@ pooled_sample(const struct nn_layer *l, const struct nn_layer *pool, float *dx, 
 		for (int py = 0; py < ph; py++)
 			for (int px = 0; px < pw; px++, dp++, ix++) {
 				const float g = *dp;
-				int j = *ix - o * pos, oy = py * s, ox;
+				int oy, ox, j;
 
 				if (g == 0.0f || (r && !(r[*ix] > 0.0f)))
 					continue;
-				j -= oy * ow;
-				while (j >= ow) {
-					j -= ow;
-					oy++;
-				}
-				ox = j;
-				j += oy * ow;
+				j = pooled_position(*ix - o * pos, py * s, ow, &oy, &ox);
 				db[o] += g;
 				axpy8(dw + (size_t)o * kk, g, col + (size_t)j * kk, kk, wide);
 				if (dx && wpad)
@@ -368,17 +382,11 @@ pooled512_sample(const struct nn_layer *l, const struct nn_layer *pool, float *d
 			for (int py = 0; py < ph; py++)
 				for (int px = 0; px < pw; px++, dp++, ix++) {
 					const float g = *dp;
-					int j = *ix - o * pos, oy = py * s, ox;
+					int oy, ox, j;
 
 					if (g == 0.0f || (r && !(r[*ix] > 0.0f)))
 						continue;
-					j -= oy * ow;
-					while (j >= ow) {
-						j -= ow;
-						oy++;
-					}
-					ox = j;
-					j += oy * ow;
+					j = pooled_position(*ix - o * pos, py * s, ow, &oy, &ox);
 
 					const __m512 vg = _mm512_set1_ps(g);
 					const float *cr = col + (size_t)j * kk + t0;
