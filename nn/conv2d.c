@@ -7,7 +7,8 @@
  * nn.Conv2d, col (OH OW, C K K), out (OC, OH OW).  When a max-pool
  * follows (after a ReLU or not), the backward takes the pool's and the
  * ReLU's too, and visits only the positions the pool selected (one per
- * window); otherwise it uses GEMMs.
+ * window), adding their windows to the input gradient in registers where
+ * the input rows are at most 16 wide (AVX-512); otherwise it uses GEMMs.
  */
 #include "config.h"
 
@@ -344,6 +345,117 @@ pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool, float *din, f
 /* The weight gradient's taps summed in registers per pass of pooled512_sample(): 10 vectors of 16 */
 #define POOLED512_TAPS 160
 
+/* A row of the shifted weights of the register-rows input gradient: 16 zeros, k weights, zeros */
+#define ROWS_WIDTH 32
+
+/*
+ * The register-rows input gradient (AVX-512): one input channel at a
+ * time, the rows of its gradient (at most 16 wide) held in registers
+ * while the selected positions of each pool row add their windows, and
+ * stored once, in place of one read-modify-write of memory per kernel
+ * row and window (adjacent windows overlap, and a load that partly
+ * overlaps a recent store waits for it).  For stride 1 without padding,
+ * kernel 3 or 5, behind a 2 x 2 max-pool of stride 2 without padding.
+ */
+static bool rows_fit(const struct nn_layer *l, const struct nn_layer *pool)
+{
+	return l->stride == 1 && l->pad == 0 && (l->k == 3 || l->k == 5) && l->in_w <= 16 &&
+	       pool->k == 2 && pool->stride == 2 && pool->pad == 0;
+}
+
+/* Stacked rows of shifted weights per (output, input channel): one zero row, the k rows, one zero row */
+static int rows_stack(const struct nn_layer *l, const struct nn_layer *pool)
+{
+	return l->k + 2 * pool->k - 2;
+}
+
+/* One selected position of a sample, in the pool row whose list holds it. */
+struct rows_entry {
+	float g;     /* its gradient */
+	int32_t off; /* where its (output channel's, pool row offset's) stack of shifted weight
+		      * rows starts, input channel 0, lane 0 at its column: floats into wsh */
+};
+
+/* The floats of scratch the register-rows input gradient takes: wsh, the entries, the counts. */
+static size_t rows_floats(const struct nn_layer *l, const struct nn_layer *pool)
+{
+	return (size_t)l->out_c * l->in_c * rows_stack(l, pool) * ROWS_WIDTH +
+	       pool->out_size * (sizeof(struct rows_entry) / sizeof(float)) + pool->out_h;
+}
+
+size_t conv2d_backward_pooled_scratch(const struct nn_layer *l, const struct nn_layer *pool)
+{
+	const size_t cols = (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k;
+
+	return rows_fit(l, pool) ? PP_MAX(cols, rows_floats(l, pool)) : cols;
+}
+
+/*
+ * dx (C, H, W) of one sample = the windows of its selected positions,
+ * ent[py cap ..] the count[py] positions of pool row py (cap: out_c pool
+ * columns), each the output channel's kernel times g.  wsh
+ * (OC, C, rows_stack(), ROWS_WIDTH): kernel row ky of (o, c) at stack row
+ * ky + PK - 1, its k weights from lane 16.  Two input channels at a time
+ * (two independent chains of FMAs), the K + PK - 1 rows of each that pool
+ * row py's windows reach (from row S py) are held in registers; a window
+ * at row offset dy within its pool row reads the stack from row PK - 1 -
+ * dy (its rows above and below are zeros), and lane ix from 16 - ox.
+ * Past each pool row the S rows no later window reaches are stored.  K,
+ * PK and S are constants where inlined with them.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+rows512_dx(const struct nn_layer *l, const struct nn_layer *pool, float *dx, const float *wsh,
+	   const struct rows_entry *ent, const int32_t *count, const int K, const int PK, const int S)
+{
+	const int h = l->in_h, w = l->in_w, ph = pool->out_h, cap = l->out_c * pool->out_w;
+	const int nw = K + PK - 1; /* rows in registers, per channel */
+	const size_t stack = (size_t)(K + 2 * PK - 2) * ROWS_WIDTH;
+	const __mmask16 m = nn_lanes16(w);
+
+	for (int c = 0; c < l->in_c; c += 2) {
+		const int nc = PP_MIN(l->in_c - c, 2);
+		/* the second channel's stack; the first's again when there is none */
+		const size_t c2 = nc == 2 ? stack : 0;
+		float *d = dx + (size_t)c * h * w;
+		const float *wc = wsh + (size_t)c * stack;
+		__m512 r[2][8]; /* [channel][0, nw): K <= 5, PK = 2 (rows_fit()) */
+		int row = 0;    /* the input row of r[.][0] */
+
+#pragma GCC unroll 8
+		for (int t = 0; t < nw; t++)
+			r[0][t] = r[1][t] = _mm512_setzero_ps();
+		for (int py = 0; py < ph; py++, row += S) {
+			const struct rows_entry *e = ent + (size_t)py * cap;
+
+			for (int q = 0; q < count[py]; q++) {
+				const __m512 vg = _mm512_set1_ps(e[q].g);
+				const float *wp = wc + e[q].off;
+
+#pragma GCC unroll 8
+				for (int t = 0; t < nw; t++) {
+					r[0][t] = _mm512_fmadd_ps(vg, _mm512_loadu_ps(wp + t * ROWS_WIDTH),
+								  r[0][t]);
+					r[1][t] = _mm512_fmadd_ps(
+						vg, _mm512_loadu_ps(wp + c2 + t * ROWS_WIDTH), r[1][t]);
+				}
+			}
+#pragma GCC unroll 8
+			for (int t = 0; t < S; t++)
+				for (int k = 0; k < nc && row + t < h; k++)
+					_mm512_mask_storeu_ps(d + ((size_t)k * h + row + t) * w, m, r[k][t]);
+#pragma GCC unroll 8
+			for (int t = 0; t < nw; t++) {
+				r[0][t] = t + S < nw ? r[0][t + S] : _mm512_setzero_ps();
+				r[1][t] = t + S < nw ? r[1][t + S] : _mm512_setzero_ps();
+			}
+		}
+#pragma GCC unroll 8
+		for (int t = 0; t < nw; t++)
+			for (int k = 0; k < nc && row + t < h; k++)
+				_mm512_mask_storeu_ps(d + ((size_t)k * h + row + t) * w, m, r[k][t]);
+	}
+}
+
 /*
  * The AVX-512 pooled backward of one sample, channel by channel: the
  * channel's weight gradient (C K K taps) summed in ten 16-wide registers
@@ -357,14 +469,22 @@ pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool, float *din, f
 NN_AVX512 static inline __attribute__((always_inline)) void
 pooled512_sample(const struct nn_layer *l, const struct nn_layer *pool, float *dx, float *dw,
 		 float *db, const float *dp0, const int32_t *ix0, const float *r, const float *w,
-		 const float *wpad, const float *col, float *dcol)
+		 const float *wpad, const float *wsh, const float *col, float *dcol)
 {
 	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w, ow = l->out_w;
 	const int s = pool->stride, ph = pool->out_h, pw = pool->out_w;
 	const size_t wrows = (size_t)l->in_c * l->k * 8;
+	const int stack = rows_stack(l, pool), cap = l->out_c * pw;
+	struct rows_entry *ent = NULL;
+	int32_t *count = NULL;
 
-	if (dx && !wpad)
+	if (dx && wsh) {
+		ent = (struct rows_entry *)(dcol + (size_t)l->out_c * l->in_c * stack * ROWS_WIDTH);
+		count = (int32_t *)(ent + pool->out_size);
+		memset(count, 0, (size_t)ph * sizeof(*count));
+	} else if (dx && !wpad) {
 		memset(dcol, 0, (size_t)pos * kk * sizeof(float));
+	}
 	for (int o = 0; o < l->out_c; o++) {
 		const float *wo = w + (size_t)o * kk;
 
@@ -405,10 +525,18 @@ pooled512_sample(const struct nn_layer *l, const struct nn_layer *pool, float *d
 					if (t0)
 						continue;
 					bsum += g;
-					if (dx && wpad)
+					if (ent) {
+						struct rows_entry *e = ent + (size_t)py * cap + count[py]++;
+
+						e->g = g;
+						e->off = (int32_t)(((size_t)o * l->in_c * stack +
+								    (size_t)(pool->k - 1 - (oy - py * s))) *
+									   ROWS_WIDTH +
+								   ROWS_WIDTH / 2 - (size_t)ox);
+					} else if (dx && wpad) {
 						scatter_window(l, dx, g, wpad + o * wrows,
 							       (size_t)oy * l->in_w + (size_t)ox);
-					else if (dx) {
+					} else if (dx) {
 						float *dr = dcol + (size_t)j * kk;
 
 						for (int t = 0; t < kk; t += 16) {
@@ -435,14 +563,19 @@ pooled512_sample(const struct nn_layer *l, const struct nn_layer *pool, float *d
 				db[o] += bsum;
 		}
 	}
-	if (dx && !wpad)
+	if (ent && l->k == 5)
+		rows512_dx(l, pool, dx, wsh, ent, count, 5, 2, 2);
+	else if (ent)
+		rows512_dx(l, pool, dx, wsh, ent, count, 3, 2, 2);
+	else if (dx && !wpad)
 		col2im(l, dx, dcol);
 }
 
 NN_AVX512 static void pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
 				    float *din, float *dw, float *db, const float *dpool,
 				    const int32_t *idx, const float *relu_out, const float *w,
-				    const float *wpad, const float *cols, float *dcol, int n)
+				    const float *wpad, const float *wsh, const float *cols, float *dcol,
+				    int n)
 {
 	const int kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
 
@@ -455,13 +588,15 @@ NN_AVX512 static void pooled_avx512(const struct nn_layer *l, const struct nn_la
 
 		if (dx)
 			memset(dx, 0, l->in_size * sizeof(float));
-		pooled512_sample(l, pool, dx, dw, db, dp, ix, r, w, wpad, col, dcol);
+		pooled512_sample(l, pool, dx, dw, db, dp, ix, r, w, wpad, wsh, col, dcol);
 	}
 }
 
 /*
  * The window scatter needs stride 1 without padding (every window inside
- * the input), k <= 8, and room in dcol for the padded weights (OC, C, K, 8).
+ * the input), k <= 8, and room in dcol for the padded weights (OC, C, K, 8);
+ * AVX-512 adds the windows in registers instead where rows_fit(), from
+ * the shifted weights (OC, C, rows_stack(), ROWS_WIDTH) at the start of dcol.
  */
 void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
 				 float *din, float *dw, float *db, const float *dpool,
@@ -469,17 +604,26 @@ void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer
 				 const float *cols, float *dcol, int n, bool scatter, enum nn_isa isa)
 {
 	const size_t rows = (size_t)l->out_c * l->in_c * l->k;
-	float *wpad = NULL;
+	float *wpad = NULL, *wsh = NULL;
 
-	if (din && scatter && l->stride == 1 && l->pad == 0 && l->k <= 8 &&
-	    rows * 8 <= (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k) {
+	if (din && scatter && isa == NN_ISA_AVX512 && rows_fit(l, pool)) {
+		const int stack = rows_stack(l, pool);
+
+		wsh = dcol;
+		memset(wsh, 0, (size_t)l->out_c * l->in_c * stack * ROWS_WIDTH * sizeof(float));
+		for (size_t q = 0; q < rows; q++) /* q: (o, c, ky); its stack (o, c) */
+			memcpy(wsh + ((q / l->k) * stack + (q % l->k) + pool->k - 1) * ROWS_WIDTH +
+				       ROWS_WIDTH / 2,
+			       w + q * l->k, (size_t)l->k * sizeof(float));
+	} else if (din && scatter && l->stride == 1 && l->pad == 0 && l->k <= 8 &&
+		   rows * 8 <= (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k) {
 		wpad = dcol;
 		memset(wpad, 0, rows * 8 * sizeof(float));
 		for (size_t q = 0; q < rows; q++)
 			memcpy(wpad + q * 8, w + q * l->k, (size_t)l->k * sizeof(float));
 	}
 	if (isa == NN_ISA_AVX512)
-		pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
+		pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, wsh, cols, dcol, n);
 	else if (isa == NN_ISA_AVX2)
 		pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
 	else

@@ -43,7 +43,8 @@ struct nn_worker {
 	struct pp_model *m;
 	float *col;         /* (group, col_floats): each conv's columns of the group,
 			     * at group x the layer's col_off */
-	float *dcol;        /* (col_one) the column gradient of one sample */
+	float *dcol;        /* (col_one) the column gradient of one sample, or
+			     * conv2d_backward_pooled()'s scratch where larger */
 };
 
 /* Columns j0..j1-1 of the weight gradient of a linear layer (its bias too when j0 = 0). */
@@ -69,6 +70,12 @@ static bool behind_pooled_conv(const struct pp_model *m, size_t i)
 		return true;
 	return L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
 	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
+}
+
+/* The max-pool behind conv i (l->sparse_dout), with a ReLU between them or not. */
+static const struct nn_layer *pool_of(const struct pp_model *m, size_t i)
+{
+	return &m->layers[m->layers[i + 1].kind == NN_RELU ? i + 2 : i + 1];
 }
 
 /*
@@ -167,8 +174,8 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 		switch (l->kind) {
 		case NN_CONV:
 			if (l->sparse_dout) {
-				const size_t p = m->layers[i + 1].kind == NN_RELU ? i + 2 : i + 1;
-				const struct nn_layer *pool = &m->layers[p];
+				const struct nn_layer *pool = pool_of(m, i);
+				const size_t p = (size_t)(pool - m->layers);
 
 				const float *dp = m->dacts[p] + s0 * pool->out_size;
 				const int32_t *ix = m->pool_idx[p] + s0 * pool->out_size;
@@ -404,7 +411,8 @@ static int cpu_setup(struct pp_model *m)
 			continue;
 		l->col_off = m->col_floats;
 		m->col_floats += cols;
-		col_one = PP_MAX(col_one, cols);
+		col_one = PP_MAX(col_one, l->sparse_dout ? conv2d_backward_pooled_scratch(l, pool_of(m, i))
+							 : cols);
 	}
 	m->group = m->col_floats ? PP_MIN(PP_MAX(NN_GROUP_BYTES / (m->col_floats * sizeof(float)), 1u),
 					  (size_t)NN_GROUP_MAX) : 0;

@@ -178,13 +178,17 @@ void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *poo
 /*
  * The same, in the version chosen by the flags: the input gradient added
  * window by window into din (scatter; where the layer allows it: stride
- * 1, no padding, k <= 8) or through dcol and col2im;
- * the code for isa (only one the CPU has, nn_isa_best()).
+ * 1, no padding, k <= 8; with AVX-512, for kernels 3 and 5 behind a 2 x 2
+ * pool, in registers a row at a time) or through dcol and col2im;
+ * the code for isa (only one the CPU has, nn_isa_best()).  For both, dcol
+ * holds conv2d_backward_pooled_scratch() floats.
  */
 void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
 				 float *din, float *dw, float *db, const float *dpool,
 				 const int32_t *idx, const float *relu_out, const float *w,
 				 const float *cols, float *dcol, int n, bool scatter, enum nn_isa isa);
+/* The floats of dcol that conv2d_backward_pooled() takes for conv l behind pool: at least one sample's columns */
+size_t conv2d_backward_pooled_scratch(const struct nn_layer *l, const struct nn_layer *pool);
 
 /*
  * Direct convolution (nn/conv2d_direct.c): true for a conv layer it takes

@@ -151,6 +151,13 @@ static void gc_free(struct gc *g)
 	free(g->idx);
 }
 
+/* Makes g's dcol the size the pooled backward of g's conv behind pool takes. */
+static void gc_pooled_scratch(struct gc *g, const struct nn_layer *pool)
+{
+	free(g->dcol);
+	g->dcol = zero_floats(conv2d_backward_pooled_scratch(&g->l, pool));
+}
+
 /* Runs the layer's backward with dout = r; checks din, dW and db against central differences. */
 static void gc_run(struct gc *g, float eps)
 {
@@ -249,6 +256,7 @@ START_TEST(test_conv_pooled_backward)
 		const struct nn_layer *l = &g.l;
 		struct gc pg = gc_make(NN_MAXPOOL, 2, 4, 9, 9, 4, 2, variant < 2 ? 2 : 3, 0);
 		const struct nn_layer *pool = &pg.l;
+		gc_pooled_scratch(&g, pool);
 		const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
 		float *act = zero_floats(outs), *dact = zero_floats(outs), *dy = zero_floats(outs);
 		float *pooled = zero_floats(pouts), *dpool = rand_floats(pouts);
@@ -294,8 +302,9 @@ END_TEST
 
 /*
  * Fails if a version of the pooled conv backward (the input gradient
- * added window by window or through the columns; AVX-512, AVX2 or
- * portable code, each where the CPU has it)
+ * added window by window, in registers a row at a time (AVX-512: two
+ * channels, then the third alone), or through the columns; AVX-512, AVX2
+ * or portable code, each where the CPU has it)
  * differs from the three backwards one after the other (max-pool, ReLU,
  * the gradient-checked GEMM conv backward), at stride 1 without padding
  * where the window scatter applies: a window added at the wrong place or
@@ -318,6 +327,7 @@ START_TEST(test_conv_pooled_versions)
 			const struct nn_layer *l = &g.l;
 			struct gc pg = gc_make(NN_MAXPOOL, 2, 4, l->out_h, l->out_w, 0, 2, 2, 0);
 			const struct nn_layer *pool = &pg.l;
+			gc_pooled_scratch(&g, pool);
 			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
 			const size_t ins = (size_t)g.n * l->in_size;
 			float *act = zero_floats(outs), *dact = zero_floats(outs), *dy = zero_floats(outs);
@@ -395,6 +405,7 @@ START_TEST(test_conv_direct)
 			struct nn_layer *l = &g.l;
 			struct gc pg = gc_make(NN_MAXPOOL, 3, sh[3], l->out_h, l->out_w, 0, 2, 2, 0);
 			const struct nn_layer *pool = &pg.l;
+			gc_pooled_scratch(&g, pool);
 			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
 			const size_t ins = (size_t)g.n * l->in_size;
 			float *y = zero_floats(outs), *act = zero_floats(outs), *pooled = zero_floats(pouts);
