@@ -154,9 +154,11 @@ static double inflate_rate(char **paths, int n)
 static void usage(void)
 {
 	fprintf(stderr,
-		"Usage: bench_loader [-w WORKERS] [-b BATCH] [-e EPOCHS] [-p] [-u] [-S] [-W WINDOW]\n"
-		"                    [-P] [-D] [-C] [-m BUDGET_MB] [--baseline] (DIR | --shards FILE...)\n"
+		"Usage: bench_loader [-w WORKERS] [-b BATCH] [-e EPOCHS] [-d SLOTS] [-p] [-u] [-S]\n"
+		"                    [-W WINDOW] [-P] [-D] [-C] [-m BUDGET_MB] [--baseline]\n"
+		"                    (DIR | --shards FILE...)\n"
 		"  -w workers (0)  -b batch (100)  -e timed epochs after a warm-up one (3)\n"
+		"  -d ring slots (prefetch; 0, the default: 2 x workers + 2)\n"
 		"  -p pin_memory (ring from the cpu device's pinned allocator)  -u uint8 output\n"
 		"  -S stream shards (default: decode them into memory)  -W window chunks (8)\n"
 		"  -P force pread  -D O_DIRECT  -C cold: evict the shards from the page cache\n"
@@ -182,10 +184,11 @@ int main(int argc, char **argv)
 	double secs;
 	uint64_t n;
 
-	while ((c = getopt_long(argc, argv, "w:b:e:puSW:PDCm:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "w:b:e:d:puSW:PDCm:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'w': cfg.workers = (uint32_t)atoi(optarg); break;
 		case 'b': cfg.batch_size = (uint32_t)atoi(optarg); break;
+		case 'd': cfg.prefetch = (uint32_t)atoi(optarg); break;
 		case 'e': epochs = atoi(optarg); break;
 		case 'p': cfg.pin_memory = true; break;
 		case 'u': cfg.dtype = PP_DTYPE_U8; break;
