@@ -349,10 +349,10 @@ pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool, float *din, f
 #define ROWS_WIDTH 32
 
 /*
- * The register-rows input gradient (AVX-512): one input channel at a
- * time, the rows of its gradient (at most 16 wide) held in registers
- * while the selected positions of each pool row add their windows, and
- * stored once, in place of one read-modify-write of memory per kernel
+ * The register-rows input gradient (AVX-512, rows512_dx()): two input
+ * channels at a time, the rows of their gradient (at most 16 wide) held
+ * in registers while the selected positions of each pool row add their
+ * windows, and stored once, in place of one read-modify-write of memory per kernel
  * row and window (adjacent windows overlap, and a load that partly
  * overlaps a recent store waits for it).  For stride 1 without padding,
  * kernel 3 or 5, behind a 2 x 2 max-pool of stride 2 without padding.
