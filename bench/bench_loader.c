@@ -158,7 +158,7 @@ static void usage(void)
 		"                    [-W WINDOW] [-P] [-D] [-C] [-m BUDGET_MB] [--baseline]\n"
 		"                    (DIR | --shards FILE...)\n"
 		"  -w workers (0)  -b batch (100)  -e timed epochs after a warm-up one (3)\n"
-		"  -d ring slots (prefetch; 0, the default: 2 x workers + 2)\n"
+		"  -d ring slots (prefetch; 0, the default: 2 x workers + 2, twice that with -S)\n"
 		"  -p pin_memory (ring from the cpu device's pinned allocator)  -u uint8 output\n"
 		"  -S stream shards (default: decode them into memory)  -W window chunks (8)\n"
 		"  -P force pread  -D O_DIRECT  -C cold: evict the shards from the page cache\n"

@@ -864,10 +864,11 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 
 	l->batch_size = cfg->batch_size ? cfg->batch_size : 64;
 	l->nworkers = cfg->workers;
-	l->depth = cfg->prefetch ? cfg->prefetch : 2 * cfg->workers + 2;
 	l->io_depth = cfg->io_depth ? cfg->io_depth : 4;
 	l->claimers = PP_MAX(cfg->workers, 1u);
 	l->streaming = src->load_chunks != NULL && cfg->cache == PP_LOADER_CACHE_STREAM;
+	/* streamed, a worker inflating a chunk holds up the batches behind its own: twice the slots */
+	l->depth = cfg->prefetch ? cfg->prefetch : (l->streaming ? 2 : 1) * (2 * cfg->workers + 2);
 	l->params = (struct pp_plan_params){
 		.seed = cfg->seed,
 		.shuffle = cfg->shuffle,

@@ -823,7 +823,8 @@ END_TEST
 
 /*
  * Statistics count what was handed out.  Fails if a counter misses batches
- * or samples, or the I/O path is not reported.
+ * or samples, the I/O path is not reported, or a streamed ring is not
+ * twice the in-memory default deep.
  */
 START_TEST(test_stats)
 {
@@ -840,8 +841,8 @@ START_TEST(test_stats)
 	ck_assert_uint_eq(st.bytes, 95 * SAMPLE_BYTES);
 	ck_assert_uint_eq(st.chunks_decoded, 10);
 	ck_assert_str_eq(st.io_path, "none");
-	ck_assert_uint_eq(st.slots, 6);
-	ck_assert_uint_gt(st.memory_bytes, 6 * 10 * SAMPLE_BYTES);
+	ck_assert_uint_eq(st.slots, 12); /* streamed: 2 (2 workers + 2) by default */
+	ck_assert_uint_gt(st.memory_bytes, 12 * 10 * SAMPLE_BYTES);
 	pp_loader_destroy(l);
 }
 END_TEST

@@ -75,7 +75,8 @@ struct pp_loader_config {
 	uint64_t seed;          /* shuffling seed */
 	bool drop_last;         /* drop this rank's last batch when it is short */
 	uint32_t workers;       /* worker threads; 0: the consumer's thread fills batches in next() */
-	uint32_t prefetch;      /* ring slots (batches filled ahead); 0: 2 * workers + 2 */
+	uint32_t prefetch;      /* ring slots (batches filled ahead); 0: 2 * workers + 2 in
+				 * memory, twice that streamed */
 
 	struct pp_device *device; /* where batches go next, or NULL; the ring comes from its
 	                             host allocator (pp_host_alloc()), else from the heap */
