@@ -288,6 +288,7 @@ static void *worker_main(void *arg)
 	struct pp_model *m = wk->m;
 	uint64_t seen = 0;
 
+	nn_fp_enter(!m->cfg.keep_denormals); /* the thread's own, for its whole life */
 	pthread_mutex_lock(&m->lock);
 	for (;;) {
 		while (!m->quit && m->generation == seen)
@@ -482,7 +483,7 @@ static int cpu_reserve(struct pp_model *m)
 	return ret;
 }
 
-static int cpu_run(struct pp_model *m, struct nn_job *job)
+static int run_batch(struct pp_model *m, struct nn_job *job)
 {
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	int ret;
@@ -515,6 +516,16 @@ static int cpu_run(struct pp_model *m, struct nn_job *job)
 		}
 	nn_optim_step_cpu(&m->optim, m->params, m->grads, m->n_params);
 	return 0;
+}
+
+/* The job in the model's floating-point environment (nn_fp_enter()), the caller's put back. */
+static int cpu_run(struct pp_model *m, struct nn_job *job)
+{
+	const unsigned env = nn_fp_enter(!m->cfg.keep_denormals);
+	const int ret = run_batch(m, job);
+
+	nn_fp_leave(env);
+	return ret;
 }
 
 static int cpu_metrics(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p)

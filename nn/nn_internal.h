@@ -102,6 +102,47 @@ static inline enum nn_isa nn_isa_best(void)
 	return NN_ISA_BASE;
 }
 
+/*
+ * The floating-point environment of a model's CPU work.  Unless the model
+ * keeps subnormal numbers (pp_model_config.keep_denormals), its threads run
+ * with MXCSR's flush-to-zero and denormals-are-zero bits set, as TensorFlow
+ * runs its CPU kernels: on x86 each subnormal result or operand otherwise
+ * costs a microcode assist of a hundred cycles or more, and training makes
+ * them (Adam's first moment of a parameter whose gradient stays zero decays
+ * by beta1 a step, subnormal after some 800 steps).  nn_fp_enter() sets the
+ * bits when 'flush' and returns the caller's environment, which
+ * nn_fp_leave() puts back.  Nothing is done on other processors.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define NN_MXCSR_FTZ_DAZ 0x8040u /* bit 15 flush to zero, bit 6 denormals are zero */
+static inline unsigned nn_fp_enter(bool flush)
+{
+	const unsigned old = _mm_getcsr();
+
+	if (flush && (old & NN_MXCSR_FTZ_DAZ) != NN_MXCSR_FTZ_DAZ)
+		_mm_setcsr(old | NN_MXCSR_FTZ_DAZ);
+	return old;
+}
+
+static inline void nn_fp_leave(unsigned old)
+{
+	if (_mm_getcsr() != old)
+		_mm_setcsr(old);
+}
+#else
+static inline unsigned nn_fp_enter(bool flush)
+{
+	(void)flush;
+	return 0;
+}
+
+static inline void nn_fp_leave(unsigned old)
+{
+	(void)old;
+}
+#endif
+
 /* The mask of the first n of 16 lanes (none for n <= 0, all for n >= 16). */
 static inline uint16_t nn_lanes16(int n)
 {

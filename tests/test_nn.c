@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include "common/internal.h"
 #include "pinpipe/dataset.h"
@@ -877,6 +880,83 @@ START_TEST(test_same_seed_bit_identical)
 	pp_model_destroy(a);
 	pp_model_destroy(b);
 	pp_model_destroy(c);
+}
+END_TEST
+
+/*
+ * The mlp's logits of a batch of ones made subnormal (784 x 32 x 1e-45: first
+ * layer weights 1e-20, second 1e-25, biases 0), at 'threads' threads, with
+ * or without keep_denormals; checks that the caller's MXCSR is the same
+ * after the call.  Writes batch x 10 logits to 'out'.
+ */
+static void subnormal_logits(int threads, bool keep, float *out, size_t batch)
+{
+	const size_t xshape[2] = { batch, 784 }, lshape[2] = { batch, 10 };
+	struct pp_model_config cfg;
+	struct pp_model *m;
+	struct pp_tensor *x, *logits;
+	int32_t *labels = calloc(batch, sizeof(*labels));
+	float *p;
+	size_t n;
+
+	ck_assert_ptr_nonnull(labels);
+	pp_model_config_init(&cfg);
+	cfg.threads = threads;
+	cfg.keep_denormals = keep;
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), 0);
+	n = pp_model_param_count(m);
+	ck_assert_uint_eq(n, 784 * 32 + 32 + 32 * 10 + 10);
+	p = calloc(n, sizeof(*p));
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < 784 * 32; i++)
+		p[i] = 1e-20f;
+	for (size_t i = 784 * 32 + 32; i < 784 * 32 + 32 + 320; i++)
+		p[i] = 1e-25f;
+	ck_assert_int_eq(pp_model_params_write(m, p, n), 0);
+	ck_assert_int_eq(pp_tensor_create(NULL, PP_DTYPE_F32, 2, xshape, &x), 0);
+	ck_assert_int_eq(pp_tensor_create(NULL, PP_DTYPE_F32, 2, lshape, &logits), 0);
+	for (size_t i = 0; i < batch * 784; i++)
+		((float *)pp_tensor_data(x))[i] = 1.0f;
+#if defined(__x86_64__) || defined(__i386__)
+	{
+		const unsigned before = _mm_getcsr();
+
+		ck_assert_int_eq(pp_model_evaluate(m, x, labels, logits), 0);
+		ck_assert_uint_eq(_mm_getcsr(), before);
+	}
+#else
+	ck_assert_int_eq(pp_model_evaluate(m, x, labels, logits), 0);
+#endif
+	memcpy(out, pp_tensor_data(logits), batch * 10 * sizeof(float));
+	pp_tensor_destroy(x);
+	pp_tensor_destroy(logits);
+	pp_model_destroy(m);
+	free(p);
+	free(labels);
+}
+
+/*
+ * Fails if the default does not flush subnormal results to zero in the
+ * caller's thread and the model's own (a batch of 2048, whose chunks both
+ * threads take), if keep_denormals does not keep them, or if a call leaves
+ * the caller's floating-point environment changed.
+ */
+START_TEST(test_denormals)
+{
+	enum { BATCH = 2048 };
+	static float out[BATCH * 10];
+
+	for (int threads = 1; threads <= 2; threads++) {
+		subnormal_logits(threads, true, out, BATCH);
+		for (size_t i = 0; i < BATCH * 10; i++)
+			ck_assert_msg(fpclassify(out[i]) == FP_SUBNORMAL && out[i] > 2.4e-41f &&
+					      out[i] < 2.6e-41f,
+				      "%d threads, kept: logit %zu is %g", threads, i, (double)out[i]);
+		subnormal_logits(threads, false, out, BATCH);
+		for (size_t i = 0; i < BATCH * 10; i++)
+			ck_assert_msg(out[i] == 0.0f, "%d threads, flushed: logit %zu is %g", threads, i,
+				      (double)out[i]);
+	}
 }
 END_TEST
 
@@ -1790,6 +1870,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(ref, test_reference_sparse_conv);
 	tcase_add_test(model, test_same_seed_bit_identical);
 	tcase_add_test(model, test_threads_bit_identical);
+	tcase_add_test(model, test_denormals);
 	tcase_add_test(model, test_presets_and_summary);
 	tcase_add_test(model, test_bad_specs);
 	tcase_add_test(model, test_bad_inputs);

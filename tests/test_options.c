@@ -45,22 +45,22 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(p.optimizer, "adam");
 	ck_assert_str_eq(opt.data, "/usr/share/datasets/fashion-mnist");
 	ck_assert_uint_eq(opt.epochs, 3);
-	ck_assert(opt.shuffle && opt.eval && !opt.drop_last);
+	ck_assert(opt.shuffle && opt.eval && !opt.drop_last && !opt.keep_denormals);
 	ck_assert(!opt.stream && opt.window_chunks == 0 && opt.memory_budget == 0);
 	ck_assert_str_eq(opt.sort, "epoch_s");
 }
 END_TEST
 
-/* Fails if --stream's window or --memory-budget's MiB do not reach the options as given. */
+/* Fails if --stream's window, --memory-budget's MiB or --keep-denormals do not reach the options as given. */
 START_TEST(test_stream)
 {
-	static const char *const plain[] = { "--data=/tmp/x", "--stream", NULL };
+	static const char *const plain[] = { "--data=/tmp/x", "--stream", "--keep-denormals", NULL };
 	static const char *const window[] = { "--stream=3", "--memory-budget=64", "--val-split=0", NULL };
 	static const char *const budget[] = { "--memory-budget=5", NULL };
 	struct tr_options opt;
 
 	ck_assert_int_eq(parse(&opt, plain), 0);
-	ck_assert(opt.stream);
+	ck_assert(opt.stream && opt.keep_denormals);
 	ck_assert_uint_eq(opt.window_chunks, 0); /* the loader's default */
 	ck_assert_uint_eq(opt.memory_budget, 0);
 	ck_assert_int_eq(parse(&opt, window), 0);

@@ -63,6 +63,9 @@ static const char usage[] =
 "                          data are refused)\n"
 "      --max-steps=N       stop each run after N steps               [no limit]\n"
 "  -t, --threads=N         compute threads   [cores left by the workers, >= 1]\n"
+"      --keep-denormals    compute with subnormal floats as IEEE has them, as\n"
+"                          PyTorch does, instead of flushing them to zero (slow\n"
+"                          on x86 once training makes them)     [flush, cpu]\n"
 "\n"
 "Output:\n"
 "      --sort=COLUMN       sort the final table (prefix - to reverse) [epoch_s]\n"
@@ -80,7 +83,7 @@ static const char usage[] =
 enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
 	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
-	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
+	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_KEEP_DENORMALS, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
 };
 
 static const struct option long_options[] = {
@@ -108,6 +111,7 @@ static const struct option long_options[] = {
 	{ "stream", optional_argument, NULL, OPT_STREAM },
 	{ "memory-budget", required_argument, NULL, OPT_MEMORY_BUDGET },
 	{ "threads", required_argument, NULL, 't' },
+	{ "keep-denormals", no_argument, NULL, OPT_KEEP_DENORMALS },
 	{ "sort", required_argument, NULL, OPT_SORT },
 	{ "csv", required_argument, NULL, OPT_CSV },
 	{ "jsonl", required_argument, NULL, OPT_JSONL },
@@ -320,6 +324,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		case OPT_NO_SHUFFLE: opt->shuffle = false; break;
 		case OPT_DROP_LAST: opt->drop_last = true; break;
 		case OPT_NO_EVAL: opt->eval = false; break;
+		case OPT_KEEP_DENORMALS: opt->keep_denormals = true; break;
 		case OPT_CHECKPOINT:
 			ret = copy_path(opt->checkpoint, sizeof(opt->checkpoint), name, optarg);
 			break;

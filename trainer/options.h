@@ -40,6 +40,7 @@ struct tr_options {
 	size_t memory_budget;     /* bytes each loader may allocate; 0: no limit */
 	uint64_t max_steps;       /* 0: no limit */
 	unsigned threads;         /* compute threads; 0: the cores the workers leave */
+	bool keep_denormals;      /* pp_model_config.keep_denormals */
 	char sort[32];
 	char csv[4096];
 	char jsonl[4096];

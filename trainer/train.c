@@ -363,6 +363,7 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 			   : (cores > p->workers + 1 ? cores - p->workers : 1));
 	mc.mean = NORM_MEAN;
 	mc.std = NORM_STD;
+	mc.keep_denormals = opt->keep_denormals;
 	mc.stream = r->compute;
 	mc.optim.kind = strcmp(p->optimizer, "sgd") == 0 ? PP_OPTIM_SGD : PP_OPTIM_ADAM;
 	mc.optim.lr = (float)p->lr;

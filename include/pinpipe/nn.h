@@ -120,14 +120,26 @@ struct pp_model_config {
 	float mean;            /* uint8 inputs become (x / 255 - mean) / std */
 	float std;             /* > 0 */
 	struct pp_stream *stream; /* cuda: the stream all the model's work goes on (required) */
+	/*
+	 * CPU: false (the default) runs the model's work with subnormal
+	 * numbers flushed to zero, results and operands alike (x86 MXCSR FTZ
+	 * and DAZ, set in the model's threads and in the caller's for the
+	 * length of each call, then put back), as TensorFlow does: on x86 each
+	 * subnormal costs a microcode assist, and training makes them (Adam's
+	 * moments of a parameter whose gradient stays zero).  Values below
+	 * 1.18e-38 then read as 0; nothing else changes.  true keeps IEEE
+	 * gradual underflow, as PyTorch's default, for bit-for-bit comparisons
+	 * where subnormals occur.
+	 */
+	bool keep_denormals;
 	struct pp_optimizer_config optim;
 };
 
 /*
  * Fills *cfg with the defaults: 1 x 28 x 28 inputs, 10 classes, seed 0,
- * 1 thread, Fashion-MNIST's mean 0.2860 and std 0.3530, no stream, and
- * Adam with PyTorch's defaults (lr 0.001, betas 0.9 and 0.999, eps 1e-8,
- * no weight decay).
+ * 1 thread, Fashion-MNIST's mean 0.2860 and std 0.3530, no stream,
+ * subnormals flushed to zero on the CPU, and Adam with PyTorch's defaults
+ * (lr 0.001, betas 0.9 and 0.999, eps 1e-8, no weight decay).
  */
 PP_API void pp_model_config_init(struct pp_model_config *cfg);
 
