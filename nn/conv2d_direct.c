@@ -664,12 +664,191 @@ direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float 
 	}
 }
 
+/* The most input rows of a layer that direct512_backward_paired() takes (its scratch is on the stack) */
+#define PAIRED_ROWS 32
+/* The samples whose input tails it lays out at a time */
+#define PAIRED_BLOCK 8
+
+/*
+ * True when the AVX-512 backward takes the layer with its rows paired
+ * (direct512_backward_paired()): no input gradient wanted, output rows of
+ * 17 to 24 positions, at most PAIRED_ROWS input rows, a 2x2 pool of stride 2.
+ */
+static bool paired_fits(const struct nn_layer *l, const struct nn_layer *pool, const float *din)
+{
+	return !din && l->k <= DIRECT512_K && l->out_w > 16 && l->out_w <= 24 &&
+	       l->in_h <= PAIRED_ROWS && pool->k == 2 && pool->stride == 2;
+}
+
+/*
+ * AVX-512: channel o's output gradient of one sample made dense without a
+ * branch or a scattered store: row y of the gradient is pool row y / 2
+ * spread over two lanes per window (a permutation), kept where the pool's
+ * index is that position (and, behind a ReLU, the convolution's output
+ * there is positive), zero elsewhere.  Columns 0..15 of row y go to d16
+ * (16 floats a row), columns 16..OW-1 to d8 (8 floats a row, zero past
+ * OW), rows 0..2 PH-1; the rest of both stays as it was (zero).  Returns
+ * bsum plus the rows.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) __m512
+paired_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *d16, float *d8,
+		const float *dp, const int32_t *ix, const float *r, int o, __m512 bsum)
+{
+	const int ow = l->out_w, pw = pool->out_w, base = o * l->out_h * ow;
+	const __mmask16 mp = nn_lanes16(pw), mt = nn_lanes16(ow - 16);
+	const __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+	const __m512i hi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15,
+					     15);
+	const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	const __m512i sixteen = _mm512_set1_epi32(16);
+	const __m512 zero = _mm512_setzero_ps();
+
+	for (int y = 0; y < 2 * pool->out_h; y++) {
+		const __m512 g = _mm512_maskz_loadu_ps(mp, dp + (size_t)(y >> 1) * pw);
+		const __m512i q = _mm512_maskz_loadu_epi32(mp, ix + (size_t)(y >> 1) * pw);
+		const __m512i pos = _mm512_add_epi32(iota, _mm512_set1_epi32(base + y * ow));
+		__mmask16 m0 = _mm512_cmpeq_epi32_mask(_mm512_permutexvar_epi32(lo, q), pos);
+		__mmask16 m1 = _mm512_mask_cmpeq_epi32_mask(mt, _mm512_permutexvar_epi32(hi, q),
+							    _mm512_add_epi32(pos, sixteen));
+
+		if (r) {
+			const float *rr = r + base + (size_t)y * ow;
+
+			m0 = _mm512_mask_cmp_ps_mask(m0, _mm512_loadu_ps(rr), zero, _CMP_GT_OQ);
+			m1 = _mm512_mask_cmp_ps_mask(m1, _mm512_maskz_loadu_ps(mt, rr + 16), zero,
+						     _CMP_GT_OQ);
+		}
+		const __m512 v0 = _mm512_maskz_permutexvar_ps(m0, lo, g);
+		const __m512 v1 = _mm512_maskz_permutexvar_ps(m1, hi, g);
+
+		_mm512_store_ps(d16 + (size_t)y * 16, v0);
+		_mm256_store_ps(d8 + (size_t)y * 8, _mm512_castps512_ps256(v1));
+		bsum = _mm512_add_ps(bsum, _mm512_add_ps(v0, v1));
+	}
+	return bsum;
+}
+
+/*
+ * AVX-512: the k x k sums acc gain input row iy's (16 positions from xr,
+ * shifted by kx) products with the gradient rows iy - ky (16 floats a row
+ * from d, row 0 at d); 'step' is the floats from one gradient row to the
+ * next.  Inlined, with acc in registers.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+paired_row(__m512 acc[DIRECT512_K][DIRECT512_K], const float *xr, ptrdiff_t xstep, const float *d,
+	   int iy, int step, const int k)
+{
+	__m512 xv[DIRECT512_K] = { 0 }; /* (all set for k; GCC cannot tell where k is not constant) */
+
+#pragma GCC unroll 5
+	for (int kx = 0; kx < k; kx++)
+		xv[kx] = _mm512_loadu_ps(xr + (ptrdiff_t)kx * xstep);
+#pragma GCC unroll 5
+	for (int ky = 0; ky < k; ky++) {
+		const __m512 dv = _mm512_loadu_ps(d + (ptrdiff_t)(iy - ky) * step);
+
+#pragma GCC unroll 5
+		for (int kx = 0; kx < k; kx++)
+			acc[ky][kx] = _mm512_fmadd_ps(dv, xv[kx], acc[ky][kx]);
+	}
+}
+
+/*
+ * AVX-512 backward behind a 2x2 pool of stride 2, one input channel, no
+ * input gradient (the first layer), output rows of 17 to 24 positions
+ * (paired_fits()): direct512_backward() with every lane used.  Each input
+ * row's first 16 positions are taken as there; the tails (positions 16..,
+ * at most 8) of two consecutive rows are one vector, from a copy of the
+ * block's inputs where the tails shifted by kx are rows of 8 floats in a
+ * row (x8, a zero row after the last), and the gradient's tails likewise
+ * (d8): three FMAs per tap for two rows where direct512_backward() takes
+ * four, and no row of zeros past the input.  The gradient is made dense
+ * without a branch (paired_dense_dy()).  Blocks of PAIRED_BLOCK samples,
+ * whose tails are laid out once for all the output channels; each
+ * channel's sums are added to dw once per block.  k is a constant where
+ * inlined with one.
+ */
+NN_AVX512 static inline __attribute__((always_inline)) void
+direct512_backward_paired(const struct nn_layer *l, const struct nn_layer *pool, float *dw,
+			  float *db, const float *dpool, const int32_t *idx,
+			  const float *relu_out, const float *in, int n, const int k)
+{
+	enum { PAD = DIRECT512_K - 1, ROWS = PAIRED_ROWS + 2 * PAD + 1 };
+	const int iw = l->in_w, ih = l->in_h, oh = l->out_h;
+	const size_t np = (size_t)pool->out_h * pool->out_w;
+	const __mmask8 mt = (__mmask8)nn_lanes16(l->out_w - 16);
+	float x8[PAIRED_BLOCK][DIRECT512_K][PAIRED_ROWS + 1][8] __attribute__((aligned(64)));
+	float d16buf[ROWS * 16] __attribute__((aligned(64)));
+	float d8buf[ROWS * 8] __attribute__((aligned(64)));
+	float *d16 = d16buf + (size_t)(k - 1) * 16, *d8 = d8buf + (size_t)(k - 1) * 8; /* row 0 */
+
+	memset(d16buf, 0, (size_t)(oh + 2 * (k - 1) + 1) * 16 * sizeof(float));
+	memset(d8buf, 0, (size_t)(oh + 2 * (k - 1) + 1) * 8 * sizeof(float));
+	for (int i0 = 0; i0 < n; i0 += PAIRED_BLOCK) {
+		const int nb = n - i0 < PAIRED_BLOCK ? n - i0 : PAIRED_BLOCK;
+
+		for (int s = 0; s < nb; s++) {
+			const float *x = in + (size_t)(i0 + s) * l->in_size;
+
+			for (int kx = 0; kx < k; kx++) {
+				float *t = &x8[s][kx][0][0];
+
+				for (int iy = 0; iy < ih; iy++)
+					_mm256_store_ps(t + (size_t)iy * 8,
+							_mm256_maskz_loadu_ps(mt, x + (size_t)iy * iw + 16 + kx));
+				_mm256_store_ps(t + (size_t)ih * 8, _mm256_setzero_ps());
+			}
+		}
+		for (int o = 0; o < l->out_c; o++) {
+			__m512 acc[DIRECT512_K][DIRECT512_K];
+			__m512 bsum = _mm512_setzero_ps();
+
+#pragma GCC unroll 5
+			for (int ky = 0; ky < k; ky++)
+#pragma GCC unroll 5
+				for (int kx = 0; kx < k; kx++)
+					acc[ky][kx] = _mm512_setzero_ps();
+			for (int s = 0; s < nb; s++) {
+				const size_t i = (size_t)(i0 + s), p0 = i * pool->out_size + (size_t)o * np;
+				const float *x = in + i * l->in_size;
+
+				bsum = paired_dense_dy(l, pool, d16, d8, dpool + p0, idx + p0,
+						       relu_out ? relu_out + i * l->out_size : NULL, o,
+						       bsum);
+				for (int iy = 0; iy < ih; iy += 2) {
+					paired_row(acc, x + (size_t)iy * iw, 1, d16, iy, 16, k);
+					if (iy + 1 < ih)
+						paired_row(acc, x + (size_t)(iy + 1) * iw, 1, d16, iy + 1,
+							   16, k);
+					paired_row(acc, &x8[s][0][iy][0], (PAIRED_ROWS + 1) * 8, d8, iy,
+						   8, k);
+				}
+			}
+			db[o] += _mm512_reduce_add_ps(bsum);
+#pragma GCC unroll 5
+			for (int ky = 0; ky < k; ky++)
+#pragma GCC unroll 5
+				for (int kx = 0; kx < k; kx++)
+					dw[((size_t)o * k + ky) * k + kx] += _mm512_reduce_add_ps(acc[ky][kx]);
+		}
+	}
+}
+
 NN_AVX512 void conv2d_direct_backward_pooled_avx512(const struct nn_layer *l,
 						    const struct nn_layer *pool, float *din,
 						    float *dw, float *db, const float *dpool,
 						    const int32_t *idx, const float *relu_out,
 						    const float *w, const float *in, int n)
 {
+	if (paired_fits(l, pool, din)) {
+		if (l->k == 5)
+			direct512_backward_paired(l, pool, dw, db, dpool, idx, relu_out, in, n, 5);
+		else if (l->k == 3)
+			direct512_backward_paired(l, pool, dw, db, dpool, idx, relu_out, in, n, 3);
+		else
+			direct512_backward_paired(l, pool, dw, db, dpool, idx, relu_out, in, n, l->k);
+		return;
+	}
 	switch (l->k) {
 	case 5:
 		direct512_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n, 5);

@@ -383,30 +383,35 @@ END_TEST
  * or if its pooled backward differs from conv2d_backward_pooled() on the
  * columns: a gradient sent to the wrong tap, window or channel, or read
  * past the input's end (the last windows of an input whose row is
- * shorter than 8, under ASan).  Kernels 5, 3, 4 and 2 (the constant and
- * the general code).  Also fails if a model would take the direct path on
+ * shorter than 8, under ASan); on AVX-512 also without the input
+ * gradient, where rows of 17 to 24 outputs are taken two at a time with
+ * their tails in one vector (widths 24, 21, 19 and 17; 24 and 15 input
+ * rows, the last of an odd count alone; 9 and 13 output rows, the last
+ * outside the pool; blocks of 8 samples then 3): a tail lane, a pair's
+ * second row, a kept position or the ReLU's mask wrong.  Kernels 5, 3, 4
+ * and 2 (the constant and the general code).  Also fails if a model would take the direct path on
  * a CPU without AVX2 and FMA.
  */
 START_TEST(test_conv_direct)
 {
 	const enum nn_isa best = nn_isa_best();
 	const bool has_avx2 = best >= NN_ISA_AVX2;
-	static const int shapes[9][4] = {
+	static const int shapes[11][4] = {
 		/* h, w, k, output channels */
 		{ 30, 30, 5, 3 }, { 11, 13, 5, 3 }, { 6, 6, 3, 3 }, { 9, 7, 4, 3 },
 		{ 12, 40, 5, 8 }, { 10, 30, 3, 7 }, { 8, 9, 2, 8 }, { 28, 28, 5, 6 },
-		{ 11, 23, 3, 8 },
+		{ 11, 23, 3, 8 }, { 27, 22, 4, 5 }, { 15, 19, 3, 2 },
 	};
 
 	note_isa("test_conv_direct", best);
-	for (int s = 0; s < 9; s++)
+	for (int s = 0; s < 11; s++)
 		for (int variant = 0; variant < 2 * ((int)best + 1); variant++) {
 			const int *sh = shapes[s];
 			const bool relu = variant & 1;
 			const enum nn_isa isa = (enum nn_isa)(variant / 2);
-			struct gc g = gc_make(NN_CONV, 3, 1, sh[0], sh[1], sh[3], sh[2], 1, 0);
+			struct gc g = gc_make(NN_CONV, 11, 1, sh[0], sh[1], sh[3], sh[2], 1, 0);
 			struct nn_layer *l = &g.l;
-			struct gc pg = gc_make(NN_MAXPOOL, 3, sh[3], l->out_h, l->out_w, 0, 2, 2, 0);
+			struct gc pg = gc_make(NN_MAXPOOL, 11, sh[3], l->out_h, l->out_w, 0, 2, 2, 0);
 			const struct nn_layer *pool = &pg.l;
 			gc_pooled_scratch(&g, pool);
 			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
@@ -449,6 +454,15 @@ START_TEST(test_conv_direct)
 			expect_close("input gradient", din1, din2, ins);
 			expect_close("weight gradient", dw1, dw2, l->n_w);
 			expect_close("bias gradient", db1, db2, l->n_b);
+			if (isa == NN_ISA_AVX512) {
+				/* without the input gradient: rows of 17 to 24 taken in pairs */
+				memset(dw2, 0, l->n_w * sizeof(float));
+				memset(db2, 0, l->n_b * sizeof(float));
+				conv2d_direct_backward_pooled_avx512(l, pool, NULL, dw2, db2, dpool, pg.idx,
+								     relu ? act : NULL, g.w, g.in, g.n);
+				expect_close("weight gradient, no input gradient", dw1, dw2, l->n_w);
+				expect_close("bias gradient, no input gradient", db1, db2, l->n_b);
+			}
 			free(y);
 			free(act);
 			free(pooled);
