@@ -2,10 +2,13 @@
  * nn/maxpool.c: MaxPool2d (no padding) on the CPU.  The forward keeps the
  * index of each window's maximum (the first one, as PyTorch's CPU kernel),
  * so the backward routes each gradient to it.  A ReLU before it can be
- * fused in (maxpool_relu_forward()).
+ * fused in (maxpool_relu_forward()).  The common 2x2 windows of stride 2
+ * have a portable version, four windows at a time, and an AVX-512 one,
+ * sixteen, chosen at run time.
  */
 #include "config.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 #include "nn/nn_internal.h"
@@ -104,14 +107,72 @@ static inline __attribute__((always_inline)) void maxpool2(const struct nn_layer
 	}
 }
 
-/* relu: as maxpool2() */
-static inline __attribute__((always_inline)) void maxpool(const struct nn_layer *l, float *out,
-							  int32_t *idx, const float *in, int n,
-							  const bool relu)
+/*
+ * AVX-512: maxpool2(), 16 windows of a row at a time (the row's tail
+ * masked): the two input rows' 32 floats split into their even and odd
+ * columns by two permutations each, then the same choices with masks.
+ */
+NN_AVX512 static void maxpool2_avx512(const struct nn_layer *l, float *out, int32_t *idx,
+				      const float *in, int n, bool relu)
+{
+	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+					       28, 30);
+	const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+	const __m512i one = _mm512_set1_epi32(1), down = _mm512_set1_epi32(w);
+	const __m512 zero = _mm512_setzero_ps();
+
+	for (int i = 0; i < n; i++) {
+		const float *x = in + (size_t)i * l->in_size;
+		float *y = out + (size_t)i * l->out_size;
+		int32_t *ix = idx + (size_t)i * l->out_size;
+
+		for (int ch = 0; ch < c; ch++)
+			for (int oy = 0; oy < oh; oy++, y += ow, ix += ow)
+				for (int ox = 0; ox < ow; ox += 16) {
+					const int at = (ch * h + 2 * oy) * w + 2 * ox;
+					const __mmask16 ma = nn_lanes16(2 * (ow - ox)),
+							mb = nn_lanes16(2 * (ow - ox) - 16),
+							my = nn_lanes16(ow - ox);
+					const __m512 a0 = _mm512_maskz_loadu_ps(ma, x + at);
+					const __m512 b0 = _mm512_maskz_loadu_ps(mb, x + at + 16);
+					const __m512 a1 = _mm512_maskz_loadu_ps(ma, x + at + w);
+					const __m512 b1 = _mm512_maskz_loadu_ps(mb, x + at + w + 16);
+					const __m512 tr = _mm512_permutex2var_ps(a0, odd, b0);
+					const __m512 bl = _mm512_permutex2var_ps(a1, even, b1);
+					const __m512 br = _mm512_permutex2var_ps(a1, odd, b1);
+					const __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32(at), even);
+					__m512 m = _mm512_permutex2var_ps(a0, even, b0);
+					__m512i mi = i0;
+					__mmask16 k = _mm512_cmp_ps_mask(tr, m, _CMP_GT_OQ);
+
+					m = _mm512_mask_mov_ps(m, k, tr);
+					mi = _mm512_mask_add_epi32(mi, k, i0, one);
+					k = _mm512_cmp_ps_mask(bl, m, _CMP_GT_OQ);
+					m = _mm512_mask_mov_ps(m, k, bl);
+					mi = _mm512_mask_add_epi32(mi, k, i0, down);
+					k = _mm512_cmp_ps_mask(br, m, _CMP_GT_OQ);
+					m = _mm512_mask_mov_ps(m, k, br);
+					mi = _mm512_mask_add_epi32(mi, k, i0, _mm512_add_epi32(down, one));
+					if (relu)
+						m = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m, zero, _CMP_GT_OQ), m);
+					_mm512_mask_storeu_ps(y + ox, my, m);
+					_mm512_mask_storeu_epi32(ix + ox, my, mi);
+				}
+	}
+}
+
+/* relu: as maxpool2(); isa: the version of the 2x2 windows of stride 2 (one the CPU has) */
+static void maxpool(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n,
+		    const bool relu, enum nn_isa isa)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
 	const int k = l->k, s = l->stride;
 
+	if (k == 2 && s == 2 && isa == NN_ISA_AVX512) {
+		maxpool2_avx512(l, out, idx, in, n, relu);
+		return;
+	}
 	if (k == 2 && s == 2) {
 		maxpool2(l, out, idx, in, n, relu);
 		return;
@@ -142,15 +203,21 @@ static inline __attribute__((always_inline)) void maxpool(const struct nn_layer 
 	}
 }
 
+void maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+			  int n, bool relu, enum nn_isa isa)
+{
+	maxpool(l, out, idx, in, n, relu, isa);
+}
+
 void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n)
 {
-	maxpool(l, out, idx, in, n, false);
+	maxpool(l, out, idx, in, n, false, nn_isa_best());
 }
 
 void maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
 			  int n)
 {
-	maxpool(l, out, idx, in, n, true);
+	maxpool(l, out, idx, in, n, true, nn_isa_best());
 }
 
 void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,

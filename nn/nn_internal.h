@@ -292,6 +292,13 @@ void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const f
  */
 void maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
 			  int n);
+/*
+ * Either of the two (relu), with the version of the 2x2 windows of stride
+ * 2 for isa (only one the CPU has, nn_isa_best()): portable (four windows
+ * at a time) or AVX-512 (sixteen); the same choices and values.
+ */
+void maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+			  int n, bool relu, enum nn_isa isa);
 void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
 		      const int32_t *idx, int n);
 

@@ -529,48 +529,61 @@ START_TEST(test_conv_forward_direct512)
 END_TEST
 
 /*
- * Fails if the 2x2 stride-2 max-pool (four windows at a time, then one by
- * one: output width 10) or its fusion with a ReLU picks another value or
- * index than the first maximum of each window (top left, top right,
- * bottom left, bottom right), or if the fused one does not give
- * max(0, maximum); ties (values on a coarse grid) make the order matter.
+ * Fails if the 2x2 stride-2 max-pool (portable: four windows at a time,
+ * then one by one; AVX-512: sixteen, the row's tail masked; output widths
+ * 10, 12, 4 and 21, heights 4 and 3 with a row and a column left over) or
+ * its fusion with a ReLU picks another value or index than the first
+ * maximum of each window (top left, top right, bottom left, bottom
+ * right), or if the fused one does not give max(0, maximum); ties (values
+ * on a coarse grid) make the order matter.
  */
 START_TEST(test_maxpool_windows)
 {
-	struct gc g = gc_make(NN_MAXPOOL, 2, 3, 9, 21, 0, 2, 2, 0);
-	const struct nn_layer *l = &g.l;
-	const size_t outs = (size_t)g.n * l->out_size;
-	float *y2 = zero_floats(outs);
-	int32_t *idx2 = calloc(outs, sizeof(int32_t));
+	static const int shapes[4][2] = { { 9, 21 }, { 8, 24 }, { 7, 8 }, { 8, 43 } }; /* h, w */
+	const enum nn_isa best = nn_isa_best();
 
-	ck_assert_ptr_nonnull(idx2);
-	for (size_t i = 0; i < (size_t)g.n * l->in_size; i++)
-		g.in[i] = roundf(g.in[i] * 3.0f);
-	maxpool_forward(l, g.out, g.idx, g.in, g.n);
-	maxpool_relu_forward(l, y2, idx2, g.in, g.n);
-	for (int i = 0; i < g.n; i++)
-		for (int ch = 0; ch < l->out_c; ch++)
-			for (int oy = 0; oy < l->out_h; oy++)
-				for (int ox = 0; ox < l->out_w; ox++) {
-					const float *x = g.in + (size_t)i * l->in_size;
-					const size_t q = (size_t)i * l->out_size +
-							 ((size_t)ch * l->out_h + oy) * l->out_w + ox;
-					int best = (ch * l->in_h + 2 * oy) * l->in_w + 2 * ox;
+	note_isa("test_maxpool_windows", best);
+	for (int s = 0; s < 4; s++)
+		for (int isa = 0; isa <= (int)best; isa++) {
+			struct gc g = gc_make(NN_MAXPOOL, 2, 3, shapes[s][0], shapes[s][1], 0, 2, 2, 0);
+			const struct nn_layer *l = &g.l;
+			const size_t outs = (size_t)g.n * l->out_size;
+			float *y2 = zero_floats(outs);
+			int32_t *idx2 = calloc(outs, sizeof(int32_t));
 
-					for (int k = 1; k < 4; k++) {
-						int at = (ch * l->in_h + 2 * oy + k / 2) * l->in_w + 2 * ox + k % 2;
+			ck_assert_ptr_nonnull(idx2);
+			for (size_t i = 0; i < (size_t)g.n * l->in_size; i++)
+				g.in[i] = roundf(g.in[i] * 3.0f);
+			maxpool_forward_impl(l, g.out, g.idx, g.in, g.n, false, (enum nn_isa)isa);
+			maxpool_forward_impl(l, y2, idx2, g.in, g.n, true, (enum nn_isa)isa);
+			for (int i = 0; i < g.n; i++)
+				for (int ch = 0; ch < l->out_c; ch++)
+					for (int oy = 0; oy < l->out_h; oy++)
+						for (int ox = 0; ox < l->out_w; ox++) {
+							const float *x = g.in + (size_t)i * l->in_size;
+							const size_t q = (size_t)i * l->out_size +
+									 ((size_t)ch * l->out_h + oy) * l->out_w +
+									 ox;
+							int best_at = (ch * l->in_h + 2 * oy) * l->in_w + 2 * ox;
 
-						if (x[at] > x[best])
-							best = at;
-					}
-					ck_assert_int_eq(g.idx[q], best);
-					ck_assert_int_eq(idx2[q], best);
-					ck_assert(g.out[q] == x[best]);
-					ck_assert(y2[q] == (x[best] > 0.0f ? x[best] : 0.0f));
-				}
-	free(y2);
-	free(idx2);
-	gc_free(&g);
+							for (int k = 1; k < 4; k++) {
+								int at = (ch * l->in_h + 2 * oy + k / 2) * l->in_w +
+									 2 * ox + k % 2;
+
+								if (x[at] > x[best_at])
+									best_at = at;
+							}
+							ck_assert_msg(g.idx[q] == best_at && idx2[q] == best_at,
+								      "%dx%d, isa %d, window %zu: index %d, %d, expected %d",
+								      shapes[s][0], shapes[s][1], isa, q,
+								      (int)g.idx[q], (int)idx2[q], best_at);
+							ck_assert(g.out[q] == x[best_at]);
+							ck_assert(y2[q] == (x[best_at] > 0.0f ? x[best_at] : 0.0f));
+						}
+			free(y2);
+			free(idx2);
+			gc_free(&g);
+		}
 }
 END_TEST
 
