@@ -10,14 +10,17 @@ the peak RSS, and the ratio of PyTorch's epoch time to pinpipe's.
 
   /usr/bin/python3 bench/bench_train.py [--epochs 3] [--seeds 1,2,3]
         [--batch-size 100,1000] [--workers 0,1,2] [--pin on,off] [--threads 1]
-        [--openblas-coretype CORE]
+        [--openblas-coretype CORE] [--pinpipe-keep-denormals] [--torch-flush-denormal]
 
 Both sides get the same number of compute threads (--threads; PyTorch's
 torch.set_num_threads, pinpipe-train --threads), OPENBLAS_NUM_THREADS=1,
 and the same OpenBLAS kernels: OPENBLAS_CORETYPE as found in the
 environment, or as --openblas-coretype sets it (an empty value unsets it,
-leaving OpenBLAS to pick the kernels for the processor).  Run from the top
-of a built tree.
+leaving OpenBLAS to pick the kernels for the processor).  Subnormal floats:
+each side as it computes by default (pinpipe flushes them to zero, PyTorch
+keeps them), or the other way round with --pinpipe-keep-denormals
+(pinpipe-train --keep-denormals) and --torch-flush-denormal
+(torch.set_flush_denormal(True)).  Run from the top of a built tree.
 """
 import argparse
 import csv
@@ -32,14 +35,16 @@ import time
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
-def torch_run(bs, workers, pin, epochs, seed, threads):
+def torch_run(bs, workers, pin, epochs, seed, threads, flush_denormal=False):
     """One PyTorch run in a child process (fresh RSS); returns (epoch times, acc, wait share, rss MB)."""
     code = r'''
 import sys, time, gzip, resource, numpy as np, torch, torchvision
 from torchvision import transforms
-bs, workers, pin, epochs, seed, threads, data = sys.argv[1:]
+bs, workers, pin, epochs, seed, threads, data, flush = sys.argv[1:]
 bs, workers, epochs, seed, threads = int(bs), int(workers), int(epochs), int(seed), int(threads)
 torch.set_num_threads(threads); torch.manual_seed(seed)
+if flush == "1" and not torch.set_flush_denormal(True):
+    sys.exit("torch.set_flush_denormal: not supported on this CPU")
 import os, shutil, tempfile
 root = tempfile.mkdtemp()
 raw = os.path.join(root, "FashionMNIST", "raw"); os.makedirs(raw)
@@ -77,17 +82,18 @@ rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(",".join(map(str, times)), correct / len(test), sum(waits) / sum(times), rss)
 '''
     out = subprocess.run([sys.executable, "-c", code, str(bs), str(workers), pin, str(epochs), str(seed),
-                          str(threads), DATA], check=True, capture_output=True, text=True).stdout.split()
+                          str(threads), DATA, "1" if flush_denormal else "0"],
+                         check=True, capture_output=True, text=True).stdout.split()
     return [float(t) for t in out[0].split(",")], float(out[1]), float(out[2]), float(out[3])
 
 
-def pinpipe_run(bs, workers, pin, epochs, seed, threads):
+def pinpipe_run(bs, workers, pin, epochs, seed, threads, keep_denormals=False):
     """One pinpipe-train run; returns (epoch times, acc, wait share, rss MB)."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as f:
         cmd = ["./pinpipe-train", "--data=" + DATA, "--device=cpu", "--model=cnn", "--optimizer=adam",
                "--lr=0.01", "--batch-size=%d" % bs, "--workers=%d" % workers, "--pin-memory=" + pin,
                "--epochs=%d" % epochs, "--seed=%d" % seed, "--threads=%d" % threads, "-q",
-               "--csv=" + f.name]
+               "--csv=" + f.name] + (["--keep-denormals"] if keep_denormals else [])
         # A fresh Python parent, whose only child is pinpipe-train, reports its peak RSS.
         rss = float(subprocess.run(
             [sys.executable, "-c", "import resource, subprocess, sys; "
@@ -110,6 +116,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--openblas-coretype", default=None,
                     help="OPENBLAS_CORETYPE for both sides (empty: OpenBLAS's own choice) [environment]")
+    ap.add_argument("--pinpipe-keep-denormals", action="store_true",
+                    help="pinpipe-train --keep-denormals (IEEE subnormals, as PyTorch's default)")
+    ap.add_argument("--torch-flush-denormal", action="store_true",
+                    help="torch.set_flush_denormal(True) (subnormals flushed, as pinpipe's default)")
     a = ap.parse_args()
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     if a.openblas_coretype is not None:
@@ -118,13 +128,17 @@ def main():
         os.environ.pop("OPENBLAS_CORETYPE", None)
     print("both sides: OPENBLAS_NUM_THREADS=1 OPENBLAS_CORETYPE=%s, %d compute thread(s)"
           % (os.environ.get("OPENBLAS_CORETYPE", "(unset: OpenBLAS's choice)"), a.threads))
+    print("subnormals: pinpipe %s, PyTorch %s" % ("kept" if a.pinpipe_keep_denormals else "flushed",
+                                                  "flushed" if a.torch_flush_denormal else "kept"))
+    sides = (("pinpipe", lambda *r: pinpipe_run(*r, keep_denormals=a.pinpipe_keep_denormals)),
+             ("torch", lambda *r: torch_run(*r, flush_denormal=a.torch_flush_denormal)))
     seeds = [int(s) for s in a.seeds.split(",")]
     print("bs    workers pin  | pinpipe s/epoch acc    wait% | PyTorch s/epoch acc    wait%  RSS MB | ratio")
     for bs in [int(b) for b in a.batch_size.split(",")]:
         for w in [int(x) for x in a.workers.split(",")]:
             for pin in a.pin.split(","):
                 res = {}
-                for side, fn in (("pinpipe", pinpipe_run), ("torch", torch_run)):
+                for side, fn in sides:
                     runs = [fn(bs, w, pin, a.epochs, s, a.threads) for s in seeds]
                     # Mean epoch time of epochs after the first (warm), over the seeds.
                     warm = [t for r in runs for t in (r[0][1:] or r[0])]
