@@ -79,6 +79,20 @@ for e in ("1", "2"):
 '
 check det
 
+# 3b. --keep-denormals (IEEE subnormals in place of flushed ones) is taken,
+# and changes nothing of a short run's results (none of its values is that small).
+for k in "" --keep-denormals; do
+	"$train" --data=synthetic:1200 --device=cpu --model=cnn --epochs=1 -q $k \
+		--csv="$tmp/den${k:+k}.csv" >/dev/null 2>"$tmp/err" || { echo "FAIL: run with '$k':"; cat "$tmp/err"; fail=1; }
+done
+CHECK='
+other = list(csv.DictReader(open(sys.argv[2])))
+assert len(rows) == 1 and len(other) == 1, (rows, other)
+for k in ("train_loss", "train_acc", "test_loss", "test_acc"):
+    assert rows[0][k] == other[0][k], (k, rows, other)
+'
+check den "$tmp/denk.csv"
+
 # 4. Resume: 3 epochs straight against 1 epoch, then resumed to 3; and
 # against a run stopped mid-epoch by --max-steps, then resumed.  The last
 # epoch's results and the final checkpoints must be identical.
