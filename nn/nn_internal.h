@@ -110,8 +110,9 @@ static inline enum nn_isa nn_isa_best(void)
  * costs a microcode assist of a hundred cycles or more, and training makes
  * them (Adam's first moment of a parameter whose gradient stays zero decays
  * by beta1 a step, subnormal after some 800 steps).  nn_fp_enter() sets the
- * bits when 'flush' and returns the caller's environment, which
- * nn_fp_leave() puts back.  Nothing is done on other processors.
+ * bits when 'flush' and returns the caller's MXCSR; nn_fp_leave() puts its
+ * two bits back as they were, and keeps the exception flags that the work
+ * raised, as any other call would.  Nothing is done on other processors.
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -127,8 +128,11 @@ static inline unsigned nn_fp_enter(bool flush)
 
 static inline void nn_fp_leave(unsigned old)
 {
-	if (_mm_getcsr() != old)
-		_mm_setcsr(old);
+	const unsigned now = _mm_getcsr();
+	const unsigned want = (now & ~NN_MXCSR_FTZ_DAZ) | (old & NN_MXCSR_FTZ_DAZ);
+
+	if (now != want)
+		_mm_setcsr(want);
 }
 #else
 static inline unsigned nn_fp_enter(bool flush)
