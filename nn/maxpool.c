@@ -163,8 +163,8 @@ NN_AVX512 static void maxpool2_avx512(const struct nn_layer *l, float *out, int3
 }
 
 /* relu: as maxpool2(); isa: the version of the 2x2 windows of stride 2 (one the CPU has) */
-static void maxpool(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n,
-		    const bool relu, enum nn_isa isa)
+void maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+			  int n, bool relu, enum nn_isa isa)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
 	const int k = l->k, s = l->stride;
@@ -203,21 +203,15 @@ static void maxpool(const struct nn_layer *l, float *out, int32_t *idx, const fl
 	}
 }
 
-void maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
-			  int n, bool relu, enum nn_isa isa)
-{
-	maxpool(l, out, idx, in, n, relu, isa);
-}
-
 void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n)
 {
-	maxpool(l, out, idx, in, n, false, nn_isa_best());
+	maxpool_forward_impl(l, out, idx, in, n, false, nn_isa_best());
 }
 
 void maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
 			  int n)
 {
-	maxpool(l, out, idx, in, n, true, nn_isa_best());
+	maxpool_forward_impl(l, out, idx, in, n, true, nn_isa_best());
 }
 
 void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
