@@ -327,7 +327,13 @@ START_TEST(test_pinned_async_pageable_blocks)
 		      "pageable copy blocked %llu ns, pinned %llu ns",
 		      (unsigned long long)(st2.host_blocked_ns - st1.host_blocked_ns),
 		      (unsigned long long)(st1.host_blocked_ns - st0.host_blocked_ns));
-	ck_assert_uint_gt(st2.copy_ns, st0.copy_ns);
+	/* Every copy is timed on sim; on cuda a stream's first (the warm-up) and one in 16. */
+	ck_assert_uint_ge(st2.copies_timed, 1);
+	ck_assert_uint_gt(st2.copy_ns, 0);
+	if (pp_device_get_props(dev)->kind == PP_DEVICE_SIM) {
+		ck_assert_uint_eq(st2.copies_timed - st0.copies_timed, 2);
+		ck_assert_uint_gt(st2.copy_ns, st0.copy_ns);
+	}
 	pp_device_close(dev);
 	gate_destroy(&g);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "pinpipe/device.h"
+#include "pinpipe/transfer.h"
 #include "tests/device_cases.h"
 #include "tests/testutil.h"
 #include "transfer/device_impl.h"
@@ -56,6 +57,10 @@ START_TEST(test_names)
 	ck_assert_int_eq(pp_device_open("sim:turbo", &dev), -EINVAL);
 	assert_error_has("'turbo'");
 	ck_assert_int_eq(pp_device_open("sim:mem=lots", &dev), -EINVAL);
+	ck_assert_int_eq(pp_device_open("sim:call_us=-1", &dev), -EINVAL);
+	assert_error_has("'-1'");
+	ck_assert_int_eq(pp_device_open("sim:call_us=20us", &dev), -EINVAL);
+	ck_assert_int_eq(pp_device_open("sim:call_us=", &dev), -EINVAL);
 	ck_assert_int_eq(pp_device_open("cpu:fast", &dev), -EINVAL);
 	ck_assert_int_eq(pp_device_open("cuda:x", &dev), -EINVAL);
 	ck_assert_int_eq(pp_device_open("cuda:-1", &dev), -EINVAL);
@@ -68,6 +73,9 @@ START_TEST(test_names)
 	ck_assert_ptr_nonnull(strstr(pp_device_get_props(dev)->description, "25 GB/s"));
 	pp_device_close(dev);
 	dev = open_ok("sim:bw=900MiB/s");
+	pp_device_close(dev);
+	dev = open_ok("sim:bw=55GB/s,call_us=2.5");
+	ck_assert_ptr_nonnull(strstr(pp_device_get_props(dev)->description, "2.5 us a call"));
 	pp_device_close(dev);
 	dev = open_ok("cpu");
 	ck_assert(pp_device_get_props(dev)->host_is_device);
@@ -580,6 +588,118 @@ START_TEST(test_threads_share_device)
 }
 END_TEST
 
+/*
+ * sim:call_us=N: every call that reaches a stream costs the caller N us,
+ * and is counted.  Fails if a pinned copy, an event record, a query, a
+ * stream wait or a host function returns sooner than N us after it was
+ * made, or if the device's call counter does not count exactly those calls
+ * (and not an allocation or a stream's creation).
+ */
+START_TEST(test_call_cost)
+{
+	enum { SIZE = 4096, CALL_US = 300 };
+	struct pp_device *dev = open_ok("sim:call_us=300");
+	struct pp_device_stats st0, st1;
+	struct pp_stream *s, *s2;
+	struct pp_event *ev;
+	uint64_t t0, dt[5];
+	uint8_t *h;
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&h, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s2), 0);
+	ck_assert_int_eq(pp_event_create_flags(dev, PP_EVENT_NO_TIMING, &ev), 0);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st0), 0);
+	t0 = pp_now_ns();
+	ck_assert_int_eq(pp_memcpy_async(d, h, SIZE, PP_COPY_H2D, s), 0);
+	dt[0] = pp_now_ns() - t0;
+	t0 = pp_now_ns();
+	ck_assert_int_eq(pp_event_record(ev, s), 0);
+	dt[1] = pp_now_ns() - t0;
+	t0 = pp_now_ns();
+	ck_assert_int_ge(pp_event_query(ev), 0);
+	dt[2] = pp_now_ns() - t0;
+	t0 = pp_now_ns();
+	ck_assert_int_eq(pp_stream_wait_event(s2, ev), 0);
+	dt[3] = pp_now_ns() - t0;
+	t0 = pp_now_ns();
+	ck_assert_int_eq(pp_stream_spin(s2, 0), 0);
+	dt[4] = pp_now_ns() - t0;
+	ck_assert_int_eq(pp_stream_synchronize(s2), 0);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st1), 0);
+	for (int i = 0; i < 5; i++)
+		ck_assert_msg(dt[i] >= CALL_US * 1000u, "call %d took %llu ns", i,
+			      (unsigned long long)dt[i]);
+	ck_assert_uint_eq(st1.calls - st0.calls, 6);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Events without timing: fails if one is refused, if it does not order a
+ * stream as a timed one does, if elapsed time is given for it rather than
+ * refused with -EINVAL, or if an unknown flag is accepted.
+ */
+START_TEST(test_event_no_timing)
+{
+	struct pp_device *dev = open_ok("sim:bw=1GB/s");
+	struct pp_event *plain, *timed, *e;
+	struct pp_stream *s;
+	uint64_t ns;
+	uint8_t *h;
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, 1 << 20, true, (void **)&h, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 1 << 20, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create_flags(dev, PP_EVENT_NO_TIMING, &plain), 0);
+	ck_assert_int_eq(pp_event_create(dev, &timed), 0);
+	ck_assert_int_eq(pp_event_create_flags(dev, 0x80, &e), -EINVAL);
+	assert_error_has("0x80");
+	ck_assert_int_eq(pp_event_record(timed, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, h, 1 << 20, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_event_record(plain, s), 0);
+	/* 1 MiB at 1 GB/s: a millisecond, so the query comes before the end. */
+	ck_assert_int_eq(pp_event_query(plain), 0);
+	ck_assert_int_eq(pp_event_synchronize(plain), 0);
+	ck_assert_int_eq(pp_event_query(plain), 1);
+	ck_assert_int_eq(pp_event_elapsed_ns(timed, plain, &ns), -EINVAL);
+	assert_error_has("PP_EVENT_NO_TIMING");
+	ck_assert_int_eq(pp_event_elapsed_ns(plain, timed, &ns), -EINVAL);
+	ck_assert_int_eq(pp_event_elapsed_ns(timed, timed, &ns), 0);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * A query of an event after a failed copy: fails if it says 1 (complete, as
+ * if all went well) or 0 rather than the copy's -EIO with its message.
+ */
+START_TEST(test_query_reports_failure)
+{
+	struct pp_device *dev = open_ok("sim");
+	struct pp_stream *s;
+	struct pp_event *ev;
+	uint8_t *h;
+	void *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, 4096, true, (void **)&h, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 4096, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_event_create_flags(dev, PP_EVENT_NO_TIMING, &ev), 0);
+	ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_COPY, 0), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, h, 4096, PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_event_record(ev, s), 0);
+	while (pp_event_query(ev) == 0)
+		continue;
+	ck_assert_int_eq(pp_event_query(ev), -EIO);
+	assert_error_has("injected");
+	pp_device_close(dev);
+}
+END_TEST
+
 static const char *const sim_names[] = { "sim", "sim:bw=8GB/s,poison" };
 
 Suite *pp_test_suite(void)
@@ -598,6 +718,8 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_alloc_failure);
 	tcase_add_test(tc, test_poison);
 	tcase_add_test(tc, test_mixed_devices_refused);
+	tcase_add_test(tc, test_event_no_timing);
+	tcase_add_test(tc, test_query_reports_failure);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("timing");
@@ -605,6 +727,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_bandwidth_cap);
 	tcase_add_test(tc, test_pageable_blocks_for_transfer);
 	tcase_add_test(tc, test_threads_share_device);
+	tcase_add_test(tc, test_call_cost);
 	suite_add_tcase(s, tc);
 
 	pp_device_cases_add(s, "sim", sim_names, (int)PP_ARRAY_SIZE(sim_names));

@@ -9,8 +9,10 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "common/internal.h"
 #include "pinpipe/dataset.h"
 #include "pinpipe/transfer.h"
 #include "tests/testutil.h"
@@ -66,14 +68,14 @@ START_TEST(test_copy_failure)
 		      strstr(pp_last_error(), " bytes, host to device) failed: injected fault") != NULL,
 		      "message: %s", pp_last_error());
 	/*
-	 * Samples and labels are two copies per batch: the 8th copy is batch 3's
-	 * labels.  The failure is returned as soon as a call sees it (batches
-	 * 1 and 2, copied ahead, may be dropped with it), or, when batch 3 and
-	 * those after it were handed out while their copies still ran, at the
-	 * latest when the slot of a failed copy is needed again: after at most
-	 * 5 (the slots: depth 3 + 2) batches from batch 3 on.
+	 * Samples and labels are one copy per full batch: the 8th copy is batch
+	 * 7's.  The failure is returned as soon as a call sees it (batches
+	 * copied ahead may be dropped with it), or, when batch 7 and those after
+	 * it were handed out while their copies still ran, at the latest when
+	 * the slot of a failed copy is needed again: after at most 5 (the slots:
+	 * depth 3 + 2) batches from batch 7 on.
 	 */
-	ck_assert_int_le(got, 3 + 5);
+	ck_assert_int_le(got, 7 + 5);
 	ck_assert_int_eq(pp_device_sim_inject(f.dev, PP_SIM_FAIL_COPY, -1), 0);
 	c = pp_tcheck_create(&f);
 	ck_assert_int_eq(pp_transfer_begin_epoch(f.t, 1), 0);
@@ -121,6 +123,10 @@ START_TEST(test_cpu_in_place)
 		ck_assert_int_eq(memcmp(b->samples, rb->samples, (size_t)b->size * b->sample_bytes), 0);
 		ck_assert_int_eq(memcmp(b->labels, rb->labels, (size_t)b->size * 4), 0);
 		ck_assert_ptr_eq(b->host_labels, b->labels);
+		/* Nothing to wait for, but an event all the same, as a trainer may synchronize it. */
+		ck_assert_ptr_nonnull(b->ready);
+		ck_assert_int_eq(pp_event_query(b->ready), 1);
+		ck_assert_int_eq(pp_event_synchronize(b->ready), 0);
 		ck_assert_int_eq(pp_loader_release(ref, rb), 0);
 		ck_assert_int_eq(pp_transfer_release(f.t, b, f.compute), 0);
 		n++;
@@ -132,6 +138,7 @@ START_TEST(test_cpu_in_place)
 	ck_assert_uint_eq(st.batches, 40);
 	ck_assert_uint_eq(st.bytes, 0);
 	ck_assert_uint_eq(st.copy_ns, 0);
+	ck_assert_uint_eq(st.copies_timed, 0);
 	ck_assert(isnan(st.hidden_share));
 	ck_assert_int_eq(pp_loader_get_stats(f.loader, &ls), 0);
 	ck_assert_uint_eq(ls.batches, 40);
@@ -234,6 +241,239 @@ START_TEST(test_loader_try_next)
 }
 END_TEST
 
+/*
+ * The stage's position is the trainer's: after k batches handed out it is
+ * batch k of the epoch, while the loader's runs ahead by the copies in
+ * flight.  Fails if it is not, if it does not follow a resume, or if
+ * resuming from it does not hand out exactly batch k and those after it.
+ */
+START_TEST(test_position)
+{
+	struct pp_loader_position pos, lpos;
+	struct pp_device_batch *b;
+	struct pp_tcheck *c;
+	struct pp_tfix f;
+	int ret;
+
+	pp_tfix_open(&f, "sim", 480, 16, PP_DTYPE_U8, true, 3, 0);
+	ck_assert_int_eq(pp_transfer_get_position(f.t, &pos), -EINVAL);
+	ck_assert_int_eq(pp_transfer_begin_epoch(f.t, 2), 0);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &b), 1);
+		ck_assert_int_eq(pp_transfer_release(f.t, b, f.compute), 0);
+	}
+	ck_assert_int_eq(pp_transfer_get_position(f.t, &pos), 0);
+	ck_assert_int_eq(pp_loader_get_position(f.loader, &lpos), 0);
+	ck_assert_uint_eq(pos.epoch, 2);
+	ck_assert_uint_eq(pos.batch, 5);
+	ck_assert_uint_eq(pos.plan_key, lpos.plan_key);
+	ck_assert_uint_ge(lpos.batch, pos.batch); /* copies ahead, when the loader had them ready */
+	c = pp_tcheck_create(&f);
+	pp_tcheck_epoch(c, 2);
+	pp_tcheck_skip(c, 5);
+	ck_assert_int_eq(pp_transfer_resume(f.t, &pos), 0);
+	ck_assert_int_eq(pp_transfer_get_position(f.t, &pos), 0);
+	ck_assert_uint_eq(pos.batch, 5);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &b), 1);
+		ck_assert_uint_eq(b->index, 5 + (uint64_t)i);
+		pp_tcheck_batch(c, b, 0);
+	}
+	ck_assert_uint_eq(pp_tcheck_finish(c), 4);
+	ck_assert_int_eq(pp_transfer_get_position(f.t, &pos), 0);
+	ck_assert_uint_eq(pos.batch, 9);
+	while ((ret = pp_transfer_next(f.t, f.compute, &b)) == 1)
+		ck_assert_int_eq(pp_transfer_release(f.t, b, f.compute), 0);
+	ck_assert_int_eq(ret, 0);
+	ck_assert_int_eq(pp_transfer_get_position(f.t, &pos), 0);
+	ck_assert_uint_eq(pos.batch, 30);
+	ck_assert_int_eq(pp_transfer_begin_epoch(f.t, 3), 0);
+	ck_assert_int_eq(pp_transfer_get_position(f.t, &pos), 0);
+	ck_assert_uint_eq(pos.epoch, 3);
+	ck_assert_uint_eq(pos.batch, 0);
+	pp_tfix_close(&f);
+}
+END_TEST
+
+/* Runs a step per batch: 'kernels' launches of 'kernel_us' each, then the release. */
+static void run_steps(struct pp_tfix *f, int n, uint32_t kernels, uint32_t kernel_us)
+{
+	struct pp_device_batch *b;
+
+	for (int i = 0; i < n; i++) {
+		int ret = pp_transfer_next(f->t, f->compute, &b);
+
+		ck_assert_msg(ret == 1, "next: %d %s", ret, pp_last_error());
+		for (uint32_t k = 0; k < kernels; k++)
+			ck_assert_int_eq(pp_stream_spin(f->compute, (uint64_t)kernel_us * 1000u), 0);
+		ck_assert_int_eq(pp_transfer_release(f->t, b, f->compute), 0);
+	}
+}
+
+/* What a run of steps measured: the stage's counters and the device's. */
+struct steps_result {
+	struct pp_transfer_stats st;
+	struct pp_device_stats dev;
+	uint64_t batches;     /* batches counted */
+};
+
+/* Runs 8 steps not counted, then n counted ones. */
+static void measure_steps(struct pp_tfix *f, int n, uint32_t kernels, uint32_t kernel_us,
+			  struct steps_result *r)
+{
+	struct pp_transfer_stats s0;
+	struct pp_device_stats d0;
+
+	ck_assert_int_eq(pp_transfer_begin_epoch(f->t, 0), 0);
+	run_steps(f, 8, kernels, kernel_us);
+	ck_assert_int_eq(pp_stream_synchronize(f->compute), 0);
+	ck_assert_int_eq(pp_transfer_get_stats(f->t, &s0), 0);
+	ck_assert_int_eq(pp_device_get_stats(f->dev, &d0), 0);
+	run_steps(f, n, kernels, kernel_us);
+	ck_assert_int_eq(pp_stream_synchronize(f->compute), 0);
+	ck_assert_int_eq(pp_device_get_stats(f->dev, &r->dev), 0);
+	ck_assert_int_eq(pp_transfer_get_stats(f->t, &r->st), 0);
+	r->batches = r->st.batches - s0.batches;
+	r->st.copies_timed -= s0.copies_timed;
+	r->st.copy_ns -= s0.copy_ns;
+	r->st.late_ns -= s0.late_ns;
+	r->st.exposed_ns -= s0.exposed_ns;
+	r->st.host_blocked_ns -= s0.host_blocked_ns;
+	r->st.stage_ns -= s0.stage_ns;
+	r->st.wait_ns -= s0.wait_ns;
+	r->st.hidden_share = r->st.copy_ns ? 1.0 - (double)r->st.exposed_ns / (double)r->st.copy_ns
+					   : NAN;
+	r->dev.copies -= d0.copies;
+	r->dev.calls -= d0.calls;
+}
+
+/*
+ * Every call to the device costs the host 20 us (as on an H100 host), and
+ * the copy of a batch (256 float32 samples, 800 KB) lasts 32 us at
+ * 25 GB/s: a figure that counted the host's time in the copy call as
+ * exposed would call most of it exposed.  Compute is one step per batch,
+ * four times what a batch takes through the loader and the stage alone, and
+ * at least 1 ms.  Fails if pinned copies are not 95% hidden (the step is
+ * compute and the loader keeps ahead), or if a pageable copy does not block
+ * the host for about its time (at least half of the copy as timed, which
+ * includes the host's time to issue it, and less than a quarter of the
+ * compute more: it does not wait for compute), or if it
+ * is counted as exposed while compute had work queued.
+ */
+START_TEST(test_call_cost_hidden)
+{
+	const char *why = "not measured";
+	struct steps_result pin, page;
+	struct pp_tfix f;
+	uint32_t compute_us = 1000;
+	char buf[320];
+
+	for (int attempt = 0; attempt < 3 && why != NULL; attempt++) {
+		uint64_t t0;
+
+		pp_tfix_open(&f, "sim:bw=25GB/s,call_us=20", 256 * 40, 256, PP_DTYPE_F32, true, 2, 0);
+		t0 = pp_now_ns();
+		measure_steps(&f, 30, 0, 0, &pin);
+		compute_us = (uint32_t)PP_MAX((pp_now_ns() - t0) / 38 / 1000 * 4, 1000u);
+		measure_steps(&f, 30, 1, compute_us, &pin);
+		pp_tfix_close(&f);
+		pp_tfix_open(&f, "sim:bw=25GB/s,call_us=20", 256 * 40, 256, PP_DTYPE_F32, false, 2, 0);
+		measure_steps(&f, 30, 1, compute_us, &page);
+		pp_tfix_close(&f);
+		ck_assert_uint_eq(pin.st.copies_timed, 30);
+		ck_assert_uint_eq(page.st.copies_timed, 30);
+		if (pin.st.hidden_share < 0.95)
+			snprintf(buf, sizeof(buf), "pinned: %.3f hidden (%llu of %llu ns exposed, %llu "
+				 "late, host %llu ns in copy calls, %llu waiting for the loader)",
+				 pin.st.hidden_share, (unsigned long long)pin.st.exposed_ns,
+				 (unsigned long long)pin.st.copy_ns, (unsigned long long)pin.st.late_ns,
+				 (unsigned long long)pin.st.host_blocked_ns,
+				 (unsigned long long)pin.st.wait_ns);
+		else if (page.st.host_blocked_ns * 2 < page.st.copy_ns ||
+			 page.st.host_blocked_ns > page.st.copy_ns + 30ull * compute_us * 1000 / 4)
+			snprintf(buf, sizeof(buf), "pageable: host blocked %llu ns for %llu ns of copies",
+				 (unsigned long long)page.st.host_blocked_ns,
+				 (unsigned long long)page.st.copy_ns);
+		else if (page.st.hidden_share < 0.9)
+			snprintf(buf, sizeof(buf), "pageable, compute queued: %.3f hidden",
+				 page.st.hidden_share);
+		else
+			buf[0] = '\0';
+		why = buf[0] ? buf : NULL;
+	}
+	ck_assert_msg(why == NULL, "%s (compute %u us a batch)", why, compute_us);
+}
+END_TEST
+
+/*
+ * A launch-bound step: 8 kernels of no length, each launch costing the host
+ * 50 us, so that compute is idle while the host does anything else.  The
+ * copy of a batch (256 float32 samples) lasts 400 us at 2 GB/s.  Fails if a
+ * pageable copy, which blocks the host and so the launches, is not counted
+ * as exposed (under half hidden), or if pinned copies, of which only the
+ * call's time holds up the launches, are not mostly hidden (60%).  (What it
+ * does to the step time, pinpipe-bench overlap --kernels=N shows.)
+ */
+START_TEST(test_launch_bound_exposed)
+{
+	const char *why = "not measured";
+	struct steps_result pin, page;
+	struct pp_tfix f;
+	char buf[320];
+
+	for (int attempt = 0; attempt < 3 && why != NULL; attempt++) {
+		pp_tfix_open(&f, "sim:bw=2GB/s,call_us=50", 256 * 40, 256, PP_DTYPE_F32, true, 2, 0);
+		measure_steps(&f, 30, 8, 0, &pin);
+		pp_tfix_close(&f);
+		pp_tfix_open(&f, "sim:bw=2GB/s,call_us=50", 256 * 40, 256, PP_DTYPE_F32, false, 2, 0);
+		measure_steps(&f, 30, 8, 0, &page);
+		pp_tfix_close(&f);
+		if (page.st.hidden_share >= 0.5)
+			snprintf(buf, sizeof(buf), "pageable: %.3f hidden (host blocked %llu ns)",
+				 page.st.hidden_share, (unsigned long long)page.st.host_blocked_ns);
+		else if (pin.st.hidden_share < 0.6)
+			snprintf(buf, sizeof(buf), "pinned: %.3f hidden (%llu late of %llu exposed)",
+				 pin.st.hidden_share, (unsigned long long)pin.st.late_ns,
+				 (unsigned long long)pin.st.exposed_ns);
+		else
+			buf[0] = '\0';
+		why = buf[0] ? buf : NULL;
+	}
+	ck_assert_msg(why == NULL, "%s", why);
+}
+END_TEST
+
+/*
+ * What a batch costs in device calls, by default (one batch in 16 timed).
+ * Fails if a full batch takes more than one copy (samples and labels go
+ * together), or more than 9 calls on average (7 here) (a copy, an event after it,
+ * the compute stream's wait, an event at release, and a few queries; the
+ * timed batches add three timing events).
+ */
+START_TEST(test_calls_per_batch)
+{
+	struct pp_transfer_config tc = { .depth = 2 };
+	struct steps_result r;
+	struct pp_tfix f;
+
+	pp_tfix_open(&f, "sim", 64 * 200, 64, PP_DTYPE_F32, true, 2, 0);
+	pp_transfer_destroy(f.t);
+	tc.loader = f.loader;
+	tc.device = f.dev;
+	ck_assert_int_eq(pp_transfer_create(&tc, &f.t), 0);
+	measure_steps(&f, 160, 1, 200, &r);
+	ck_assert_uint_eq(r.batches, 160);
+	/* One copy a batch, give or take the depth copied ahead. */
+	ck_assert_uint_ge(r.dev.copies, 160 - 2);
+	ck_assert_uint_le(r.dev.copies, 160 + 2);
+	ck_assert_uint_eq(r.st.copies_timed, 10);
+	/* Less the test's own: a compute step (a host function) a batch. */
+	ck_assert_msg(r.dev.calls - 160 <= 9 * 160, "%llu calls of the stage for 160 batches",
+		      (unsigned long long)(r.dev.calls - 160));
+	pp_tfix_close(&f);
+}
+END_TEST
+
 static const char *const sim_names[] = { "sim:poison,bw=1GB/s" };
 
 Suite *pp_test_suite(void)
@@ -247,6 +487,13 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_cpu_in_place);
 	tcase_add_test(tc, test_loader_try_next);
 	tcase_add_test(tc, test_resume);
+	tcase_add_test(tc, test_position);
+	tcase_add_test(tc, test_calls_per_batch);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("overlap");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_call_cost_hidden);
+	tcase_add_test(tc, test_launch_bound_exposed);
 	suite_add_tcase(s, tc);
 	pp_transfer_cases_add(s, "shared", sim_names, 1);
 	return s;

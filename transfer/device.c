@@ -428,6 +428,12 @@ static void link_remove(struct pp_device *dev, struct pp_dev_link **head, struct
 
 /* ------------------------------------------------------------------ streams */
 
+/* Counts a call that reaches the backend's queues (struct pp_device_stats.calls). */
+static void count_call(struct pp_device *dev)
+{
+	atomic_fetch_add_explicit(&dev->stats.calls, 1, memory_order_relaxed);
+}
+
 PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p)
 {
 	struct pp_stream *s;
@@ -480,6 +486,7 @@ PP_API int pp_stream_synchronize(struct pp_stream *stream)
 		return pp_error(-EINVAL, "pp_stream_synchronize: stream is NULL");
 	if (stream->dev->ops->stream_synchronize == NULL)
 		return 0;
+	count_call(stream->dev);
 	return stream->dev->ops->stream_synchronize(stream);
 }
 
@@ -491,6 +498,7 @@ PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg)
 		fn(arg);
 		return 0;
 	}
+	count_call(stream->dev);
 	return stream->dev->ops->launch_host(stream, fn, arg);
 }
 
@@ -503,6 +511,7 @@ PP_API int pp_stream_wait_event(struct pp_stream *stream, struct pp_event *event
 				stream->dev->props.name, stream->id, event->dev->props.name);
 	if (stream->dev->ops->stream_wait_event == NULL)
 		return 0;
+	count_call(stream->dev);
 	return stream->dev->ops->stream_wait_event(stream, event);
 }
 
@@ -510,15 +519,24 @@ PP_API int pp_stream_wait_event(struct pp_stream *stream, struct pp_event *event
 
 PP_API int pp_event_create(struct pp_device *dev, struct pp_event **event_p)
 {
+	return pp_event_create_flags(dev, PP_EVENT_DEFAULT, event_p);
+}
+
+PP_API int pp_event_create_flags(struct pp_device *dev, unsigned flags, struct pp_event **event_p)
+{
 	struct pp_event *e;
 	int ret;
 
 	if (dev == NULL || event_p == NULL)
 		return pp_error(-EINVAL, "pp_event_create: dev and event_p must not be NULL");
+	if ((flags & ~(unsigned)PP_EVENT_NO_TIMING) != 0)
+		return pp_error(-EINVAL, "%s: event flags 0x%x: unknown (expected PP_EVENT_NO_TIMING)",
+				dev->props.name, flags);
 	e = pp_calloc(1, sizeof(*e));
 	if (e == NULL)
 		return pp_error(-ENOMEM, "%s: out of memory for an event", dev->props.name);
 	e->dev = dev;
+	e->timing = (flags & PP_EVENT_NO_TIMING) == 0;
 	if (dev->ops->event_create != NULL) {
 		ret = dev->ops->event_create(e);
 		if (ret < 0) {
@@ -553,9 +571,10 @@ PP_API int pp_event_record(struct pp_event *event, struct pp_stream *stream)
 	if (event->dev != stream->dev)
 		return pp_error(-EINVAL, "%s: an event of device %s cannot be recorded on stream %u",
 				stream->dev->props.name, event->dev->props.name, stream->id);
-	if (stream->dev->ops->event_record != NULL)
+	if (stream->dev->ops->event_record != NULL) {
+		count_call(stream->dev);
 		ret = stream->dev->ops->event_record(event, stream);
-	else
+	} else
 		event->host_ns = pp_now_ns();
 	if (ret == 0)
 		event->recorded = true;
@@ -568,6 +587,7 @@ PP_API int pp_event_query(struct pp_event *event)
 		return pp_error(-EINVAL, "pp_event_query: event is NULL");
 	if (!event->recorded || event->dev->ops->event_query == NULL)
 		return 1;
+	count_call(event->dev);
 	return event->dev->ops->event_query(event);
 }
 
@@ -577,6 +597,7 @@ PP_API int pp_event_synchronize(struct pp_event *event)
 		return pp_error(-EINVAL, "pp_event_synchronize: event is NULL");
 	if (!event->recorded || event->dev->ops->event_synchronize == NULL)
 		return 0;
+	count_call(event->dev);
 	return event->dev->ops->event_synchronize(event);
 }
 
@@ -589,6 +610,9 @@ PP_API int pp_event_elapsed_ns(struct pp_event *start, struct pp_event *end, uin
 	if (!start->recorded || !end->recorded)
 		return pp_error(-EINVAL, "%s: elapsed time asked of an event never recorded",
 				start->dev->props.name);
+	if (!start->timing || !end->timing)
+		return pp_error(-EINVAL, "%s: elapsed time asked of an event created with "
+				"PP_EVENT_NO_TIMING", start->dev->props.name);
 	if (start->dev->ops->event_elapsed_ns != NULL)
 		return start->dev->ops->event_elapsed_ns(start, end, ns_p);
 	*ns_p = end->host_ns > start->host_ns ? end->host_ns - start->host_ns : 0;
@@ -667,6 +691,7 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
 	if (ret < 0)
 		return ret;
 	if (dev->ops->memcpy_async != NULL) {
+		count_call(dev);
 		ret = dev->ops->memcpy_async(stream, dst, src, n, kind, pinned);
 		dt = pp_now_ns() - t0;
 	} else {
@@ -699,10 +724,12 @@ PP_API int pp_device_get_stats(struct pp_device *dev, struct pp_device_stats *st
 	stats_p->copies = atomic_load_explicit(&c->copies, memory_order_relaxed);
 	stats_p->bytes_h2d = atomic_load_explicit(&c->bytes_h2d, memory_order_relaxed);
 	stats_p->bytes_d2h = atomic_load_explicit(&c->bytes_d2h, memory_order_relaxed);
+	stats_p->copies_timed = atomic_load_explicit(&c->copies_timed, memory_order_relaxed);
 	stats_p->copy_ns = atomic_load_explicit(&c->copy_ns, memory_order_relaxed);
 	stats_p->host_blocked_ns = atomic_load_explicit(&c->host_blocked_ns, memory_order_relaxed);
 	stats_p->pinned_bytes = atomic_load_explicit(&c->pinned_bytes, memory_order_relaxed);
 	stats_p->pinned_fallbacks = atomic_load_explicit(&c->pinned_fallbacks, memory_order_relaxed);
 	stats_p->pageable_copies = atomic_load_explicit(&c->pageable_copies, memory_order_relaxed);
+	stats_p->calls = atomic_load_explicit(&c->calls, memory_order_relaxed);
 	return 0;
 }

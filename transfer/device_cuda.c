@@ -3,10 +3,12 @@
  * Device memory from cudaMalloc; pinned host memory is the dispatcher's
  * mmap registered with cudaHostRegister (so io_uring can register the same
  * pages), or cudaHostAlloc when registering is refused; streams, events and
- * copies are CUDA's.  Each copy is bracketed by a pair of timing events, and
+ * copies are CUDA's.  The first copy of a stream and every
+ * CUDA_TIME_EVERY-th after it is bracketed by a pair of timing events, and
  * the engine time they measure is counted into copy_ns once the copy is
- * known to be done.  Every CUDA call is checked, and a failure becomes a
- * negative errno value with a message naming the call.
+ * known to be done (a record of a timing event costs the host several
+ * microseconds, so the others go untimed).  Every CUDA call is checked, and
+ * a failure becomes a negative errno value with a message naming the call.
  */
 #include "config.h"
 
@@ -19,10 +21,13 @@
 #include "transfer/device_impl.h"
 
 /*
- * Copies timed at once on a stream.  When all are in flight, a new copy
- * goes untimed rather than making the host wait: copy_ns then undercounts.
+ * Timed copies in flight on a stream, at most.  When all are, a copy due to
+ * be timed goes untimed rather than making the host wait.
  */
-#define CUDA_TIMED_COPIES 32
+#define CUDA_TIMED_COPIES 8
+
+/* One copy in this many of a stream is timed (the first is). */
+#define CUDA_TIME_EVERY 16
 
 struct cuda_device {
 	int index; /* N of cuda:N */
@@ -34,6 +39,7 @@ struct cuda_stream {
 	cudaEvent_t end[CUDA_TIMED_COPIES];   /* recorded after it */
 	unsigned head;                        /* oldest pair in flight */
 	unsigned count;                       /* pairs in flight */
+	uint64_t copies;                      /* copies issued on the stream */
 };
 
 static int errno_of(cudaError_t err)
@@ -109,11 +115,18 @@ int pp_device_cuda_count_impl(void)
 int pp_device_cuda_props(int index, struct pp_device_props *props)
 {
 	struct cudaDeviceProp prop;
-	int engines = 0, major = 0, minor = 0;
+	int engines = 0, major = 0, minor = 0, n;
 	char who[32];
 	cudaError_t err;
 
 	snprintf(who, sizeof(who), "cuda:%d", index);
+	/* Asked of an ordinal past the count, the runtime would record an API error. */
+	n = pp_device_cuda_count_impl();
+	if (n < 0)
+		return n;
+	if (index < 0 || index >= n)
+		return pp_error(-ENODEV, "%s: no such GPU (%d present: cuda:0 to cuda:%d)", who, n,
+				n - 1);
 	err = cudaGetDeviceProperties(&prop, index);
 	if (err != cudaSuccess)
 		return cuda_fail(err, who, "cudaGetDeviceProperties");
@@ -378,9 +391,10 @@ static int cuda_event_create(struct pp_event *event)
 
 	if (ret < 0)
 		return ret;
-	err = cudaEventCreate(&e);
+	err = cudaEventCreateWithFlags(&e, event->timing ? cudaEventDefault
+							   : cudaEventDisableTiming);
 	if (err != cudaSuccess)
-		return cuda_fail(err, CUDA_NAME(event->dev), "cudaEventCreate");
+		return cuda_fail(err, CUDA_NAME(event->dev), "cudaEventCreateWithFlags");
 	event->ctx = e;
 	return 0;
 }
@@ -419,7 +433,16 @@ static int cuda_event_synchronize(struct pp_event *event)
 static int cuda_event_elapsed_ns(struct pp_event *start, struct pp_event *end, uint64_t *ns_p)
 {
 	float ms = 0;
-	cudaError_t err = cudaEventElapsedTime(&ms, (cudaEvent_t)start->ctx, (cudaEvent_t)end->ctx);
+	cudaError_t err;
+	int ret;
+
+	/* The runtime records an API error for the time of an event not complete: ask first. */
+	if ((ret = cuda_event_query(start)) < 0 || (ret == 1 && (ret = cuda_event_query(end)) < 0))
+		return ret;
+	if (ret == 0)
+		return pp_error(-EAGAIN, "%s: elapsed time asked of an event not completed yet",
+				CUDA_NAME(start->dev));
+	err = cudaEventElapsedTime(&ms, (cudaEvent_t)start->ctx, (cudaEvent_t)end->ctx);
 
 	if (err != cudaSuccess)
 		return cuda_fail(err, CUDA_NAME(start->dev), "cudaEventElapsedTime");
@@ -441,11 +464,12 @@ static int cuda_memcpy_async(struct pp_stream *stream, void *dst, const void *sr
 	unsigned slot;
 	cudaError_t err;
 	bool timed;
-	int ret = harvest_done(stream);
+	int ret;
 
-	if (ret < 0)
+	timed = cs->copies++ % CUDA_TIME_EVERY == 0;
+	if (timed && (ret = harvest_done(stream)) < 0)
 		return ret;
-	timed = cs->count < CUDA_TIMED_COPIES;
+	timed = timed && cs->count < CUDA_TIMED_COPIES;
 	slot = (cs->head + cs->count) % CUDA_TIMED_COPIES;
 	if (timed) {
 		err = cudaEventRecord(cs->start[slot], cs->s);

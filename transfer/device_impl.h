@@ -63,10 +63,10 @@ struct pp_device_ops {
 	int (*stream_synchronize)(struct pp_stream *stream);
 	int (*stream_wait_event)(struct pp_stream *stream, struct pp_event *event);
 	int (*launch_host)(struct pp_stream *stream, void (*fn)(void *arg), void *arg);
-	int (*event_create)(struct pp_event *event);
+	int (*event_create)(struct pp_event *event); /* event->timing: keep its time or not */
 	void (*event_destroy)(struct pp_event *event);
 	int (*event_record)(struct pp_event *event, struct pp_stream *stream);
-	int (*event_query)(struct pp_event *event);
+	int (*event_query)(struct pp_event *event); /* 1, 0, or the stream's error once complete */
 	int (*event_synchronize)(struct pp_event *event);
 	int (*event_elapsed_ns)(struct pp_event *start, struct pp_event *end, uint64_t *ns_p);
 	/*
@@ -105,11 +105,13 @@ struct pp_device_counters {
 	atomic_uint_least64_t copies;
 	atomic_uint_least64_t bytes_h2d;
 	atomic_uint_least64_t bytes_d2h;
+	atomic_uint_least64_t copies_timed;
 	atomic_uint_least64_t copy_ns;
 	atomic_uint_least64_t host_blocked_ns;
 	atomic_uint_least64_t pinned_bytes;
 	atomic_uint_least64_t pinned_fallbacks;
 	atomic_uint_least64_t pageable_copies;
+	atomic_uint_least64_t calls;
 };
 
 /* A place in a device's list of its open streams or events (doubly linked). */
@@ -140,6 +142,7 @@ struct pp_stream {
 struct pp_event {
 	struct pp_dev_link link;      /* in dev->events; first: a link is its event */
 	struct pp_device *dev;
+	bool timing;                  /* keeps its time (not PP_EVENT_NO_TIMING) */
 	bool recorded;                /* recorded at least once */
 	uint64_t host_ns;             /* when recorded, without a backend queue (pp_now_ns) */
 	void *ctx;                    /* the backend's event */
@@ -159,9 +162,10 @@ static inline const char *pp_copy_kind_name(enum pp_copy_kind kind)
 	return "?";
 }
 
-/* Adds engine time measured by a backend to the device's copy_ns. */
+/* Adds the engine time of one copy, measured by a backend, to the device's copy_ns. */
 static inline void pp_device_add_copy_ns(struct pp_device *dev, uint64_t ns)
 {
+	atomic_fetch_add_explicit(&dev->stats.copies_timed, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&dev->stats.copy_ns, ns, memory_order_relaxed);
 }
 

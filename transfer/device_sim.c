@@ -5,11 +5,14 @@
  * queue in order: copies, event records, waits on events, host functions.
  * A copy from pinned memory only enqueues; a copy from pageable memory is
  * staged through a bounce buffer in the caller's thread and the caller waits
- * for the engine to move it, as the CUDA driver does.  An optional bandwidth
- * cap makes a copy of n bytes last at least n / bw.  Host functions stand
- * for kernels: as on CUDA, where only copies from page-locked memory run
- * concurrently with kernels, a copy from pageable memory runs while no host
- * function runs on any stream, and host functions wait for it.  With poisoning on, freed
+ * for the engine to move it, as the CUDA driver does (a pageable copy blocks
+ * the host, not the other streams: host functions, which stand for kernels,
+ * run on beside it).  An optional bandwidth cap makes a copy of n bytes last
+ * at least n / bw, and an optional call cost makes every call that reaches a
+ * stream (copy, record, query, wait, synchronize, host function) spin the
+ * caller's thread for that long first, as a GPU driver's calls cost the host
+ * microseconds each: with it, a figure that counts host time in those calls
+ * as exposed copy time shows its error on a machine without a GPU.  With poisoning on, freed
  * and released memory is overwritten, and freed memory is held back for a
  * while so that a late read of it sees the poison instead of reused memory.
  * Faults can be injected for the tests (pp_device_sim_inject).
@@ -81,6 +84,7 @@ struct sim_stream;
 
 struct sim_device {
 	uint64_t bw;                /* bandwidth cap, bytes/s; 0: none */
+	uint64_t call_ns;           /* host time each call to a stream costs, ns; 0: none */
 	bool poison;                /* overwrite freed and released memory */
 	uint64_t capacity;          /* device memory, bytes */
 	atomic_llong fail_copy_after;  /* copies left before they fail; < 0: never */
@@ -93,8 +97,6 @@ struct sim_device {
 
 	pthread_mutex_t streams_mu; /* guards streams */
 	struct sim_stream *streams; /* linked by next */
-
-	pthread_rwlock_t exec_lock; /* held shared by host functions, exclusively by pageable copies */
 
 	pthread_mutex_t ev_mu;      /* guards every sim_event */
 	pthread_cond_t ev_cv;       /* broadcast when an event completes or a wait ends */
@@ -166,8 +168,6 @@ static int engine_copy(struct sim_stream *s, struct sim_op *op, char *msg, size_
 	uint64_t t0;
 	int ret = 0;
 
-	if (op->staged)
-		pthread_rwlock_wrlock(&sim->exec_lock);
 	t0 = pp_now_ns();
 	if (take_fault(&sim->fail_copy_after)) {
 		snprintf(msg, msg_size, "sim: stream %u: copy %llu (%zu bytes, %s) failed: injected fault",
@@ -189,8 +189,6 @@ static int engine_copy(struct sim_stream *s, struct sim_op *op, char *msg, size_
 		}
 	}
 	pp_device_add_copy_ns(s->stream->dev, pp_now_ns() - t0);
-	if (op->staged)
-		pthread_rwlock_unlock(&sim->exec_lock);
 	free(op->bounce);
 	return ret;
 }
@@ -258,9 +256,7 @@ static void *engine_main(void *arg)
 			engine_wait(s, op);
 			break;
 		case SIM_HOST:
-			pthread_rwlock_rdlock(&s->sim->exec_lock);
 			op->fn(op->arg);
-			pthread_rwlock_unlock(&s->sim->exec_lock);
 			break;
 		}
 		pthread_mutex_lock(&s->mu);
@@ -284,9 +280,24 @@ static void *engine_main(void *arg)
 	return NULL;
 }
 
+/* The host cost of a call to a stream (call_us): the caller's thread spins that long. */
+static void call_cost(struct sim_device *sim)
+{
+	uint64_t until;
+
+	if (sim->call_ns == 0)
+		return;
+	until = pp_now_ns() + sim->call_ns;
+	while (pp_now_ns() < until)
+		continue;
+}
+
 static struct sim_op *op_new(struct pp_stream *stream, enum sim_op_type type)
 {
-	struct sim_op *op = pp_calloc(1, sizeof(*op));
+	struct sim_op *op;
+
+	call_cost(sim_of(stream->dev));
+	op = pp_calloc(1, sizeof(*op));
 
 	if (op == NULL)
 		pp_error(-ENOMEM, "%s: stream %u: out of memory for a queue entry",
@@ -402,6 +413,7 @@ static int sim_stream_synchronize(struct pp_stream *stream)
 	char msg[sizeof(s->msg)];
 	int ret;
 
+	call_cost(s->sim);
 	pthread_mutex_lock(&s->mu);
 	while (s->completed < s->issued)
 		pthread_cond_wait(&s->done_cv, &s->mu);
@@ -515,12 +527,18 @@ static int sim_event_query(struct pp_event *event)
 {
 	struct sim_device *sim = sim_of(event->dev);
 	struct sim_event *e = event->ctx;
-	int ret;
+	char msg[sizeof(e->msg)];
+	int ret, error = 0;
 
+	call_cost(sim);
 	pthread_mutex_lock(&sim->ev_mu);
 	ret = e->done >= e->recorded;
+	if (ret) {
+		error = e->error;
+		memcpy(msg, e->msg, sizeof(msg));
+	}
 	pthread_mutex_unlock(&sim->ev_mu);
-	return ret;
+	return error < 0 ? pp_error_set(error, msg) : ret;
 }
 
 static int sim_event_synchronize(struct pp_event *event)
@@ -531,6 +549,7 @@ static int sim_event_synchronize(struct pp_event *event)
 	uint64_t target;
 	int ret;
 
+	call_cost(sim);
 	pthread_mutex_lock(&sim->ev_mu);
 	target = e->recorded;
 	while (e->done < target)
@@ -675,7 +694,6 @@ static void sim_close(struct pp_device *dev)
 	}
 	pthread_cond_destroy(&sim->ev_cv);
 	pthread_mutex_destroy(&sim->ev_mu);
-	pthread_rwlock_destroy(&sim->exec_lock);
 	pthread_mutex_destroy(&sim->streams_mu);
 	pthread_mutex_destroy(&sim->mem_mu);
 	free(sim);
@@ -756,11 +774,22 @@ static int parse_options(struct sim_device *sim, const char *options)
 				return pp_error(-EINVAL, "device 'sim:%s': memory '%s': expected a "
 						"number and a unit such as 80GB or 512MiB",
 						options, opt + 4);
+		} else if (strncmp(opt, "call_us=", 8) == 0) {
+			char *end;
+			double us;
+
+			errno = 0;
+			us = strtod(opt + 8, &end);
+			if (end == opt + 8 || *end != '\0' || errno != 0 || !(us >= 0) || us > 1e6)
+				return pp_error(-EINVAL, "device 'sim:%s': call cost '%s': expected "
+						"microseconds from 0 to 1000000, such as 20 or 2.5",
+						options, opt + 8);
+			sim->call_ns = (uint64_t)(us * 1e3);
 		} else if (strcmp(opt, "poison") == 0) {
 			sim->poison = true;
 		} else {
 			return pp_error(-EINVAL, "device 'sim:%s': unknown option '%s'; expected "
-					"bw=RATE, mem=SIZE or poison", options, opt);
+					"bw=RATE, mem=SIZE, call_us=N or poison", options, opt);
 		}
 	}
 	return 0;
@@ -770,8 +799,7 @@ int pp_device_sim_open(struct pp_device *dev, const char *options)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	struct sim_device *sim = pp_calloc(1, sizeof(*sim));
-	char bw[32] = "no bandwidth cap";
-	pthread_rwlockattr_t attr;
+	char bw[32] = "no bandwidth cap", call[48] = "";
 	int ret;
 
 	if (sim == NULL)
@@ -785,19 +813,17 @@ int pp_device_sim_open(struct pp_device *dev, const char *options)
 	pthread_mutex_init(&sim->mem_mu, NULL);
 	pthread_mutex_init(&sim->streams_mu, NULL);
 	pthread_mutex_init(&sim->ev_mu, NULL);
-	/* Writers first, so that back-to-back host functions cannot starve a pageable copy. */
-	pthread_rwlockattr_init(&attr);
-	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&sim->exec_lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
 	pthread_cond_init(&sim->ev_cv, NULL);
 	dev->ops = &sim_ops;
 	dev->ctx = sim;
 	if (sim->bw > 0)
 		snprintf(bw, sizeof(bw), "%.3g GB/s", (double)sim->bw / 1e9);
+	if (sim->call_ns > 0)
+		snprintf(call, sizeof(call), ", %.3g us a call", (double)sim->call_ns / 1e3);
 	snprintf(dev->props.name, sizeof(dev->props.name), "sim");
 	snprintf(dev->props.description, sizeof(dev->props.description),
-		 "simulated device on host threads, %s%s", bw, sim->poison ? ", poisoning" : "");
+		 "simulated device on host threads, %s%s%s", bw, call,
+		 sim->poison ? ", poisoning" : "");
 	dev->props.kind = PP_DEVICE_SIM;
 	dev->props.total_memory = sim->capacity;
 	dev->props.host_is_device = false;

@@ -5,12 +5,22 @@
  * release events have completed, issues copies of ready batches on its own
  * copy stream up to 'depth' ahead (pp_loader_try_next, so it never waits for
  * a batch while a copy is in flight), and hands out the oldest copy after
- * making the compute stream wait on its event.  Per batch, four events:
- * start and done on the copy stream around the copies, wanted on the compute
- * stream when it is handed out, released on the compute stream after its
- * last use.  The copy's exposed time is how long compute waited for it
- * (done - wanted, clamped at 0) plus the host's time blocked in the copy
- * call, at most the copy's own time.
+ * making the compute stream wait on its event.
+ *
+ * What a batch costs the host, in device calls: one copy (samples and labels
+ * in one region of the slot), an event after it, the compute stream's wait
+ * for that event, an event at release, and a query or two of events known
+ * to complete in order (the newest copy's, the oldest release's).  One batch
+ * in 'time_every' is also timed, on the device's timeline: timing events
+ * around its copy, at its hand-out on the compute stream ('wanted'), and at
+ * the last release before its hand-out ('mark').  Its copy's exposed time is
+ * how long compute waited for the copy (done - wanted, when positive), plus
+ * the part of the copy calls the host made in next() before the hand-out
+ * that fell while the compute stream was idle (between mark and wanted): a
+ * copy call that blocks the host delays compute only when compute has
+ * nothing queued.  The host clock and the device's are related through that
+ * idle span, which ends when 'wanted' is recorded (an idle stream completes
+ * a record at once).
  */
 #include "config.h"
 
@@ -25,6 +35,12 @@
 #include "pinpipe/transfer.h"
 #include "transfer/device_impl.h"
 
+/* Default of pp_transfer_config.time_every. */
+#define TIME_EVERY_DEFAULT 16
+
+/* Host intervals of copy calls kept per hand-out; more are merged into the last. */
+#define MAX_CALLS 8
+
 /* Device slot states. */
 enum tslot_state {
 	TSLOT_FREE = 0,     /* unused; its memory may be written */
@@ -33,19 +49,34 @@ enum tslot_state {
 	TSLOT_RELEASED = 3, /* given back; free once 'released' completes */
 };
 
+/* Host-clock intervals of copy calls, ns. */
+struct call_spans {
+	uint32_t n;                 /* intervals in use */
+	uint64_t v[MAX_CALLS][2];   /* [from, to) */
+};
+
 struct tslot {
 	enum tslot_state state;
 	void *mem;                  /* device memory: samples, then labels at labels_off */
 	int32_t *host_labels;       /* [batch_size], host copies handed out with the batch */
 	uint64_t *host_ids;         /* [batch_size] */
-	struct pp_event *start;     /* copy stream, before the copies */
-	struct pp_event *done;      /* copy stream, after the copies */
-	struct pp_event *wanted;    /* compute stream, when handed out */
-	struct pp_event *released;  /* compute stream, after the trainer's last use */
+	struct pp_event *done;      /* copy stream, after the copy; no timing */
+	struct pp_event *released;  /* compute stream, after the trainer's last use; no timing */
+	struct pp_event *t_start;   /* timed batches: copy stream, before the copy */
+	struct pp_event *t_done;    /* timed batches: copy stream, after it (in place of done) */
+	struct pp_event *t_wanted;  /* timed batches: compute stream, at the hand-out */
+	struct pp_event *t_mark;    /* timed batches: compute stream, at the last release
+				       before the hand-out */
 	struct pp_batch *hb;        /* the loader's batch until its copy is known complete, or NULL */
-	bool timing;                /* handed out, its times not yet counted */
+	bool timed;                 /* its copy is timed (t_done stands for done) */
+	bool marked;                /* t_mark recorded while it was next to be handed out */
+	bool counting;              /* handed out timed, its figures not counted yet */
+	uint64_t copy_seq;          /* order of its copy among all copies, from 1 */
 	uint64_t release_seq;       /* order of its release among all releases, from 1 */
-	uint64_t blocked_ns;        /* host time inside pp_memcpy_async for this batch, ns */
+	uint64_t want_ns;           /* host clock when t_wanted was recorded */
+	struct pp_stream *mark_stream; /* where t_mark was recorded */
+	struct pp_stream *want_stream; /* where t_wanted was recorded */
+	struct call_spans calls;    /* the copy calls of the next() that handed it out */
 	struct pp_device_batch b;   /* what the trainer sees */
 };
 
@@ -56,6 +87,7 @@ struct pp_transfer {
 	bool labels;                /* the source has labels */
 	uint32_t depth;             /* copies in flight ahead of the trainer, at most */
 	uint32_t nslots;            /* device slots */
+	uint32_t time_every;        /* one copy in this many is timed */
 	struct tslot *slots;        /* [nslots] */
 	struct pp_stream *copy;     /* the copy stream */
 	uint32_t *queue;            /* [nslots] ring of slots COPYING, oldest first */
@@ -63,13 +95,45 @@ struct pp_transfer {
 	uint32_t qlen;              /* slots in the queue */
 	uint32_t batch_size;        /* samples of the largest batch */
 	size_t sample_bytes;        /* bytes of one sample as the loader hands it out */
-	size_t labels_off;          /* offset of the labels in a slot's memory, bytes */
+	size_t labels_off;          /* offset of the labels in a slot's memory, bytes (as in
+				       the loader's ring slots, so that one copy moves both) */
 	size_t slot_bytes;          /* bytes of a slot's memory */
 	bool epoch_begun;           /* begin_epoch succeeded at least once */
 	bool loader_done;           /* the loader said end of epoch */
+	uint64_t epoch;             /* the epoch begun */
+	uint64_t handed;            /* batches of that epoch handed out (from the resume point) */
+	uint64_t copies;            /* copies issued so far */
 	uint64_t releases;          /* releases so far */
+	struct pp_event *spare_mark; /* a mark recorded while no copy was queued, swapped into
+					the next timed slot issued */
+	bool spare_fresh;           /* spare_mark recorded since the last hand-out */
+	struct pp_stream *spare_stream; /* where spare_mark was recorded */
+	struct call_spans calls;    /* copy calls since the last hand-out */
+	uint64_t wait_in_call;      /* ns of the current call spent waiting (loader, slots) */
 	struct pp_transfer_stats stats; /* counters; hidden_share is filled at get_stats */
 };
+
+/* The ns of [a0, a1) and [b0, b1) in common. */
+static uint64_t overlap_ns(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)
+{
+	uint64_t lo = PP_MAX(a0, b0), hi = PP_MIN(a1, b1);
+
+	return hi > lo ? hi - lo : 0;
+}
+
+/* Notes a copy call's host interval for the hand-out that ends this next(). */
+static void note_call(struct pp_transfer *t, uint64_t from, uint64_t to)
+{
+	struct call_spans *c = &t->calls;
+
+	if (c->n < MAX_CALLS) {
+		c->v[c->n][0] = from;
+		c->v[c->n][1] = to;
+		c->n++;
+	} else {
+		c->v[MAX_CALLS - 1][1] = to;
+	}
+}
 
 /* Gives the loader its batch back once the slot's copy is known complete. */
 static int give_back_host(struct pp_transfer *t, struct tslot *s)
@@ -83,21 +147,46 @@ static int give_back_host(struct pp_transfer *t, struct tslot *s)
 	return ret;
 }
 
-/* Counts the copy times of a handed-out slot whose events are all complete. */
+/*
+ * The elapsed ns from the slot's mark to its 'wanted' (complete), or 0 when
+ * the mark, recorded on another stream, is not complete yet.
+ */
+static uint64_t elapsed_or_0(struct tslot *s, struct pp_event *mark, struct pp_event *wanted)
+{
+	uint64_t ns;
+
+	if (s->mark_stream != s->want_stream && pp_event_query(mark) != 1)
+		return 0;
+	if (pp_event_elapsed_ns(mark, wanted, &ns) < 0)
+		return 0;
+	return ns;
+}
+
+/*
+ * Counts the figures of a timed batch once its events are complete (its
+ * 'wanted' is: compute reached the hand-out, after waiting for the copy).
+ */
 static void count_times(struct pp_transfer *t, struct tslot *s)
 {
-	uint64_t copy_ns, late_ns, exposed;
+	uint64_t copy_ns, late_ns, idle_ns = 0, stalled = 0;
 
-	if (!s->timing)
+	if (!s->counting)
 		return;
-	s->timing = false;
-	if (pp_event_elapsed_ns(s->start, s->done, &copy_ns) < 0 ||
-	    pp_event_elapsed_ns(s->wanted, s->done, &late_ns) < 0)
+	s->counting = false;
+	if (pp_event_elapsed_ns(s->t_start, s->t_done, &copy_ns) < 0 ||
+	    pp_event_elapsed_ns(s->t_wanted, s->t_done, &late_ns) < 0)
 		return;
-	exposed = PP_MIN(copy_ns, late_ns + s->blocked_ns);
+	if (s->marked)
+		idle_ns = elapsed_or_0(s, s->t_mark, s->t_wanted);
+	for (uint32_t i = 0; idle_ns > 0 && i < s->calls.n; i++)
+		stalled += overlap_ns(s->calls.v[i][0], s->calls.v[i][1],
+				      s->want_ns > idle_ns ? s->want_ns - idle_ns : 0, s->want_ns);
+	/* Compute may wait longer than the copy ran (queued behind others): counted to its length. */
+	late_ns = PP_MIN(late_ns, copy_ns);
 	t->stats.copies_timed++;
 	t->stats.copy_ns += copy_ns;
-	t->stats.exposed_ns += exposed;
+	t->stats.late_ns += late_ns;
+	t->stats.exposed_ns += PP_MIN(copy_ns, late_ns + stalled);
 }
 
 /*
@@ -109,7 +198,7 @@ static int free_slot(struct pp_transfer *t, struct tslot *s)
 {
 	int ret = 0;
 
-	if (s->hb != NULL && (ret = pp_event_synchronize(s->done)) == 0)
+	if (s->hb != NULL && (ret = pp_event_synchronize(s->b.ready)) == 0)
 		ret = give_back_host(t, s);
 	count_times(t, s);
 	pp_device_release(t->dev, s->mem, t->slot_bytes);
@@ -117,30 +206,92 @@ static int free_slot(struct pp_transfer *t, struct tslot *s)
 	return ret;
 }
 
-/*
- * Gives back the host batches of completed copies and frees the slots
- * whose release has completed; never blocks.  Returns 0 or the error of a
- * failed copy.
- */
-static int reclaim(struct pp_transfer *t)
+static struct tslot *find_free(struct pp_transfer *t)
 {
-	int ret;
+	for (uint32_t i = 0; i < t->nslots; i++)
+		if (t->slots[i].state == TSLOT_FREE)
+			return &t->slots[i];
+	return NULL;
+}
+
+static uint32_t count_free(const struct pp_transfer *t)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < t->nslots; i++)
+		n += t->slots[i].state == TSLOT_FREE;
+	return n;
+}
+
+/* The slot holding a host batch with the oldest (newest) copy, or NULL. */
+static struct tslot *host_holder(struct pp_transfer *t, bool newest)
+{
+	struct tslot *r = NULL;
 
 	for (uint32_t i = 0; i < t->nslots; i++) {
 		struct tslot *s = &t->slots[i];
 
-		if (s->hb != NULL && pp_event_query(s->done) == 1) {
-			ret = pp_event_synchronize(s->done);
+		if (s->hb != NULL && (r == NULL || (newest ? s->copy_seq > r->copy_seq
+							    : s->copy_seq < r->copy_seq)))
+			r = s;
+	}
+	return r;
+}
+
+/* The released slot with the oldest release, or NULL. */
+static struct tslot *oldest_released(struct pp_transfer *t)
+{
+	struct tslot *r = NULL;
+
+	for (uint32_t i = 0; i < t->nslots; i++)
+		if (t->slots[i].state == TSLOT_RELEASED &&
+		    (r == NULL || t->slots[i].release_seq < r->release_seq))
+			r = &t->slots[i];
+	return r;
+}
+
+/*
+ * Gives back the host batches of completed copies and frees the slots
+ * whose release has completed, asking the device as little as it can:
+ * copies complete in the order issued, so when the newest is complete all
+ * are; releases are freed oldest first until one is not complete.  Never
+ * blocks.  Returns 0 or the error of a failed copy.
+ */
+static int reclaim(struct pp_transfer *t)
+{
+	struct tslot *s = host_holder(t, true);
+	int ret = 0;
+
+	if (s != NULL) {
+		if ((ret = pp_event_query(s->b.ready)) < 0)
+			return ret;
+		if (ret == 1) {
+			for (uint32_t i = 0; i < t->nslots; i++)
+				if ((ret = give_back_host(t, &t->slots[i])) < 0)
+					return ret;
+		} else {
+			struct tslot *newest = s;
+
+			/* The older ones, oldest first, up to the newest (not complete). */
+			while ((s = host_holder(t, false)) != newest &&
+			       (ret = pp_event_query(s->b.ready)) == 1)
+				if ((ret = give_back_host(t, s)) < 0)
+					return ret;
 			if (ret < 0)
 				return ret;
-			if ((ret = give_back_host(t, s)) < 0)
-				return ret;
 		}
-		if (s->state == TSLOT_RELEASED && pp_event_query(s->released) == 1 &&
-		    (ret = free_slot(t, s)) < 0)
-			return ret;
 	}
-	return 0;
+	/*
+	 * Frees as many slots as copies may be issued now; with nothing queued
+	 * and no slot free, next() waits for the oldest release anyway.
+	 */
+	if (t->qlen == 0 && count_free(t) == 0)
+		return 0;
+	while (count_free(t) < t->depth - PP_MIN(t->qlen, t->depth) &&
+	       (s = oldest_released(t)) != NULL && (ret = pp_event_query(s->released)) == 1)
+		if ((ret = free_slot(t, s)) < 0)
+			return ret;
+	return ret < 0 ? ret : 0;
 }
 
 /*
@@ -158,26 +309,27 @@ static int drain(struct pp_transfer *t)
 		r = give_back_host(t, s);
 		if (ret == 0)
 			ret = r;
-		if (s->state == TSLOT_COPYING)
+		if (s->state == TSLOT_COPYING) {
 			s->state = TSLOT_FREE;
+			s->timed = s->marked = false;
+		}
 	}
 	t->qlen = 0;
+	t->spare_fresh = false;
+	t->calls.n = 0;
 	return ret;
 }
 
-static struct tslot *find_free(struct pp_transfer *t)
-{
-	for (uint32_t i = 0; i < t->nslots; i++)
-		if (t->slots[i].state == TSLOT_FREE)
-			return &t->slots[i];
-	return NULL;
-}
-
-/* Issues the copies of host batch hb into the free slot s and queues it. */
+/*
+ * Issues the copy of host batch hb into the free slot s and queues it: one
+ * copy of samples and labels together where the loader's slot holds the
+ * labels at the device slot's offset (every full batch), else one each.
+ */
 static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 {
 	size_t nbytes, lbytes = 0;
-	uint64_t t0;
+	uint64_t t0, t1;
+	bool one;
 	int ret;
 
 	s->hb = hb;
@@ -193,6 +345,19 @@ static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 		memcpy(s->host_labels, hb->labels, lbytes);
 	}
 	memcpy(s->host_ids, hb->ids, (size_t)hb->size * sizeof(uint64_t));
+	s->timed = t->copies % t->time_every == 0;
+	s->copy_seq = ++t->copies;
+	s->marked = false;
+	if (s->timed && t->qlen == 0 && t->spare_fresh) {
+		/* Next to be handed out: the mark recorded while nothing was queued is its own. */
+		struct pp_event *e = s->t_mark;
+
+		s->t_mark = t->spare_mark;
+		t->spare_mark = e;
+		t->spare_fresh = false;
+		s->marked = true;
+		s->mark_stream = t->spare_stream;
+	}
 	s->b = (struct pp_device_batch){
 		.epoch = hb->epoch,
 		.index = hb->index,
@@ -204,20 +369,28 @@ static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 		.labels = lbytes ? (int32_t *)((char *)s->mem + t->labels_off) : NULL,
 		.host_labels = lbytes ? s->host_labels : NULL,
 		.host_ids = s->host_ids,
-		.ready = s->done,
+		.ready = s->timed ? s->t_done : s->done,
 		.slot = (uint32_t)(s - t->slots),
 	};
-	if ((ret = pp_event_record(s->start, t->copy)) < 0)
+	if (s->timed && (ret = pp_event_record(s->t_start, t->copy)) < 0)
 		return ret;
+	one = lbytes && hb->size == t->batch_size &&
+	      (const char *)hb->labels - (const char *)hb->samples == (ptrdiff_t)t->labels_off;
 	t0 = pp_now_ns();
-	ret = pp_memcpy_async(s->b.samples, hb->samples, nbytes, PP_COPY_H2D, t->copy);
-	if (ret == 0 && lbytes)
-		ret = pp_memcpy_async(s->b.labels, hb->labels, lbytes, PP_COPY_H2D, t->copy);
-	s->blocked_ns = pp_now_ns() - t0;
-	t->stats.host_blocked_ns += s->blocked_ns;
+	if (one) {
+		ret = pp_memcpy_async(s->b.samples, hb->samples, t->labels_off + lbytes,
+				      PP_COPY_H2D, t->copy);
+	} else {
+		ret = pp_memcpy_async(s->b.samples, hb->samples, nbytes, PP_COPY_H2D, t->copy);
+		if (ret == 0 && lbytes)
+			ret = pp_memcpy_async(s->b.labels, hb->labels, lbytes, PP_COPY_H2D, t->copy);
+	}
+	t1 = pp_now_ns();
+	note_call(t, t0, t1);
+	t->stats.host_blocked_ns += t1 - t0;
 	if (ret < 0)
 		return ret;
-	if ((ret = pp_event_record(s->done, t->copy)) < 0)
+	if ((ret = pp_event_record(s->b.ready, t->copy)) < 0)
 		return ret;
 	t->stats.bytes += nbytes + lbytes;
 	s->state = TSLOT_COPYING;
@@ -257,38 +430,46 @@ static int prefetch(struct pp_transfer *t)
 static int fetch_blocking(struct pp_transfer *t)
 {
 	struct pp_batch *hb;
-	struct tslot *s;
-	uint64_t t0;
+	struct tslot *s, *r;
+	uint64_t t0, dt;
 	int ret;
 
 	while ((s = find_free(t)) == NULL) {
-		struct tslot *r = NULL;
-
 		/* The oldest release completes first: compute runs in order. */
-		for (uint32_t i = 0; i < t->nslots; i++)
-			if (t->slots[i].state == TSLOT_RELEASED &&
-			    (r == NULL || t->slots[i].release_seq < r->release_seq))
-				r = &t->slots[i];
+		r = oldest_released(t);
+
 		if (r == NULL)
 			return pp_error(-ENOBUFS, "transfer: all %u device slots are held by the "
 					"trainer; release a batch before asking for the next",
 					t->nslots);
+		t0 = pp_now_ns();
 		pp_event_synchronize(r->released);
+		dt = pp_now_ns() - t0;
+		t->stats.slot_wait_ns += dt;
+		t->wait_in_call += dt;
 		if ((ret = free_slot(t, r)) < 0)
 			return ret;
 	}
-	/* The loader's ring must not be held by copies the trainer already has. */
-	for (uint32_t i = 0; i < t->nslots; i++) {
-		if (t->slots[i].hb != NULL) {
-			if ((ret = pp_event_synchronize(t->slots[i].done)) < 0)
+	ret = pp_loader_try_next(t->loader, &hb);
+	if (ret == -EAGAIN || ret == -ENOBUFS) {
+		/*
+		 * Before waiting for the loader, its ring must not be held by
+		 * copies the trainer already has: once the newest is complete,
+		 * all are.
+		 */
+		if ((r = host_holder(t, true)) != NULL) {
+			if ((ret = pp_event_synchronize(r->b.ready)) < 0)
 				return ret;
-			if ((ret = give_back_host(t, &t->slots[i])) < 0)
-				return ret;
+			for (uint32_t i = 0; i < t->nslots; i++)
+				if ((ret = give_back_host(t, &t->slots[i])) < 0)
+					return ret;
 		}
+		t0 = pp_now_ns();
+		ret = pp_loader_next(t->loader, &hb);
+		dt = pp_now_ns() - t0;
+		t->stats.wait_ns += dt;
+		t->wait_in_call += dt;
 	}
-	t0 = pp_now_ns();
-	ret = pp_loader_next(t->loader, &hb);
-	t->stats.wait_ns += pp_now_ns() - t0;
 	if (ret <= 0) {
 		if (ret == 0)
 			t->loader_done = true;
@@ -303,7 +484,7 @@ static int next_in_place(struct pp_transfer *t, struct pp_device_batch **b_p)
 {
 	struct tslot *s = find_free(t);
 	struct pp_batch *hb;
-	uint64_t t0;
+	uint64_t t0, dt;
 	int ret;
 
 	if (s == NULL)
@@ -311,7 +492,9 @@ static int next_in_place(struct pp_transfer *t, struct pp_device_batch **b_p)
 				"batch before asking for the next", t->nslots);
 	t0 = pp_now_ns();
 	ret = pp_loader_next(t->loader, &hb);
-	t->stats.wait_ns += pp_now_ns() - t0;
+	dt = pp_now_ns() - t0;
+	t->stats.wait_ns += dt;
+	t->wait_in_call += dt;
 	if (ret <= 0) {
 		if (ret == 0)
 			*b_p = NULL;
@@ -334,6 +517,7 @@ static int next_in_place(struct pp_transfer *t, struct pp_device_batch **b_p)
 		.slot = (uint32_t)(s - t->slots),
 	};
 	t->stats.batches++;
+	t->handed++;
 	*b_p = &s->b;
 	return 1;
 }
@@ -348,19 +532,38 @@ static int fail(struct pp_transfer *t, int ret)
 	return pp_error_set(ret, msg);
 }
 
-PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
-			    struct pp_device_batch **b_p)
+/* Hands out the oldest copy: compute waits for it on the device, not the host. */
+static int hand_out(struct pp_transfer *t, struct pp_stream *compute, struct pp_device_batch **b_p)
 {
-	struct tslot *s;
+	struct tslot *s = &t->slots[t->queue[t->qhead]];
 	int ret;
 
-	if (!t->epoch_begun)
-		return pp_error(-EINVAL, "transfer: no epoch begun (call pp_transfer_begin_epoch first)");
-	if (compute == NULL || compute->dev != t->dev)
-		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
-				t->dev->props.name);
-	if (t->in_place)
-		return next_in_place(t, b_p);
+	if (s->timed) {
+		s->want_ns = pp_now_ns();
+		s->want_stream = compute;
+		if ((ret = pp_event_record(s->t_wanted, compute)) < 0)
+			return ret;
+		s->calls = t->calls;
+		s->counting = true;
+	}
+	if ((ret = pp_stream_wait_event(compute, s->b.ready)) < 0)
+		return ret;
+	t->calls.n = 0;
+	t->spare_fresh = false;
+	t->qhead = (t->qhead + 1) % t->nslots;
+	t->qlen--;
+	s->state = TSLOT_HELD;
+	t->stats.batches++;
+	t->handed++;
+	*b_p = &s->b;
+	return 1;
+}
+
+static int next_copied(struct pp_transfer *t, struct pp_stream *compute,
+		       struct pp_device_batch **b_p)
+{
+	int ret;
+
 	if ((ret = reclaim(t)) < 0 || (ret = prefetch(t)) < 0)
 		return fail(t, ret);
 	if (t->qlen == 0) {
@@ -373,26 +576,41 @@ PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
 		if ((ret = prefetch(t)) < 0)
 			return fail(t, ret);
 	}
-	s = &t->slots[t->queue[t->qhead]];
-	/* A copy known complete is known good; one still running is checked by a later call. */
-	if (pp_event_query(s->done) == 1 && (ret = pp_event_synchronize(s->done)) < 0)
+	if ((ret = hand_out(t, compute, b_p)) < 0)
 		return fail(t, ret);
-	if ((ret = pp_event_record(s->wanted, compute)) < 0 ||
-	    (ret = pp_stream_wait_event(compute, s->done)) < 0)
-		return fail(t, ret);
-	t->qhead = (t->qhead + 1) % t->nslots;
-	t->qlen--;
-	s->state = TSLOT_HELD;
-	s->timing = true;
-	t->stats.batches++;
-	*b_p = &s->b;
 	return 1;
+}
+
+/* Adds the host time of a call of the stage, less its waits, to stage_ns. */
+static void count_call(struct pp_transfer *t, uint64_t t0)
+{
+	uint64_t dt = pp_now_ns() - t0;
+
+	t->stats.stage_ns += dt > t->wait_in_call ? dt - t->wait_in_call : 0;
+	t->wait_in_call = 0;
+}
+
+PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
+			    struct pp_device_batch **b_p)
+{
+	uint64_t t0 = pp_now_ns();
+	int ret;
+
+	if (!t->epoch_begun)
+		return pp_error(-EINVAL, "transfer: no epoch begun (call pp_transfer_begin_epoch first)");
+	if (compute == NULL || compute->dev != t->dev)
+		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
+				t->dev->props.name);
+	ret = t->in_place ? next_in_place(t, b_p) : next_copied(t, compute, b_p);
+	count_call(t, t0);
+	return ret;
 }
 
 PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 			       struct pp_stream *compute)
 {
-	struct tslot *s;
+	uint64_t t0 = pp_now_ns();
+	struct tslot *s, *next;
 	int ret;
 
 	if (b == NULL || b->slot >= t->nslots || b != &t->slots[b->slot].b ||
@@ -411,6 +629,20 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 		return ret;
 	s->state = TSLOT_RELEASED;
 	s->release_seq = ++t->releases;
+	/* Where compute's work before the next hand-out ends, when that batch is timed. */
+	next = t->qlen > 0 ? &t->slots[t->queue[t->qhead]] : NULL;
+	if (next != NULL && next->timed) {
+		if ((ret = pp_event_record(next->t_mark, compute)) < 0)
+			return ret;
+		next->marked = true;
+		next->mark_stream = compute;
+	} else if (next == NULL && t->copies % t->time_every == 0) {
+		if ((ret = pp_event_record(t->spare_mark, compute)) < 0)
+			return ret;
+		t->spare_fresh = true;
+		t->spare_stream = compute;
+	}
+	count_call(t, t0);
 	return 0;
 }
 
@@ -426,6 +658,8 @@ static int restart(struct pp_transfer *t, uint64_t epoch, const struct pp_loader
 	if (ret < 0)
 		return ret;
 	t->epoch_begun = true;
+	t->epoch = epoch;
+	t->handed = pos != NULL ? pos->batch : 0;
 	return 0;
 }
 
@@ -441,6 +675,22 @@ PP_API int pp_transfer_resume(struct pp_transfer *t, const struct pp_loader_posi
 	return restart(t, pos->epoch, pos);
 }
 
+PP_API int pp_transfer_get_position(struct pp_transfer *t, struct pp_loader_position *pos_p)
+{
+	struct pp_loader_position lp;
+	int ret;
+
+	if (t == NULL || pos_p == NULL)
+		return pp_error(-EINVAL, "pp_transfer_get_position: t and pos_p must not be NULL");
+	if (!t->epoch_begun)
+		return pp_error(-EINVAL, "transfer: no epoch begun, so no position");
+	if ((ret = pp_loader_get_position(t->loader, &lp)) < 0)
+		return ret;
+	*pos_p = (struct pp_loader_position){ .epoch = t->epoch, .batch = t->handed,
+					      .plan_key = lp.plan_key };
+	return 0;
+}
+
 PP_API int pp_transfer_get_stats(struct pp_transfer *t, struct pp_transfer_stats *stats_p)
 {
 	struct pp_transfer_stats st;
@@ -448,8 +698,8 @@ PP_API int pp_transfer_get_stats(struct pp_transfer *t, struct pp_transfer_stats
 	for (uint32_t i = 0; i < t->nslots && !t->in_place; i++) {
 		struct tslot *s = &t->slots[i];
 
-		if (s->timing && pp_event_synchronize(s->wanted) == 0 &&
-		    pp_event_synchronize(s->done) == 0)
+		if (s->counting && pp_event_synchronize(s->t_wanted) == 0 &&
+		    pp_event_synchronize(s->t_done) == 0)
 			count_times(t, s);
 	}
 	st = t->stats;
@@ -471,32 +721,37 @@ PP_API void pp_transfer_destroy(struct pp_transfer *t)
 		struct tslot *s = &t->slots[i];
 
 		give_back_host(t, s);
+		pp_event_destroy(s->t_mark);
+		pp_event_destroy(s->t_wanted);
+		pp_event_destroy(s->t_done);
+		pp_event_destroy(s->t_start);
 		pp_event_destroy(s->released);
-		pp_event_destroy(s->wanted);
 		pp_event_destroy(s->done);
-		pp_event_destroy(s->start);
 		pp_device_free(t->dev, s->mem);
 		free(s->host_ids);
 		free(s->host_labels);
 	}
+	pp_event_destroy(t->spare_mark);
 	pp_stream_destroy(t->copy);
 	free(t->queue);
 	free(t->slots);
 	free(t);
 }
 
-/* Allocates a slot's events, host arrays and (unless in place) device memory. */
+/* Allocates a slot's events, host arrays and device memory (in place, one event only). */
 static int slot_init(struct pp_transfer *t, struct tslot *s)
 {
 	int ret;
 
-	if ((ret = pp_event_create(t->dev, &s->start)) < 0 ||
-	    (ret = pp_event_create(t->dev, &s->done)) < 0 ||
-	    (ret = pp_event_create(t->dev, &s->wanted)) < 0 ||
-	    (ret = pp_event_create(t->dev, &s->released)) < 0)
+	/* In place, 'done' is never recorded: the batch's 'ready', complete from the start. */
+	if ((ret = pp_event_create_flags(t->dev, PP_EVENT_NO_TIMING, &s->done)) < 0 || t->in_place)
 		return ret;
-	if (t->in_place)
-		return 0;
+	if ((ret = pp_event_create_flags(t->dev, PP_EVENT_NO_TIMING, &s->released)) < 0 ||
+	    (ret = pp_event_create(t->dev, &s->t_start)) < 0 ||
+	    (ret = pp_event_create(t->dev, &s->t_done)) < 0 ||
+	    (ret = pp_event_create(t->dev, &s->t_wanted)) < 0 ||
+	    (ret = pp_event_create(t->dev, &s->t_mark)) < 0)
+		return ret;
 	s->host_labels = pp_calloc(t->batch_size, sizeof(int32_t));
 	s->host_ids = pp_calloc(t->batch_size, sizeof(uint64_t));
 	if (s->host_labels == NULL || s->host_ids == NULL)
@@ -527,6 +782,7 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	t->labels = pp_loader_info(t->loader)->label_kind != PP_LABEL_NONE;
 	t->depth = cfg->depth ? cfg->depth : 2;
 	t->nslots = cfg->slots ? cfg->slots : t->depth + 2;
+	t->time_every = cfg->time_every ? cfg->time_every : TIME_EVERY_DEFAULT;
 	t->stats.device_kind = pp_device_get_props(t->dev)->kind;
 	pp_loader_get_layout(t->loader, &t->batch_size, &t->sample_bytes);
 	if (!pp_mul_size(t->batch_size, t->sample_bytes, &sbytes)) {
@@ -534,7 +790,8 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 			       t->batch_size, t->sample_bytes);
 		goto err_destroy;
 	}
-	t->labels_off = (sbytes + PP_DEVICE_ALIGN - 1) / PP_DEVICE_ALIGN * PP_DEVICE_ALIGN;
+	/* The loader's slots hold the labels at this offset too (pinpipe/loader.h). */
+	t->labels_off = (sbytes + 63) / 64 * 64;
 	t->slot_bytes = t->labels_off + (t->labels ? (size_t)t->batch_size * sizeof(int32_t) : 0);
 	t->slots = pp_calloc(t->nslots, sizeof(*t->slots));
 	t->queue = pp_calloc(t->nslots, sizeof(*t->queue));
@@ -542,7 +799,8 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 		ret = pp_error(-ENOMEM, "transfer: out of memory for %u slots", t->nslots);
 		goto err_destroy;
 	}
-	if ((ret = pp_stream_create(t->dev, &t->copy)) < 0)
+	if (!t->in_place && ((ret = pp_stream_create(t->dev, &t->copy)) < 0 ||
+			     (ret = pp_event_create(t->dev, &t->spare_mark)) < 0))
 		goto err_destroy;
 	for (uint32_t i = 0; i < t->nslots; i++)
 		if ((ret = slot_init(t, &t->slots[i])) < 0)
