@@ -2,9 +2,8 @@
 # tests/test_pinpipe_bench.sh: pinpipe-bench's command line.  Fails if bad
 # usage does not give one line on stderr and exit status 2, if --help does
 # not exit 0, or if a short overlap run on sim does not write CSV and JSON
-# with the expected columns, one pinned and one pageable row, with the
-# pinned copies hidden behind compute more than the pageable ones and the
-# host blocked in pageable copies more than in pinned ones.
+# with the expected columns and header, one pinned and one pageable row,
+# with the figures below.
 set -u
 bench=./pinpipe-bench
 tmp=${TMPDIR:-/tmp}/pp-bench-test.$$
@@ -48,20 +47,60 @@ grep -q '/nonexistent-dir' "$tmp/err" || fail "missing data directory: message: 
 	fail "bandwidth CSV header: $(head -1 "$tmp/bw.csv")"
 [ "$(wc -l < "$tmp/bw.csv")" -eq 9 ] || fail "bandwidth CSV: $(wc -l < "$tmp/bw.csv") lines, expected 9"
 
-"$bench" overlap --device=sim:bw=1GB/s --batches=60 --batch-size=128 --compute-us=600 \
-	--csv="$tmp/ov.csv" --json="$tmp/ov.json" > "$tmp/out" 2> "$tmp/err" ||
-	fail "overlap run: exit $?: $(cat "$tmp/err")"
-cols=device,memory,pinned,batch_size,dtype,batches,compute_us,step_us,copy_us,exposed_us,hidden_share,host_blocked_us,data_wait_us,samples_per_s
+# Runs a check of the figures up to 3 times: a run where other processes took
+# the cores from the loader or the simulated engines is measured again; one
+# must meet every bound.  $1: a name; the rest: the command.
+with_retries() {
+	what=$1
+	shift
+	for attempt in 1 2 3; do
+		"$@" && return 0
+		echo "$what: attempt $attempt missed: $(cat "$tmp/why")"
+	done
+	fail "$what: $(cat "$tmp/why")"
+}
+
+# The rule of the exposed figure, with every device call costing the host
+# 20 us (as on an H100 host): compute of 1 ms a batch hides pinned copies
+# (at least 95%), and a pageable copy blocks the host about as long as it
+# lasts (at least half of its time as timed, which includes issuing it).
+rule() {
+	"$bench" overlap --device=sim:bw=25GB/s,call_us=20 --batches=60 --batch-size=128 \
+		--compute-us=1000 --time-every=1 --csv="$tmp/ov.csv" --json="$tmp/ov.json" \
+		> "$tmp/out" 2> "$tmp/err" || fail "overlap run: exit $?: $(cat "$tmp/err")"
+	awk -F, 'NR == 2 { pin = $11; m1 = $2 }
+		 NR == 3 { pagec = $9; pageb = $12; m2 = $2 }
+		 END {
+			if (NR != 3 || m1 != "pinned" || m2 != "pageable") { print "rows: " NR ", " m1 ", " m2; exit 1 }
+			if (!(pin >= 0.95)) { print "pinned: hidden share " pin " under 0.95"; exit 1 }
+			if (!(pageb >= pagec / 2)) { print "pageable: host blocked " pageb " us of a " pagec " us copy"; exit 1 }
+		 }' "$tmp/ov.csv" > "$tmp/why" || { cat "$tmp/ov.csv" >> "$tmp/why"; return 1; }
+}
+with_retries "overlap, compute-bound" rule
+grep -q '^# data: synthetic, 60000 samples of 1x28x28 u8 as f32; batches of 128' "$tmp/out" ||
+	fail "overlap: the header does not say which data: $(cat "$tmp/out")"
+grep -q '^# compute: 1000.0 us a batch (--compute-us) as 1 kernel; one batch in 1 timed' "$tmp/out" ||
+	fail "overlap: the header does not say the compute: $(cat "$tmp/out")"
+cols=device,memory,batch_size,dtype,batches,kernels,compute_us,step_us,copy_us,exposed_us,hidden_share,host_blocked_us,stage_us,calls_per_batch,data_wait_us,samples_per_s
 [ "$(head -1 "$tmp/ov.csv")" = "$cols" ] || fail "overlap CSV header: $(head -1 "$tmp/ov.csv")"
-awk -F, 'NR == 2 { pin = $11; pinb = $12; m1 = $2 }
-	 NR == 3 { page = $11; pageb = $12; m2 = $2 }
-	 END {
-		if (NR != 3 || m1 != "pinned" || m2 != "pageable") { print "rows: " NR ", " m1 ", " m2; exit 1 }
-		if (!(pin > page)) { print "hidden share: pinned " pin " not above pageable " page; exit 1 }
-		if (!(pageb > pinb)) { print "host blocked: pageable " pageb " not above pinned " pinb; exit 1 }
-	 }' "$tmp/ov.csv" || fail "overlap CSV: $(cat "$tmp/ov.csv")"
 grep -q '"memory": "pinned"' "$tmp/ov.json" || fail "overlap JSON: $(cat "$tmp/ov.json")"
 grep -q '"hidden_share": [0-9.]*,' "$tmp/ov.json" || fail "overlap JSON hidden_share: $(cat "$tmp/ov.json")"
 /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert len(r)==2 and r[0]["batch_size"]==128' \
 	"$tmp/ov.json" 2> /dev/null || [ ! -x /usr/bin/python3 ] || fail "overlap JSON does not parse: $(cat "$tmp/ov.json")"
+
+# Launch-bound steps (4 kernels of no length, 200 us a launch): a pageable
+# copy blocks the launches and is counted as exposed; a pinned one is not.
+launch_bound() {
+	"$bench" overlap --device=sim:bw=1GB/s,call_us=200 --batches=40 --compute-us=0 \
+		--kernels=4 --time-every=1 --csv="$tmp/lb.csv" > "$tmp/out" 2> "$tmp/err" ||
+		fail "overlap --kernels=4: exit $?: $(cat "$tmp/err")"
+	awk -F, 'NR == 2 { pin = $11; k = $6 } NR == 3 { page = $11 }
+		 END {
+			if (NR != 3 || k != 4) { print "rows: " NR ", kernels " k; exit 1 }
+			if (!(page < 0.5 && pin > page)) { print "hidden share: pinned " pin ", pageable " page; exit 1 }
+		 }' "$tmp/lb.csv" > "$tmp/why" || { cat "$tmp/lb.csv" >> "$tmp/why"; return 1; }
+}
+with_retries "overlap --kernels=4" launch_bound
+expect_usage overlap --kernels=0
+expect_usage overlap --time-every=x
 echo "pinpipe-bench: command line, CSV and JSON as expected"

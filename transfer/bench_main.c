@@ -7,9 +7,11 @@
  *              sizes, and the share of the time the host was blocked in
  *              the copy call (like CUDA's bandwidthTest);
  *   overlap    the real loader feeding the transfer stage, with a synthetic
- *              compute step per batch on the compute stream: step time,
- *              copy time, the part of it exposed and the share hidden, the
- *              host's time blocked in copies, and the time waited for data.
+ *              compute step per batch on the compute stream (one kernel, or
+ *              --kernels=N short ones launched one by one, as a trainer
+ *              does): step time, copy time, the part of it exposed and the
+ *              share hidden, the host's time in copy calls and in the whole
+ *              stage, its device calls, and the time waited for data.
  *
  * Results print as a table, and with --csv / --json also as CSV or a JSON
  * array of rows.  Uses the public API only.
@@ -32,7 +34,7 @@
 
 #define MAX_SIZES 32
 #define MAX_ROWS 256
-#define MAX_COLS 16
+#define MAX_COLS 20
 #define CELL 72 /* bytes of a table cell */
 
 struct options {
@@ -44,6 +46,8 @@ struct options {
 	int nsizes;
 	uint64_t total;         /* bandwidth: bytes copied per measurement */
 	long compute_us;        /* overlap: compute per batch, µs; < 0: as long as the copy */
+	uint32_t kernels;       /* overlap: the compute of a batch as this many kernels */
+	uint32_t time_every;    /* overlap: the stage times one batch in this many; 0: its default */
 	uint32_t batch_size;    /* overlap: samples per batch */
 	uint32_t batches;       /* overlap: batches per run */
 	uint32_t workers;       /* overlap: loader threads */
@@ -73,8 +77,9 @@ static void usage(FILE *f)
 {
 	fputs("usage: pinpipe-bench bandwidth [--device=NAME] [--sizes=LIST] [--total=SIZE]\n"
 	      "                               [--csv=FILE] [--json=FILE]\n"
-	      "       pinpipe-bench overlap [--device=NAME] [--compute-us=N] [--batch-size=N]\n"
-	      "                             [--batches=N] [--workers=N] [--depth=N]\n"
+	      "       pinpipe-bench overlap [--device=NAME] [--compute-us=N] [--kernels=N]\n"
+	      "                             [--batch-size=N] [--batches=N] [--workers=N]\n"
+	      "                             [--depth=N] [--time-every=N]\n"
 	      "                             [--dtype=u8|f32] [--data=synthetic|DIR]\n"
 	      "                             [--csv=FILE] [--json=FILE]\n"
 	      "\n"
@@ -82,14 +87,21 @@ static void usage(FILE *f)
 	      "  bandwidth  host-to-device and device-to-host GB/s per copy size, and the\n"
 	      "             share of the time the host was blocked in the copy call\n"
 	      "  overlap    the loader feeding the transfer stage, with a synthetic compute\n"
-	      "             step per batch: step time, copy time exposed and hidden\n"
+	      "             step per batch: step time, copy time exposed and hidden, the\n"
+	      "             host's time in copy calls and in the stage, its device calls\n"
 	      "\n"
-	      "  --device=NAME     auto, cpu, sim, sim:bw=25GB/s, cuda, cuda:N (default: auto)\n"
+	      "  --device=NAME     auto, cpu, sim, sim:bw=25GB/s,call_us=20, cuda, cuda:N\n"
+	      "                    (default: auto)\n"
 	      "  --sizes=LIST      copy sizes, e.g. 4K,64K,1M,4M (K, M, G: binary; default\n"
 	      "                    4K,64K,256K,1M,4M)\n"
 	      "  --total=SIZE      bytes copied per measurement (default 64M)\n"
 	      "  --compute-us=N    compute per batch, µs (default: as long as a copy: the mean\n"
 	      "                    pinned copy time over 100 batches, measured first)\n"
+	      "  --kernels=N       the compute of a batch as N kernels, each launched by the\n"
+	      "                    host in turn, as a trainer does: with short ones the step\n"
+	      "                    is bound by the launches, and a copy that blocks the host\n"
+	      "                    (pageable) delays them and shows in the step (default 1)\n"
+	      "  --time-every=N    the stage times one batch in N (default: the stage's, 16)\n"
 	      "  --batch-size=N    samples per batch (default 256)\n"
 	      "  --batches=N       batches per run (default 200)\n"
 	      "  --workers=N       loader threads (default 2)\n"
@@ -185,7 +197,7 @@ static int parse_sizes(const char *arg, struct options *o)
 
 enum {
 	OPT_DEVICE = 256, OPT_SIZES, OPT_TOTAL, OPT_COMPUTE, OPT_BATCH, OPT_BATCHES, OPT_WORKERS,
-	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSON, OPT_HELP,
+	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSON, OPT_HELP, OPT_KERNELS, OPT_TIME_EVERY,
 };
 
 /* Parses the command line; returns 0, 2 (bad usage, said on stderr) or -1 (--help printed). */
@@ -196,6 +208,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "sizes", required_argument, NULL, OPT_SIZES },
 		{ "total", required_argument, NULL, OPT_TOTAL },
 		{ "compute-us", required_argument, NULL, OPT_COMPUTE },
+		{ "kernels", required_argument, NULL, OPT_KERNELS },
+		{ "time-every", required_argument, NULL, OPT_TIME_EVERY },
 		{ "batch-size", required_argument, NULL, OPT_BATCH },
 		{ "batches", required_argument, NULL, OPT_BATCHES },
 		{ "workers", required_argument, NULL, OPT_WORKERS },
@@ -213,7 +227,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 	int c, ret;
 
 	*o = (struct options){ .device = "auto", .total = 64ull << 20, .compute_us = -1,
-			       .batch_size = 256, .batches = 200, .workers = 2, .depth = 2,
+			       .kernels = 1, .batch_size = 256, .batches = 200, .workers = 2, .depth = 2,
 			       .dtype = PP_DTYPE_F32, .data = "synthetic" };
 	o->nsizes = (int)(sizeof(default_sizes) / sizeof(default_sizes[0]));
 	memcpy(o->sizes, default_sizes, sizeof(default_sizes));
@@ -248,6 +262,15 @@ static int parse_args(int argc, char **argv, struct options *o)
 				return bad_usage("--compute-us: not a number of µs from 0 to 10000000: '%s'",
 						 optarg);
 			o->compute_us = v;
+			break;
+		case OPT_KERNELS:
+			if (!parse_u32(optarg, 1, 10000, &o->kernels))
+				return bad_usage("--kernels: not a number from 1 to 10000: '%s'", optarg);
+			break;
+		case OPT_TIME_EVERY:
+			if (!parse_u32(optarg, 1, 1 << 20, &o->time_every))
+				return bad_usage("--time-every: not a number from 1 to 1048576: '%s'",
+						 optarg);
 			break;
 		case OPT_BATCH:
 			if (!parse_u32(optarg, 1, 1 << 20, &o->batch_size))
@@ -470,7 +493,43 @@ struct overlap_result {
 	struct pp_transfer_stats st;
 	bool pinned;        /* the ring was really pinned */
 	double wall_s;      /* first counted next() to the last compute's end */
+	uint64_t calls;     /* device calls of the stage (the bench's own kernels not counted) */
 };
+
+/* Enqueues a batch's compute: 'kernels' spins that add up to compute_ns; counts their calls. */
+static int compute_step(const struct options *o, struct pp_device *dev, struct pp_stream *compute,
+			uint64_t compute_ns, uint64_t *own_calls)
+{
+	struct pp_device_stats d0, d1;
+	int ret = 0;
+
+	pp_device_get_stats(dev, &d0);
+	for (uint32_t k = 0; k < o->kernels && ret == 0; k++)
+		ret = pp_stream_spin(compute, compute_ns / o->kernels);
+	pp_device_get_stats(dev, &d1);
+	*own_calls += d1.calls - d0.calls;
+	return ret;
+}
+
+/* The counters of the stage from s0 to s1, with its hidden share. */
+static struct pp_transfer_stats stats_diff(const struct pp_transfer_stats *s1,
+					   const struct pp_transfer_stats *s0)
+{
+	struct pp_transfer_stats d = *s1;
+
+	d.batches -= s0->batches;
+	d.bytes -= s0->bytes;
+	d.copies_timed -= s0->copies_timed;
+	d.copy_ns -= s0->copy_ns;
+	d.late_ns -= s0->late_ns;
+	d.exposed_ns -= s0->exposed_ns;
+	d.host_blocked_ns -= s0->host_blocked_ns;
+	d.stage_ns -= s0->stage_ns;
+	d.wait_ns -= s0->wait_ns;
+	d.slot_wait_ns -= s0->slot_wait_ns;
+	d.hidden_share = d.copy_ns > 0 ? 1.0 - (double)d.exposed_ns / (double)d.copy_ns : NAN;
+	return d;
+}
 
 /*
  * Runs o->batches batches through a loader and a stage with pin_memory
@@ -483,15 +542,17 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 				       .seed = 1, .workers = o->workers, .device = dev,
 				       .pin_memory = pin, .dtype = o->dtype,
 				       .mean = { 0.2860f }, .std = { 0.3530f } };
-	struct pp_transfer_config tc = { .device = dev, .depth = o->depth };
+	struct pp_transfer_config tc = { .device = dev, .depth = o->depth,
+					 .time_every = o->time_every };
 	struct pp_loader_stats ls;
 	struct pp_loader *l = NULL;
 	struct pp_transfer *t = NULL;
 	struct pp_stream *compute = NULL;
 	struct pp_device_batch *b;
-	struct pp_transfer_stats s0 = { 0 };
+	struct pp_transfer_stats s0 = { 0 }, s1;
+	struct pp_device_stats d0 = { 0 }, d1;
 	uint32_t warmup = o->batches / 10 < 20 ? o->batches / 10 : 20, done = 0;
-	uint64_t epoch = 0;
+	uint64_t epoch = 0, own = 0;
 	double t0;
 	int ret;
 
@@ -510,6 +571,8 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 		if (done == warmup) {
 			/* First use of every slot and page is over: start counting. */
 			pp_transfer_get_stats(t, &s0);
+			pp_device_get_stats(dev, &d0);
+			own = 0;
 			t0 = now_s();
 		}
 		ret = pp_transfer_next(t, compute, &b);
@@ -520,11 +583,12 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 		}
 		if (ret < 0)
 			break;
-		if ((ret = pp_stream_spin(compute, compute_ns)) < 0 ||
+		if ((ret = compute_step(o, dev, compute, compute_ns, &own)) < 0 ||
 		    (ret = pp_transfer_release(t, b, compute)) < 0)
 			break;
 		done++;
 	}
+	pp_device_get_stats(dev, &d1);
 	if (ret >= 0)
 		ret = pp_stream_synchronize(compute);
 	r->wall_s = now_s() - t0;
@@ -532,16 +596,9 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 		fail("overlap run", ret);
 		goto out;
 	}
-	pp_transfer_get_stats(t, &r->st);
-	r->st.batches -= s0.batches;
-	r->st.bytes -= s0.bytes;
-	r->st.copies_timed -= s0.copies_timed;
-	r->st.copy_ns -= s0.copy_ns;
-	r->st.exposed_ns -= s0.exposed_ns;
-	r->st.host_blocked_ns -= s0.host_blocked_ns;
-	r->st.wait_ns -= s0.wait_ns;
-	r->st.hidden_share = r->st.copy_ns > 0
-			     ? 1.0 - (double)r->st.exposed_ns / (double)r->st.copy_ns : NAN;
+	pp_transfer_get_stats(t, &s1);
+	r->st = stats_diff(&s1, &s0);
+	r->calls = d1.calls - d0.calls - own;
 	pp_loader_get_stats(l, &ls);
 	r->pinned = ls.pinned;
 out:
@@ -553,20 +610,22 @@ out:
 
 static int run_overlap(const struct options *o, struct pp_device *dev, struct table *t)
 {
-	static const char *const cols[] = { "device", "memory", "pinned", "batch_size", "dtype",
-					    "batches", "compute_us", "step_us", "copy_us",
+	static const char *const cols[] = { "device", "memory", "batch_size", "dtype", "batches",
+					    "kernels", "compute_us", "step_us", "copy_us",
 					    "exposed_us", "hidden_share", "host_blocked_us",
-					    "data_wait_us", "samples_per_s" };
-	static const bool num[] = { false, false, false, true, false, true, true, true, true,
-				    true, true, true, true, true };
+					    "stage_us", "calls_per_batch", "data_wait_us",
+					    "samples_per_s" };
+	static const bool num[] = { false, false, true, false, true, true, true, true, true,
+				    true, true, true, true, true, true, true };
 	struct pp_synthetic_config sc = { .count = 60000, .channels = 1, .height = 28, .width = 28,
 					  .num_classes = 10, .seed = 1, .dtype = PP_DTYPE_U8 };
 	const char *name = pp_device_get_props(dev)->name;
 	struct pp_dataset *ds = NULL;
+	const struct pp_sample_info *info;
 	uint64_t compute_ns = 0;
 	int ret;
 
-	table_cols(t, cols, num, 14);
+	table_cols(t, cols, num, 16);
 	if (strcmp(o->data, "synthetic") == 0)
 		ret = pp_dataset_create_synthetic(&sc, &ds);
 	else
@@ -584,6 +643,7 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 		struct options co = *o;
 
 		co.batches = o->batches < 100 ? o->batches : 100;
+		co.time_every = 1;
 		for (int i = 0; i < 2; i++) {
 			struct overlap_result r = { 0 };
 
@@ -594,10 +654,21 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 			compute_ns = r.st.copies_timed ? r.st.copy_ns / r.st.copies_timed : 0;
 		}
 	}
+	info = pp_dataset_info(ds);
+	printf("# data: %s, %llu samples of %u", strcmp(o->data, "synthetic") == 0 ? "synthetic" : o->data,
+	       (unsigned long long)info->count, info->ndim ? info->shape[0] : 1);
+	for (uint32_t k = 1; k < info->ndim; k++)
+		printf("x%u", info->shape[k]);
+	printf(" %s as %s; batches of %u, %u loader workers, %u copied ahead\n",
+	       pp_dtype_name(info->dtype), pp_dtype_name(o->dtype), o->batch_size, o->workers,
+	       o->depth);
+	printf("# compute: %.1f us a batch (%s) as %u kernel%s; one batch in %u timed\n",
+	       (double)compute_ns / 1e3, o->compute_us >= 0 ? "--compute-us" : "as long as a pinned copy",
+	       o->kernels, o->kernels == 1 ? "" : "s", o->time_every ? o->time_every : 16);
 	for (int pin = 1; pin >= 0; pin--) {
 		struct overlap_result r = { 0 };
 		uint64_t n;
-		char c[14][CELL];
+		char c[16][CELL];
 
 		if (overlap_run(o, dev, ds, pin, compute_ns, &r) != 0) {
 			pp_dataset_destroy(ds);
@@ -605,11 +676,12 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 		}
 		n = r.st.copies_timed ? r.st.copies_timed : 1;
 		snprintf(c[0], CELL, "%s", name);
-		snprintf(c[1], CELL, "%s", pin ? "pinned" : "pageable");
-		snprintf(c[2], CELL, "%s", r.pinned ? "yes" : "no");
-		snprintf(c[3], CELL, "%u", o->batch_size);
-		snprintf(c[4], CELL, "%s", pp_dtype_name(o->dtype));
-		snprintf(c[5], CELL, "%llu", (unsigned long long)r.st.batches);
+		snprintf(c[1], CELL, "%s", !pin ? "pageable" : r.pinned ? "pinned"
+					      : "pageable (pinning refused)");
+		snprintf(c[2], CELL, "%u", o->batch_size);
+		snprintf(c[3], CELL, "%s", pp_dtype_name(o->dtype));
+		snprintf(c[4], CELL, "%llu", (unsigned long long)r.st.batches);
+		snprintf(c[5], CELL, "%u", o->kernels);
 		snprintf(c[6], CELL, "%.1f", (double)compute_ns / 1e3);
 		snprintf(c[7], CELL, "%.1f", r.wall_s * 1e6 / (double)r.st.batches);
 		snprintf(c[8], CELL, "%.1f", (double)r.st.copy_ns / 1e3 / (double)n);
@@ -619,8 +691,10 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 		else
 			snprintf(c[10], CELL, "%.3f", r.st.hidden_share);
 		snprintf(c[11], CELL, "%.1f", (double)r.st.host_blocked_ns / 1e3 / (double)r.st.batches);
-		snprintf(c[12], CELL, "%.1f", (double)r.st.wait_ns / 1e3 / (double)r.st.batches);
-		snprintf(c[13], CELL, "%.0f", (double)r.st.batches * o->batch_size / r.wall_s);
+		snprintf(c[12], CELL, "%.1f", (double)r.st.stage_ns / 1e3 / (double)r.st.batches);
+		snprintf(c[13], CELL, "%.2f", (double)r.calls / (double)r.st.batches);
+		snprintf(c[14], CELL, "%.1f", (double)r.st.wait_ns / 1e3 / (double)r.st.batches);
+		snprintf(c[15], CELL, "%.0f", (double)r.st.batches * o->batch_size / r.wall_s);
 		table_add(t, c);
 	}
 	pp_dataset_destroy(ds);
