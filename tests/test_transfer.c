@@ -349,9 +349,10 @@ static void measure_steps(struct pp_tfix *f, int n, uint32_t kernels, uint32_t k
 
 /*
  * Every call to the device costs the host 20 us (as on an H100 host), and
- * the copy of a batch (256 float32 samples, 800 KB) lasts 32 us at
- * 25 GB/s: a figure that counted the host's time in the copy call as
- * exposed would call most of it exposed.  Compute is one step per batch,
+ * the copy of a batch (1024 float32 samples, 3.2 MB) lasts 128 us at
+ * 25 GB/s: a figure that counted the host's time in the copy calls (the
+ * call, and for pageable memory the staging) as exposed would call a good
+ * part of it exposed.  Compute is one step per batch,
  * four times what a batch takes through the loader and the stage alone, and
  * at least 1 ms.  Fails if pinned copies are not 95% hidden (the step is
  * compute and the loader keeps ahead), or if a pageable copy does not block
@@ -371,13 +372,13 @@ START_TEST(test_call_cost_hidden)
 	for (int attempt = 0; attempt < 3 && why != NULL; attempt++) {
 		uint64_t t0;
 
-		pp_tfix_open(&f, "sim:bw=25GB/s,call_us=20", 256 * 40, 256, PP_DTYPE_F32, true, 2, 0);
+		pp_tfix_open(&f, "sim:bw=25GB/s,call_us=20", 1024 * 40, 1024, PP_DTYPE_F32, true, 2, 0);
 		t0 = pp_now_ns();
 		measure_steps(&f, 30, 0, 0, &pin);
 		compute_us = (uint32_t)PP_MAX((pp_now_ns() - t0) / 38 / 1000 * 4, 1000u);
 		measure_steps(&f, 30, 1, compute_us, &pin);
 		pp_tfix_close(&f);
-		pp_tfix_open(&f, "sim:bw=25GB/s,call_us=20", 256 * 40, 256, PP_DTYPE_F32, false, 2, 0);
+		pp_tfix_open(&f, "sim:bw=25GB/s,call_us=20", 1024 * 40, 1024, PP_DTYPE_F32, false, 2, 0);
 		measure_steps(&f, 30, 1, compute_us, &page);
 		pp_tfix_close(&f);
 		ck_assert_uint_eq(pin.st.copies_timed, 30);
