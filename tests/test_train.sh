@@ -49,8 +49,9 @@ for run in set(r["run"] for r in rows):
     assert f(e[1], "train_acc") > 0.6, e
 sim = [r for r in rows if r["device"] == "sim"]
 assert len(sim) == 4 and all(f(r, "copy_s") > 0 and r["hidden_pct"] != "" for r in sim), sim
+assert all(0 <= f(r, "exposed_s") <= f(r, "copy_s") and f(r, "copy_host_s") > 0 for r in sim), sim
 cpu = [r for r in rows if r["device"] == "cpu"]
-assert len(cpu) == 4 and all(f(r, "copy_s") == 0 for r in cpu), cpu
+assert len(cpu) == 4 and all(f(r, "copy_s") == 0 and f(r, "copy_host_s") == 0 for r in cpu), cpu
 '
 check syn
 
@@ -197,7 +198,7 @@ expect 2 "--sort=speed: not a column" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
 expect 1 "$tmp/none" "$train" --data="$tmp/none"
-expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda,cpu --model=mlp --epochs=1 -q
+expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda:999,cpu --model=mlp --epochs=1 -q
 expect 1 "layer|spec" "$train" --data=synthetic:600 --device=cpu --model=fc:7,bogus --epochs=1 -q
 
 # 8. --stream, on shards packed here from the first 600 training and 200

@@ -40,6 +40,8 @@ static const struct column columns[] = {
 	{ "samples_per_s", COL_REAL, ROW(samples_per_s), 0 },
 	{ "wait_s", COL_REAL, ROW(wait_s), 3 },
 	{ "copy_s", COL_REAL, ROW(copy_s), 3 },
+	{ "exposed_s", COL_REAL, ROW(exposed_s), 3 },
+	{ "copy_host_s", COL_REAL, ROW(copy_host_s), 3 },
 	{ "hidden_pct", COL_REAL, ROW(hidden_pct), 1 },
 	{ "device", COL_TEXT, PAR(device), 0 },
 	{ "batch_size", COL_UINT, PAR(batch_size), 0 },

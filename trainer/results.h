@@ -35,7 +35,10 @@ struct tr_row {
 	double run_s;          /* seconds since the run began */
 	double samples_per_s;  /* training samples per second in the epoch */
 	double wait_s;         /* seconds the trainer waited for data in the epoch */
-	double copy_s;         /* seconds of host-to-device copy in the epoch */
+	double copy_s;         /* seconds of host-to-device copy in the epoch (measured on the
+				  timed batches, scaled to all); 0 where nothing is copied (cpu) */
+	double exposed_s;      /* of copy_s, the seconds not hidden behind compute (pinpipe/transfer.h) */
+	double copy_host_s;    /* seconds the host spent in copy calls in the epoch */
 	double hidden_pct;     /* share of the copy time hidden behind compute, 0..100; NaN without copies */
 	struct tr_params p;
 	char status[200];      /* "ok", or "failed: <reason>" */
