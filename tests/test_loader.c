@@ -1168,6 +1168,48 @@ START_TEST(test_fashion_mnist)
 }
 END_TEST
 
+/*
+ * Rank padding in memory is DistributedSampler's, as pinpipe/loader.h
+ * says: 1003 samples on 3 ranks extend the epoch's order by its first two
+ * positions, which rank 1 and rank 2 take last.  Fails if a rank's padding
+ * is not the sample at that place of the whole order (rank 0's first, then
+ * rank 1's first), if it is not marked, or if rank 0 gets any.
+ */
+START_TEST(test_rank_padding_memory)
+{
+	struct pp_synthetic_config sc = { .count = 1003, .channels = 1, .height = 2, .width = 2,
+					  .num_classes = 10, .seed = 4, .dtype = PP_DTYPE_U8 };
+	uint64_t first[3], last[3];
+	uint32_t padding[3];
+	struct pp_dataset *ds;
+
+	ck_assert_int_eq(pp_dataset_create_synthetic(&sc, &ds), 0);
+	for (uint32_t r = 0; r < 3; r++) {
+		struct pp_loader_config cfg = { .dataset = ds, .batch_size = 335, .shuffle = true,
+						.seed = 9, .rank = r, .world_size = 3 };
+		struct pp_loader *l;
+		struct pp_batch *b;
+
+		ck_assert_int_eq(pp_loader_create(&cfg, &l), 0);
+		ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+		ck_assert_int_eq(pp_loader_next(l, &b), 1);
+		ck_assert_uint_eq(b->size, 335);
+		first[r] = b->ids[0];
+		last[r] = b->ids[334];
+		padding[r] = b->padding;
+		ck_assert_int_eq(pp_loader_release(l, b), 0);
+		ck_assert_int_eq(pp_loader_next(l, &b), 0);
+		pp_loader_destroy(l);
+	}
+	ck_assert_uint_eq(padding[0], 0);
+	ck_assert_uint_eq(padding[1], 1);
+	ck_assert_uint_eq(padding[2], 1);
+	ck_assert_uint_eq(last[1], first[0]);
+	ck_assert_uint_eq(last[2], first[1]);
+	pp_dataset_destroy(ds);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("loader");
@@ -1182,6 +1224,7 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(tc, test_exactly_once_stream, 0, 16);
 	tcase_add_loop_test(tc, test_order_deterministic, 0, 3);
 	tcase_add_loop_test(tc, test_resume, 0, 2);
+	tcase_add_test(tc, test_rank_padding_memory);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(te, 30);
 	tcase_add_loop_test(te, test_corrupt_chunk, 0, 3);

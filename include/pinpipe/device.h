@@ -135,8 +135,11 @@ PP_API void pp_device_free(struct pp_device *dev, void *ptr);
  * (pinned) when 'pinned' and the system allows it.  When pinning is refused
  * (RLIMIT_MEMLOCK, no GPU), it falls back to pageable memory, counts the
  * fallback in the statistics and writes false to *pinned_p (may be NULL).
- * Returns 0, -EINVAL (dev or ptr_p NULL, 0 bytes) or -ENOMEM.  Pinning is
- * slow: allocate once, not per batch.
+ * Pinned means registered with the driver on cuda, and page-locked with
+ * mlock on sim and cpu; on cpu, where nothing is ever copied, it changes no
+ * figure, and *pinned_p says whether mlock held (RLIMIT_MEMLOCK).  Returns
+ * 0, -EINVAL (dev or ptr_p NULL, 0 bytes) or -ENOMEM.  Pinning is slow:
+ * allocate once, not per batch.
  */
 PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void **ptr_p,
 			 bool *pinned_p);

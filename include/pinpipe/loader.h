@@ -85,10 +85,19 @@ struct pp_loader_config {
 
 	uint32_t rank;          /* this process's rank, 0..world_size-1 */
 	uint32_t world_size;    /* ranks sharing each epoch; 0: 1 */
-	bool rank_drop;         /* false: pad every rank to the same sample count by
-	                           repeating samples from the start of its order (marked
-	                           as padding); true: drop the samples that do not divide
-	                           evenly, so that no sample is repeated */
+	bool rank_drop;         /* false: pad every rank to the same sample count, the
+	                           repeats marked as padding.  In memory, as PyTorch's
+	                           DistributedSampler: the epoch's order of all samples
+	                           is extended by repeating its start up to a multiple of
+	                           world_size, and rank r takes positions r, r + W,
+	                           r + 2W... of it, so its repeats are samples from the
+	                           start of the whole order (other ranks' as a rule).
+	                           Streamed: chunks are dealt to the ranks in turn, and
+	                           a rank short of the longest repeats its own order from
+	                           its start.  true: drop the samples that do not divide
+	                           evenly (in memory, the end of the order; streamed,
+	                           every rank cut to the shortest), so that no sample is
+	                           repeated */
 
 	enum pp_dtype dtype;    /* output element type; 0: as stored.  PP_DTYPE_F32 from
 	                           uint8 gives (x / 255 - mean) / std, as ToTensor + Normalize */
