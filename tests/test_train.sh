@@ -193,11 +193,39 @@ expect 0 'Exit status' "$train" --help
 expect 2 "unknown option '--bogus'" "$train" --bogus
 expect 2 "--batch-size=0: not a batch size" "$train" --batch-size=0
 expect 2 "--device=tpu: not a device" "$train" --device=tpu
-expect 2 "--sort=speed: not a column" "$train" --sort=speed
+expect 2 "--sort=speed: not a column \(run,.*\) \(see --help\)$" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
 expect 1 "$tmp/none" "$train" --data="$tmp/none"
 expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda,cpu --model=mlp --epochs=1 -q
+
+# 7b. The final table: one run reads in epoch order under a line naming the
+# order; a failed run's long reason (stderr has it whole) is cut to the
+# terminal's width ($COLUMNS here) and widens no other row; no line ends in
+# spaces.  Fails if the table sorts one run's epochs by time, or if the
+# reason sets the width of the status column.
+COLUMNS=250 "$train" --data=synthetic:600 --device=cpu,cuda:9 --model=mlp --epochs=3 -q \
+	>"$tmp/table.out" 2>"$tmp/table.err"
+if ! python3 - "$tmp/table.out" "$tmp/table.err" >"$tmp/py" 2>&1 <<'EOPY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")[:-1]
+assert lines[0].startswith("sorted by the runs' mean epoch_s"), lines[0]
+head = lines[1].split()
+rows = [dict(zip(head, l.split())) for l in lines[2:]]
+assert [(r["run"], r["epoch"]) for r in rows] == [("1", "1"), ("1", "2"), ("1", "3"), ("2", "0")], rows
+assert all(not l.endswith(" ") for l in lines), "a line ends in spaces"
+ok = [len(l) for l in lines[2:5]]
+assert len(set(ok)) == 1 and ok[0] < 250, ok
+reason = open(sys.argv[2]).read()
+assert "run 2 (cuda:9): " in reason and len(reason) > 60, reason
+base = ok[0] - len("ok")
+status = "failed: " + reason.split("): ", 1)[1].strip()
+assert len(lines[5]) == min(max(250, base + 32), base + len(status)) < base + len(status), lines[5]
+assert lines[5].endswith("..."), lines[5]
+EOPY
+then
+	echo "FAIL: the final table:"; cat "$tmp/py" "$tmp/table.out" "$tmp/table.err"; fail=1
+fi
 expect 1 "layer|spec" "$train" --data=synthetic:600 --device=cpu --model=fc:7,bogus --epochs=1 -q
 
 # 8. --stream, on shards packed here from the first 600 training and 200

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -701,6 +702,29 @@ fail:
 	return ret;
 }
 
+/*
+ * The width the final table keeps to: the terminal's, else $COLUMNS, else
+ * 80 (a failed run's reason is then cut in the table; stderr, the CSV and
+ * the JSON lines have it whole).
+ */
+static size_t table_width(void)
+{
+	struct winsize ws;
+	const char *env = getenv("COLUMNS");
+	char *end;
+	unsigned long cols;
+
+	if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	if (env != NULL && env[0] != '\0') {
+		errno = 0;
+		cols = strtoul(env, &end, 10);
+		if (errno == 0 && *end == '\0' && cols > 0 && cols <= 65535)
+			return cols;
+	}
+	return 80;
+}
+
 int main(int argc, char **argv)
 {
 	struct tr_options opt;
@@ -732,7 +756,7 @@ int main(int argc, char **argv)
 	tr_results_sort(&res, opt.sort);
 	if (opt.progress >= 0)
 		printf("\n");
-	tr_results_print_table(&res, stdout);
+	tr_results_print_table(&res, opt.sort, table_width(), stdout);
 	if (opt.csv[0] != '\0') {
 		FILE *f = fopen(opt.csv, "w");
 
