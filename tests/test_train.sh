@@ -220,7 +220,7 @@ reason = open(sys.argv[2]).read()
 assert "run 2 (cuda:9): " in reason and len(reason) > 60, reason
 base = ok[0] - len("ok")
 status = "failed: " + reason.split("): ", 1)[1].strip()
-assert len(lines[5]) == min(max(250, base + 32), base + len(status)) < base + len(status), lines[5]
+assert len(lines[5]) == min(max(250, base + 40), base + len(status)) < base + len(status), lines[5]
 assert lines[5].endswith("..."), lines[5]
 EOPY
 then

@@ -72,7 +72,7 @@ static const char usage[] =
 "                          order (prefix - to reverse)  [the runs by their mean\n"
 "                          epoch_s, fastest first, each in epoch order]\n"
 "                          The table's status column is cut to the terminal's\n"
-"                          width ($COLUMNS, else 80; at least 32 characters):\n"
+"                          width ($COLUMNS, else 80; at least 40 characters):\n"
 "                          stderr, --csv and --jsonl have a failure's reason whole\n"
 "      --csv=FILE          write the rows as CSV\n"
 "      --jsonl=FILE        write the rows as JSON lines\n"

@@ -67,7 +67,7 @@ void tr_results_sort(struct tr_results *res, const char *column);
 const char *tr_results_column_names(void);
 
 /* The fewest characters of a status the table shows, however narrow the terminal. */
-#define TR_STATUS_MIN 32
+#define TR_STATUS_MIN 40
 
 /*
  * Prints the rows as an aligned table, under a line that names the order
