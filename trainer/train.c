@@ -254,6 +254,7 @@ struct run {
 	struct pp_summary_writer *tb;
 	double tb_loss;            /* the model's running loss sum at the last per-step point */
 	uint64_t tb_samples;       /* and its sample count */
+	bool tb_image_done;        /* the grid of the run's first batch is written */
 	bool host_compute_on_copy; /* sim: CPU kernels read device memory, so wait for copies on the host */
 };
 
@@ -387,6 +388,131 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	return ret;
 }
 
+/* Samples of the first batch shown in TensorBoard's grid, and in one of its rows. */
+#define TB_GRID_SAMPLES 64
+#define TB_GRID_ROW 8
+#define TB_GRID_PAD 2
+
+/* Sample j's channel c at row y, column x of a batch on the host, as 0..255. */
+static uint8_t grid_pixel(const void *host, const struct pp_device_batch *b, size_t j, uint32_t c,
+			  uint32_t y, uint32_t x, uint32_t h, uint32_t w, float lo, float hi)
+{
+	size_t i = ((size_t)c * h + y) * w + x;
+
+	if (b->dtype == PP_DTYPE_U8)
+		return ((const uint8_t *)host)[j * b->sample_bytes + i];
+	float v = ((const float *)((const char *)host + j * b->sample_bytes))[i];
+	return hi > lo ? (uint8_t)lrintf(255.0f * (v - lo) / (hi - lo)) : 0;
+}
+
+/*
+ * Writes the run's first training batch as the model gets it, as the image
+ * "images/first_batch" (the seeds' grid, as torchvision's make_grid lays it
+ * out): its first 64 samples, 8 a row, 2 black pixels around each; u8
+ * samples as they are, f32 ones scaled from their min..max to 0..255; one
+ * channel shows gray, three RGB, and of any other count the first.  A
+ * failure is a warning: the run goes on.
+ */
+static void tb_image_grid(struct run *r, const struct pp_device_batch *b, const struct pp_tensor *in,
+			  const struct pp_sample_info *info, uint64_t step)
+{
+	uint32_t ch = info->ndim >= 3 ? info->shape[0] : 1;
+	uint32_t h = info->ndim >= 2 ? info->shape[info->ndim - 2] : 1;
+	uint32_t w = info->shape[info->ndim - 1], shown = ch == 3 ? 3 : 1;
+	size_t n = b->size < TB_GRID_SAMPLES ? b->size : TB_GRID_SAMPLES;
+	size_t cols = n < TB_GRID_ROW ? n : TB_GRID_ROW;
+	size_t rows = (n + cols - 1) / cols, gw = cols * (w + TB_GRID_PAD) + TB_GRID_PAD;
+	size_t gh = rows * (h + TB_GRID_PAD) + TB_GRID_PAD, bytes = b->size * b->sample_bytes;
+	float lo = INFINITY, hi = -INFINITY;
+	uint8_t *host = NULL, *grid = NULL;
+	int ret = -ENOMEM;
+
+	r->tb_image_done = true;
+	if (gw > PP_SUMMARY_IMAGE_MAX || gh > PP_SUMMARY_IMAGE_MAX) {
+		fprintf(stderr, "pinpipe-train: warning: no image grid: samples of %u x %u pixels are "
+			"too large\n", h, w);
+		return;
+	}
+	host = malloc(bytes);
+	grid = calloc(gh * gw, shown);
+	if (host == NULL || grid == NULL)
+		goto out;
+	/* The batch is on the device once its copy is: wait for it, then bring it back. */
+	ret = pp_event_synchronize(b->ready);
+	if (ret == 0)
+		ret = pp_tensor_copy_to_host(in, host, bytes);
+	if (ret < 0)
+		goto out;
+	if (b->dtype == PP_DTYPE_F32) {
+		for (size_t i = 0; i < n * b->sample_bytes / sizeof(float); i++) {
+			float v = ((const float *)host)[i];
+
+			if (isfinite(v)) {
+				lo = v < lo ? v : lo;
+				hi = v > hi ? v : hi;
+			}
+		}
+	}
+	for (size_t j = 0; j < n; j++) {
+		size_t top = (j / cols) * (h + TB_GRID_PAD) + TB_GRID_PAD;
+		size_t left = (j % cols) * (w + TB_GRID_PAD) + TB_GRID_PAD;
+
+		for (uint32_t y = 0; y < h; y++)
+			for (uint32_t x = 0; x < w; x++)
+				for (uint32_t c = 0; c < shown; c++)
+					grid[((top + y) * gw + left + x) * shown + c] =
+						grid_pixel(host, b, j, c, y, x, h, w, lo, hi);
+	}
+	ret = pp_summary_writer_add_image(r->tb, "images/first_batch", (int64_t)step, grid,
+					  (uint32_t)gh, (uint32_t)gw, shown);
+out:
+	if (ret < 0)
+		fprintf(stderr, "pinpipe-train: warning: no image grid: %s\n",
+			pp_last_error()[0] ? pp_last_error() : pp_strerror(ret));
+	free(grid);
+	free(host);
+}
+
+/*
+ * Writes a histogram of each parameter tensor and of its gradient in the
+ * last step ("params/0.conv.weight", "grads/0.conv.weight", ...) at
+ * 'epoch', as the seeds did after each epoch.  A failure is a warning.
+ */
+static void tb_histograms(struct run *r, unsigned epoch)
+{
+	size_t count = pp_model_param_count(r->model);
+	size_t n = pp_model_param_list(r->model, NULL, 0);
+	struct pp_model_param *list = calloc(n ? n : 1, sizeof(*list));
+	float *params = calloc(count ? count : 1, sizeof(float));
+	float *grads = calloc(count ? count : 1, sizeof(float));
+	int ret = -ENOMEM;
+
+	if (list == NULL || params == NULL || grads == NULL)
+		goto out;
+	pp_model_param_list(r->model, list, n);
+	ret = pp_model_params_read(r->model, params, count);
+	if (ret == 0)
+		ret = pp_model_grads_read(r->model, grads, count);
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		char tag[64];
+
+		snprintf(tag, sizeof(tag), "params/%s", list[i].name);
+		ret = pp_summary_writer_add_histogram(r->tb, tag, epoch, params + list[i].offset,
+						      list[i].count);
+		snprintf(tag, sizeof(tag), "grads/%s", list[i].name);
+		if (ret == 0)
+			ret = pp_summary_writer_add_histogram(r->tb, tag, epoch, grads + list[i].offset,
+							      list[i].count);
+	}
+out:
+	if (ret < 0)
+		fprintf(stderr, "pinpipe-train: warning: no histograms: %s\n",
+			pp_last_error()[0] ? pp_last_error() : pp_strerror(ret));
+	free(grads);
+	free(params);
+	free(list);
+}
+
 /* Runs one pass over a transfer stage's epoch: training when 'train', else evaluation. */
 static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
 		    uint64_t max_steps, const struct pp_sample_info *info, int progress,
@@ -407,6 +533,8 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 			ret = pp_event_synchronize(b->ready);
 		if (ret >= 0)
 			ret = pp_tensor_wrap(r->dev, b->samples, b->dtype, ndim, shape, &in);
+		if (ret >= 0 && train && r->tb && !r->tb_image_done)
+			tb_image_grid(r, b, in, info, *steps);
 		if (ret >= 0) {
 			ret = train ? pp_model_train_step(r->model, in, b->labels)
 				    : pp_model_evaluate(r->model, in, b->labels, NULL);
@@ -536,6 +664,7 @@ static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, 
 	pp_summary_writer_add_scalar(r->tb, "time/epoch_s", row->epoch, row->epoch_s);
 	pp_summary_writer_add_scalar(r->tb, "time/samples_per_s", row->epoch, row->samples_per_s);
 	pp_summary_writer_add_scalar(r->tb, "time/wait_s", row->epoch, row->wait_s);
+	tb_histograms(r, row->epoch);
 	/* The writer buffers: a full disk shows at the flush, once per epoch. */
 	if (pp_summary_writer_flush(r->tb) < 0)
 		fprintf(stderr, "pinpipe-train: warning: %s\n", pp_last_error());
