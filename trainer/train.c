@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "pinpipe/pinpipe.h"
+#include "trainer/grid.h"
 #include "trainer/options.h"
 #include "trainer/results.h"
 
@@ -388,88 +389,45 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	return ret;
 }
 
-/* Samples of the first batch shown in TensorBoard's grid, and in one of its rows. */
-#define TB_GRID_SAMPLES 64
-#define TB_GRID_ROW 8
-#define TB_GRID_PAD 2
-
-/* Sample j's channel c at row y, column x of a batch on the host, as 0..255. */
-static uint8_t grid_pixel(const void *host, const struct pp_device_batch *b, size_t j, uint32_t c,
-			  uint32_t y, uint32_t x, uint32_t h, uint32_t w, float lo, float hi)
-{
-	size_t i = ((size_t)c * h + y) * w + x;
-
-	if (b->dtype == PP_DTYPE_U8)
-		return ((const uint8_t *)host)[j * b->sample_bytes + i];
-	float v = ((const float *)((const char *)host + j * b->sample_bytes))[i];
-	return hi > lo ? (uint8_t)lrintf(255.0f * (v - lo) / (hi - lo)) : 0;
-}
-
 /*
  * Writes the run's first training batch as the model gets it, as the image
- * "images/first_batch" (the seeds' grid, as torchvision's make_grid lays it
- * out): its first 64 samples, 8 a row, 2 black pixels around each; u8
- * samples as they are, f32 ones scaled from their min..max to 0..255; one
- * channel shows gray, three RGB, and of any other count the first.  A
+ * "images/first_batch" (the seeds' grid; trainer/grid.h lays it out).  A
  * failure is a warning: the run goes on.
  */
 static void tb_image_grid(struct run *r, const struct pp_device_batch *b, const struct pp_tensor *in,
 			  const struct pp_sample_info *info, uint64_t step)
 {
-	uint32_t ch = info->ndim >= 3 ? info->shape[0] : 1;
-	uint32_t h = info->ndim >= 2 ? info->shape[info->ndim - 2] : 1;
-	uint32_t w = info->shape[info->ndim - 1], shown = ch == 3 ? 3 : 1;
-	size_t n = b->size < TB_GRID_SAMPLES ? b->size : TB_GRID_SAMPLES;
-	size_t cols = n < TB_GRID_ROW ? n : TB_GRID_ROW;
-	size_t rows = (n + cols - 1) / cols, gw = cols * (w + TB_GRID_PAD) + TB_GRID_PAD;
-	size_t gh = rows * (h + TB_GRID_PAD) + TB_GRID_PAD, bytes = b->size * b->sample_bytes;
-	float lo = INFINITY, hi = -INFINITY;
-	uint8_t *host = NULL, *grid = NULL;
-	int ret = -ENOMEM;
+	size_t bytes = b->size * b->sample_bytes;
+	uint8_t *host = malloc(bytes ? bytes : 1);
+	struct tr_grid grid = { 0 };
+	const char *why = NULL;
+	int ret;
 
 	r->tb_image_done = true;
-	if (gw > PP_SUMMARY_IMAGE_MAX || gh > PP_SUMMARY_IMAGE_MAX) {
-		fprintf(stderr, "pinpipe-train: warning: no image grid: samples of %u x %u pixels are "
-			"too large\n", h, w);
-		return;
-	}
-	host = malloc(bytes);
-	grid = calloc(gh * gw, shown);
-	if (host == NULL || grid == NULL)
+	if (host == NULL) {
+		why = pp_strerror(-ENOMEM);
 		goto out;
+	}
 	/* The batch is on the device once its copy is: wait for it, then bring it back. */
 	ret = pp_event_synchronize(b->ready);
 	if (ret == 0)
 		ret = pp_tensor_copy_to_host(in, host, bytes);
-	if (ret < 0)
+	if (ret < 0) {
+		why = pp_last_error();
 		goto out;
-	if (b->dtype == PP_DTYPE_F32) {
-		for (size_t i = 0; i < n * b->sample_bytes / sizeof(float); i++) {
-			float v = ((const float *)host)[i];
-
-			if (isfinite(v)) {
-				lo = v < lo ? v : lo;
-				hi = v > hi ? v : hi;
-			}
-		}
 	}
-	for (size_t j = 0; j < n; j++) {
-		size_t top = (j / cols) * (h + TB_GRID_PAD) + TB_GRID_PAD;
-		size_t left = (j % cols) * (w + TB_GRID_PAD) + TB_GRID_PAD;
-
-		for (uint32_t y = 0; y < h; y++)
-			for (uint32_t x = 0; x < w; x++)
-				for (uint32_t c = 0; c < shown; c++)
-					grid[((top + y) * gw + left + x) * shown + c] =
-						grid_pixel(host, b, j, c, y, x, h, w, lo, hi);
+	ret = tr_grid_make(host, b->size, info, &grid);
+	if (ret < 0) {
+		why = ret == -EINVAL ? "the samples are too large for a grid" : pp_strerror(ret);
+		goto out;
 	}
-	ret = pp_summary_writer_add_image(r->tb, "images/first_batch", (int64_t)step, grid,
-					  (uint32_t)gh, (uint32_t)gw, shown);
+	if (pp_summary_writer_add_image(r->tb, "images/first_batch", (int64_t)step, grid.pixels,
+					grid.height, grid.width, grid.channels) < 0)
+		why = pp_last_error();
 out:
-	if (ret < 0)
-		fprintf(stderr, "pinpipe-train: warning: no image grid: %s\n",
-			pp_last_error()[0] ? pp_last_error() : pp_strerror(ret));
-	free(grid);
+	if (why != NULL)
+		fprintf(stderr, "pinpipe-train: warning: no image grid: %s\n", why);
+	free(grid.pixels);
 	free(host);
 }
 
