@@ -264,7 +264,7 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 	}
 	dt = now_s() - t0;
 	if (!opt->quiet)
-		printf("  %llu shards: %llu records, %.1f MB of records in %.1f MB (%.1f%%), written "
+		printf("  %llu shards: %llu records, %.1f MB of records in %.1f MB on disk (%.1f%%), written "
 		       "in %.3f s (%.0f MB/s of records)\n",
 		       (unsigned long long)shards, (unsigned long long)n, mb(raw), mb(stored),
 		       raw > 0 ? 100.0 * (double)stored / (double)raw : 0.0, dt,
@@ -465,14 +465,15 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 
 static int verify(char **files, int n)
 {
-	uint64_t total_records = 0, total_chunks = 0, total_stored = 0, total_raw = 0;
+	uint64_t total_records = 0, total_chunks = 0, total_disk = 0, total_raw = 0;
 	double total_s = 0;
 	int bad = 0;
 
 	for (int k = 0; k < n; k++) {
 		struct pp_shard *sh;
-		uint64_t stored = 0, raw = 0, chunks;
+		uint64_t raw = 0, chunks;
 		double t0 = now_s(), dt;
+		struct stat st;
 		int ret = pp_shard_open(files[k], &sh);
 
 		if (ret == 0) {
@@ -483,18 +484,21 @@ static int verify(char **files, int n)
 				struct pp_shard_chunk_info ci;
 
 				pp_shard_chunk(sh, c, &ci);
-				stored += ci.stored_size;
 				raw += ci.raw_size;
 			}
-			if (ret == 0) {
-				printf("%s: ok, %llu records, %llu chunks, %.1f MB stored, %.1f MB "
+			/* The size pinpipe-pack reported as "on disk": the whole file. */
+			if (ret == 0 && stat(files[k], &st) < 0) {
+				printf("BAD: %s: %s\n", files[k], strerror(errno));
+				bad++;
+			} else if (ret == 0) {
+				printf("%s: ok, %llu records, %llu chunks, %.1f MB on disk, %.1f MB "
 				       "decoded in %.3f s (%.0f MB/s)\n",
 				       files[k], (unsigned long long)pp_shard_info(sh)->count,
-				       (unsigned long long)chunks, mb(stored), mb(raw), dt,
+				       (unsigned long long)chunks, mb((uint64_t)st.st_size), mb(raw), dt,
 				       dt > 0 ? mb(raw) / dt : 0.0);
 				total_records += pp_shard_info(sh)->count;
 				total_chunks += chunks;
-				total_stored += stored;
+				total_disk += (uint64_t)st.st_size;
 				total_raw += raw;
 				total_s += dt;
 			}
@@ -505,10 +509,10 @@ static int verify(char **files, int n)
 			bad++;
 		}
 	}
-	printf("%d of %d shards ok: %llu records, %llu chunks, %.1f MB stored, %.1f MB decoded "
+	printf("%d of %d shards ok: %llu records, %llu chunks, %.1f MB on disk, %.1f MB decoded "
 	       "in %.3f s (%.0f MB/s)\n",
 	       n - bad, n, (unsigned long long)total_records, (unsigned long long)total_chunks,
-	       mb(total_stored), mb(total_raw), total_s, total_s > 0 ? mb(total_raw) / total_s : 0.0);
+	       mb(total_disk), mb(total_raw), total_s, total_s > 0 ? mb(total_raw) / total_s : 0.0);
 	return bad == 0 ? 0 : 1;
 }
 

@@ -276,9 +276,12 @@ uint64_t pp_model_steps(const struct pp_model *m)
 	return m->optim.t;
 }
 
+/* The spec's name of each layer kind. */
+static const char *const layer_names[] = { "", "conv", "maxpool", "relu", "flatten", "fc" };
+
 int pp_model_summary(const struct pp_model *m, char *buf, size_t size)
 {
-	static const char *names[] = { "", "conv", "maxpool", "relu", "flatten", "fc" };
+	const char *const *names = layer_names;
 	size_t len = 0;
 
 	if (size)
@@ -316,6 +319,41 @@ int pp_model_params_read(struct pp_model *m, float *dst, size_t count)
 				m->n_params);
 	ret = nn_model_wait(m);
 	return ret ? ret : nn_mem_copy(NULL, dst, m->dev, m->params, count * sizeof(float));
+}
+
+int pp_model_grads_read(struct pp_model *m, float *dst, size_t count)
+{
+	int ret;
+
+	if (count != m->n_params)
+		return pp_error(-EINVAL, "model: reading %zu gradients, the model has %zu", count,
+				m->n_params);
+	ret = nn_model_wait(m);
+	return ret ? ret : nn_mem_copy(NULL, dst, m->dev, m->grads, count * sizeof(float));
+}
+
+size_t pp_model_param_list(const struct pp_model *m, struct pp_model_param *params, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->n_layers; i++) {
+		const struct nn_layer *l = &m->layers[i];
+
+		for (int bias = 0; bias < 2; bias++) {
+			size_t count = bias ? l->n_b : l->n_w;
+
+			if (count == 0)
+				continue;
+			if (n < max) {
+				snprintf(params[n].name, sizeof(params[n].name), "%zu.%s.%s", i,
+					 layer_names[l->kind], bias ? "bias" : "weight");
+				params[n].offset = bias ? l->b_off : l->w_off;
+				params[n].count = count;
+			}
+			n++;
+		}
+	}
+	return n;
 }
 
 int pp_model_params_write(struct pp_model *m, const float *src, size_t count)

@@ -3,7 +3,8 @@
  * device names and the listing, the shared cases (tests/device_cases.c) on
  * the sim with and without a bandwidth cap, the cap itself, pinned memory
  * and its fallback when RLIMIT_MEMLOCK refuses, poisoning, injected copy and
- * allocation failures, and several threads on one device.
+ * allocation failures, several threads on one device, and the words for the
+ * CUDA runtime's "no GPU" answers.
  */
 #include "config.h"
 
@@ -108,8 +109,9 @@ START_TEST(test_cuda_absent_or_present)
 		return;
 	}
 	ck_assert_int_eq(count, -ENODEV);
-	ck_assert_msg(strstr(pp_last_error(), "no CUDA") || strstr(pp_last_error(), "no GPU"),
-		      "unclear reason: %s", pp_last_error());
+	ck_assert_msg(strstr(pp_last_error(), "no CUDA") || strstr(pp_last_error(), "no GPU") ||
+		      strstr(pp_last_error(), "no NVIDIA driver") ||
+		      strstr(pp_last_error(), "driver is older"), "unclear reason: %s", pp_last_error());
 	ck_assert_int_eq(pp_device_open("cuda", &dev), -ENODEV);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "cuda"));
 	ck_assert_int_eq(pp_device_open("cuda:1", &dev), -ENODEV);
@@ -118,6 +120,54 @@ START_TEST(test_cuda_absent_or_present)
 	ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_CPU);
 	assert_error_has("auto: using cpu");
 	pp_device_close(dev);
+}
+END_TEST
+
+/* The message pp_device_cuda_explain() writes for these inputs. */
+static const char *explain(int err, const char *name, int driver, int runtime)
+{
+	static char msg[512];
+
+	pp_device_cuda_explain(err, name, "CUDA's own words", driver, runtime, msg, sizeof(msg));
+	return msg;
+}
+
+/*
+ * Fails if "driver version is insufficient" (error 35) does not become "no
+ * NVIDIA driver" without one (driver version 0) and "older than" with both
+ * versions for an old one; if a stub libcuda, a driver without a GPU or an
+ * unknown error is not told apart; or if a message is cut or overflows.
+ */
+START_TEST(test_cuda_explain)
+{
+	const char *m;
+	char small[24];
+
+	m = explain(PP_CUDA_ERR_INSUFFICIENT_DRIVER, "cudaErrorInsufficientDriver", 0, 13000);
+	ck_assert_str_eq(m, "cuda: no NVIDIA driver (libcuda.so.1 not found; cudaGetDeviceCount: "
+			 "cudaErrorInsufficientDriver)");
+	m = explain(PP_CUDA_ERR_INSUFFICIENT_DRIVER, "cudaErrorInsufficientDriver", 12020, 13000);
+	ck_assert_str_eq(m, "cuda: the NVIDIA driver is older than the CUDA runtime: it supports "
+			 "CUDA 12.2, the runtime is CUDA 13.0; update the driver "
+			 "(cudaGetDeviceCount: cudaErrorInsufficientDriver)");
+	m = explain(PP_CUDA_ERR_INSUFFICIENT_DRIVER, "cudaErrorInsufficientDriver", 13010, 13000);
+	ck_assert_ptr_nonnull(strstr(m, "the NVIDIA driver (CUDA 13.1) was refused by the CUDA 13.0 "
+				     "runtime (cudaGetDeviceCount: CUDA's own words"));
+	m = explain(PP_CUDA_ERR_STUB_LIBRARY, "cudaErrorStubLibrary", 0, 13000);
+	ck_assert_str_eq(m, "cuda: no NVIDIA driver: the libcuda.so.1 found is the CUDA toolkit's "
+			 "stub (cudaGetDeviceCount: cudaErrorStubLibrary)");
+	m = explain(PP_CUDA_ERR_NO_DEVICE, "cudaErrorNoDevice", 13000, 13000);
+	ck_assert_str_eq(m, "cuda: an NVIDIA driver (CUDA 13.0) and no GPU (cudaGetDeviceCount: "
+			 "cudaErrorNoDevice)");
+	m = explain(0, "cudaSuccess", 12080, 13000);
+	ck_assert_str_eq(m, "cuda: an NVIDIA driver (CUDA 12.8) and no GPU (cudaGetDeviceCount: "
+			 "none found)");
+	m = explain(999, "cudaErrorUnknown", 13000, 13000);
+	ck_assert_str_eq(m, "cuda: the GPUs cannot be used (cudaGetDeviceCount: CUDA's own words, "
+			 "cudaErrorUnknown; driver CUDA 13.0, runtime CUDA 13.0)");
+	pp_device_cuda_explain(PP_CUDA_ERR_INSUFFICIENT_DRIVER, "x", "y", 0, 13000, small,
+			       sizeof(small));
+	ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
 }
 END_TEST
 
@@ -709,6 +759,7 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_cuda_absent_or_present);
+	tcase_add_test(tc, test_cuda_explain);
 	tcase_add_test(tc, test_list);
 	tcase_add_test(tc, test_cpu_synchronous);
 	tcase_add_test(tc, test_pinned_fallback);

@@ -828,6 +828,66 @@ START_TEST(test_reference_sparse_conv)
 }
 END_TEST
 
+/*
+ * Fails if the parameter tensors are not listed by layer with their names,
+ * offsets and counts (adding up to the model's), or if the gradients read
+ * are not zero before the first step and, after an SGD step without
+ * momentum or decay, (parameters before - after) / lr.
+ */
+START_TEST(test_grads_and_param_list)
+{
+	static const struct { const char *name; size_t count; } want[] = {
+		{ "0.conv.weight", 54 }, { "0.conv.bias", 3 }, { "3.conv.weight", 108 },
+		{ "3.conv.bias", 4 }, { "6.fc.weight", 80 }, { "6.fc.bias", 5 },
+		{ "8.fc.weight", 15 }, { "8.fc.bias", 3 },
+	};
+	struct pp_model_param list[8], two[2];
+	struct pp_model_config cfg;
+	struct pp_model *m;
+	struct pp_tensor *x = ref_inputs(PP_DTYPE_F32);
+	float before[REF_NPARAMS], after[REF_NPARAMS], g[REF_NPARAMS];
+	size_t offset = 0, nonzero = 0;
+
+	ref_config(&cfg, 2);
+	cfg.optim.kind = PP_OPTIM_SGD;
+	cfg.optim.lr = 0.5f;
+	ck_assert_int_eq(pp_model_create(REF_SPEC, NULL, &cfg, &m), 0);
+	ck_assert_uint_eq(pp_model_param_list(m, list, 8), 8);
+	for (size_t i = 0; i < 8; i++) {
+		ck_assert_str_eq(list[i].name, want[i].name);
+		ck_assert_uint_eq(list[i].offset, offset);
+		ck_assert_uint_eq(list[i].count, want[i].count);
+		offset += list[i].count;
+	}
+	ck_assert_uint_eq(offset, pp_model_param_count(m));
+	memset(two, 0, sizeof(two));
+	ck_assert_uint_eq(pp_model_param_list(m, two, 1), 8);
+	ck_assert_str_eq(two[0].name, "0.conv.weight");
+	ck_assert_str_eq(two[1].name, ""); /* beyond max: untouched */
+
+	ck_assert_int_eq(pp_model_grads_read(m, g, REF_NPARAMS - 1), -EINVAL);
+	ck_assert_int_eq(pp_model_grads_read(m, g, REF_NPARAMS), 0);
+	for (int i = 0; i < REF_NPARAMS; i++)
+		ck_assert(g[i] == 0.0f);
+	for (int i = 0; i < REF_NPARAMS; i++)
+		before[i] = (float)(0.3 * sin(0.37 * i + 0.5));
+	ck_assert_int_eq(pp_model_params_write(m, before, REF_NPARAMS), 0);
+	ck_assert_int_eq(pp_model_train_step(m, x, ref_labels), 0);
+	ck_assert_int_eq(pp_model_params_read(m, after, REF_NPARAMS), 0);
+	ck_assert_int_eq(pp_model_grads_read(m, g, REF_NPARAMS), 0);
+	for (int i = 0; i < REF_NPARAMS; i++) {
+		float step = (before[i] - after[i]) / 0.5f;
+
+		ck_assert_msg(fabsf(g[i] - step) <= 1e-6f + 1e-4f * fabsf(step),
+			      "gradient %d: %.9g, the step says %.9g", i, (double)g[i], (double)step);
+		nonzero += g[i] != 0.0f;
+	}
+	ck_assert_uint_gt(nonzero, REF_NPARAMS / 2);
+	pp_tensor_destroy(x);
+	pp_model_destroy(m);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ models */
 
 /* A synthetic uint8 batch of 'batch' 1x28x28 images and labels, from 'seed'. */
@@ -1921,6 +1981,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(ref, test_reference_adam_u8);
 	tcase_add_test(ref, test_reference_sparse_conv);
 	tcase_add_test(model, test_same_seed_bit_identical);
+	tcase_add_test(model, test_grads_and_param_list);
 	tcase_add_test(model, test_threads_bit_identical);
 	tcase_add_test(model, test_denormals);
 	tcase_add_test(model, test_presets_and_summary);

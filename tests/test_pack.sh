@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/test_pack.sh: pinpipe-pack from the outside: exit codes and messages
 # of bad usage and bad input, the README's command on the real Fashion-MNIST
-# into a temporary directory, and --verify on a good and a damaged shard.
+# into a temporary directory, --verify on a good and a damaged shard, and
+# the size both report for a shard.
 # Each check fails the script (exit 1) with what went wrong; exit 77 (skip)
 # only when the tool was not built.
 set -u
@@ -69,6 +70,25 @@ if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 		{ echo "FAIL: expected 3 train shards"; ls "$tmp"; fail=1; }
 	[ -f "$tmp/fmnist-test-00000-of-00003.pps" ] || { echo "FAIL: no test shard"; fail=1; }
 	expect 0 "6 of 6 shards ok: 70000 records" "$pack" --verify "$tmp"/fmnist-*.pps
+	# One name and one figure for a shard's size: pinpipe-pack and --verify
+	# both say "MB on disk", the file's size; neither says "stored".
+	"$pack" -n 3 -o "$tmp/size" "$fm" >"$tmp/size.pack" 2>&1
+	"$pack" --verify "$tmp"/size-*.pps >"$tmp/size.verify" 2>&1
+	for f in "$tmp"/size-*.pps; do
+		want=$(stat -c %s "$f" | awk '{ printf "%.1f MB on disk", $1 / 1e6 }')
+		packed=$(sed -n "s|^  $f: .* chunks, \([0-9.]* MB on disk\)\$|\1|p" "$tmp/size.pack")
+		verified=$(sed -n "s|^$f: ok, .* chunks, \([0-9.]* MB on disk\), .*|\1|p" "$tmp/size.verify")
+		if [ "$packed" != "$want" ] || [ "$verified" != "$want" ]; then
+			echo "FAIL: $f is $want; pinpipe-pack said '$packed', --verify '$verified'"
+			fail=1
+		fi
+	done
+	mb_of() { cat "$@" | wc -c | awk '{ printf "%.1f MB on disk", $1 / 1e6 }'; }
+	total=$(mb_of "$tmp"/size-*.pps) train=$(mb_of "$tmp"/size-train-*.pps)
+	grep -q "records in $train (" "$tmp/size.pack" && grep -q "chunks, $total, " "$tmp/size.verify" ||
+		{ echo "FAIL: the totals are not $train (train), $total (all):"; cat "$tmp/size.pack" "$tmp/size.verify"; fail=1; }
+	! grep -q stored "$tmp/size.pack" "$tmp/size.verify" ||
+		{ echo "FAIL: a size called 'stored':"; cat "$tmp/size.pack" "$tmp/size.verify"; fail=1; }
 	# Packing again with another -n removes the earlier set of the same
 	# prefix and split, which would otherwise be loaded as extra data.
 	expect 0 "removed .*re-train-00001-of-00002.pps, a shard of an earlier set" \

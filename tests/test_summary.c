@@ -1,15 +1,19 @@
 /*
- * tests/test_summary.c: TensorBoard event files, read back by a TFRecord and
- * protobuf reader written here independently of the writer.
+ * tests/test_summary.c: TensorBoard event files, read back by a TFRecord,
+ * protobuf and PNG reader written here independently of the writer (PNG
+ * through zlib): scalars, images and histograms.
  */
 #include "config.h"
 
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <zlib.h>
 
 #include "common/internal.h"
 #include "pinpipe/summary.h"
@@ -23,6 +27,16 @@ struct event {
 	char tag[64];
 	float value;
 	int has_value;
+	/* Value.image */
+	int has_image;
+	uint64_t height, width, colorspace;
+	uint8_t *png;        /* encoded_image_string (malloc'd) */
+	size_t png_len;
+	/* Value.histo */
+	int has_histo;
+	double min, max, num, sum, sum_squares;
+	double limit[64], bucket[64];
+	size_t n_limit, n_bucket;
 };
 
 static uint32_t unmask(uint32_t m)
@@ -46,7 +60,69 @@ static uint64_t get_varint(const uint8_t **p, const uint8_t *end)
 	return 0;
 }
 
-/* Parses Value { tag = 1; simple_value = 2; }, Summary { value = 1; } or Event. */
+static double get_double(const uint8_t *p)
+{
+	uint64_t bits = pp_le64(p);
+	double v;
+
+	memcpy(&v, &bits, 8);
+	return v;
+}
+
+/* Parses Image { height = 1; width = 2; colorspace = 3; encoded_image_string = 4; }. */
+static void parse_image(const uint8_t *p, const uint8_t *end, struct event *ev)
+{
+	ev->has_image = 1;
+	while (p < end) {
+		uint64_t key = get_varint(&p, end), len;
+		unsigned field = (unsigned)(key >> 3), wire = (unsigned)(key & 7);
+
+		if (field >= 1 && field <= 3) {
+			ck_assert_uint_eq(wire, 0);
+			*(field == 1 ? &ev->height : field == 2 ? &ev->width : &ev->colorspace) =
+				get_varint(&p, end);
+			continue;
+		}
+		ck_assert(field == 4 && wire == 2);
+		len = get_varint(&p, end);
+		ck_assert(len <= (uint64_t)(end - p));
+		ev->png = malloc(len);
+		memcpy(ev->png, p, len);
+		ev->png_len = len;
+		p += len;
+	}
+}
+
+/* Parses HistogramProto { double min..sum_squares = 1..5; packed doubles 6, 7; }. */
+static void parse_histo(const uint8_t *p, const uint8_t *end, struct event *ev)
+{
+	double *scalars[] = { &ev->min, &ev->max, &ev->num, &ev->sum, &ev->sum_squares };
+
+	ev->has_histo = 1;
+	while (p < end) {
+		uint64_t key = get_varint(&p, end), len;
+		unsigned field = (unsigned)(key >> 3), wire = (unsigned)(key & 7);
+		double *dst;
+		size_t *n;
+
+		if (field >= 1 && field <= 5) {
+			ck_assert(wire == 1 && end - p >= 8);
+			*scalars[field - 1] = get_double(p);
+			p += 8;
+			continue;
+		}
+		ck_assert((field == 6 || field == 7) && wire == 2);
+		len = get_varint(&p, end);
+		ck_assert(len <= (uint64_t)(end - p) && len % 8 == 0 && len / 8 <= 64);
+		dst = field == 6 ? ev->limit : ev->bucket;
+		n = field == 6 ? &ev->n_limit : &ev->n_bucket;
+		for (*n = 0; *n < len / 8; (*n)++)
+			dst[*n] = get_double(p + 8 * *n);
+		p += len;
+	}
+}
+
+/* Parses Value { tag = 1; simple_value = 2; image = 4; histo = 5; }, Summary { value = 1; } or Event. */
 static void parse(const uint8_t *p, const uint8_t *end, int level, struct event *ev)
 {
 	while (p < end) {
@@ -54,9 +130,8 @@ static void parse(const uint8_t *p, const uint8_t *end, int level, struct event 
 		unsigned field = (unsigned)(key >> 3), wire = (unsigned)(key & 7);
 
 		if (wire == 1) {
-			uint64_t bits = pp_le64(p);
 			ck_assert(level == 0 && field == 1);
-			memcpy(&ev->wall_time, &bits, 8);
+			ev->wall_time = get_double(p);
 			p += 8;
 		} else if (wire == 0) {
 			ck_assert(level == 0 && field == 2);
@@ -79,6 +154,10 @@ static void parse(const uint8_t *p, const uint8_t *end, int level, struct event 
 				parse(p, p + len, 1, ev);
 			} else if (level == 1 && field == 1) {
 				parse(p, p + len, 2, ev);
+			} else if (level == 2 && field == 4) {
+				parse_image(p, p + len, ev);
+			} else if (level == 2 && field == 5) {
+				parse_histo(p, p + len, ev);
 			} else {
 				ck_assert(level == 2 && field == 1 && len < sizeof(ev->tag));
 				memcpy(ev->tag, p, len);
@@ -86,6 +165,77 @@ static void parse(const uint8_t *p, const uint8_t *end, int level, struct event 
 			p += len;
 		}
 	}
+}
+
+static void free_events(struct event *evs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(evs[i].png);
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/*
+ * Decodes a PNG of 8-bit samples with zlib, checking the signature and each
+ * chunk's CRC-32; returns its pixels (malloc'd, rows of width x channels)
+ * and writes its size and channel count (from its color type).  Only the
+ * filter "none" is taken, as the writer uses.
+ */
+static uint8_t *png_decode(const uint8_t *png, size_t len, uint32_t *h_p, uint32_t *w_p,
+			   uint32_t *ch_p)
+{
+	static const uint8_t signature[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+	uint8_t *idat = NULL, *raw, *pixels;
+	size_t idat_len = 0, pos = 8, row;
+	uLongf raw_len;
+	uint32_t h = 0, w = 0, ch = 0;
+	int seen_end = 0;
+
+	ck_assert(len >= 8 && memcmp(png, signature, 8) == 0);
+	while (pos < len && !seen_end) {
+		uint32_t n = be32(png + pos);
+		const uint8_t *type = png + pos + 4, *data = png + pos + 8;
+
+		ck_assert(pos + 12 + (size_t)n <= len);
+		ck_assert_uint_eq(be32(data + n), (uint32_t)crc32(crc32(0, type, 4), data, n));
+		if (memcmp(type, "IHDR", 4) == 0) {
+			ck_assert_uint_eq(n, 13);
+			w = be32(data);
+			h = be32(data + 4);
+			ck_assert_uint_eq(data[8], 8);
+			ck_assert(data[9] == 0 || data[9] == 2 || data[9] == 6);
+			ch = data[9] == 0 ? 1 : data[9] == 2 ? 3 : 4;
+			ck_assert(data[10] == 0 && data[11] == 0 && data[12] == 0);
+		} else if (memcmp(type, "IDAT", 4) == 0) {
+			idat = realloc(idat, idat_len + n + 1);
+			memcpy(idat + idat_len, data, n);
+			idat_len += n;
+		} else {
+			ck_assert(memcmp(type, "IEND", 4) == 0 && n == 0);
+			seen_end = 1;
+		}
+		pos += 12 + (size_t)n;
+	}
+	ck_assert(seen_end && pos == len && w > 0 && h > 0);
+	row = (size_t)w * ch;
+	raw_len = (uLongf)((row + 1) * h);
+	raw = malloc(raw_len);
+	pixels = malloc(row * h);
+	ck_assert_int_eq(uncompress(raw, &raw_len, idat, (uLong)idat_len), Z_OK);
+	ck_assert_uint_eq(raw_len, (row + 1) * h);
+	for (uint32_t y = 0; y < h; y++) {
+		ck_assert_uint_eq(raw[y * (row + 1)], 0);
+		memcpy(pixels + y * row, raw + y * (row + 1) + 1, row);
+	}
+	free(raw);
+	free(idat);
+	*h_p = h;
+	*w_p = w;
+	*ch_p = ch;
+	return pixels;
 }
 
 /* Reads every record of an event file, checking the framing and both CRCs. */
@@ -147,6 +297,122 @@ START_TEST(test_scalars_round_trip)
 	ck_assert_str_eq(evs[2].tag, "accuracy/test");
 	ck_assert_int_eq(evs[2].step, 300);
 	ck_assert(evs[2].value == 0.875f);
+	free_events(evs, n);
+	pp_summary_writer_destroy(w);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Fails if an image does not come back as the PNG of exactly its pixels,
+ * with its height, width and colorspace (1 gray, 3 RGB) in the Image
+ * message, or if a bad size or channel count is accepted.
+ */
+START_TEST(test_image_round_trip)
+{
+	char *dir = pp_test_tmpdir();
+	struct pp_summary_writer *w;
+	struct event evs[4];
+	uint8_t gray[5 * 7], rgb[3 * 2 * 3], *back;
+	uint32_t h, wd, ch;
+	size_t n;
+
+	for (size_t i = 0; i < sizeof(gray); i++)
+		gray[i] = (uint8_t)(i * 7 + 1);
+	for (size_t i = 0; i < sizeof(rgb); i++)
+		rgb[i] = (uint8_t)(250 - i * 13);
+	ck_assert_int_eq(pp_summary_writer_create(dir, &w), 0);
+	ck_assert_int_eq(pp_summary_writer_add_image(w, "images/gray", 3, gray, 5, 7, 1), 0);
+	ck_assert_int_eq(pp_summary_writer_add_image(w, "images/rgb", 4, rgb, 3, 2, 3), 0);
+	ck_assert_int_eq(pp_summary_writer_add_image(w, "images/bad", 4, rgb, 3, 2, 2), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "2 channels"));
+	ck_assert_int_eq(pp_summary_writer_add_image(w, "images/bad", 4, rgb, 0, 2, 3), -EINVAL);
+	ck_assert_int_eq(pp_summary_writer_flush(w), 0);
+	n = read_events(pp_summary_writer_path(w), evs, 4);
+	ck_assert_uint_eq(n, 3);
+
+	ck_assert_str_eq(evs[1].tag, "images/gray");
+	ck_assert_int_eq(evs[1].step, 3);
+	ck_assert(evs[1].has_image && !evs[1].has_value);
+	ck_assert(evs[1].height == 5 && evs[1].width == 7 && evs[1].colorspace == 1);
+	back = png_decode(evs[1].png, evs[1].png_len, &h, &wd, &ch);
+	ck_assert(h == 5 && wd == 7 && ch == 1);
+	ck_assert_mem_eq(back, gray, sizeof(gray));
+	free(back);
+
+	ck_assert_str_eq(evs[2].tag, "images/rgb");
+	ck_assert(evs[2].height == 3 && evs[2].width == 2 && evs[2].colorspace == 3);
+	back = png_decode(evs[2].png, evs[2].png_len, &h, &wd, &ch);
+	ck_assert(h == 3 && wd == 2 && ch == 3);
+	ck_assert_mem_eq(back, rgb, sizeof(rgb));
+	free(back);
+	free_events(evs, n);
+	pp_summary_writer_destroy(w);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Fails if a histogram's min, max, count, sum or sum of squares is wrong,
+ * its buckets are not PP_SUMMARY_BUCKETS of equal width named by their
+ * right edges, a value lands in the wrong bucket (one on an edge belongs
+ * to the bucket on its left), non-finite values are counted, or equal
+ * values do not make one bucket.
+ */
+START_TEST(test_histogram_round_trip)
+{
+	char *dir = pp_test_tmpdir();
+	struct pp_summary_writer *w;
+	struct event evs[4];
+	float v[64];
+	double sum = 0, sq = 0, total = 0;
+	const float twos[3] = { 2.0f, 2.0f, 2.0f }, nans[2] = { NAN, INFINITY };
+	size_t n;
+
+	/* 0, 1, ..., 59 and two values that are not numbers: 30 buckets of width 59/30. */
+	for (int i = 0; i < 60; i++) {
+		v[i] = (float)i;
+		sum += i;
+		sq += (double)i * i;
+	}
+	v[60] = NAN;
+	v[61] = -INFINITY;
+	ck_assert_int_eq(pp_summary_writer_create(dir, &w), 0);
+	ck_assert_int_eq(pp_summary_writer_add_histogram(w, "params/0.fc.weight", 2, v, 62), 0);
+	ck_assert_int_eq(pp_summary_writer_add_histogram(w, "grads/0.fc.bias", 2, twos, 3), 0);
+	ck_assert_int_eq(pp_summary_writer_add_histogram(w, "x", 2, nans, 2), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no finite value"));
+	ck_assert_int_eq(pp_summary_writer_flush(w), 0);
+	n = read_events(pp_summary_writer_path(w), evs, 4);
+	ck_assert_uint_eq(n, 3);
+
+	ck_assert_str_eq(evs[1].tag, "params/0.fc.weight");
+	ck_assert_int_eq(evs[1].step, 2);
+	ck_assert(evs[1].has_histo && !evs[1].has_value);
+	ck_assert(evs[1].min == 0 && evs[1].max == 59 && evs[1].num == 60);
+	ck_assert(evs[1].sum == sum && evs[1].sum_squares == sq);
+	ck_assert_uint_eq(evs[1].n_limit, PP_SUMMARY_BUCKETS);
+	ck_assert_uint_eq(evs[1].n_bucket, PP_SUMMARY_BUCKETS);
+	for (size_t b = 0; b < PP_SUMMARY_BUCKETS; b++) {
+		double lo = b ? evs[1].limit[b - 1] : -INFINITY, want = 0;
+
+		ck_assert_double_eq_tol(evs[1].limit[b], 59.0 * (double)(b + 1) / 30.0, 1e-9);
+		for (int i = 0; i < 60; i++)
+			want += i > lo && i <= evs[1].limit[b];
+		ck_assert_msg(evs[1].bucket[b] == want, "bucket %zu: %g, expected %g", b,
+			      evs[1].bucket[b], want);
+		total += evs[1].bucket[b];
+	}
+	ck_assert(total == 60);
+	ck_assert(evs[1].limit[PP_SUMMARY_BUCKETS - 1] == 59.0);
+
+	ck_assert_str_eq(evs[2].tag, "grads/0.fc.bias");
+	ck_assert(evs[2].min == 2 && evs[2].max == 2 && evs[2].num == 3 && evs[2].sum == 6);
+	ck_assert(evs[2].n_limit == 1 && evs[2].limit[0] == 2 && evs[2].n_bucket == 1 &&
+		  evs[2].bucket[0] == 3);
+	free_events(evs, n);
 	pp_summary_writer_destroy(w);
 	pp_test_rmtree(dir);
 	free(dir);
@@ -186,6 +452,8 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(tc, test_crc32c);
 	tcase_add_test(tc, test_scalars_round_trip);
+	tcase_add_test(tc, test_image_round_trip);
+	tcase_add_test(tc, test_histogram_round_trip);
 	tcase_add_test(tc, test_two_writers_and_errors);
 	suite_add_tcase(s, tc);
 	return s;

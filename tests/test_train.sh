@@ -173,6 +173,97 @@ for d in dirs:
 '
 check grid "$tmp/grid.jsonl" "$tmp/tb"
 
+# 5b. What TensorBoard shows beyond the scalars, on a small IDX dataset of
+# known pixels, unshuffled: the image grid is the first batch's samples as
+# the model gets them, 8 a row with 2 black pixels around each, and each
+# epoch has a histogram of every parameter tensor and of its gradient.
+# Fails if the grid shows other samples or another layout, or a histogram
+# is missing, has another count, or a gradient is all zeros.
+mkdir -p "$tmp/tiny"
+python3 - "$tmp/tiny" <<'EOPY' || { echo "FAIL: could not write the tiny dataset"; fail=1; }
+import struct, sys
+for name, n in (("train", 30), ("t10k", 10)):
+    pix = bytes((i * 37 + y * 5 + x * 3) % 256 for i in range(n) for y in range(4) for x in range(5))
+    open(sys.argv[1] + "/%s-images-idx3-ubyte" % name, "wb").write(struct.pack(">4I", 0x803, n, 4, 5) + pix)
+    open(sys.argv[1] + "/%s-labels-idx1-ubyte" % name, "wb").write(struct.pack(">2I", 0x801, n) + bytes(i % 10 for i in range(n)))
+EOPY
+"$train" --data="$tmp/tiny" --device=cpu,sim --model=mlp --batch-size=10 --no-shuffle --epochs=2 -q \
+	--logdir="$tmp/tbimg" >/dev/null 2>"$tmp/err" || { echo "FAIL: tiny run:"; cat "$tmp/err"; fail=1; }
+if ! python3 - "$tmp/tbimg" >"$tmp/py" 2>&1 <<'EOPY'
+import glob, struct, sys, zlib
+def varint(b, p):
+    v = s = 0
+    while True:
+        v |= (b[p] & 0x7f) << s; s += 7; p += 1
+        if b[p - 1] < 0x80:
+            return v, p
+def fields(b):
+    p, out = 0, []
+    while p < len(b):
+        k, p = varint(b, p)
+        f, w = k >> 3, k & 7
+        if w == 0:
+            v, p = varint(b, p)
+        elif w == 1:
+            v = b[p:p + 8]; p += 8
+        elif w == 5:
+            v = b[p:p + 4]; p += 4
+        else:
+            n, p = varint(b, p); v = b[p:p + n]; p += n
+        out.append((f, v))
+    return out
+dirs = sorted(glob.glob(sys.argv[1] + "/*"))
+assert len(dirs) == 2, dirs
+for d in dirs:
+    data = open(glob.glob(d + "/events.out.tfevents.*")[0], "rb").read()
+    pos, images, histos = 0, [], {}
+    while pos < len(data):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        ev = dict(fields(data[pos + 12:pos + 12 + n]))
+        pos += 16 + n
+        if 5 not in ev:
+            continue
+        value = dict(fields(dict(fields(ev[5]))[1]))
+        tag = value[1].decode()
+        if 4 in value:
+            images.append((tag, dict(fields(value[4]))))
+        if 5 in value:
+            h = dict(fields(value[5]))
+            num = struct.unpack("<d", h[3])[0]
+            lo, hi = struct.unpack("<d", h[1])[0], struct.unpack("<d", h[2])[0]
+            histos.setdefault(tag, []).append((ev[2], num, lo, hi))
+    assert [t for t, _ in images] == ["images/first_batch"], images
+    im = images[0][1]
+    assert (im[1], im[2], im[3]) == (2 + 2 * 6, 2 + 8 * 7, 1), im      # 10 samples of 4 x 5: 2 rows of 8
+    png = im[4]
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", png[:8]
+    p, idat = 8, b""
+    while p < len(png):
+        (n,) = struct.unpack_from(">I", png, p)
+        if png[p + 4:p + 8] == b"IDAT":
+            idat += png[p + 8:p + 8 + n]
+        assert struct.unpack_from(">I", png, p + 8 + n)[0] == zlib.crc32(png[p + 4:p + 8 + n])
+        p += 12 + n
+    raw = zlib.decompress(idat)
+    rows = [raw[y * 59 + 1:(y + 1) * 59] for y in range(14)]
+    for j in range(16):
+        top, left = (j // 8) * 6 + 2, (j % 8) * 7 + 2
+        for y in range(4):
+            for x in range(5):
+                want = (j * 37 + y * 5 + x * 3) % 256 if j < 10 else 0
+                assert rows[top + y][left + x] == want, (d, j, y, x, rows[top + y][left + x], want)
+    assert all(v == 0 for v in rows[0] + rows[1] + rows[6] + rows[7]), "the padding is not black"
+    want = {"1.fc.weight": 640, "1.fc.bias": 32, "3.fc.weight": 320, "3.fc.bias": 10}
+    assert sorted(histos) == sorted(k + n for k in ("params/", "grads/") for n in want), sorted(histos)
+    for tag, points in histos.items():
+        assert [(s, n) for s, n, _, _ in points] == [(1, want[tag.split("/")[1]]), (2, want[tag.split("/")[1]])], (tag, points)
+        if tag.endswith("weight"):
+            assert all(hi > lo for _, _, lo, hi in points), (tag, points)
+EOPY
+then
+	echo "FAIL: TensorBoard image grid and histograms:"; cat "$tmp/py"; fail=1
+fi
+
 # 6. Ctrl-C: stops after the step in progress, still prints the table, writes
 # the rows so far (the interrupted epoch's too) and the checkpoint, exit 130.
 "$train" --data=synthetic:60000 --device=cpu --model=cnn --epochs=50 -q --no-eval \
@@ -194,11 +285,39 @@ expect 0 'Exit status' "$train" --help
 expect 2 "unknown option '--bogus'" "$train" --bogus
 expect 2 "--batch-size=0: not a batch size" "$train" --batch-size=0
 expect 2 "--device=tpu: not a device" "$train" --device=tpu
-expect 2 "--sort=speed: not a column" "$train" --sort=speed
+expect 2 "--sort=speed: not a column \(run,.*\) \(see --help\)$" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
 expect 1 "$tmp/none" "$train" --data="$tmp/none"
 expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda:999,cpu --model=mlp --epochs=1 -q
+
+# 7b. The final table: one run reads in epoch order under a line naming the
+# order; a failed run's long reason (stderr has it whole) is cut to the
+# terminal's width ($COLUMNS here) and widens no other row; no line ends in
+# spaces.  Fails if the table sorts one run's epochs by time, or if the
+# reason sets the width of the status column.
+COLUMNS=250 "$train" --data=synthetic:600 --device=cpu,cuda:999 --model=mlp --epochs=3 -q \
+	>"$tmp/table.out" 2>"$tmp/table.err"
+if ! python3 - "$tmp/table.out" "$tmp/table.err" >"$tmp/py" 2>&1 <<'EOPY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")[:-1]
+assert lines[0].startswith("sorted by the runs' mean epoch_s"), lines[0]
+head = lines[1].split()
+rows = [dict(zip(head, l.split())) for l in lines[2:]]
+assert [(r["run"], r["epoch"]) for r in rows] == [("1", "1"), ("1", "2"), ("1", "3"), ("2", "0")], rows
+assert all(not l.endswith(" ") for l in lines), "a line ends in spaces"
+ok = [len(l) for l in lines[2:5]]
+assert len(set(ok)) == 1 and ok[0] < 250, ok
+reason = open(sys.argv[2]).read()
+assert "run 2 (cuda:999): " in reason and len(reason) > 60, reason
+base = ok[0] - len("ok")
+status = "failed: " + reason.split("): ", 1)[1].strip()
+assert len(lines[5]) == min(max(250, base + 40), base + len(status)) < base + len(status), lines[5]
+assert lines[5].endswith("..."), lines[5]
+EOPY
+then
+	echo "FAIL: the final table:"; cat "$tmp/py" "$tmp/table.out" "$tmp/table.err"; fail=1
+fi
 expect 1 "layer|spec" "$train" --data=synthetic:600 --device=cpu --model=fc:7,bogus --epochs=1 -q
 
 # 8. --stream, on shards packed here from the first 600 training and 200

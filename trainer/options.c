@@ -68,10 +68,18 @@ static const char usage[] =
 "                          on x86 once training makes them)     [flush, cpu]\n"
 "\n"
 "Output:\n"
-"      --sort=COLUMN       sort the final table (prefix - to reverse) [epoch_s]\n"
+"      --sort=COLUMN       sort the final table's rows by COLUMN, ties in run\n"
+"                          order (prefix - to reverse)  [the runs by their mean\n"
+"                          epoch_s, fastest first, each in epoch order]\n"
+"                          The table's status column is cut to the terminal's\n"
+"                          width ($COLUMNS, else 80; at least 40 characters):\n"
+"                          stderr, --csv and --jsonl have a failure's reason whole\n"
 "      --csv=FILE          write the rows as CSV\n"
 "      --jsonl=FILE        write the rows as JSON lines\n"
-"      --logdir=DIR        write TensorBoard event files, one directory per run\n"
+"      --logdir=DIR        write TensorBoard event files, one directory per run:\n"
+"                          the curves, the first batch as an image grid, and\n"
+"                          per epoch histograms of parameters and gradients\n"
+"                          (TensorBoard itself: pip install tensorboard)\n"
 "      --progress          a progress bar on stderr (default when a terminal)\n"
 "      --no-progress       plain lines instead\n"
 "  -q, --quiet             only the final table\n"
@@ -268,7 +276,6 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	opt->prefetch = 4;
 	opt->shuffle = true;
 	opt->eval = true;
-	snprintf(opt->sort, sizeof(opt->sort), "epoch_s");
 	opt->progress = isatty(2) ? 1 : 0;
 
 	optind = 1;
@@ -351,9 +358,10 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			break;
 		case OPT_SORT:
 			if (!tr_results_valid_column(optarg) || strlen(optarg) >= sizeof(opt->sort)) {
-				fprintf(stderr, "pinpipe-train: --sort=%s: not a column (%s)\n", optarg,
-					tr_results_column_names());
-				ret = 2;
+				char why[600];
+
+				snprintf(why, sizeof(why), "not a column (%s)", tr_results_column_names());
+				ret = bad(name, optarg, why);
 				break;
 			}
 			snprintf(opt->sort, sizeof(opt->sort), "%s", optarg);

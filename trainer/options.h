@@ -41,7 +41,7 @@ struct tr_options {
 	uint64_t max_steps;       /* 0: no limit */
 	unsigned threads;         /* compute threads; 0: the cores the workers leave */
 	bool keep_denormals;      /* pp_model_config.keep_denormals */
-	char sort[32];
+	char sort[32];            /* column, "-column", or "": runs by mean epoch_s, epochs in order */
 	char csv[4096];
 	char jsonl[4096];
 	char logdir[4096];

@@ -162,11 +162,72 @@ static int compare(const struct tr_row *a, const struct tr_row *b, const struct 
 	return 0;
 }
 
+/* The mean epoch_s of the timed epochs of row i's run; NaN for a run with none. */
+static double run_mean_epoch_s(const struct tr_results *res, size_t i)
+{
+	double sum = 0;
+	size_t n = 0;
+
+	for (size_t r = 0; r < res->n; r++) {
+		if (res->rows[r].run == res->rows[i].run && !isnan(res->rows[r].epoch_s)) {
+			sum += res->rows[r].epoch_s;
+			n++;
+		}
+	}
+	return n ? sum / (double)n : NAN;
+}
+
+/* The default order: runs by their mean epoch_s (runs without one last), then run, then epoch. */
+static int compare_runs(const struct tr_row *a, double mean_a, const struct tr_row *b, double mean_b)
+{
+	if (isnan(mean_a) || isnan(mean_b)) {
+		if (isnan(mean_a) != isnan(mean_b))
+			return isnan(mean_a) - isnan(mean_b);
+	} else if (mean_a != mean_b) {
+		return (mean_a > mean_b) - (mean_a < mean_b);
+	}
+	if (a->run != b->run)
+		return (a->run > b->run) - (a->run < b->run);
+	return (a->epoch > b->epoch) - (a->epoch < b->epoch);
+}
+
+static void sort_runs(struct tr_results *res)
+{
+	double *mean;
+
+	if (res->n < 2)
+		return;
+	mean = malloc(res->n * sizeof(*mean));
+	if (mean == NULL) /* the rows stay in the order they ran: run, then epoch */
+		return;
+	for (size_t i = 0; i < res->n; i++)
+		mean[i] = run_mean_epoch_s(res, i);
+	for (size_t i = 1; i < res->n; i++) {
+		struct tr_row key = res->rows[i];
+		double key_mean = mean[i];
+		size_t j = i;
+
+		while (j > 0 && compare_runs(&res->rows[j - 1], mean[j - 1], &key, key_mean) > 0) {
+			res->rows[j] = res->rows[j - 1];
+			mean[j] = mean[j - 1];
+			j--;
+		}
+		res->rows[j] = key;
+		mean[j] = key_mean;
+	}
+	free(mean);
+}
+
 void tr_results_sort(struct tr_results *res, const char *column)
 {
-	const struct column *c = find_column(column);
+	const struct column *c;
 	int sign = column[0] == '-' ? -1 : 1;
 
+	if (column[0] == '\0') {
+		sort_runs(res);
+		return;
+	}
+	c = find_column(column);
 	if (c == NULL)
 		return;
 	/* Insertion sort: stable, and a results table has few rows. */
@@ -182,9 +243,20 @@ void tr_results_sort(struct tr_results *res, const char *column)
 	}
 }
 
-void tr_results_print_table(const struct tr_results *res, FILE *out)
+/*
+ * The table's cell of a row's status: whole when it is no wider than
+ * 'width', else its first width - 3 characters and "...".
+ */
+static void cut_cell(char *cell, size_t width)
 {
-	size_t width[NCOLS];
+	if (strlen(cell) > width && width >= 3)
+		memcpy(cell + width - 3, "...", 4);
+}
+
+void tr_results_print_table(const struct tr_results *res, const char *sort, size_t width_limit,
+			    FILE *out)
+{
+	size_t width[NCOLS], last = NCOLS - 1, used = 0;
 	char cell[256];
 
 	for (size_t c = 0; c < NCOLS; c++) {
@@ -194,15 +266,31 @@ void tr_results_print_table(const struct tr_results *res, FILE *out)
 			if (strlen(cell) > width[c])
 				width[c] = strlen(cell);
 		}
+		if (c < last)
+			used += width[c] + 2;
 	}
+	/* The last column, the status, takes what the terminal has left, at least TR_STATUS_MIN. */
+	if (width_limit > 0 && width[last] > TR_STATUS_MIN && used + width[last] > width_limit)
+		width[last] = width_limit > used + TR_STATUS_MIN ? width_limit - used : TR_STATUS_MIN;
+	if (sort[0] == '\0')
+		fprintf(out, "sorted by the runs' mean epoch_s (fastest run first), then epoch\n");
+	else
+		fprintf(out, "sorted by %s, %s; ties in the order of the runs\n",
+			sort[0] == '-' ? sort + 1 : sort, sort[0] == '-' ? "descending" : "ascending");
+	/* Every column but the last is padded to its width; none ends in spaces. */
 	for (size_t c = 0; c < NCOLS; c++)
-		fprintf(out, "%s%-*s", c ? "  " : "", (int)width[c], columns[c].name);
+		fprintf(out, "%s%-*s", c ? "  " : "", c < last ? (int)width[c] : 0, columns[c].name);
 	fputc('\n', out);
 	for (size_t r = 0; r < res->n; r++) {
 		for (size_t c = 0; c < NCOLS; c++) {
 			bool left = columns[c].kind == COL_TEXT;
 
 			format_cell(&res->rows[r], &columns[c], true, cell, sizeof(cell));
+			if (c == last) {
+				cut_cell(cell, width[c]);
+				fprintf(out, "  %s", cell);
+				continue;
+			}
 			fprintf(out, "%s%*s", c ? "  " : "", left ? -(int)width[c] : (int)width[c], cell);
 		}
 		fputc('\n', out);

@@ -58,14 +58,29 @@ void tr_results_free(struct tr_results *res);
 /* Returns true if 'column' (optionally prefixed with '-' for descending) names a column. */
 bool tr_results_valid_column(const char *column);
 
-/* Sorts the rows by 'column', ascending, or descending with a leading '-'; ties keep run order. */
+/*
+ * Sorts the rows by 'column', ascending, or descending with a leading '-';
+ * ties keep their order.  "" is the default order, which reads naturally
+ * for one run and for a grid: the runs by their mean epoch_s, fastest
+ * first (a run that failed last), each run's epochs in order.
+ */
 void tr_results_sort(struct tr_results *res, const char *column);
 
 /* The names of every column, comma-separated, for --help. */
 const char *tr_results_column_names(void);
 
-/* Prints the rows as an aligned table. */
-void tr_results_print_table(const struct tr_results *res, FILE *out);
+/* The fewest characters of a status the table shows, however narrow the terminal. */
+#define TR_STATUS_MIN 40
+
+/*
+ * Prints the rows as an aligned table, under a line that names the order
+ * 'sort' (as given to tr_results_sort) put them in.  The status, the last
+ * column, is cut with "..." where a row would be wider than 'width'
+ * characters (0: no limit), but keeps at least TR_STATUS_MIN of them: a
+ * failed run's reason does not widen every row.  No line ends in spaces.
+ */
+void tr_results_print_table(const struct tr_results *res, const char *sort, size_t width,
+			    FILE *out);
 
 /* Writes a header line and the rows as CSV (RFC 4180 quoting). */
 int tr_results_write_csv(const struct tr_results *res, FILE *out);

@@ -1,18 +1,27 @@
 /*
  * trainer/summary.c: TensorBoard event files (TFRecord framing of Event
- * protocol buffers holding scalar summaries), written without protobuf:
- * the few fields needed are encoded by hand below.
+ * protocol buffers holding scalar, image and histogram summaries), written
+ * without protobuf: the few fields needed are encoded by hand below, and
+ * images as PNG through the library's deflate.
  *
  *   Event   { double wall_time = 1; int64 step = 2; string file_version = 3;
  *             Summary summary = 5; }
  *   Summary { repeated Value value = 1; }
- *   Value   { string tag = 1; float simple_value = 2; }
+ *   Value   { string tag = 1; float simple_value = 2; Image image = 4;
+ *             HistogramProto histo = 5; }
+ *   Image   { int32 height = 1; int32 width = 2; int32 colorspace = 3;
+ *             bytes encoded_image_string = 4; }
+ *   HistogramProto { double min = 1; double max = 2; double num = 3;
+ *             double sum = 4; double sum_squares = 5;
+ *             repeated double bucket_limit = 6 [packed];
+ *             repeated double bucket = 7 [packed]; }
  */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +30,7 @@
 #include <unistd.h>
 
 #include "common/internal.h"
+#include "datasets/codec.h"
 #include "pinpipe/summary.h"
 
 #define PP_TAG_MAX 512
@@ -226,6 +236,273 @@ PP_API int pp_summary_writer_add_scalar(struct pp_summary_writer *w, const char 
 	pp_put_le32(event + n, fbits);
 	n += 4;
 	return write_record(w, event, n);
+}
+
+/* A protocol buffer message being encoded, in a buffer that grows. */
+struct pb {
+	uint8_t *buf;
+	size_t len, cap;
+	bool oom;     /* an allocation failed: the message is incomplete */
+};
+
+static void pb_reserve(struct pb *m, size_t more)
+{
+	size_t cap = m->cap ? m->cap : 256;
+	uint8_t *buf;
+
+	if (m->oom || m->len + more <= m->cap)
+		return;
+	while (cap < m->len + more)
+		cap *= 2;
+	buf = realloc(m->buf, cap);
+	if (buf == NULL) {
+		m->oom = true;
+		return;
+	}
+	m->buf = buf;
+	m->cap = cap;
+}
+
+static void pb_bytes(struct pb *m, const void *p, size_t n)
+{
+	pb_reserve(m, n);
+	if (!m->oom && n > 0) {
+		memcpy(m->buf + m->len, p, n);
+		m->len += n;
+	}
+}
+
+static void pb_varint(struct pb *m, uint64_t v)
+{
+	uint8_t b[10];
+
+	pb_bytes(m, b, put_varint(b, v));
+}
+
+static void pb_double(struct pb *m, unsigned field, double v)
+{
+	uint8_t b[8];
+	uint64_t bits;
+
+	pb_varint(m, (uint64_t)field << 3 | 1);
+	memcpy(&bits, &v, sizeof(bits));
+	pp_put_le64(b, bits);
+	pb_bytes(m, b, 8);
+}
+
+/* A length-delimited field: a string, bytes or a nested message. */
+static void pb_field(struct pb *m, unsigned field, const void *p, size_t n)
+{
+	pb_varint(m, (uint64_t)field << 3 | 2);
+	pb_varint(m, n);
+	pb_bytes(m, p, n);
+}
+
+/* A packed repeated double field. */
+static void pb_doubles(struct pb *m, unsigned field, const double *v, size_t n)
+{
+	pb_varint(m, (uint64_t)field << 3 | 2);
+	pb_varint(m, n * 8);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t b[8];
+		uint64_t bits;
+
+		memcpy(&bits, &v[i], sizeof(bits));
+		pp_put_le64(b, bits);
+		pb_bytes(m, b, 8);
+	}
+}
+
+/*
+ * Writes an Event at 'step' whose summary holds one Value: the tag and
+ * 'field' (the image or the histogram), 'body' encoded.  Frees the body.
+ */
+static int write_value(struct pp_summary_writer *w, const char *tag, int64_t step,
+		       unsigned field, struct pb *body)
+{
+	struct pb value = { 0 }, summary = { 0 }, event = { 0 };
+	uint8_t head[32];
+	int ret;
+
+	pb_field(&value, 1, tag, strlen(tag));
+	pb_field(&value, field, body->buf, body->len);
+	pb_field(&summary, 1, value.buf, value.len);
+	pb_bytes(&event, head, put_event_head(head, wall_clock(), step));
+	pb_field(&event, 5, summary.buf, summary.len);
+	if (body->oom || value.oom || summary.oom || event.oom)
+		ret = pp_error(-ENOMEM, "%s: %s: out of memory", w->path, tag);
+	else
+		ret = write_record(w, event.buf, event.len);
+	free(body->buf);
+	free(value.buf);
+	free(summary.buf);
+	free(event.buf);
+	return ret;
+}
+
+static int check_tag(const struct pp_summary_writer *w, const char *tag)
+{
+	size_t len = strlen(tag);
+
+	if (len == 0 || len > PP_TAG_MAX)
+		return pp_error(-EINVAL, "%s: summary tag of %zu bytes (1..%d allowed)", w->path, len,
+				PP_TAG_MAX);
+	return 0;
+}
+
+/* Appends a PNG chunk: length, type, data, CRC-32 of type and data. */
+static void png_chunk(struct pb *m, const char *type, const void *data, size_t len)
+{
+	uint8_t b[4];
+	uint32_t crc;
+
+	b[0] = (uint8_t)(len >> 24);
+	b[1] = (uint8_t)(len >> 16);
+	b[2] = (uint8_t)(len >> 8);
+	b[3] = (uint8_t)len;
+	pb_bytes(m, b, 4);
+	pb_bytes(m, type, 4);
+	pb_bytes(m, data, len);
+	crc = pp_crc32(0, type, 4);
+	if (len > 0) /* libdeflate's CRC of a NULL buffer is 0, whatever it continues */
+		crc = pp_crc32(crc, data, len);
+	b[0] = (uint8_t)(crc >> 24);
+	b[1] = (uint8_t)(crc >> 16);
+	b[2] = (uint8_t)(crc >> 8);
+	b[3] = (uint8_t)crc;
+	pb_bytes(m, b, 4);
+}
+
+/* Encodes 8-bit pixels (height x width x channels, 1 gray, 3 RGB, 4 RGBA) as a PNG in *png. */
+static int png_encode(const uint8_t *pixels, uint32_t height, uint32_t width, uint32_t channels,
+		      struct pb *png)
+{
+	static const uint8_t signature[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+	static const uint8_t color_type[5] = { 0, 0, 0, 2, 6 };
+	size_t row = (size_t)width * channels, raw_len = (row + 1) * height, z_len = 0;
+	uint8_t ihdr[13], *raw = malloc(raw_len), *z = NULL;
+	struct pp_deflater *def = NULL;
+	int ret = -ENOMEM;
+
+	if (raw == NULL || pp_deflater_create(6, &def) < 0)
+		goto out;
+	for (uint32_t y = 0; y < height; y++) {
+		raw[y * (row + 1)] = 0; /* filter: none */
+		memcpy(raw + y * (row + 1) + 1, pixels + y * row, row);
+	}
+	z = malloc(pp_deflate_bound(def, raw_len));
+	if (z == NULL)
+		goto out;
+	ret = pp_deflate(def, raw, raw_len, z, pp_deflate_bound(def, raw_len), &z_len);
+	if (ret < 0)
+		goto out;
+	for (int i = 0; i < 4; i++) {
+		ihdr[i] = (uint8_t)(width >> (24 - 8 * i));
+		ihdr[4 + i] = (uint8_t)(height >> (24 - 8 * i));
+	}
+	ihdr[8] = 8; /* bits per sample */
+	ihdr[9] = color_type[channels];
+	ihdr[10] = ihdr[11] = ihdr[12] = 0; /* deflate, adaptive filtering, no interlace */
+	pb_bytes(png, signature, sizeof(signature));
+	png_chunk(png, "IHDR", ihdr, sizeof(ihdr));
+	png_chunk(png, "IDAT", z, z_len);
+	png_chunk(png, "IEND", NULL, 0);
+	ret = png->oom ? -ENOMEM : 0;
+out:
+	pp_deflater_destroy(def);
+	free(z);
+	free(raw);
+	return ret;
+}
+
+PP_API int pp_summary_writer_add_image(struct pp_summary_writer *w, const char *tag, int64_t step,
+				       const uint8_t *pixels, uint32_t height, uint32_t width,
+				       uint32_t channels)
+{
+	struct pb image = { 0 }, png = { 0 };
+	int ret = check_tag(w, tag);
+
+	if (ret < 0)
+		return ret;
+	if (channels != 1 && channels != 3 && channels != 4)
+		return pp_error(-EINVAL, "%s: %s: %u channels (1, 3 or 4 allowed)", w->path, tag,
+				channels);
+	if (height == 0 || width == 0 || height > PP_SUMMARY_IMAGE_MAX ||
+	    width > PP_SUMMARY_IMAGE_MAX)
+		return pp_error(-EINVAL, "%s: %s: image of %u x %u pixels (1..%d each allowed)",
+				w->path, tag, height, width, PP_SUMMARY_IMAGE_MAX);
+	ret = png_encode(pixels, height, width, channels, &png);
+	if (ret < 0) {
+		free(png.buf);
+		return pp_error(ret, "%s: %s: cannot encode the image as PNG: %s", w->path, tag,
+				pp_strerror(ret));
+	}
+	pb_varint(&image, 1 << 3 | 0);
+	pb_varint(&image, height);
+	pb_varint(&image, 2 << 3 | 0);
+	pb_varint(&image, width);
+	pb_varint(&image, 3 << 3 | 0);
+	pb_varint(&image, channels);
+	pb_field(&image, 4, png.buf, png.len);
+	image.oom = image.oom || png.oom;
+	free(png.buf);
+	return write_value(w, tag, step, 4, &image);
+}
+
+PP_API int pp_summary_writer_add_histogram(struct pp_summary_writer *w, const char *tag,
+					   int64_t step, const float *values, size_t n)
+{
+	double limit[PP_SUMMARY_BUCKETS], count[PP_SUMMARY_BUCKETS] = { 0 };
+	double min = INFINITY, max = -INFINITY, sum = 0, sum_sq = 0, num = 0, width;
+	size_t buckets;
+	struct pb histo = { 0 };
+	int ret = check_tag(w, tag);
+
+	if (ret < 0)
+		return ret;
+	for (size_t i = 0; i < n; i++) {
+		double v = values[i];
+
+		if (!isfinite(v))
+			continue;
+		min = v < min ? v : min;
+		max = v > max ? v : max;
+		sum += v;
+		sum_sq += v * v;
+		num++;
+	}
+	if (num == 0)
+		return pp_error(-EINVAL, "%s: %s: no finite value among %zu for a histogram", w->path,
+				tag, n);
+	/* Equal-width buckets from min to max, each named by its right edge; one when all are equal. */
+	width = (max - min) / PP_SUMMARY_BUCKETS;
+	buckets = width > 0 ? PP_SUMMARY_BUCKETS : 1;
+	for (size_t b = 0; b < buckets; b++)
+		limit[b] = b + 1 == buckets ? max : min + width * (double)(b + 1);
+	for (size_t i = 0; i < n; i++) {
+		double v = values[i];
+		size_t b;
+
+		if (!isfinite(v))
+			continue;
+		b = buckets > 1 ? (size_t)((v - min) / width) : 0;
+		if (b >= buckets)
+			b = buckets - 1;
+		/* A value on an edge belongs to the bucket on its left, as the limits say. */
+		while (b > 0 && v <= limit[b - 1])
+			b--;
+		while (b + 1 < buckets && v > limit[b])
+			b++;
+		count[b]++;
+	}
+	pb_double(&histo, 1, min);
+	pb_double(&histo, 2, max);
+	pb_double(&histo, 3, num);
+	pb_double(&histo, 4, sum);
+	pb_double(&histo, 5, sum_sq);
+	pb_doubles(&histo, 6, limit, buckets);
+	pb_doubles(&histo, 7, count, buckets);
+	return write_value(w, tag, step, 5, &histo);
 }
 
 PP_API int pp_summary_writer_flush(struct pp_summary_writer *w)

@@ -14,11 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "pinpipe/pinpipe.h"
+#include "trainer/grid.h"
 #include "trainer/options.h"
 #include "trainer/results.h"
 
@@ -253,6 +255,7 @@ struct run {
 	struct pp_summary_writer *tb;
 	double tb_loss;            /* the model's running loss sum at the last per-step point */
 	uint64_t tb_samples;       /* and its sample count */
+	bool tb_image_done;        /* the grid of the run's first batch is written */
 	bool host_compute_on_copy; /* sim: CPU kernels read device memory, so wait for copies on the host */
 };
 
@@ -392,6 +395,88 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	return ret;
 }
 
+/*
+ * Writes the run's first training batch as the model gets it, as the image
+ * "images/first_batch" (the seeds' grid; trainer/grid.h lays it out).  A
+ * failure is a warning: the run goes on.
+ */
+static void tb_image_grid(struct run *r, const struct pp_device_batch *b, const struct pp_tensor *in,
+			  const struct pp_sample_info *info, uint64_t step)
+{
+	size_t bytes = b->size * b->sample_bytes;
+	uint8_t *host = malloc(bytes ? bytes : 1);
+	struct tr_grid grid = { 0 };
+	const char *why = NULL;
+	int ret;
+
+	r->tb_image_done = true;
+	if (host == NULL) {
+		why = pp_strerror(-ENOMEM);
+		goto out;
+	}
+	/* The batch is on the device once its copy is: wait for it, then bring it back. */
+	ret = pp_event_synchronize(b->ready);
+	if (ret == 0)
+		ret = pp_tensor_copy_to_host(in, host, bytes);
+	if (ret < 0) {
+		why = pp_last_error();
+		goto out;
+	}
+	ret = tr_grid_make(host, b->size, info, &grid);
+	if (ret < 0) {
+		why = ret == -EINVAL ? "the samples are too large for a grid" : pp_strerror(ret);
+		goto out;
+	}
+	if (pp_summary_writer_add_image(r->tb, "images/first_batch", (int64_t)step, grid.pixels,
+					grid.height, grid.width, grid.channels) < 0)
+		why = pp_last_error();
+out:
+	if (why != NULL)
+		fprintf(stderr, "pinpipe-train: warning: no image grid: %s\n", why);
+	free(grid.pixels);
+	free(host);
+}
+
+/*
+ * Writes a histogram of each parameter tensor and of its gradient in the
+ * last step ("params/0.conv.weight", "grads/0.conv.weight", ...) at
+ * 'epoch', as the seeds did after each epoch.  A failure is a warning.
+ */
+static void tb_histograms(struct run *r, unsigned epoch)
+{
+	size_t count = pp_model_param_count(r->model);
+	size_t n = pp_model_param_list(r->model, NULL, 0);
+	struct pp_model_param *list = calloc(n ? n : 1, sizeof(*list));
+	float *params = calloc(count ? count : 1, sizeof(float));
+	float *grads = calloc(count ? count : 1, sizeof(float));
+	int ret = -ENOMEM;
+
+	if (list == NULL || params == NULL || grads == NULL)
+		goto out;
+	pp_model_param_list(r->model, list, n);
+	ret = pp_model_params_read(r->model, params, count);
+	if (ret == 0)
+		ret = pp_model_grads_read(r->model, grads, count);
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		char tag[64];
+
+		snprintf(tag, sizeof(tag), "params/%s", list[i].name);
+		ret = pp_summary_writer_add_histogram(r->tb, tag, epoch, params + list[i].offset,
+						      list[i].count);
+		snprintf(tag, sizeof(tag), "grads/%s", list[i].name);
+		if (ret == 0)
+			ret = pp_summary_writer_add_histogram(r->tb, tag, epoch, grads + list[i].offset,
+							      list[i].count);
+	}
+out:
+	if (ret < 0)
+		fprintf(stderr, "pinpipe-train: warning: no histograms: %s\n",
+			pp_last_error()[0] ? pp_last_error() : pp_strerror(ret));
+	free(grads);
+	free(params);
+	free(list);
+}
+
 /* Runs one pass over a transfer stage's epoch: training when 'train', else evaluation. */
 static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
 		    uint64_t max_steps, const struct pp_sample_info *info, int progress,
@@ -412,6 +497,8 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 			ret = pp_event_synchronize(b->ready);
 		if (ret >= 0)
 			ret = pp_tensor_wrap(r->dev, b->samples, b->dtype, ndim, shape, &in);
+		if (ret >= 0 && train && r->tb && !r->tb_image_done)
+			tb_image_grid(r, b, in, info, *steps);
 		if (ret >= 0) {
 			ret = train ? pp_model_train_step(r->model, in, b->labels)
 				    : pp_model_evaluate(r->model, in, b->labels, NULL);
@@ -543,6 +630,7 @@ static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, 
 	pp_summary_writer_add_scalar(r->tb, "time/epoch_s", row->epoch, row->epoch_s);
 	pp_summary_writer_add_scalar(r->tb, "time/samples_per_s", row->epoch, row->samples_per_s);
 	pp_summary_writer_add_scalar(r->tb, "time/wait_s", row->epoch, row->wait_s);
+	tb_histograms(r, row->epoch);
 	/* The writer buffers: a full disk shows at the flush, once per epoch. */
 	if (pp_summary_writer_flush(r->tb) < 0)
 		fprintf(stderr, "pinpipe-train: warning: %s\n", pp_last_error());
@@ -716,6 +804,29 @@ fail:
 	return ret;
 }
 
+/*
+ * The width the final table keeps to: the terminal's, else $COLUMNS, else
+ * 80 (a failed run's reason is then cut in the table; stderr, the CSV and
+ * the JSON lines have it whole).
+ */
+static size_t table_width(void)
+{
+	struct winsize ws;
+	const char *env = getenv("COLUMNS");
+	char *end;
+	unsigned long cols;
+
+	if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	if (env != NULL && env[0] != '\0') {
+		errno = 0;
+		cols = strtoul(env, &end, 10);
+		if (errno == 0 && *end == '\0' && cols > 0 && cols <= 65535)
+			return cols;
+	}
+	return 80;
+}
+
 int main(int argc, char **argv)
 {
 	struct tr_options opt;
@@ -747,7 +858,7 @@ int main(int argc, char **argv)
 	tr_results_sort(&res, opt.sort);
 	if (opt.progress >= 0)
 		printf("\n");
-	tr_results_print_table(&res, stdout);
+	tr_results_print_table(&res, opt.sort, table_width(), stdout);
 	if (opt.csv[0] != '\0') {
 		FILE *f = fopen(opt.csv, "w");
 

@@ -85,31 +85,28 @@ static int set_device(struct pp_device *dev)
 
 /* ------------------------------------------------------------------ discovery */
 
+_Static_assert(cudaErrorStubLibrary == PP_CUDA_ERR_STUB_LIBRARY &&
+	       cudaErrorInsufficientDriver == PP_CUDA_ERR_INSUFFICIENT_DRIVER &&
+	       cudaErrorNoDevice == PP_CUDA_ERR_NO_DEVICE, "cudaError_t values have moved");
+
 int pp_device_cuda_count_impl(void)
 {
-	int n = 0;
+	int n = 0, driver = 0, runtime = 0;
 	cudaError_t err = cudaGetDeviceCount(&n);
+	char msg[512];
 
-	switch (err) {
-	case cudaSuccess:
-		break;
-	case cudaErrorInsufficientDriver:
-	case cudaErrorStubLibrary:
-		cudaGetLastError();
-		return pp_error(-ENODEV, "cuda: no GPU driver (cudaGetDeviceCount: %s, %s)",
-				cudaGetErrorString(err), cudaGetErrorName(err));
-	case cudaErrorNoDevice:
-		cudaGetLastError();
-		return pp_error(-ENODEV, "cuda: no GPU (cudaGetDeviceCount: %s, %s)",
-				cudaGetErrorString(err), cudaGetErrorName(err));
-	default:
-		cudaGetLastError();
-		return pp_error(-ENODEV, "cuda: the GPUs cannot be used (cudaGetDeviceCount: %s, %s)",
-				cudaGetErrorString(err), cudaGetErrorName(err));
-	}
-	if (n <= 0)
-		return pp_error(-ENODEV, "cuda: no GPU (cudaGetDeviceCount found none)");
-	return n;
+	if (err == cudaSuccess && n > 0)
+		return n;
+	cudaGetLastError();
+	/* The versions tell "no driver" (0) from "a driver too old" apart. */
+	if (cudaDriverGetVersion(&driver) != cudaSuccess)
+		driver = 0;
+	if (cudaRuntimeGetVersion(&runtime) != cudaSuccess)
+		runtime = 0;
+	cudaGetLastError();
+	pp_device_cuda_explain(err, cudaGetErrorName(err), cudaGetErrorString(err), driver, runtime,
+			       msg, sizeof(msg));
+	return pp_error(-ENODEV, "%s", msg);
 }
 
 int pp_device_cuda_props(int index, struct pp_device_props *props)

@@ -196,6 +196,24 @@ enum pp_sim_fault {
  */
 int pp_device_sim_inject(struct pp_device *dev, enum pp_sim_fault fault, long long after);
 
+/* cudaError_t values that pp_device_cuda_explain() tells apart (device_cuda.c checks them). */
+#define PP_CUDA_ERR_STUB_LIBRARY 34        /* cudaErrorStubLibrary */
+#define PP_CUDA_ERR_INSUFFICIENT_DRIVER 35 /* cudaErrorInsufficientDriver */
+#define PP_CUDA_ERR_NO_DEVICE 100          /* cudaErrorNoDevice */
+
+/*
+ * Writes into msg (len bytes) why the CUDA runtime has no GPU to offer, as
+ * "cuda: ..." for pp_last_error(): no NVIDIA driver, a driver older than
+ * the runtime (both versions named), a driver and no GPU, or CUDA's own
+ * words for anything else.  'err' is what cudaGetDeviceCount returned
+ * (0 when it succeeded and counted none), 'name' and 'text' CUDA's name
+ * and message for it; 'driver' the CUDA version the driver supports
+ * (cudaDriverGetVersion, 1000 * major + 10 * minor; 0 with no driver),
+ * 'runtime' the runtime's (cudaRuntimeGetVersion).
+ */
+void pp_device_cuda_explain(int err, const char *name, const char *text, int driver, int runtime,
+			    char *msg, size_t len);
+
 #ifdef PP_HAVE_CUDA
 /* The cudaStream_t of a stream of a cuda device, for kernel launches. */
 void *pp_device_cuda_stream(struct pp_stream *stream);

@@ -205,6 +205,31 @@ PP_API int pp_model_params_read(struct pp_model *model, float *dst, size_t count
 PP_API int pp_model_params_write(struct pp_model *model, const float *src, size_t count);
 
 /*
+ * Copies the gradient of the last pp_model_train_step()'s loss (before the
+ * optimizer's weight decay; zeros before the first step, and after a load)
+ * to host memory, in the layout of pp_model_params_read(); 'count' must
+ * equal pp_model_param_count() (-EINVAL otherwise).  Waits for the model's
+ * work to finish.
+ */
+PP_API int pp_model_grads_read(struct pp_model *model, float *dst, size_t count);
+
+/* One parameter tensor of a model: a layer's weight or its bias. */
+struct pp_model_param {
+	char name[32];  /* "<layer>.<kind>.weight" or "<layer>.<kind>.bias", layers numbered
+			   from 0 in the expanded spec: "0.conv.weight", "7.fc.bias" */
+	size_t offset;  /* its first float in the vectors of pp_model_params_read() */
+	size_t count;   /* its floats */
+};
+
+/*
+ * Writes the model's parameter tensors, in layer order, to params[0..max)
+ * and returns how many the model has (when more than max, the first max
+ * were written).  Their counts add up to pp_model_param_count().
+ */
+PP_API size_t pp_model_param_list(const struct pp_model *model, struct pp_model_param *params,
+				  size_t max);
+
+/*
  * One training step on a batch: zero the gradients, forward, softmax
  * cross-entropy (mean over the batch), backward, optimizer update.
  * 'inputs' is a tensor on the model's device of PP_DTYPE_U8 (normalised
