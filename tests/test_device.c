@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "pinpipe/device.h"
 #include "pinpipe/transfer.h"
 #include "tests/device_cases.h"
@@ -108,27 +109,62 @@ START_TEST(test_cuda_absent_or_present)
 		assert_error_has("no such GPU");
 		return;
 	}
-	ck_assert_int_eq(count, -ENODEV);
+	/* -ENODEV: no CUDA here; -EIO: a driver is there, and CUDA failed to start. */
+	ck_assert_msg(count == -ENODEV || count == -EIO, "count %d", count);
 	ck_assert_msg(strstr(pp_last_error(), "no CUDA") || strstr(pp_last_error(), "no GPU") ||
 		      strstr(pp_last_error(), "no NVIDIA driver") ||
 		      strstr(pp_last_error(), "driver is older"), "unclear reason: %s", pp_last_error());
-	ck_assert_int_eq(pp_device_open("cuda", &dev), -ENODEV);
+	ck_assert_int_eq(pp_device_open("cuda", &dev), count);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "cuda"));
-	ck_assert_int_eq(pp_device_open("cuda:1", &dev), -ENODEV);
+	ck_assert_int_eq(pp_device_open("cuda:1", &dev), count);
 	ck_assert_ptr_null(dev);
 	dev = open_ok("auto");
 	ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_CPU);
 	assert_error_has("auto: using cpu");
+	ck_assert_int_eq(pp_device_get_props(dev)->fallback[0] != '\0', count == -EIO);
 	pp_device_close(dev);
 }
 END_TEST
+
+/*
+ * "auto" where a GPU driver is there and CUDA fails to start (injected):
+ * fails if it does not open cpu, or does not say why in props.fallback
+ * (for the tools to tell the user), or says anything there when CUDA is
+ * simply absent, as on a machine without a GPU.
+ */
+START_TEST(test_auto_fallback_said)
+{
+	struct pp_fault_plan plan;
+	struct pp_device *dev;
+
+	ck_assert_int_eq(pp_fault_init(&plan), 0);
+	pp_fault_arm(&plan, PP_FAULT_CUDA_START, -EIO, 0, 0);
+	pp_fault_set(&plan);
+	dev = open_ok("auto");
+	pp_fault_set(NULL);
+	ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_CPU);
+	ck_assert_ptr_nonnull(strstr(pp_device_get_props(dev)->fallback, "CUDA failed to start"));
+	assert_error_has("auto: using cpu, because cuda: a driver is there");
+	pp_device_close(dev);
+	pp_fault_fini(&plan);
+	if (pp_device_cuda_count() == -ENODEV) {
+		dev = open_ok("auto");
+		ck_assert_str_eq(pp_device_get_props(dev)->fallback, "");
+		pp_device_close(dev);
+	}
+}
+END_TEST
+
+/* Whether pp_device_cuda_explain() called the last inputs broken (a driver, failing). */
+static bool explained_broken;
 
 /* The message pp_device_cuda_explain() writes for these inputs. */
 static const char *explain(int err, const char *name, int driver, int runtime)
 {
 	static char msg[512];
 
-	pp_device_cuda_explain(err, name, "CUDA's own words", driver, runtime, msg, sizeof(msg));
+	explained_broken = pp_device_cuda_explain(err, name, "CUDA's own words", driver, runtime,
+						  msg, sizeof(msg));
 	return msg;
 }
 
@@ -146,7 +182,9 @@ START_TEST(test_cuda_explain)
 	m = explain(PP_CUDA_ERR_INSUFFICIENT_DRIVER, "cudaErrorInsufficientDriver", 0, 13000);
 	ck_assert_str_eq(m, "cuda: no NVIDIA driver (libcuda.so.1 not found; cudaGetDeviceCount: "
 			 "cudaErrorInsufficientDriver)");
+	ck_assert(!explained_broken);
 	m = explain(PP_CUDA_ERR_INSUFFICIENT_DRIVER, "cudaErrorInsufficientDriver", 12020, 13000);
+	ck_assert(explained_broken);
 	ck_assert_str_eq(m, "cuda: the NVIDIA driver is older than the CUDA runtime: it supports "
 			 "CUDA 12.2, the runtime is CUDA 13.0; update the driver "
 			 "(cudaGetDeviceCount: cudaErrorInsufficientDriver)");
@@ -156,7 +194,9 @@ START_TEST(test_cuda_explain)
 	m = explain(PP_CUDA_ERR_STUB_LIBRARY, "cudaErrorStubLibrary", 0, 13000);
 	ck_assert_str_eq(m, "cuda: no NVIDIA driver: the libcuda.so.1 found is the CUDA toolkit's "
 			 "stub (cudaGetDeviceCount: cudaErrorStubLibrary)");
+	ck_assert(!explained_broken);
 	m = explain(PP_CUDA_ERR_NO_DEVICE, "cudaErrorNoDevice", 13000, 13000);
+	ck_assert(!explained_broken);
 	ck_assert_str_eq(m, "cuda: an NVIDIA driver (CUDA 13.0) and no GPU (cudaGetDeviceCount: "
 			 "cudaErrorNoDevice)");
 	m = explain(0, "cudaSuccess", 12080, 13000);
@@ -165,6 +205,7 @@ START_TEST(test_cuda_explain)
 	m = explain(999, "cudaErrorUnknown", 13000, 13000);
 	ck_assert_str_eq(m, "cuda: the GPUs cannot be used (cudaGetDeviceCount: CUDA's own words, "
 			 "cudaErrorUnknown; driver CUDA 13.0, runtime CUDA 13.0)");
+	ck_assert(explained_broken);
 	pp_device_cuda_explain(PP_CUDA_ERR_INSUFFICIENT_DRIVER, "x", "y", 0, 13000, small,
 			       sizeof(small));
 	ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
@@ -760,6 +801,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_cuda_absent_or_present);
 	tcase_add_test(tc, test_cuda_explain);
+	tcase_add_test(tc, test_auto_fallback_said);
 	tcase_add_test(tc, test_list);
 	tcase_add_test(tc, test_cpu_synchronous);
 	tcase_add_test(tc, test_pinned_fallback);

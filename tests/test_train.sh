@@ -320,6 +320,16 @@ then
 fi
 expect 1 "layer|spec" "$train" --data=synthetic:600 --device=cpu --model=fc:7,bogus --epochs=1 -q
 
+# 7c. --device=auto where a GPU driver is there and CUDA fails to start
+# (injected): the runs go on the cpu, and stderr says why, once for two runs.
+PP_FAULTS=cuda_start:EIO "$train" --data=synthetic:600 --device=auto --model=mlp,mlp --epochs=1 -q \
+	>"$tmp/auto.out" 2>"$tmp/auto.err"
+code=$?
+if [ $code -ne 0 ] || [ "$(grep -c 'CUDA failed to start' "$tmp/auto.err")" -ne 1 ] ||
+	[ "$(grep -c ' cpu ' "$tmp/auto.out")" -ne 2 ]; then
+	echo "FAIL: auto with CUDA failing to start: exit $code, stderr:"; cat "$tmp/auto.err" "$tmp/auto.out"; fail=1
+fi
+
 # 8. --stream, on shards packed here from the first 600 training and 200
 # test samples of Fashion-MNIST, in chunks of 50 records, 3 shards a split.
 pack=${PINPIPE_PACK:-./pinpipe-pack}

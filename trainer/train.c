@@ -33,6 +33,9 @@
 
 static volatile sig_atomic_t interrupted;
 
+/* The fallback of "auto" to the cpu with a GPU driver there was said on stderr. */
+static bool auto_fallback_said;
+
 static void on_sigint(int sig)
 {
 	(void)sig;
@@ -344,6 +347,12 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	ret = pp_device_open(p->device, &r->dev);
 	if (ret < 0)
 		return ret;
+	/* "auto" fell back to the cpu although a GPU driver is there: say so, once a process. */
+	if (pp_device_get_props(r->dev)->fallback[0] != '\0' && !auto_fallback_said) {
+		fprintf(stderr, "pinpipe-train: --device=%s: %s\n", p->device,
+			pp_device_get_props(r->dev)->fallback);
+		auto_fallback_said = true;
+	}
 	r->host_compute_on_copy = pp_device_get_props(r->dev)->kind == PP_DEVICE_SIM;
 	ret = pp_stream_create(r->dev, &r->compute);
 	if (ret < 0)

@@ -714,6 +714,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pinpipe-bench: --device=%s: %s\n", o.device, pp_last_error());
 		return ret == -EINVAL ? 2 : 1;
 	}
+	if (pp_device_get_props(dev)->fallback[0] != '\0')
+		fprintf(stderr, "pinpipe-bench: --device=%s: %s\n", o.device,
+			pp_device_get_props(dev)->fallback);
 	printf("# pinpipe-bench %s on %s (%s)\n", o.command, pp_device_get_props(dev)->name,
 	       pp_device_get_props(dev)->description);
 	if (strcmp(o.command, "bandwidth") == 0)

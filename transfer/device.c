@@ -110,6 +110,50 @@ static int parse_cuda_index(const char *name, const char *options, int *index_p)
 	return 0;
 }
 
+/*
+ * Why CUDA cannot be had, in *why: -ENODEV where there is none (no driver,
+ * no GPU, a build without it), another -errno where a driver is there and
+ * CUDA failed to start; or 0, cuda:0 opened.
+ */
+static int try_cuda(struct pp_device *dev, char *why, size_t len)
+{
+	struct pp_fault_plan env = { .stall_fd = { -1, -1 } }, *plan = pp_fault_thread;
+	int ret, fault;
+
+	if (plan == NULL && getenv("PP_FAULTS") != NULL && pp_fault_parse(&env, getenv("PP_FAULTS")) == 0)
+		plan = &env;
+	fault = pp_fault_check(plan, PP_FAULT_CUDA_START);
+	if (fault < 0)
+		ret = pp_error(fault, "cuda: a driver is there and CUDA failed to start: %s "
+			       "(injected fault)", pp_strerror(fault));
+	else if ((ret = pp_device_cuda_count_impl()) > 0)
+		ret = pp_device_cuda_open(dev, 0);
+	if (ret < 0)
+		snprintf(why, len, "%s", pp_last_error());
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * "auto": cuda:0 where CUDA works, else cpu, saying why in pp_last_error();
+ * where a driver is there and CUDA failed to start, in props.fallback too.
+ */
+static int open_auto(struct pp_device *dev)
+{
+	char why[sizeof(dev->props.fallback) - 8];
+	int ret = try_cuda(dev, why, sizeof(why));
+	bool broken = ret != -ENODEV;
+
+	if (ret == 0)
+		return 0;
+	memset(&dev->props, 0, sizeof(dev->props));
+	if ((ret = pp_device_cpu_open(dev, NULL)) < 0)
+		return ret;
+	if (broken)
+		snprintf(dev->props.fallback, sizeof(dev->props.fallback), "%s", why);
+	pp_error(-ENODEV, "auto: using cpu, because %s", why);
+	return 0;
+}
+
 static int open_backend(struct pp_device *dev, const char *name)
 {
 	const char *colon = strchr(name, ':');
@@ -117,18 +161,8 @@ static int open_backend(struct pp_device *dev, const char *name)
 	const char *options = colon ? colon + 1 : NULL;
 	int index = 0, ret;
 
-	if (len == 4 && memcmp(name, "auto", 4) == 0 && options == NULL) {
-		char why[256];
-
-		ret = pp_device_cuda_count_impl();
-		if (ret > 0)
-			return pp_device_cuda_open(dev, 0);
-		snprintf(why, sizeof(why), "%s", pp_last_error());
-		ret = pp_device_cpu_open(dev, NULL);
-		if (ret == 0)
-			pp_error(-ENODEV, "auto: using cpu, because %s", why);
-		return ret;
-	}
+	if (len == 4 && memcmp(name, "auto", 4) == 0 && options == NULL)
+		return open_auto(dev);
 	if (len == 3 && memcmp(name, "cpu", 3) == 0)
 		return pp_device_cpu_open(dev, options);
 	if (len == 3 && memcmp(name, "sim", 3) == 0)

@@ -94,6 +94,7 @@ int pp_device_cuda_count_impl(void)
 	int n = 0, driver = 0, runtime = 0;
 	cudaError_t err = cudaGetDeviceCount(&n);
 	char msg[512];
+	bool broken;
 
 	if (err == cudaSuccess && n > 0)
 		return n;
@@ -104,9 +105,9 @@ int pp_device_cuda_count_impl(void)
 	if (cudaRuntimeGetVersion(&runtime) != cudaSuccess)
 		runtime = 0;
 	cudaGetLastError();
-	pp_device_cuda_explain(err, cudaGetErrorName(err), cudaGetErrorString(err), driver, runtime,
-			       msg, sizeof(msg));
-	return pp_error(-ENODEV, "%s", msg);
+	broken = pp_device_cuda_explain(err, cudaGetErrorName(err), cudaGetErrorString(err), driver,
+					runtime, msg, sizeof(msg));
+	return pp_error(broken ? -EIO : -ENODEV, "%s", msg);
 }
 
 int pp_device_cuda_props(int index, struct pp_device_props *props)

@@ -18,7 +18,7 @@ static void version_text(int v, char *buf, size_t len)
 	snprintf(buf, len, "%d.%d", v / 1000, v % 1000 / 10);
 }
 
-void pp_device_cuda_explain(int err, const char *name, const char *text, int driver, int runtime,
+bool pp_device_cuda_explain(int err, const char *name, const char *text, int driver, int runtime,
 			    char *msg, size_t len)
 {
 	char drv[16], rt[16];
@@ -27,21 +27,23 @@ void pp_device_cuda_explain(int err, const char *name, const char *text, int dri
 	version_text(runtime, rt, sizeof(rt));
 	switch (err) {
 	case PP_CUDA_ERR_INSUFFICIENT_DRIVER:
-		if (driver <= 0)
+		if (driver <= 0) {
 			snprintf(msg, len, "cuda: no NVIDIA driver (libcuda.so.1 not found; "
 				 "cudaGetDeviceCount: %s)", name);
-		else if (driver < runtime)
+			return false;
+		}
+		if (driver < runtime)
 			snprintf(msg, len, "cuda: the NVIDIA driver is older than the CUDA runtime: it "
 				 "supports CUDA %s, the runtime is CUDA %s; update the driver "
 				 "(cudaGetDeviceCount: %s)", drv, rt, name);
 		else
 			snprintf(msg, len, "cuda: the NVIDIA driver (CUDA %s) was refused by the CUDA %s "
 				 "runtime (cudaGetDeviceCount: %s, %s)", drv, rt, text, name);
-		return;
+		return true;
 	case PP_CUDA_ERR_STUB_LIBRARY:
 		snprintf(msg, len, "cuda: no NVIDIA driver: the libcuda.so.1 found is the "
 			 "CUDA toolkit's stub (cudaGetDeviceCount: %s)", name);
-		return;
+		return false;
 	case PP_CUDA_ERR_NO_DEVICE:
 	case 0:
 		if (driver > 0)
@@ -50,10 +52,10 @@ void pp_device_cuda_explain(int err, const char *name, const char *text, int dri
 		else
 			snprintf(msg, len, "cuda: no GPU (cudaGetDeviceCount: %s)",
 				 err ? name : "none found");
-		return;
+		return false;
 	default:
 		snprintf(msg, len, "cuda: the GPUs cannot be used (cudaGetDeviceCount: %s, %s; driver "
 			 "CUDA %s, runtime CUDA %s)", text, name, drv, rt);
-		return;
+		return driver > 0;
 	}
 }

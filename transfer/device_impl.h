@@ -209,9 +209,11 @@ int pp_device_sim_inject(struct pp_device *dev, enum pp_sim_fault fault, long lo
  * (0 when it succeeded and counted none), 'name' and 'text' CUDA's name
  * and message for it; 'driver' the CUDA version the driver supports
  * (cudaDriverGetVersion, 1000 * major + 10 * minor; 0 with no driver),
- * 'runtime' the runtime's (cudaRuntimeGetVersion).
+ * 'runtime' the runtime's (cudaRuntimeGetVersion).  Returns true where a
+ * driver is there and CUDA failed to start (CUDA is broken rather than
+ * absent), false where there is no driver or no GPU.
  */
-void pp_device_cuda_explain(int err, const char *name, const char *text, int driver, int runtime,
+bool pp_device_cuda_explain(int err, const char *name, const char *text, int driver, int runtime,
 			    char *msg, size_t len);
 
 #ifdef PP_HAVE_CUDA

@@ -56,6 +56,10 @@ struct pp_device_props {
 	bool async_copy;         /* copies from pinned memory overlap the host */
 	int copy_engines;        /* copies that can run at once (asyncEngineCount on cuda);
 				  * 0 on sim (one engine per stream, no limit) and cpu (no engine) */
+	char fallback[256];      /* "auto" only: why it opened cpu although a GPU driver is
+				  * there (CUDA failed to start: a driver older than the
+				  * runtime, a GPU that cannot be used...), for the user to
+				  * hear; "" when it opened a GPU, or there is none */
 };
 
 struct pp_device;
@@ -79,8 +83,10 @@ struct pp_event;
  * -errno:
  * -EINVAL (a name or option it does not know), -ENODEV (cuda asked for, and
  * the build has no CUDA, or there is no driver, or no GPU, or no GPU N; the
- * message says which).  "auto" never fails for want of a GPU: it opens cpu
- * and says why in pp_last_error().
+ * message says which), -EIO (cuda asked for: a driver is there and CUDA
+ * failed to start).  "auto" never fails for want of a GPU: it opens cpu and
+ * says why in pp_last_error(); where a driver is there and CUDA failed to
+ * start, it says so in props.fallback too, as a user would want to know.
  */
 PP_API int pp_device_open(const char *name, struct pp_device **dev_p);
 
@@ -111,7 +117,9 @@ PP_API int pp_device_list(struct pp_device_props *props, size_t max, size_t *n_p
 
 /*
  * Returns the number of GPUs usable (> 0), or -ENODEV with a message that
- * says why there are none: a build without CUDA, no driver, or no device.
+ * says why there are none: a build without CUDA, no driver, or no device;
+ * or -EIO where a driver is there and CUDA failed to start (a driver older
+ * than the runtime, or another error of the runtime's).
  */
 PP_API int pp_device_cuda_count(void);
 
