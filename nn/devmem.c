@@ -14,7 +14,7 @@
 #include "common/internal.h"
 #include "nn/cuda/kernels.h"
 #include "nn/nn_internal.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 enum pp_device_kind nn_device_kind(const struct pp_device *dev)
 {

@@ -19,7 +19,7 @@
 #include "common/internal.h"
 #include "nn/cuda/kernels.h"
 #include "nn/nn_internal.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 static struct pp_cuda_geom geom_of(const struct nn_layer *l)
 {

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz_bench.c: a libFuzzer target for pinpipe-bench's command line,
- * parse_args() in transfer/bench_main.c (included here, its main renamed,
+ * parse_args() in tools/bench.c (included here, its main renamed,
  * so that the static parser is reached without running a benchmark): the
  * input, split at NUL bytes, is the argument list (tests/fuzz_argv.h).
  * Any crash, leak, sanitizer report or hang is a bug; rejection is not.
@@ -13,7 +13,7 @@
 
 int pinpipe_bench_main(int argc, char **argv);
 #define main pinpipe_bench_main
-#include "transfer/bench_main.c"
+#include "tools/bench.c"
 #undef main
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);

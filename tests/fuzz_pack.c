@@ -1,6 +1,6 @@
 /*
  * tests/fuzz_pack.c: a libFuzzer target for pinpipe-pack's command line.
- * Its parser is the option loop of main() in datasets/pack.c, included here
+ * Its parser is the option loop of main() in tools/pack.c, included here
  * with main renamed: the input, split at NUL bytes, is the argument list
  * (tests/fuzz_argv.h).  An argument holding a '/' is not passed on: the
  * files a command line names are then only names in the current directory,
@@ -16,7 +16,7 @@
 
 int pinpipe_pack_main(int argc, char **argv);
 #define main pinpipe_pack_main
-#include "datasets/pack.c"
+#include "tools/pack.c"
 #undef main
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);

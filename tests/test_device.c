@@ -25,7 +25,7 @@
 #include "pinpipe/transfer.h"
 #include "tests/device_cases.h"
 #include "tests/testutil.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 static struct pp_device *open_ok(const char *name)
 {

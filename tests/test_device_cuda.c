@@ -17,7 +17,7 @@
 #include "pinpipe/device.h"
 #include "tests/device_cases.h"
 #include "tests/testutil.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 static const char *const *gpu_names; /* "cuda:0", ... */
 static int gpu_count;

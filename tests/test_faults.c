@@ -22,7 +22,7 @@
 #include "pinpipe/pinpipe.h"
 #include "pinpipe/transfer.h"
 #include "tests/testutil.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 #define NSHARDS 2
 #define PER_SHARD 300

@@ -17,7 +17,7 @@
 #include "pinpipe/transfer.h"
 #include "tests/testutil.h"
 #include "tests/transfer_cases.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 /*
  * A failing device allocation while the slots are made.  Fails if create

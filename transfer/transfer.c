@@ -33,7 +33,7 @@
 #include "common/fault.h"
 #include "common/internal.h"
 #include "pinpipe/transfer.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 /* Default of pp_transfer_config.time_every. */
 #define TIME_EVERY_DEFAULT 16

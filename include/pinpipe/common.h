@@ -1,6 +1,6 @@
 /*
  * pinpipe/common.h: what every part of the public API shares: the export
- * marker, error reporting, element types and the library version.
+ * marker, error reporting, element types, the library version and CRC-32C.
  *
  * Error convention (liburing's): a function that can fail returns 0 (or a
  * count) on success and a negative errno value on failure.  The message of
@@ -54,6 +54,12 @@ PP_API size_t pp_dtype_size(enum pp_dtype dtype);
 
 /* Returns "u8" or "f32", or "?" for an unknown dtype. */
 PP_API const char *pp_dtype_name(enum pp_dtype dtype);
+
+/*
+ * CRC-32C (Castagnoli) of len bytes, continued from crc (0 to start), as
+ * TensorBoard's event records use it.
+ */
+PP_API uint32_t pp_crc32c(uint32_t crc, const void *buf, size_t len);
 
 #ifdef __cplusplus
 }

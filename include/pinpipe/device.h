@@ -264,6 +264,15 @@ enum pp_copy_kind {
 PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_kind kind,
 			   struct pp_stream *stream);
 
+/*
+ * Enqueues a synthetic compute step of 'ns' nanoseconds on the stream, in
+ * stream order like a kernel: a spin kernel on cuda, a host function that
+ * sleeps on sim, a sleep in the calling thread on cpu.  For benchmarks and
+ * tests of the overlap.  Returns 0 or -errno (-EINVAL: no stream; -EIO: the
+ * kernel launch failed).
+ */
+PP_API int pp_stream_spin(struct pp_stream *stream, uint64_t ns);
+
 /* ------------------------------------------------------------------ statistics */
 
 /* Counters of a device since it was opened; the same fields on every backend. */

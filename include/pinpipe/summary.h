@@ -75,9 +75,6 @@ PP_API const char *pp_summary_writer_path(const struct pp_summary_writer *w);
 /* Flushes, closes the file and frees the writer.  NULL is allowed. */
 PP_API void pp_summary_writer_destroy(struct pp_summary_writer *w);
 
-/* CRC-32C (Castagnoli) of len bytes, continued from crc (0 to start). */
-PP_API uint32_t pp_crc32c(uint32_t crc, const void *buf, size_t len);
-
 #ifdef __cplusplus
 }
 #endif

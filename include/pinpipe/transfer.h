@@ -201,15 +201,6 @@ PP_API int pp_transfer_get_position(struct pp_transfer *t, struct pp_loader_posi
  */
 PP_API int pp_transfer_get_stats(struct pp_transfer *t, struct pp_transfer_stats *stats_p);
 
-/*
- * Enqueues a synthetic compute step of 'ns' nanoseconds on the stream, in
- * stream order like a kernel: a spin kernel on cuda, a host function that
- * sleeps on sim, a sleep in the calling thread on cpu.  For benchmarks and
- * tests of the overlap.  Returns 0 or -errno (-EINVAL: no stream; -EIO: the
- * kernel launch failed).
- */
-PP_API int pp_stream_spin(struct pp_stream *stream, uint64_t ns);
-
 #ifdef __cplusplus
 }
 #endif

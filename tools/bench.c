@@ -1,5 +1,5 @@
 /*
- * transfer/bench_main.c: pinpipe-bench, "how much does pinning buy me on
+ * tools/bench.c: pinpipe-bench, "how much does pinning buy me on
  * this machine".  Two benchmarks, each run with pinned and with pageable
  * host memory side by side, on any device (sim, sim:bw=25GB/s, cuda):
  *

@@ -1,5 +1,5 @@
 /*
- * transfer/cuda/spin.cu: a kernel that keeps one GPU thread busy for a
+ * device/cuda/spin.cu: a kernel that keeps one GPU thread busy for a
  * given time, measured with the globaltimer register (nanoseconds), as the
  * synthetic compute step of pinpipe-bench's overlap benchmark.
  */
@@ -9,7 +9,7 @@
 #include <errno.h>
 
 #include "common/internal.h"
-#include "transfer/spin.h"
+#include "device/spin.h"
 
 static __global__ void spin_kernel(unsigned long long ns)
 {

@@ -1,5 +1,5 @@
 /*
- * transfer/device_cpu.c: the cpu backend.  The host is the device: device
+ * device/device_cpu.c: the cpu backend.  The host is the device: device
  * memory is aligned host memory, and everything else (streams, events,
  * copies, pinning by mlock) is the dispatcher's synchronous fallback.
  */
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 static int cpu_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 {

@@ -1,8 +1,8 @@
 /*
- * transfer/spin.c: pp_stream_spin(), a synthetic compute step in stream
- * order: a kernel on cuda (transfer/cuda/spin.cu), a host function that
- * sleeps on the sim's stream thread, and a sleep in the caller on cpu
- * (where host functions run at once).
+ * device/spin.c: pp_stream_spin(), a synthetic compute step in stream
+ * order: the backend's own where it has one (ops->spin: a kernel on cuda,
+ * device/cuda/spin.cu), else a host function that sleeps: on the sim's
+ * stream thread, or in the caller on cpu (where host functions run at once).
  */
 #include "config.h"
 
@@ -11,9 +11,8 @@
 #include <time.h>
 
 #include "common/internal.h"
-#include "pinpipe/transfer.h"
-#include "transfer/device_impl.h"
-#include "transfer/spin.h"
+#include "device/device_impl.h"
+#include "pinpipe/device.h"
 
 /* Sleeps for (uintptr_t)arg nanoseconds. */
 static void spin_host(void *arg)
@@ -33,7 +32,7 @@ PP_API int pp_stream_spin(struct pp_stream *stream, uint64_t ns)
 	if (ns > UINTPTR_MAX)
 		return pp_error(-EINVAL, "pp_stream_spin: %llu ns is too long",
 				(unsigned long long)ns);
-	if (stream->dev->props.kind == PP_DEVICE_CUDA)
-		return pp_cuda_spin(pp_device_cuda_stream(stream), ns);
+	if (stream->dev->ops->spin != NULL)
+		return stream->dev->ops->spin(stream, ns);
 	return pp_stream_launch_host(stream, spin_host, (void *)(uintptr_t)ns);
 }

@@ -1,11 +1,11 @@
 /*
- * transfer/device_impl.h: what a device backend implements (the ops table)
- * and what the dispatcher (transfer/device.c) keeps for every device: its
+ * device/device_impl.h: what a device backend implements (the ops table)
+ * and what the dispatcher (device/device.c) keeps for every device: its
  * properties, its counters, and the tables of the memory it handed out.
  * Not installed; the tests include it to reach the sim's failure injection.
  */
-#ifndef PP_TRANSFER_DEVICE_IMPL_H
-#define PP_TRANSFER_DEVICE_IMPL_H
+#ifndef PP_DEVICE_DEVICE_IMPL_H
+#define PP_DEVICE_DEVICE_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,7 +34,8 @@ extern "C" {
  *     device has no queue; work runs at once in the caller's thread, events
  *     complete when recorded, copies are memcpy();
  *   - synchronize NULL: nothing is ever in flight;
- *   - release NULL: releasing memory does nothing.
+ *   - release NULL: releasing memory does nothing;
+ *   - spin NULL: a synthetic compute step is a host function that sleeps.
  * The stream and event entries come all together or not at all.  Every
  * entry returns 0 or -errno with pp_error() set, like the public calls.
  */
@@ -75,6 +76,9 @@ struct pp_device_ops {
 	 */
 	int (*memcpy_async)(struct pp_stream *stream, void *dst, const void *src, size_t n,
 			    enum pp_copy_kind kind, bool host_pinned);
+	/* A synthetic compute step of ns on the stream (pp_stream_spin).  (optional: NULL
+	 * runs a host function that sleeps) */
+	int (*spin)(struct pp_stream *stream, uint64_t ns);
 };
 
 /* How a host allocation was made, so that it is freed the same way. */

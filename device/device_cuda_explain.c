@@ -1,5 +1,5 @@
 /*
- * transfer/device_cuda_explain.c: why the CUDA runtime found no usable GPU,
+ * device/device_cuda_explain.c: why the CUDA runtime found no usable GPU,
  * in words a user can act on.  The runtime answers "CUDA driver version is
  * insufficient for CUDA runtime version" both where no NVIDIA driver is
  * installed at all and where the driver is older than the runtime; the
@@ -10,7 +10,7 @@
 
 #include <stdio.h>
 
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 /* Writes a CUDA version (1000 * major + 10 * minor) as "major.minor". */
 static void version_text(int v, char *buf, size_t len)

@@ -1,5 +1,5 @@
 /*
- * trainer/summary.c: TensorBoard event files (TFRecord framing of Event
+ * summary/summary.c: TensorBoard event files (TFRecord framing of Event
  * protocol buffers holding scalar, image and histogram summaries), written
  * without protobuf: the few fields needed are encoded by hand below, and
  * images as PNG through the library's deflate.
@@ -39,25 +39,6 @@ struct pp_summary_writer {
 	FILE *file;
 	char *path;
 };
-
-/* CRC-32C, reflected polynomial 0x82f63b78, bit by bit: event records are small. */
-static uint32_t crc32c_byte(uint32_t crc, uint8_t b)
-{
-	crc ^= b;
-	for (int k = 0; k < 8; k++)
-		crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
-	return crc;
-}
-
-PP_API uint32_t pp_crc32c(uint32_t crc, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	crc = ~crc;
-	for (size_t i = 0; i < len; i++)
-		crc = crc32c_byte(crc, p[i]);
-	return ~crc;
-}
 
 static uint32_t masked_crc32c(const void *buf, size_t len)
 {

@@ -1,9 +1,9 @@
 /*
- * transfer/spin.h: the CUDA side of pp_stream_spin() (transfer/spin.c),
+ * device/spin.h: the CUDA side of pp_stream_spin() (device/spin.c),
  * with a stub in builds without CUDA.
  */
-#ifndef PP_TRANSFER_SPIN_H
-#define PP_TRANSFER_SPIN_H
+#ifndef PP_DEVICE_SPIN_H
+#define PP_DEVICE_SPIN_H
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /*
- * transfer/device_cuda.c: the cuda backend, on the CUDA runtime API.
+ * device/device_cuda.c: the cuda backend, on the CUDA runtime API.
  * Device memory from cudaMalloc; pinned host memory is the dispatcher's
  * mmap registered with cudaHostRegister (so io_uring can register the same
  * pages), or cudaHostAlloc when registering is refused; streams, events and
@@ -18,7 +18,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
+#include "device/spin.h"
 
 /*
  * Timed copies in flight on a stream, at most.  When all are, a copy due to
@@ -491,6 +492,11 @@ static int cuda_memcpy_async(struct pp_stream *stream, void *dst, const void *sr
 	return 0;
 }
 
+static int cuda_spin(struct pp_stream *stream, uint64_t ns)
+{
+	return pp_cuda_spin(((struct cuda_stream *)stream->ctx)->s, ns);
+}
+
 static const struct pp_device_ops cuda_ops = {
 	.alloc = cuda_alloc,
 	.free = cuda_free,
@@ -512,6 +518,7 @@ static const struct pp_device_ops cuda_ops = {
 	.event_synchronize = cuda_event_synchronize,
 	.event_elapsed_ns = cuda_event_elapsed_ns,
 	.memcpy_async = cuda_memcpy_async,
+	.spin = cuda_spin,
 };
 
 int pp_device_cuda_open(struct pp_device *dev, int index)

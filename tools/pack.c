@@ -1,5 +1,5 @@
 /*
- * datasets/pack.c: pinpipe-pack, which converts IDX (MNIST, Fashion-MNIST;
+ * tools/pack.c: pinpipe-pack, which converts IDX (MNIST, Fashion-MNIST;
  * raw or gzip) and CIFAR-10 binary batches into pinpipe shards, and checks
  * every chunk of a set of shards with --verify.  It uses the public API only.
  */

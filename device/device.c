@@ -1,5 +1,5 @@
 /*
- * transfer/device.c: the device dispatcher.  Parses device names, checks
+ * device/device.c: the device dispatcher.  Parses device names, checks
  * every call once, keeps the tables of device and host memory handed out
  * (so that a copy through a wrong pointer is an error, not a corruption),
  * allocates pinned host memory with its fallbacks, counts the statistics,
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 /* ------------------------------------------------------------------ memory tables */
 

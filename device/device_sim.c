@@ -1,5 +1,5 @@
 /*
- * transfer/device_sim.c: the sim backend, a discrete device simulated on
+ * device/device_sim.c: the sim backend, a discrete device simulated on
  * host threads.  Its memory is host memory of its own (counted against a
  * capacity); each stream has a copy-engine thread that runs the stream's
  * queue in order: copies, event records, waits on events, host functions.
@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "transfer/device_impl.h"
+#include "device/device_impl.h"
 
 /*
  * The oversleep of a capped copy (timer slack: how long after its due end
