@@ -59,7 +59,7 @@ static size_t state_vectors(enum pp_optimizer_kind kind)
 /* Copies n floats from device memory to p as little-endian. */
 static int put_floats(struct pp_model *m, uint8_t *p, const float *src, size_t n)
 {
-	int ret = nn_mem_copy(NULL, p, m->dev, src, n * sizeof(float));
+	int ret = pp_nn_mem_copy(NULL, p, m->dev, src, n * sizeof(float));
 
 	for (size_t i = 0; i < n && !ret; i++) {
 		float v;
@@ -110,7 +110,7 @@ int pp_model_save(struct pp_model *m, const char *path)
 		ret = pp_error(-ENOMEM, "%s: out of memory for a checkpoint of %zu bytes", path, size);
 		goto err_free;
 	}
-	ret = nn_model_wait(m);
+	ret = pp_nn_model_wait(m);
 	if (ret)
 		goto err_free;
 	memcpy(buf, CKPT_MAGIC, 8);
@@ -221,7 +221,7 @@ static int spec_params(const char *path, const char *spec, const struct pp_model
 	size_t n_layers, have = 0;
 	int ret;
 
-	ret = nn_spec_parse(spec, (int)PP_MIN(cfg->in_channels, 1u << 30),
+	ret = pp_nn_spec_parse(spec, (int)PP_MIN(cfg->in_channels, 1u << 30),
 			    (int)PP_MIN(cfg->in_height, 1u << 30), (int)PP_MIN(cfg->in_width, 1u << 30),
 			    &layers, &n_layers, &expanded);
 	if (ret)
@@ -306,7 +306,7 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 				cfg.optim.kind == PP_OPTIM_ADAM ? "adam" : "sgd");
 	ret = spec_params(path, spec, &cfg, n);
 	if (!ret)
-		ret = nn_model_new(spec, dev, &cfg, &m);
+		ret = pp_nn_model_new(spec, dev, &cfg, &m);
 	if (ret == -EBADMSG)
 		return ret;
 	if (ret) {
@@ -331,7 +331,7 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 	for (size_t v = 0; v < 1 + state_vectors(cfg.optim.kind) && !ret; v++) {
 		for (size_t i = 0; i < n; i++)
 			host[i] = get_f32(p + 4 * (v * n + i));
-		ret = nn_mem_copy(m->dev, dsts[v], NULL, host, (size_t)n * sizeof(float));
+		ret = pp_nn_mem_copy(m->dev, dsts[v], NULL, host, (size_t)n * sizeof(float));
 	}
 	free(host);
 	if (ret)
@@ -351,7 +351,7 @@ int pp_model_load(const char *path, struct pp_device *dev, const struct pp_model
 {
 	uint8_t *buf = NULL;
 	size_t len = 0;
-	int ret = nn_model_check_runtime(cfg);
+	int ret = pp_nn_model_check_runtime(cfg);
 
 	if (!ret)
 		ret = read_file(path, &buf, &len);

@@ -128,11 +128,11 @@ static void col2im(const struct nn_layer *l, float *dx, const float *dcol)
 		}
 }
 
-void conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, const float *w,
+void pp_nn_conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, const float *w,
 			 const float *b, float *col, int n, enum nn_isa isa)
 {
 	const int oc = l->out_c, kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
-	const bool direct = isa == NN_ISA_AVX512 && conv2d_direct_forward_fits512(l);
+	const bool direct = isa == NN_ISA_AVX512 && pp_nn_conv2d_direct_forward_fits512(l);
 
 	for (int i = 0; i < n; i++) {
 		float *y = out + (size_t)i * l->out_size;
@@ -140,7 +140,7 @@ void conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, 
 
 		im2col(l, c, in + (size_t)i * l->in_size);
 		if (direct) {
-			conv2d_direct_forward_avx512(l, y, in + (size_t)i * l->in_size, w, b, 1);
+			pp_nn_conv2d_direct_forward_avx512(l, y, in + (size_t)i * l->in_size, w, b, 1);
 			continue;
 		}
 		for (int o = 0; o < oc; o++)
@@ -152,13 +152,13 @@ void conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, 
 	}
 }
 
-void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+void pp_nn_conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n)
 {
-	conv2d_forward_impl(l, out, in, w, b, col, n, nn_isa_best());
+	pp_nn_conv2d_forward_impl(l, out, in, w, b, col, n, nn_isa_best());
 }
 
-void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+void pp_nn_conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *w, const float *cols, float *dcol, int n)
 {
 	const int oc = l->out_c, kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
@@ -383,7 +383,7 @@ static size_t rows_floats(const struct nn_layer *l, const struct nn_layer *pool)
 	       pool->out_size * (sizeof(struct rows_entry) / sizeof(float)) + pool->out_h;
 }
 
-size_t conv2d_backward_pooled_scratch(const struct nn_layer *l, const struct nn_layer *pool)
+size_t pp_nn_conv2d_backward_pooled_scratch(const struct nn_layer *l, const struct nn_layer *pool)
 {
 	const size_t cols = (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k;
 
@@ -598,7 +598,7 @@ NN_AVX512 static void pooled_avx512(const struct nn_layer *l, const struct nn_la
  * AVX-512 adds the windows in registers instead where rows_fit(), from
  * the shifted weights (OC, C, rows_stack(), ROWS_WIDTH) at the start of dcol.
  */
-void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
+void pp_nn_conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
 				 float *din, float *dw, float *db, const float *dpool,
 				 const int32_t *idx, const float *relu_out, const float *w,
 				 const float *cols, float *dcol, int n, bool scatter, enum nn_isa isa)
@@ -630,13 +630,13 @@ void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer
 		pooled_portable(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
 }
 
-void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool, float *din,
+void pp_nn_conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool, float *din,
 			    float *dw, float *db, const float *dpool, const int32_t *idx,
 			    const float *relu_out, const float *w, const float *cols, float *dcol,
 			    int n)
 {
 	const enum nn_isa isa = nn_isa_best();
 
-	conv2d_backward_pooled_impl(l, pool, din, dw, db, dpool, idx, relu_out, w, cols, dcol, n,
+	pp_nn_conv2d_backward_pooled_impl(l, pool, din, dw, db, dpool, idx, relu_out, w, cols, dcol, n,
 				    isa != NN_ISA_BASE, isa);
 }

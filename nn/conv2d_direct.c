@@ -8,10 +8,10 @@
  * chosen at run time where the CPU has them, and a portable one for the
  * others (baseline x86-64), correct but slower than im2col + GEMM (GCC
  * keeps 8-float vectors in memory on SSE): a model takes this file's
- * path only where the CPU has AVX2 and FMA (conv2d_direct_fits()).  A
+ * path only where the CPU has AVX2 and FMA (pp_nn_conv2d_direct_fits()).  A
  * third, AVX-512, for any number of input channels, also makes the
- * output of conv2d_forward() for the thin layers at stride 1 without
- * padding (conv2d_direct_forward_fits512()).  The backward, behind a ReLU and
+ * output of pp_nn_conv2d_forward() for the thin layers at stride 1 without
+ * padding (pp_nn_conv2d_direct_forward_fits512()).  The backward, behind a ReLU and
  * a max-pool with stride >= kernel, visits only the positions the pool
  * selected and reads the input windows in place of the columns; it too
  * has the two versions.
@@ -27,7 +27,7 @@
 /* 8 floats, one AVX register (kept in memory where AVX is not enabled) */
 typedef float nn_f32x8 __attribute__((vector_size(32)));
 
-bool conv2d_direct_fits(const struct nn_layer *l)
+bool pp_nn_conv2d_direct_fits(const struct nn_layer *l)
 {
 	return l->kind == NN_CONV && l->stride == 1 && l->pad == 0 && l->in_c == 1 && l->k <= 8 &&
 	       l->sparse_dout && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -155,14 +155,14 @@ static inline __attribute__((always_inline)) void direct_forward(const struct nn
 	}
 }
 
-void conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const float *in,
+void pp_nn_conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const float *in,
 				    const float *w, const float *b, int n)
 {
 	direct_forward(l, out, in, w, b, n);
 }
 
 __attribute__((target("avx2,fma"))) void
-conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in, const float *w,
+pp_nn_conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in, const float *w,
 			   const float *b, int n)
 {
 	direct_forward(l, out, in, w, b, n);
@@ -380,7 +380,7 @@ direct512_sample(const struct nn_layer *l, float *y, const float *x, const float
 		direct512_channels(l, y, x, w, b, k, o, 1);
 }
 
-NN_AVX512 void conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
+NN_AVX512 void pp_nn_conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
 					    const float *w, const float *b, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -396,26 +396,26 @@ NN_AVX512 void conv2d_direct_forward_avx512(const struct nn_layer *l, float *out
 	}
 }
 
-/* The most taps (C K K) of a layer whose forward conv2d_forward() makes with the AVX-512 kernel */
+/* The most taps (C K K) of a layer whose forward pp_nn_conv2d_forward() makes with the AVX-512 kernel */
 #define DIRECT512_FORWARD_TAPS 1024
 
-bool conv2d_direct_forward_fits512(const struct nn_layer *l)
+bool pp_nn_conv2d_direct_forward_fits512(const struct nn_layer *l)
 {
 	return l->kind == NN_CONV && l->stride == 1 && l->pad == 0 &&
 	       (size_t)l->in_c * l->k * l->k <= DIRECT512_FORWARD_TAPS;
 }
 
-void conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+void pp_nn_conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 			   const float *b, int n)
 {
 	const enum nn_isa isa = nn_isa_best();
 
 	if (isa == NN_ISA_AVX512)
-		conv2d_direct_forward_avx512(l, out, in, w, b, n);
+		pp_nn_conv2d_direct_forward_avx512(l, out, in, w, b, n);
 	else if (isa == NN_ISA_AVX2)
-		conv2d_direct_forward_avx2(l, out, in, w, b, n);
+		pp_nn_conv2d_direct_forward_avx2(l, out, in, w, b, n);
 	else
-		conv2d_direct_forward_portable(l, out, in, w, b, n);
+		pp_nn_conv2d_direct_forward_portable(l, out, in, w, b, n);
 }
 
 /*
@@ -505,7 +505,7 @@ direct_backward(const struct nn_layer *l, const struct nn_layer *pool, float *di
 	}
 }
 
-void conv2d_direct_backward_pooled_portable(const struct nn_layer *l, const struct nn_layer *pool,
+void pp_nn_conv2d_direct_backward_pooled_portable(const struct nn_layer *l, const struct nn_layer *pool,
 					    float *din, float *dw, float *db, const float *dpool,
 					    const int32_t *idx, const float *relu_out,
 					    const float *w, const float *in, int n)
@@ -514,7 +514,7 @@ void conv2d_direct_backward_pooled_portable(const struct nn_layer *l, const stru
 }
 
 __attribute__((target("avx2,fma"))) void
-conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool,
+pp_nn_conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool,
 				   float *din, float *dw, float *db, const float *dpool,
 				   const int32_t *idx, const float *relu_out, const float *w,
 				   const float *in, int n)
@@ -834,7 +834,7 @@ direct512_backward_paired(const struct nn_layer *l, const struct nn_layer *pool,
 	}
 }
 
-NN_AVX512 void conv2d_direct_backward_pooled_avx512(const struct nn_layer *l,
+NN_AVX512 void pp_nn_conv2d_direct_backward_pooled_avx512(const struct nn_layer *l,
 						    const struct nn_layer *pool, float *din,
 						    float *dw, float *db, const float *dpool,
 						    const int32_t *idx, const float *relu_out,
@@ -865,7 +865,7 @@ NN_AVX512 void conv2d_direct_backward_pooled_avx512(const struct nn_layer *l,
 	}
 }
 
-void conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool,
+void pp_nn_conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool,
 				   float *din, float *dw, float *db, const float *dpool,
 				   const int32_t *idx, const float *relu_out, const float *w,
 				   const float *in, int n)
@@ -873,12 +873,12 @@ void conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_lay
 	const enum nn_isa isa = nn_isa_best();
 
 	if (isa == NN_ISA_AVX512 && direct512_fits(l))
-		conv2d_direct_backward_pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w,
+		pp_nn_conv2d_direct_backward_pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w,
 						     in, n);
 	else if (isa != NN_ISA_BASE)
-		conv2d_direct_backward_pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, in,
+		pp_nn_conv2d_direct_backward_pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, in,
 						   n);
 	else
-		conv2d_direct_backward_pooled_portable(l, pool, din, dw, db, dpool, idx, relu_out, w,
+		pp_nn_conv2d_direct_backward_pooled_portable(l, pool, din, dw, db, dpool, idx, relu_out, w,
 						       in, n);
 }

@@ -67,7 +67,7 @@ u8_to_f32_avx512(float *dst, const uint8_t *src, size_t count, float scale, floa
 	}
 }
 
-void u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
+void pp_nn_u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
 		   enum nn_isa isa)
 {
 	const float scale = 1.0f / (255.0f * std), shift = mean / std;
@@ -80,7 +80,7 @@ void u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, flo
 		u8_to_f32_portable(dst, src, count, scale, shift);
 }
 
-void u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std)
+void pp_nn_u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std)
 {
-	u8_to_f32_isa(dst, src, count, mean, std, nn_isa_best());
+	pp_nn_u8_to_f32_isa(dst, src, count, mean, std, nn_isa_best());
 }

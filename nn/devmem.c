@@ -16,27 +16,27 @@
 #include "nn/nn_internal.h"
 #include "device/device_impl.h"
 
-enum pp_device_kind nn_device_kind(const struct pp_device *dev)
+enum pp_device_kind pp_nn_device_kind(const struct pp_device *dev)
 {
 	return dev ? pp_device_get_props(dev)->kind : PP_DEVICE_CPU;
 }
 
-const char *nn_device_name(const struct pp_device *dev)
+const char *pp_nn_device_name(const struct pp_device *dev)
 {
 	return dev ? pp_device_get_props(dev)->name : "cpu";
 }
 
-bool nn_host_addressable(const struct pp_device *dev)
+bool pp_nn_host_addressable(const struct pp_device *dev)
 {
-	return nn_device_kind(dev) != PP_DEVICE_CUDA;
+	return pp_nn_device_kind(dev) != PP_DEVICE_CUDA;
 }
 
-void *nn_cuda_stream(struct pp_stream *stream)
+void *pp_nn_cuda_stream(struct pp_stream *stream)
 {
 	return pp_stream_cuda_handle(stream);
 }
 
-int nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
+int pp_nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 {
 	void *p = NULL;
 	int ret;
@@ -49,7 +49,7 @@ int nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 		if (ret)
 			return ret;
 	}
-	if (nn_host_addressable(dev)) {
+	if (pp_nn_host_addressable(dev)) {
 		memset(p, 0, bytes);
 	} else {
 		ret = pp_cuda_zero(p, bytes, NULL);
@@ -64,7 +64,7 @@ int nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 	return 0;
 }
 
-void nn_mem_free(struct pp_device *dev, void *ptr)
+void pp_nn_mem_free(struct pp_device *dev, void *ptr)
 {
 	if (dev)
 		pp_device_free(dev, ptr);
@@ -88,10 +88,10 @@ static int copy_on(struct pp_device *dev, void *dst, const void *src, size_t byt
 	return ret;
 }
 
-int nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_dev, const void *src,
+int pp_nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_dev, const void *src,
 		size_t bytes)
 {
-	bool dst_host = nn_host_addressable(dst_dev), src_host = nn_host_addressable(src_dev);
+	bool dst_host = pp_nn_host_addressable(dst_dev), src_host = pp_nn_host_addressable(src_dev);
 	void *bounce;
 	int ret;
 
@@ -111,7 +111,7 @@ int nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_dev,
 	bounce = malloc(bytes);
 	if (!bounce)
 		return pp_error(-ENOMEM, "nn: out of memory for a copy of %zu bytes from %s to %s", bytes,
-				nn_device_name(src_dev), nn_device_name(dst_dev));
+				pp_nn_device_name(src_dev), pp_nn_device_name(dst_dev));
 	ret = copy_on(src_dev, bounce, src, bytes, PP_COPY_D2H);
 	if (!ret)
 		ret = copy_on(dst_dev, dst, bounce, bytes, PP_COPY_H2D);

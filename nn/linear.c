@@ -16,7 +16,7 @@
 
 #include "nn/nn_internal.h"
 
-void linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+void pp_nn_linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, int n)
 {
 	const int ic = (int)l->in_size, oc = l->out_c;
@@ -29,7 +29,7 @@ void linear_forward(const struct nn_layer *l, float *out, const float *in, const
 		    out, oc);
 }
 
-void linear_backward_input(const struct nn_layer *l, float *din, const float *dout, const float *w,
+void pp_nn_linear_backward_input(const struct nn_layer *l, float *din, const float *dout, const float *w,
 			   int n)
 {
 	const int ic = (int)l->in_size, oc = l->out_c;
@@ -107,7 +107,7 @@ __attribute__((target("avx512f"))) static void dw_avx512(float *dw, const float 
 	}
 }
 
-void linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
+void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
 				const float *in, int n, int j0, int j1, float beta, enum nn_isa isa)
 {
 	const int ic = (int)l->in_size, oc = l->out_c;
@@ -128,16 +128,16 @@ void linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, 
 		    ic, beta, dw + j0, ic);
 }
 
-void linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,
+void pp_nn_linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,
 			    const float *in, int n, int j0, int j1, float beta)
 {
-	linear_backward_params_isa(l, dw, db, dout, in, n, j0, j1, beta, nn_isa_best());
+	pp_nn_linear_backward_params_isa(l, dw, db, dout, in, n, j0, j1, beta, nn_isa_best());
 }
 
-void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+void pp_nn_linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *in, const float *w, int n)
 {
-	linear_backward_params(l, dw, db, dout, in, n, 0, (int)l->in_size, 1.0f);
+	pp_nn_linear_backward_params(l, dw, db, dout, in, n, 0, (int)l->in_size, 1.0f);
 	if (din)
-		linear_backward_input(l, din, dout, w, n);
+		pp_nn_linear_backward_input(l, din, dout, w, n);
 }

@@ -123,7 +123,7 @@ __attribute__((target("avx512f"))) static void softmax_xent_avx512(const float *
 	*correct += right;
 }
 
-int softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, float scale,
+int pp_nn_softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, float scale,
 		     float *dlogits, double *losses, uint64_t *correct, enum nn_isa isa)
 {
 	for (int i = 0; i < n; i++)
@@ -137,8 +137,8 @@ int softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, f
 	return 0;
 }
 
-int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
+int pp_nn_softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
 		 float *dlogits, double *losses, uint64_t *correct)
 {
-	return softmax_xent_isa(logits, labels, n, c, scale, dlogits, losses, correct, nn_isa_best());
+	return pp_nn_softmax_xent_isa(logits, labels, n, c, scale, dlogits, losses, correct, nn_isa_best());
 }

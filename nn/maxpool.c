@@ -2,7 +2,7 @@
  * nn/maxpool.c: MaxPool2d (no padding) on the CPU.  The forward keeps the
  * index of each window's maximum (the first one, as PyTorch's CPU kernel),
  * so the backward routes each gradient to it.  A ReLU before it can be
- * fused in (maxpool_relu_forward()).  The common 2x2 windows of stride 2
+ * fused in (pp_nn_maxpool_relu_forward()).  The common 2x2 windows of stride 2
  * have a portable version, four windows at a time, and an AVX-512 one,
  * sixteen, chosen at run time.
  */
@@ -163,7 +163,7 @@ NN_AVX512 static void maxpool2_avx512(const struct nn_layer *l, float *out, int3
 }
 
 /* relu: as maxpool2(); isa: the version of the 2x2 windows of stride 2 (one the CPU has) */
-void maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+void pp_nn_maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
 			  int n, bool relu, enum nn_isa isa)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
@@ -203,18 +203,18 @@ void maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, co
 	}
 }
 
-void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n)
+void pp_nn_maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n)
 {
-	maxpool_forward_impl(l, out, idx, in, n, false, nn_isa_best());
+	pp_nn_maxpool_forward_impl(l, out, idx, in, n, false, nn_isa_best());
 }
 
-void maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+void pp_nn_maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
 			  int n)
 {
-	maxpool_forward_impl(l, out, idx, in, n, true, nn_isa_best());
+	pp_nn_maxpool_forward_impl(l, out, idx, in, n, true, nn_isa_best());
 }
 
-void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
+void pp_nn_maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
 		      const int32_t *idx, int n)
 {
 	memset(din, 0, (size_t)n * l->in_size * sizeof(float));

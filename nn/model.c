@@ -79,14 +79,14 @@ static void free_activations(struct pp_model *m)
 {
 	if (m->acts)
 		for (size_t i = 0; i < m->n_layers; i++) {
-			nn_mem_free(m->dev, m->acts[i]);
-			nn_mem_free(m->dev, m->dacts[i]);
-			nn_mem_free(m->dev, m->pool_idx[i]);
+			pp_nn_mem_free(m->dev, m->acts[i]);
+			pp_nn_mem_free(m->dev, m->dacts[i]);
+			pp_nn_mem_free(m->dev, m->pool_idx[i]);
 		}
 	free(m->acts);
 	free(m->dacts);
 	free(m->pool_idx);
-	nn_mem_free(m->dev, m->input);
+	pp_nn_mem_free(m->dev, m->input);
 	m->acts = m->dacts = NULL;
 	m->pool_idx = NULL;
 	m->input = NULL;
@@ -94,7 +94,7 @@ static void free_activations(struct pp_model *m)
 }
 
 /* Makes room for 'batch' samples; allocates only when the batch is larger than any before. */
-int nn_model_reserve(struct pp_model *m, size_t batch)
+int pp_nn_model_reserve(struct pp_model *m, size_t batch)
 {
 	size_t bytes;
 	int ret;
@@ -113,17 +113,17 @@ int nn_model_reserve(struct pp_model *m, size_t batch)
 		ret = pp_error(-EOVERFLOW, "model: a batch of %zu is too large", batch);
 		goto err_free_activations;
 	}
-	ret = nn_mem_alloc(m->dev, bytes, (void **)&m->input);
+	ret = pp_nn_mem_alloc(m->dev, bytes, (void **)&m->input);
 	for (size_t i = 0; i < m->n_layers && !ret; i++) {
 		if (!pp_mul_size(batch, m->layers[i].out_size * sizeof(float), &bytes)) {
 			ret = pp_error(-EOVERFLOW, "model: a batch of %zu is too large", batch);
 			break;
 		}
-		ret = nn_mem_alloc(m->dev, bytes, (void **)&m->acts[i]);
+		ret = pp_nn_mem_alloc(m->dev, bytes, (void **)&m->acts[i]);
 		if (!ret)
-			ret = nn_mem_alloc(m->dev, bytes, (void **)&m->dacts[i]);
+			ret = pp_nn_mem_alloc(m->dev, bytes, (void **)&m->dacts[i]);
 		if (!ret && m->layers[i].kind == NN_MAXPOOL)
-			ret = nn_mem_alloc(m->dev, bytes, (void **)&m->pool_idx[i]);
+			ret = pp_nn_mem_alloc(m->dev, bytes, (void **)&m->pool_idx[i]);
 	}
 	if (ret)
 		goto err_free_activations;
@@ -138,7 +138,7 @@ err_free_activations:
 	return ret;
 }
 
-int nn_model_check_runtime(const struct pp_model_config *cfg)
+int pp_nn_model_check_runtime(const struct pp_model_config *cfg)
 {
 	if (cfg->threads < 1 || cfg->threads > NN_MAX_THREADS)
 		return pp_error(-EINVAL, "model: %d threads (expected 1..%d)", cfg->threads, NN_MAX_THREADS);
@@ -150,13 +150,13 @@ int nn_model_check_runtime(const struct pp_model_config *cfg)
 
 static int check_config(const struct pp_model_config *cfg)
 {
-	int ret = nn_model_check_runtime(cfg);
+	int ret = pp_nn_model_check_runtime(cfg);
 
 	if (ret)
 		return ret;
 	if (cfg->num_classes < 2)
 		return pp_error(-EINVAL, "model: %u classes (expected >= 2)", cfg->num_classes);
-	return nn_optim_check(&cfg->optim);
+	return pp_nn_optim_check(&cfg->optim);
 }
 
 void pp_model_destroy(struct pp_model *m)
@@ -166,10 +166,10 @@ void pp_model_destroy(struct pp_model *m)
 	if (m->backend)
 		m->backend->teardown(m);
 	free_activations(m);
-	nn_mem_free(m->dev, m->optim.buf1);
-	nn_mem_free(m->dev, m->optim.buf2);
-	nn_mem_free(m->dev, m->grads);
-	nn_mem_free(m->dev, m->params);
+	pp_nn_mem_free(m->dev, m->optim.buf1);
+	pp_nn_mem_free(m->dev, m->optim.buf2);
+	pp_nn_mem_free(m->dev, m->grads);
+	pp_nn_mem_free(m->dev, m->params);
 	free(m->layers);
 	free(m->spec);
 	free(m);
@@ -181,13 +181,13 @@ static int model_setup(struct pp_model *m)
 	size_t pbytes = m->n_params * sizeof(float);
 	int ret;
 
-	ret = nn_mem_alloc(m->dev, pbytes, (void **)&m->params);
+	ret = pp_nn_mem_alloc(m->dev, pbytes, (void **)&m->params);
 	if (!ret)
-		ret = nn_mem_alloc(m->dev, pbytes, (void **)&m->grads);
+		ret = pp_nn_mem_alloc(m->dev, pbytes, (void **)&m->grads);
 	if (!ret)
-		ret = nn_mem_alloc(m->dev, pbytes, (void **)&m->optim.buf1);
+		ret = pp_nn_mem_alloc(m->dev, pbytes, (void **)&m->optim.buf1);
 	if (!ret && m->cfg.optim.kind == PP_OPTIM_ADAM)
-		ret = nn_mem_alloc(m->dev, pbytes, (void **)&m->optim.buf2);
+		ret = pp_nn_mem_alloc(m->dev, pbytes, (void **)&m->optim.buf2);
 	if (ret)
 		return ret;
 	m->optim.cfg = m->cfg.optim;
@@ -195,7 +195,7 @@ static int model_setup(struct pp_model *m)
 	return m->backend->setup(m);
 }
 
-int nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,
+int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,
 		 struct pp_model **model_p)
 {
 	struct pp_model *m;
@@ -209,10 +209,10 @@ int nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_
 	if (!m)
 		return pp_error(-ENOMEM, "model: out of memory");
 	m->dev = dev;
-	m->kind = nn_device_kind(dev);
-	m->backend = m->kind == PP_DEVICE_CUDA ? &nn_backend_cuda : &nn_backend_cpu;
+	m->kind = pp_nn_device_kind(dev);
+	m->backend = m->kind == PP_DEVICE_CUDA ? &pp_nn_backend_cuda : &pp_nn_backend_cpu;
 	m->cfg = *cfg;
-	ret = nn_spec_parse(spec, (int)PP_MIN(cfg->in_channels, 1u << 30),
+	ret = pp_nn_spec_parse(spec, (int)PP_MIN(cfg->in_channels, 1u << 30),
 			    (int)PP_MIN(cfg->in_height, 1u << 30), (int)PP_MIN(cfg->in_width, 1u << 30),
 			    &m->layers, &m->n_layers, &m->spec);
 	if (ret)
@@ -241,7 +241,7 @@ int pp_model_create(const char *spec, struct pp_device *dev, const struct pp_mod
 {
 	struct pp_model *m;
 	float *host;
-	int ret = nn_model_new(spec, dev, cfg, &m);
+	int ret = pp_nn_model_new(spec, dev, cfg, &m);
 
 	if (ret)
 		return ret;
@@ -305,7 +305,7 @@ int pp_model_summary(const struct pp_model *m, char *buf, size_t size)
 	return (int)len;
 }
 
-int nn_model_wait(struct pp_model *m)
+int pp_nn_model_wait(struct pp_model *m)
 {
 	return m->kind == PP_DEVICE_CUDA ? pp_stream_synchronize(m->cfg.stream) : 0;
 }
@@ -317,8 +317,8 @@ int pp_model_params_read(struct pp_model *m, float *dst, size_t count)
 	if (count != m->n_params)
 		return pp_error(-EINVAL, "model: reading %zu parameters, the model has %zu", count,
 				m->n_params);
-	ret = nn_model_wait(m);
-	return ret ? ret : nn_mem_copy(NULL, dst, m->dev, m->params, count * sizeof(float));
+	ret = pp_nn_model_wait(m);
+	return ret ? ret : pp_nn_mem_copy(NULL, dst, m->dev, m->params, count * sizeof(float));
 }
 
 int pp_model_grads_read(struct pp_model *m, float *dst, size_t count)
@@ -328,8 +328,8 @@ int pp_model_grads_read(struct pp_model *m, float *dst, size_t count)
 	if (count != m->n_params)
 		return pp_error(-EINVAL, "model: reading %zu gradients, the model has %zu", count,
 				m->n_params);
-	ret = nn_model_wait(m);
-	return ret ? ret : nn_mem_copy(NULL, dst, m->dev, m->grads, count * sizeof(float));
+	ret = pp_nn_model_wait(m);
+	return ret ? ret : pp_nn_mem_copy(NULL, dst, m->dev, m->grads, count * sizeof(float));
 }
 
 size_t pp_model_param_list(const struct pp_model *m, struct pp_model_param *params, size_t max)
@@ -363,15 +363,15 @@ int pp_model_params_write(struct pp_model *m, const float *src, size_t count)
 	if (count != m->n_params)
 		return pp_error(-EINVAL, "model: writing %zu parameters, the model has %zu", count,
 				m->n_params);
-	ret = nn_model_wait(m);
-	return ret ? ret : nn_mem_copy(m->dev, m->params, NULL, src, count * sizeof(float));
+	ret = pp_nn_model_wait(m);
+	return ret ? ret : pp_nn_mem_copy(m->dev, m->params, NULL, src, count * sizeof(float));
 }
 
 /* True when a tensor on 'dev' can be used by a model on 'mdev'. */
 static bool same_device(const struct pp_device *dev, const struct pp_device *mdev)
 {
 	return dev == mdev ||
-	       (nn_device_kind(dev) == PP_DEVICE_CPU && nn_device_kind(mdev) == PP_DEVICE_CPU);
+	       (pp_nn_device_kind(dev) == PP_DEVICE_CPU && pp_nn_device_kind(mdev) == PP_DEVICE_CPU);
 }
 
 /* Checks that 'inputs' fits the model (device, dtype, sample shape) and fills the job's inputs. */
@@ -383,7 +383,7 @@ static int check_inputs(struct pp_model *m, const struct pp_tensor *in, const in
 
 	if (!same_device(in->dev, m->dev))
 		return pp_error(-EINVAL, "model inputs: expected device %s but got %s",
-				nn_device_name(m->dev), nn_device_name(in->dev));
+				pp_nn_device_name(m->dev), pp_nn_device_name(in->dev));
 	for (int i = 1; i < in->ndim; i++)
 		per *= in->shape[i];
 	if (in->ndim < 2 || per != want)
@@ -397,7 +397,7 @@ static int check_inputs(struct pp_model *m, const struct pp_tensor *in, const in
 	job->in_u8 = in->dtype == PP_DTYPE_U8 ? in->data : NULL;
 	job->in_f32 = in->dtype == PP_DTYPE_F32 ? in->data : NULL;
 	job->labels = labels;
-	return nn_model_reserve(m, job->batch);
+	return pp_nn_model_reserve(m, job->batch);
 }
 
 int pp_model_train_step(struct pp_model *m, const struct pp_tensor *inputs, const int32_t *labels)
@@ -424,7 +424,7 @@ int pp_model_evaluate(struct pp_model *m, const struct pp_tensor *inputs, const 
 				pp_dtype_name(logits->dtype), job.batch * last->out_size);
 	if (logits && !same_device(logits->dev, m->dev))
 		return pp_error(-EINVAL, "model logits: expected device %s but got %s",
-				nn_device_name(m->dev), nn_device_name(logits->dev));
+				pp_nn_device_name(m->dev), pp_nn_device_name(logits->dev));
 	job.logits = logits ? logits->data : NULL;
 	return m->backend->run(m, &job);
 }

@@ -44,7 +44,7 @@ struct nn_worker {
 	float *col;         /* (group, col_floats): each conv's columns of the group,
 			     * at group x the layer's col_off */
 	float *dcol;        /* (col_one) the column gradient of one sample, or
-			     * conv2d_backward_pooled()'s scratch where larger */
+			     * pp_nn_conv2d_backward_pooled()'s scratch where larger */
 };
 
 /* Columns j0..j1-1 of the weight gradient of a linear layer (its bias too when j0 = 0). */
@@ -61,7 +61,7 @@ struct nn_chunk {
 	char msg[256];      /* the error message when err */
 };
 
-/* True for the ReLU and max-pool whose backward conv2d_backward_pooled() does. */
+/* True for the ReLU and max-pool whose backward pp_nn_conv2d_backward_pooled() does. */
 static bool behind_pooled_conv(const struct pp_model *m, size_t i)
 {
 	const struct nn_layer *L = m->layers;
@@ -80,8 +80,8 @@ static const struct nn_layer *pool_of(const struct pp_model *m, size_t i)
 
 /*
  * True for a max-pool (i) behind a ReLU behind a convolution whose
- * backward is conv2d_backward_pooled(): the ReLU is done by the pool's
- * forward (maxpool_relu_forward() on the convolution's output), its own
+ * backward is pp_nn_conv2d_backward_pooled(): the ReLU is done by the pool's
+ * forward (pp_nn_maxpool_relu_forward() on the convolution's output), its own
  * output is not written, and the backward reads the sign of the
  * convolution's output in place of the ReLU's.
  */
@@ -124,7 +124,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	if (job->in_u8) {
 		size_t sz = m->layers[0].in_size;
 
-		u8_to_f32(m->input + s0 * sz, job->in_u8 + s0 * sz, (size_t)n * sz, m->cfg.mean,
+		pp_nn_u8_to_f32(m->input + s0 * sz, job->in_u8 + s0 * sz, (size_t)n * sz, m->cfg.mean,
 			  m->cfg.std);
 		x = m->input + s0 * sz;
 	} else {
@@ -137,31 +137,31 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 		switch (l->kind) {
 		case NN_CONV:
 			if (l->direct)
-				conv2d_direct_forward(l, y, x, P + l->w_off, P + l->b_off, n);
+				pp_nn_conv2d_direct_forward(l, y, x, P + l->w_off, P + l->b_off, n);
 			else
-				conv2d_forward(l, y, x, P + l->w_off, P + l->b_off,
+				pp_nn_conv2d_forward(l, y, x, P + l->w_off, P + l->b_off,
 					       wk->col + m->group * l->col_off, n);
 			break;
 		case NN_MAXPOOL:
 			if (relu_in_pool(m, i))
-				maxpool_relu_forward(l, y, m->pool_idx[i] + s0 * l->out_size,
+				pp_nn_maxpool_relu_forward(l, y, m->pool_idx[i] + s0 * l->out_size,
 						     m->acts[i - 2] + s0 * l->in_size, n);
 			else
-				maxpool_forward(l, y, m->pool_idx[i] + s0 * l->out_size, x, n);
+				pp_nn_maxpool_forward(l, y, m->pool_idx[i] + s0 * l->out_size, x, n);
 			break;
 		case NN_RELU:
 			if (!relu_in_pool(m, i + 1))
-				relu_forward(y, x, (size_t)n * l->out_size);
+				pp_nn_relu_forward(y, x, (size_t)n * l->out_size);
 			break;
 		case NN_FLATTEN:
 			continue; /* its output is its input (output_of()) */
 		case NN_LINEAR:
-			linear_forward(l, y, x, P + l->w_off, P + l->b_off, n);
+			pp_nn_linear_forward(l, y, x, P + l->w_off, P + l->b_off, n);
 			break;
 		}
 		x = y;
 	}
-	ret = softmax_xent(x, job->labels + s0, n, last->out_c, 1.0f / (float)job->batch,
+	ret = pp_nn_softmax_xent(x, job->labels + s0, n, last->out_c, 1.0f / (float)job->batch,
 			   job->train ? m->dacts[m->n_layers - 1] + s0 * last->out_size : NULL,
 			   m->losses + s0, correct);
 	if (ret || !job->train)
@@ -182,27 +182,27 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 				const float *r = p == i + 2 ? m->acts[i] + s0 * l->out_size : NULL;
 
 				if (l->direct)
-					conv2d_direct_backward_pooled(l, pool, dx, G + l->w_off,
+					pp_nn_conv2d_direct_backward_pooled(l, pool, dx, G + l->w_off,
 								      G + l->b_off, dp, ix, r,
 								      P + l->w_off,
 								      output_of(m, job, i - 1) + s0 * l->in_size, n);
 				else
-					conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off, dp,
+					pp_nn_conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off, dp,
 							       ix, r, P + l->w_off,
 							       wk->col + m->group * l->col_off,
 							       wk->dcol, n);
 			} else {
-				conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
+				pp_nn_conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
 						wk->col + m->group * l->col_off, wk->dcol, n);
 			}
 			break;
 		case NN_MAXPOOL:
 			if (dx && !behind_pooled_conv(m, i))
-				maxpool_backward(l, dx, dy, m->pool_idx[i] + s0 * l->out_size, n);
+				pp_nn_maxpool_backward(l, dx, dy, m->pool_idx[i] + s0 * l->out_size, n);
 			break;
 		case NN_RELU:
 			if (dx && !behind_pooled_conv(m, i))
-				relu_backward(dx, dy, m->acts[i] + s0 * l->out_size, (size_t)n * l->out_size);
+				pp_nn_relu_backward(dx, dy, m->acts[i] + s0 * l->out_size, (size_t)n * l->out_size);
 			break;
 		case NN_FLATTEN:
 			if (dx)
@@ -210,7 +210,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 			break;
 		case NN_LINEAR:
 			if (dx)
-				linear_backward_input(l, dx, dy, P + l->w_off, n);
+				pp_nn_linear_backward_input(l, dx, dy, P + l->w_off, n);
 			break;
 		}
 	}
@@ -276,7 +276,7 @@ static void run_dw_tasks(struct nn_worker *wk)
 		task = &m->dw_tasks[t];
 		l = &m->layers[task->layer];
 		in = output_of(m, job, task->layer - 1);
-		linear_backward_params(l, m->grads + l->w_off, task->j0 ? NULL : m->grads + l->b_off,
+		pp_nn_linear_backward_params(l, m->grads + l->w_off, task->j0 ? NULL : m->grads + l->b_off,
 				       m->dacts[task->layer], in, (int)job->batch, task->j0, task->j1,
 				       0.0f);
 	}
@@ -377,21 +377,21 @@ static void cpu_teardown(struct pp_model *m)
 	m->tids = NULL;
 	if (m->workers)
 		for (int t = 0; t < m->threads; t++) {
-			nn_mem_free(m->dev, m->workers[t].col);
-			nn_mem_free(m->dev, m->workers[t].dcol);
+			pp_nn_mem_free(m->dev, m->workers[t].col);
+			pp_nn_mem_free(m->dev, m->workers[t].dcol);
 		}
 	free(m->workers);
 	m->workers = NULL;
 	if (m->chunks)
 		for (size_t c = 1; c < m->chunks_ready; c++)
-			nn_mem_free(m->dev, m->chunks[c].grads);
+			pp_nn_mem_free(m->dev, m->chunks[c].grads);
 	free(m->chunks);
 	m->chunks = NULL;
 	free(m->dw_tasks);
 	m->dw_tasks = NULL;
 	m->n_dw_tasks = 0;
 	m->chunks_ready = 0;
-	nn_mem_free(m->dev, m->losses);
+	pp_nn_mem_free(m->dev, m->losses);
 	m->losses = NULL;
 }
 
@@ -407,12 +407,12 @@ static int cpu_setup(struct pp_model *m)
 
 		if (l->kind != NN_CONV)
 			continue;
-		l->direct = conv2d_direct_fits(l);
+		l->direct = pp_nn_conv2d_direct_fits(l);
 		if (l->direct)
 			continue;
 		l->col_off = m->col_floats;
 		m->col_floats += cols;
-		col_one = PP_MAX(col_one, l->sparse_dout ? conv2d_backward_pooled_scratch(l, pool_of(m, i))
+		col_one = PP_MAX(col_one, l->sparse_dout ? pp_nn_conv2d_backward_pooled_scratch(l, pool_of(m, i))
 							 : cols);
 	}
 	m->group = m->col_floats ? PP_MIN(PP_MAX(NN_GROUP_BYTES / (m->col_floats * sizeof(float)), 1u),
@@ -441,10 +441,10 @@ static int cpu_setup(struct pp_model *m)
 		struct nn_worker *wk = &m->workers[t];
 
 		wk->m = m;
-		ret = nn_mem_alloc(m->dev, (m->col_floats ? m->group * m->col_floats : 0) *
+		ret = pp_nn_mem_alloc(m->dev, (m->col_floats ? m->group * m->col_floats : 0) *
 							   sizeof(float), (void **)&wk->col);
 		if (!ret)
-			ret = nn_mem_alloc(m->dev, col_one * sizeof(float), (void **)&wk->dcol);
+			ret = pp_nn_mem_alloc(m->dev, col_one * sizeof(float), (void **)&wk->dcol);
 		if (ret)
 			return ret;
 	}
@@ -474,11 +474,11 @@ static int cpu_reserve(struct pp_model *m)
 	const size_t chunks = PP_MIN((m->capacity + group - 1) / group, (size_t)NN_CHUNKS);
 	int ret;
 
-	nn_mem_free(m->dev, m->losses);
+	pp_nn_mem_free(m->dev, m->losses);
 	m->losses = NULL;
-	ret = nn_mem_alloc(m->dev, m->capacity * sizeof(double), (void **)&m->losses);
+	ret = pp_nn_mem_alloc(m->dev, m->capacity * sizeof(double), (void **)&m->losses);
 	for (; !ret && m->chunks_ready < chunks; m->chunks_ready++)
-		ret = nn_mem_alloc(m->dev, m->n_params * sizeof(float),
+		ret = pp_nn_mem_alloc(m->dev, m->n_params * sizeof(float),
 				   (void **)&m->chunks[m->chunks_ready].grads);
 	return ret;
 }
@@ -514,7 +514,7 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 			for (size_t j = 0; j < l->n_b; j++)
 				m->grads[l->b_off + j] += g[l->b_off + j];
 		}
-	nn_optim_step_cpu(&m->optim, m->params, m->grads, m->n_params);
+	pp_nn_optim_step_cpu(&m->optim, m->params, m->grads, m->n_params);
 	return 0;
 }
 
@@ -536,7 +536,7 @@ static int cpu_metrics(struct pp_model *m, bool reset, struct pp_model_metrics *
 	return 0;
 }
 
-const struct nn_backend nn_backend_cpu = {
+const struct nn_backend pp_nn_backend_cpu = {
 	.setup = cpu_setup,
 	.teardown = cpu_teardown,
 	.reserve = cpu_reserve,

@@ -38,10 +38,10 @@ static void cuda_teardown(struct pp_model *m)
 		pp_cuda_sync(m->stream);
 	pp_cuda_blas_destroy(m->blas);
 	m->blas = NULL;
-	nn_mem_free(m->dev, m->col_all);
-	nn_mem_free(m->dev, m->dcol_all);
-	nn_mem_free(m->dev, m->perm);
-	nn_mem_free(m->dev, m->acc);
+	pp_nn_mem_free(m->dev, m->col_all);
+	pp_nn_mem_free(m->dev, m->dcol_all);
+	pp_nn_mem_free(m->dev, m->perm);
+	pp_nn_mem_free(m->dev, m->acc);
 	m->col_all = m->dcol_all = m->perm = NULL;
 	m->acc = NULL;
 }
@@ -53,14 +53,14 @@ static int cuda_setup(struct pp_model *m)
 
 	if (!s)
 		return pp_error(-EINVAL, "model on %s: no stream given (config field 'stream')",
-				nn_device_name(m->dev));
+				pp_nn_device_name(m->dev));
 	if (s->dev != m->dev)
 		return pp_error(-EINVAL, "model stream: expected device %s but got %s",
-				nn_device_name(m->dev), nn_device_name(s->dev));
-	m->stream = nn_cuda_stream(s);
+				pp_nn_device_name(m->dev), pp_nn_device_name(s->dev));
+	m->stream = pp_nn_cuda_stream(s);
 	ret = pp_cuda_blas_create(m->stream, &m->blas);
 	if (!ret)
-		ret = nn_mem_alloc(m->dev, sizeof(*m->acc), (void **)&m->acc);
+		ret = pp_nn_mem_alloc(m->dev, sizeof(*m->acc), (void **)&m->acc);
 	return ret;
 }
 
@@ -78,17 +78,17 @@ static int cuda_reserve(struct pp_model *m)
 		col = PP_MAX(col, (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k);
 		out = PP_MAX(out, l->out_size);
 	}
-	nn_mem_free(m->dev, m->col_all);
-	nn_mem_free(m->dev, m->dcol_all);
-	nn_mem_free(m->dev, m->perm);
+	pp_nn_mem_free(m->dev, m->col_all);
+	pp_nn_mem_free(m->dev, m->dcol_all);
+	pp_nn_mem_free(m->dev, m->perm);
 	m->col_all = m->dcol_all = m->perm = NULL;
 	if (!col)
 		return 0;
-	ret = nn_mem_alloc(m->dev, m->capacity * col * sizeof(float), (void **)&m->col_all);
+	ret = pp_nn_mem_alloc(m->dev, m->capacity * col * sizeof(float), (void **)&m->col_all);
 	if (!ret)
-		ret = nn_mem_alloc(m->dev, m->capacity * col * sizeof(float), (void **)&m->dcol_all);
+		ret = pp_nn_mem_alloc(m->dev, m->capacity * col * sizeof(float), (void **)&m->dcol_all);
 	if (!ret)
-		ret = nn_mem_alloc(m->dev, m->capacity * out * sizeof(float), (void **)&m->perm);
+		ret = pp_nn_mem_alloc(m->dev, m->capacity * out * sizeof(float), (void **)&m->perm);
 	return ret;
 }
 
@@ -276,7 +276,7 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 	int ret = 0;
 
 	if (job->batch > INT32_MAX / PP_MAX(last->out_size, m->layers[0].in_size))
-		return pp_error(-EINVAL, "model on %s: a batch of %zu is too large", nn_device_name(m->dev),
+		return pp_error(-EINVAL, "model on %s: a batch of %zu is too large", pp_nn_device_name(m->dev),
 				job->batch);
 	if (job->in_u8) {
 		ret = pp_cuda_u8_to_f32(job->in_u8, m->input, job->batch * m->layers[0].in_size,
@@ -318,7 +318,7 @@ static int cuda_metrics(struct pp_model *m, bool reset, struct pp_model_metrics 
 	}
 	if (acc.bad_label)
 		return pp_error(-ERANGE, "model on %s: a label outside 0..%d was given since the last reset",
-				nn_device_name(m->dev), (int)m->layers[m->n_layers - 1].out_size - 1);
+				pp_nn_device_name(m->dev), (int)m->layers[m->n_layers - 1].out_size - 1);
 	metrics_p->loss_sum = acc.loss_sum;
 	metrics_p->correct = acc.correct;
 	metrics_p->samples = m->metrics.samples;
@@ -327,7 +327,7 @@ static int cuda_metrics(struct pp_model *m, bool reset, struct pp_model_metrics 
 	return 0;
 }
 
-const struct nn_backend nn_backend_cuda = {
+const struct nn_backend pp_nn_backend_cuda = {
 	.setup = cuda_setup,
 	.teardown = cuda_teardown,
 	.reserve = cuda_reserve,

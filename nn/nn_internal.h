@@ -26,18 +26,18 @@ struct pp_tensor {
 };
 
 /* Host or device memory for the nn module, zeroed (nn/devmem.c). */
-int nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p);
-void nn_mem_free(struct pp_device *dev, void *ptr);
+int pp_nn_mem_alloc(struct pp_device *dev, size_t bytes, void **ptr_p);
+void pp_nn_mem_free(struct pp_device *dev, void *ptr);
 /* Copies bytes between two places, each on its device (NULL: host); returns when done. */
-int nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_dev, const void *src,
+int pp_nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_dev, const void *src,
 		size_t bytes);
 /* The name of a device for messages: "cpu" for the host. */
-const char *nn_device_name(const struct pp_device *dev);
-enum pp_device_kind nn_device_kind(const struct pp_device *dev);
+const char *pp_nn_device_name(const struct pp_device *dev);
+enum pp_device_kind pp_nn_device_kind(const struct pp_device *dev);
 /* True when the CPU can use the device's memory in place (the host, cpu, sim). */
-bool nn_host_addressable(const struct pp_device *dev);
+bool pp_nn_host_addressable(const struct pp_device *dev);
 /* The cudaStream_t of a stream of a cuda device (NULL for NULL). */
-void *nn_cuda_stream(struct pp_stream *stream);
+void *pp_nn_cuda_stream(struct pp_stream *stream);
 
 enum nn_layer_kind {
 	NN_CONV = 1,
@@ -64,13 +64,13 @@ struct nn_layer {
 	size_t col_off;          /* conv: offset of its columns in a CPU worker's scratch, floats */
 	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
 				  * follows, so at most one output in each pooling window has a
-				  * gradient; the CPU backward of the three is conv2d_backward_pooled() */
+				  * gradient; the CPU backward of the three is pp_nn_conv2d_backward_pooled() */
 	bool direct;             /* conv, CPU: computed by conv2d_direct_*() without columns
-				  * (set when the CPU backend is set up, conv2d_direct_fits()) */
+				  * (set when the CPU backend is set up, pp_nn_conv2d_direct_fits()) */
 };
 
 /* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */
-int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layers_p,
+int pp_nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layers_p,
 		  size_t *n_p, char **expanded_p);
 
 /* ------------------------------------------------------------------ CPU kernels */
@@ -176,47 +176,47 @@ static inline void nn_axpy(float *restrict y, float a, const float *restrict x, 
 /* n is the number of samples of the slice; pointers point at its first sample. */
 
 /* out (n, out_c) = in (n, in_c) W^T (out_c, in_c) + b (out_c) */
-void linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+void pp_nn_linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, int n);
 /* dw += dout^T in; db += sum dout; din (may be NULL) = dout W */
-void linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+void pp_nn_linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *in, const float *w, int n);
 
 /* din (n, in_c) = dout W */
-void linear_backward_input(const struct nn_layer *l, float *din, const float *dout, const float *w,
+void pp_nn_linear_backward_input(const struct nn_layer *l, float *din, const float *dout, const float *w,
 			   int n);
 /*
  * The columns j0..j1-1 of dW: dw[:, j0:j1] = beta dw[:, j0:j1] + dout^T
  * in[:, j0:j1], and when db is not NULL db = beta db + sum dout, the
  * samples added in order (beta is 0 or 1).
  */
-void linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,
+void pp_nn_linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,
 			    const float *in, int n, int j0, int j1, float beta);
 
 /* col (n, out_h out_w, in_c k k): receives each sample's im2col columns */
-void conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+void pp_nn_conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n);
 /*
  * The same, the output by the code for isa (only one the CPU has): for
- * NN_ISA_AVX512 where conv2d_direct_forward_fits512(), the direct kernel
+ * NN_ISA_AVX512 where pp_nn_conv2d_direct_forward_fits512(), the direct kernel
  * from the input; otherwise (and for any other isa) a GEMM on the columns.
  */
-void conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, const float *w,
+void pp_nn_conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, const float *w,
 			 const float *b, float *col, int n, enum nn_isa isa);
 /*
- * col: the columns conv2d_forward() made of these n samples; dcol: scratch
+ * col: the columns pp_nn_conv2d_forward() made of these n samples; dcol: scratch
  * of one sample's columns; din may be NULL; dout (n, out_c, out_h, out_w)
  */
-void conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
+void pp_nn_conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
 		     const float *dout, const float *w, const float *col, float *dcol, int n);
 /*
  * The backward of conv (l), then a ReLU when relu_out (its output, or its
  * input: only the sign is read; shaped as the conv's) is not NULL, then 'pool', a max-pool with stride >= its
  * kernel (l->sparse_dout), from the pool's output gradient dpool and
  * indices idx (n, pool out_size): only the positions the pool selected
- * and the ReLU passed are visited.  Other arguments as conv2d_backward().
+ * and the ReLU passed are visited.  Other arguments as pp_nn_conv2d_backward().
  */
-void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool, float *din,
+void pp_nn_conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool, float *din,
 			    float *dw, float *db, const float *dpool, const int32_t *idx,
 			    const float *relu_out, const float *w, const float *cols, float *dcol,
 			    int n);
@@ -226,55 +226,55 @@ void conv2d_backward_pooled(const struct nn_layer *l, const struct nn_layer *poo
  * 1, no padding, k <= 8; with AVX-512, for kernels 3 and 5 behind a 2 x 2
  * pool, in registers a row at a time) or through dcol and col2im;
  * the code for isa (only one the CPU has, nn_isa_best()).  For both, dcol
- * holds conv2d_backward_pooled_scratch() floats.
+ * holds pp_nn_conv2d_backward_pooled_scratch() floats.
  */
-void conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
+void pp_nn_conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
 				 float *din, float *dw, float *db, const float *dpool,
 				 const int32_t *idx, const float *relu_out, const float *w,
 				 const float *cols, float *dcol, int n, bool scatter, enum nn_isa isa);
-/* The floats of dcol that conv2d_backward_pooled() takes for conv l behind pool: at least one sample's columns */
-size_t conv2d_backward_pooled_scratch(const struct nn_layer *l, const struct nn_layer *pool);
+/* The floats of dcol that pp_nn_conv2d_backward_pooled() takes for conv l behind pool: at least one sample's columns */
+size_t pp_nn_conv2d_backward_pooled_scratch(const struct nn_layer *l, const struct nn_layer *pool);
 
 /*
  * Direct convolution (nn/conv2d_direct.c): true for a conv layer it takes
  * (stride 1, no padding, one input channel, kernel <= 8, a max-pool
  * behind: sparse_dout), on a CPU with AVX2 and FMA.
  */
-bool conv2d_direct_fits(const struct nn_layer *l);
-/* out (n, out_c, out_h, out_w) = b + W * in, as conv2d_forward() but without columns */
-void conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
+bool pp_nn_conv2d_direct_fits(const struct nn_layer *l);
+/* out (n, out_c, out_h, out_w) = b + W * in, as pp_nn_conv2d_forward() but without columns */
+void pp_nn_conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 			   const float *b, int n);
 /* The two versions it chooses between (the AVX2 one only where the CPU has AVX2 and FMA). */
-void conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const float *in,
+void pp_nn_conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const float *in,
 				    const float *w, const float *b, int n);
-void conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in,
+void pp_nn_conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in,
 				const float *w, const float *b, int n);
 /*
  * The AVX-512 one, only where nn_isa_best() is NN_ISA_AVX512; any number
  * of input channels and kernel size, at stride 1 without padding.
  */
-void conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
+void pp_nn_conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
 				  const float *w, const float *b, int n);
 /*
- * True for a conv layer whose forward conv2d_forward() makes with
- * conv2d_direct_forward_avx512() on a CPU with AVX-512: stride 1, no
+ * True for a conv layer whose forward pp_nn_conv2d_forward() makes with
+ * pp_nn_conv2d_direct_forward_avx512() on a CPU with AVX-512: stride 1, no
  * padding, at most 1024 taps (C K K: the thin GEMMs of small networks).
  */
-bool conv2d_direct_forward_fits512(const struct nn_layer *l);
+bool pp_nn_conv2d_direct_forward_fits512(const struct nn_layer *l);
 /*
- * As conv2d_backward_pooled(), the weight gradient from the layer's input
+ * As pp_nn_conv2d_backward_pooled(), the weight gradient from the layer's input
  * in (n, in_c, in_h, in_w) in place of columns, din (may be NULL) written
  * whole.
  */
-void conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool,
+void pp_nn_conv2d_direct_backward_pooled(const struct nn_layer *l, const struct nn_layer *pool,
 				   float *din, float *dw, float *db, const float *dpool,
 				   const int32_t *idx, const float *relu_out, const float *w,
 				   const float *in, int n);
-void conv2d_direct_backward_pooled_portable(const struct nn_layer *l, const struct nn_layer *pool,
+void pp_nn_conv2d_direct_backward_pooled_portable(const struct nn_layer *l, const struct nn_layer *pool,
 					    float *din, float *dw, float *db, const float *dpool,
 					    const int32_t *idx, const float *relu_out,
 					    const float *w, const float *in, int n);
-void conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool,
+void pp_nn_conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool,
 					float *din, float *dw, float *db, const float *dpool,
 					const int32_t *idx, const float *relu_out, const float *w,
 					const float *in, int n);
@@ -282,33 +282,33 @@ void conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct n
  * The AVX-512 one: where nn_isa_best() is NN_ISA_AVX512, for k <= 5 and
  * (out_h + 2 (k - 1)) out_w <= 4096.
  */
-void conv2d_direct_backward_pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
+void pp_nn_conv2d_direct_backward_pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
 					  float *din, float *dw, float *db, const float *dpool,
 					  const int32_t *idx, const float *relu_out,
 					  const float *w, const float *in, int n);
 
 /* idx (n, out_c, out_h, out_w): the index in the sample's input of each maximum */
-void maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
+void pp_nn_maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n);
 /*
  * The max-pool of ReLU(in), from in: out = max(0, the window's maximum),
  * idx the window's maximum in 'in' (which may differ from the index of
- * maxpool_forward() on ReLU(in) only where out is 0).
+ * pp_nn_maxpool_forward() on ReLU(in) only where out is 0).
  */
-void maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+void pp_nn_maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
 			  int n);
 /*
  * Either of the two (relu), with the version of the 2x2 windows of stride
  * 2 for isa (only one the CPU has, nn_isa_best()): portable (four windows
  * at a time) or AVX-512 (sixteen); the same choices and values.
  */
-void maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
+void pp_nn_maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
 			  int n, bool relu, enum nn_isa isa);
-void maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
+void pp_nn_maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
 		      const int32_t *idx, int n);
 
-void relu_forward(float *out, const float *in, size_t count);
+void pp_nn_relu_forward(float *out, const float *in, size_t count);
 /* din = dout where out > 0, else 0 */
-void relu_backward(float *din, const float *dout, const float *out, size_t count);
+void pp_nn_relu_backward(float *din, const float *dout, const float *out, size_t count);
 
 /*
  * Softmax cross-entropy of n samples of c logits.  Writes each sample's
@@ -316,11 +316,11 @@ void relu_backward(float *din, const float *dout, const float *out, size_t count
  * (softmax - onehot) * scale to dlogits unless it is NULL.  Returns 0 or
  * -ERANGE for a label outside 0..c-1.
  */
-int softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
+int pp_nn_softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
 		 float *dlogits, double *losses, uint64_t *correct);
 
 /* dst[i] = src[i] * (1 / (255 std)) - mean / std, as nn/cuda/convert.cu */
-void u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std);
+void pp_nn_u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std);
 
 /* ------------------------------------------------------------------ optimizers */
 
@@ -332,23 +332,23 @@ struct nn_optim {
 	float *buf2;  /* Adam second moment (n); NULL for SGD */
 };
 
-int nn_optim_check(const struct pp_optimizer_config *cfg);
+int pp_nn_optim_check(const struct pp_optimizer_config *cfg);
 /* One update of p (n) from g (n); cpu. */
-void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
+void pp_nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n);
 
 /* ------------------------------------------------------------------ the MLP's step: vector versions */
 
 /* The kernels below come in a version for each enum nn_isa (above). */
-/* nn_optim_step_cpu() in the version for isa (which the CPU must have). */
-void nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa);
-/* softmax_xent() in the version for isa (AVX-512 for up to 16 classes, else portable). */
-int softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, float scale,
+/* pp_nn_optim_step_cpu() in the version for isa (which the CPU must have). */
+void pp_nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa);
+/* pp_nn_softmax_xent() in the version for isa (AVX-512 for up to 16 classes, else portable). */
+int pp_nn_softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, float scale,
 		     float *dlogits, double *losses, uint64_t *correct, enum nn_isa isa);
-/* linear_backward_params() in the version for isa: AVX-512, or else the GEMM of CBLAS. */
-void linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
+/* pp_nn_linear_backward_params() in the version for isa: AVX-512, or else the GEMM of CBLAS. */
+void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
 				const float *in, int n, int j0, int j1, float beta, enum nn_isa isa);
-/* u8_to_f32() in the version for isa; every version gives the same bits. */
-void u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
+/* pp_nn_u8_to_f32() in the version for isa; every version gives the same bits. */
+void pp_nn_u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
 		   enum nn_isa isa);
 
 /* ------------------------------------------------------------------ models */
@@ -384,17 +384,17 @@ struct nn_backend {
 	int (*metrics)(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p);
 };
 
-extern const struct nn_backend nn_backend_cpu;
-extern const struct nn_backend nn_backend_cuda;
+extern const struct nn_backend pp_nn_backend_cpu;
+extern const struct nn_backend pp_nn_backend_cuda;
 
 /* Checks the settings a checkpoint does not hold (threads, mean, std); -EINVAL with a message. */
-int nn_model_check_runtime(const struct pp_model_config *cfg);
+int pp_nn_model_check_runtime(const struct pp_model_config *cfg);
 
 /* Waits for the model's queued work (cuda); 0 or -errno. */
-int nn_model_wait(struct pp_model *m);
+int pp_nn_model_wait(struct pp_model *m);
 
 /* Activations and per-batch buffers for 'batch' samples (nn/model.c). */
-int nn_model_reserve(struct pp_model *m, size_t batch);
+int pp_nn_model_reserve(struct pp_model *m, size_t batch);
 
 struct pp_model {
 	struct pp_device *dev;    /* NULL: host */
@@ -461,7 +461,7 @@ struct nn_cuda_acc {
 };
 
 /* Builds a model with its buffers, parameters not yet set (nn/model.c). */
-int nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,
+int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,
 		 struct pp_model **model_p);
 
 #endif

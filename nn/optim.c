@@ -28,7 +28,7 @@
 #include "common/internal.h"
 #include "nn/nn_internal.h"
 
-int nn_optim_check(const struct pp_optimizer_config *c)
+int pp_nn_optim_check(const struct pp_optimizer_config *c)
 {
 	if (c->kind != PP_OPTIM_SGD && c->kind != PP_OPTIM_ADAM)
 		return pp_error(-EINVAL, "optimizer: unknown kind %d (expected sgd or adam)", (int)c->kind);
@@ -274,7 +274,7 @@ __attribute__((target("avx2,fma"))) static void sgd_step_avx2(struct nn_optim *o
 	}
 }
 
-void nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa)
+void pp_nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa)
 {
 	const bool sgd = o->cfg.kind == PP_OPTIM_SGD;
 
@@ -301,7 +301,7 @@ void nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, e
 	}
 }
 
-void nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n)
+void pp_nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n)
 {
-	nn_optim_step_isa(o, p, g, n, nn_isa_best());
+	pp_nn_optim_step_isa(o, p, g, n, nn_isa_best());
 }

@@ -9,7 +9,7 @@
 /* 4 lanes of int32, for the comparison masks of nn_f32x4 */
 typedef int32_t nn_i32x4 __attribute__((vector_size(16)));
 
-void relu_forward(float *out, const float *in, size_t count)
+void pp_nn_relu_forward(float *out, const float *in, size_t count)
 {
 	const nn_f32x4 zero = { 0.0f, 0.0f, 0.0f, 0.0f };
 	size_t i = 0;
@@ -27,7 +27,7 @@ void relu_forward(float *out, const float *in, size_t count)
 		out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
-void relu_backward(float *din, const float *dout, const float *out, size_t count)
+void pp_nn_relu_backward(float *din, const float *dout, const float *out, size_t count)
 {
 	const nn_f32x4 zero = { 0.0f, 0.0f, 0.0f, 0.0f };
 	size_t i = 0;

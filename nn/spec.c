@@ -155,7 +155,7 @@ static int shape_layer(const char *spec, size_t i, const char *tok, struct nn_la
 	return 0;
 }
 
-int nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layers_p,
+int pp_nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layers_p,
 		  size_t *n_p, char **expanded_p)
 {
 	struct nn_layer *layers = NULL;

@@ -31,7 +31,7 @@ static int tensor_new(struct pp_device *dev, enum pp_dtype dtype, int ndim, cons
 	if (!t)
 		return pp_error(-ENOMEM, "tensor: out of memory");
 	t->dev = dev;
-	t->kind = nn_device_kind(dev);
+	t->kind = pp_nn_device_kind(dev);
 	t->dtype = dtype;
 	t->ndim = ndim;
 	for (int i = 0; i < ndim; i++)
@@ -54,7 +54,7 @@ int pp_tensor_create(struct pp_device *dev, enum pp_dtype dtype, int ndim, const
 
 	if (ret)
 		return ret;
-	ret = nn_mem_alloc(dev, tensor_bytes(t), &t->data);
+	ret = pp_nn_mem_alloc(dev, tensor_bytes(t), &t->data);
 	if (ret) {
 		free(t);
 		return ret;
@@ -85,7 +85,7 @@ void pp_tensor_destroy(struct pp_tensor *t)
 	if (!t)
 		return;
 	if (t->owned)
-		nn_mem_free(t->dev, t->data);
+		pp_nn_mem_free(t->dev, t->data);
 	free(t);
 }
 
@@ -116,7 +116,7 @@ struct pp_device *pp_tensor_device(const struct pp_tensor *t)
 
 const char *pp_tensor_device_name(const struct pp_tensor *t)
 {
-	return nn_device_name(t->dev);
+	return pp_nn_device_name(t->dev);
 }
 
 void *pp_tensor_data(const struct pp_tensor *t)
@@ -129,7 +129,7 @@ int pp_tensor_copy_from_host(struct pp_tensor *t, const void *src, size_t bytes)
 	if (bytes != tensor_bytes(t))
 		return pp_error(-EINVAL, "tensor copy from host: %zu bytes given, the tensor holds %zu",
 				bytes, tensor_bytes(t));
-	return nn_mem_copy(t->dev, t->data, NULL, src, bytes);
+	return pp_nn_mem_copy(t->dev, t->data, NULL, src, bytes);
 }
 
 int pp_tensor_copy_to_host(const struct pp_tensor *t, void *dst, size_t bytes)
@@ -137,14 +137,14 @@ int pp_tensor_copy_to_host(const struct pp_tensor *t, void *dst, size_t bytes)
 	if (bytes != tensor_bytes(t))
 		return pp_error(-EINVAL, "tensor copy to host: %zu bytes asked for, the tensor holds %zu",
 				bytes, tensor_bytes(t));
-	return nn_mem_copy(NULL, dst, t->dev, t->data, bytes);
+	return pp_nn_mem_copy(NULL, dst, t->dev, t->data, bytes);
 }
 
 int pp_tensor_copy(struct pp_tensor *dst, const struct pp_tensor *src)
 {
 	if (dst->dtype != src->dtype || dst->numel != src->numel)
 		return pp_error(-EINVAL, "tensor copy: %zu %s elements on %s into %zu %s elements on %s",
-				src->numel, pp_dtype_name(src->dtype), nn_device_name(src->dev),
-				dst->numel, pp_dtype_name(dst->dtype), nn_device_name(dst->dev));
-	return nn_mem_copy(dst->dev, dst->data, src->dev, src->data, tensor_bytes(src));
+				src->numel, pp_dtype_name(src->dtype), pp_nn_device_name(src->dev),
+				dst->numel, pp_dtype_name(dst->dtype), pp_nn_device_name(dst->dev));
+	return pp_nn_mem_copy(dst->dev, dst->data, src->dev, src->data, tensor_bytes(src));
 }

@@ -1,7 +1,11 @@
 #!/bin/sh
 # tests/check_symbols.sh: the shared library exports exactly the functions
-# that the public headers declare with PP_API, no more and no fewer.
-# Fails when an internal symbol leaks out or a documented one is missing.
+# that the public headers declare with PP_API, no more and no fewer; and
+# every global symbol of the static library carries the project's prefix
+# (pp_: the public ones, and the internal ones, which are static elsewhere),
+# so that a trainer linking libpinpipe.a may define its own conv2d_forward.
+# Fails when an internal symbol leaks out, a documented one is missing, or
+# the static library defines an unprefixed global.
 set -eu
 srcdir=${srcdir:-.}
 so=.libs/libpinpipe.so
@@ -23,3 +27,16 @@ if ! cmp -s "$tmp.declared" "$tmp.exported"; then
 	exit 1
 fi
 echo "check_symbols: $(wc -l < "$tmp.exported") symbols, all declared"
+a=.libs/libpinpipe.a
+if [ -f "$a" ]; then
+	# Strong definitions only: the C++ runtime's weak DW.ref.__gxx_personality_v0
+	# (CUDA objects) is the compiler's, merged with the user's own.
+	nm -g --defined-only "$a" | awk 'NF == 3 && $2 ~ /^[TDBRC]$/ { print $3 }' |
+		grep -v '^pp_' | sort -u > "$tmp.unprefixed" || true
+	if [ -s "$tmp.unprefixed" ]; then
+		echo "check_symbols: $a defines globals without the pp_ prefix:"
+		sed 's/^/  /' "$tmp.unprefixed"
+		exit 1
+	fi
+	echo "check_symbols: every global of $a starts with pp_"
+fi

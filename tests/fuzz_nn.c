@@ -50,7 +50,7 @@ static int how_far(const char *spec, int c, int h, int w, uint32_t *classes_p)
 	size_t n, params = 0, acts = 0, cols = 0, flops = 0;
 	int far;
 
-	if (nn_spec_parse(spec, c, h, w, &layers, &n, &expanded) != 0)
+	if (pp_nn_spec_parse(spec, c, h, w, &layers, &n, &expanded) != 0)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		params += layers[i].n_w + layers[i].n_b;

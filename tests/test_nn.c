@@ -65,16 +65,16 @@ static double gc_loss(struct gc *g)
 
 	switch (g->l.kind) {
 	case NN_CONV:
-		conv2d_forward(&g->l, g->out, g->in, g->w, g->b, g->col, g->n);
+		pp_nn_conv2d_forward(&g->l, g->out, g->in, g->w, g->b, g->col, g->n);
 		break;
 	case NN_LINEAR:
-		linear_forward(&g->l, g->out, g->in, g->w, g->b, g->n);
+		pp_nn_linear_forward(&g->l, g->out, g->in, g->w, g->b, g->n);
 		break;
 	case NN_MAXPOOL:
-		maxpool_forward(&g->l, g->out, g->idx, g->in, g->n);
+		pp_nn_maxpool_forward(&g->l, g->out, g->idx, g->in, g->n);
 		break;
 	default:
-		relu_forward(g->out, g->in, outs);
+		pp_nn_relu_forward(g->out, g->in, outs);
 		break;
 	}
 	for (size_t i = 0; i < outs; i++)
@@ -158,7 +158,7 @@ static void gc_free(struct gc *g)
 static void gc_pooled_scratch(struct gc *g, const struct nn_layer *pool)
 {
 	free(g->dcol);
-	g->dcol = zero_floats(conv2d_backward_pooled_scratch(&g->l, pool));
+	g->dcol = zero_floats(pp_nn_conv2d_backward_pooled_scratch(&g->l, pool));
 }
 
 /* Runs the layer's backward with dout = r; checks din, dW and db against central differences. */
@@ -171,16 +171,16 @@ static void gc_run(struct gc *g, float eps)
 	gc_loss(g);
 	switch (l->kind) {
 	case NN_CONV:
-		conv2d_backward(l, din, dw, db, g->r, g->w, g->col, g->dcol, g->n);
+		pp_nn_conv2d_backward(l, din, dw, db, g->r, g->w, g->col, g->dcol, g->n);
 		break;
 	case NN_LINEAR:
-		linear_backward(l, din, dw, db, g->r, g->in, g->w, g->n);
+		pp_nn_linear_backward(l, din, dw, db, g->r, g->in, g->w, g->n);
 		break;
 	case NN_MAXPOOL:
-		maxpool_backward(l, din, g->r, g->idx, g->n);
+		pp_nn_maxpool_backward(l, din, g->r, g->idx, g->n);
 		break;
 	default:
-		relu_backward(din, g->r, g->out, (size_t)g->n * l->out_size);
+		pp_nn_relu_backward(din, g->r, g->out, (size_t)g->n * l->out_size);
 		break;
 	}
 	gc_compare("input", g, g->in, (size_t)g->n * l->in_size, din, eps);
@@ -269,19 +269,19 @@ START_TEST(test_conv_pooled_backward)
 
 		for (size_t i = 0; i < pouts; i += 3)
 			dpool[i] = 0.0f;
-		conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
+		pp_nn_conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
 		if (relu)
-			relu_forward(act, g.out, outs);
+			pp_nn_relu_forward(act, g.out, outs);
 		else
 			memcpy(act, g.out, outs * sizeof(float));
-		maxpool_forward(pool, pooled, pg.idx, act, g.n);
-		maxpool_backward(pool, dact, dpool, pg.idx, g.n);
+		pp_nn_maxpool_forward(pool, pooled, pg.idx, act, g.n);
+		pp_nn_maxpool_backward(pool, dact, dpool, pg.idx, g.n);
 		if (relu)
-			relu_backward(dy, dact, act, outs);
+			pp_nn_relu_backward(dy, dact, act, outs);
 		else
 			memcpy(dy, dact, outs * sizeof(float));
-		conv2d_backward(l, din1, dw1, db1, dy, g.w, g.col, g.dcol, g.n);
-		conv2d_backward_pooled(l, pool, din2, dw2, db2, dpool, pg.idx, relu ? act : NULL, g.w,
+		pp_nn_conv2d_backward(l, din1, dw1, db1, dy, g.w, g.col, g.dcol, g.n);
+		pp_nn_conv2d_backward_pooled(l, pool, din2, dw2, db2, dpool, pg.idx, relu ? act : NULL, g.w,
 				       g.col, g.dcol, g.n);
 		expect_close("input gradient", din1, din2, (size_t)g.n * l->in_size);
 		expect_close("weight gradient", dw1, dw2, l->n_w);
@@ -341,13 +341,13 @@ START_TEST(test_conv_pooled_versions)
 
 			for (size_t i = 0; i < pouts; i += 3)
 				dpool[i] = 0.0f;
-			conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
-			relu_forward(act, g.out, outs);
-			maxpool_forward(pool, pooled, pg.idx, act, g.n);
-			maxpool_backward(pool, dact, dpool, pg.idx, g.n);
-			relu_backward(dy, dact, act, outs);
-			conv2d_backward(l, din1, dw1, db1, dy, g.w, g.col, g.dcol, g.n);
-			conv2d_backward_pooled_impl(l, pool, din2, dw2, db2, dpool, pg.idx, act, g.w,
+			pp_nn_conv2d_forward(l, g.out, g.in, g.w, g.b, g.col, g.n);
+			pp_nn_relu_forward(act, g.out, outs);
+			pp_nn_maxpool_forward(pool, pooled, pg.idx, act, g.n);
+			pp_nn_maxpool_backward(pool, dact, dpool, pg.idx, g.n);
+			pp_nn_relu_backward(dy, dact, act, outs);
+			pp_nn_conv2d_backward(l, din1, dw1, db1, dy, g.w, g.col, g.dcol, g.n);
+			pp_nn_conv2d_backward_pooled_impl(l, pool, din2, dw2, db2, dpool, pg.idx, act, g.w,
 						    g.col, g.dcol, g.n, scatter, isa);
 			expect_close("input gradient", din1, din2, ins);
 			expect_close("weight gradient", dw1, dw2, l->n_w);
@@ -380,7 +380,7 @@ END_TEST
  * most 8 two to a vector, widths 4 and 8) or the second
  * channel of a pair (3 outputs:
  * a pair, then one alone; AVX-512: 8 and 7, six then two or one) wrong;
- * or if its pooled backward differs from conv2d_backward_pooled() on the
+ * or if its pooled backward differs from pp_nn_conv2d_backward_pooled() on the
  * columns: a gradient sent to the wrong tap, window or channel, or read
  * past the input's end (the last windows of an input whose row is
  * shorter than 8, under ASan); on AVX-512 also without the input
@@ -423,32 +423,32 @@ START_TEST(test_conv_direct)
 			float *db1 = zero_floats(l->n_b), *db2 = zero_floats(l->n_b);
 
 			l->sparse_dout = true;
-			ck_assert(conv2d_direct_fits(l) == has_avx2);
+			ck_assert(pp_nn_conv2d_direct_fits(l) == has_avx2);
 			for (size_t i = 0; i < pouts; i += 3)
 				dpool[i] = 0.0f;
-			conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, NN_ISA_BASE);
+			pp_nn_conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, NN_ISA_BASE);
 			if (isa == NN_ISA_AVX512)
-				conv2d_direct_forward_avx512(l, y, g.in, g.w, g.b, g.n);
+				pp_nn_conv2d_direct_forward_avx512(l, y, g.in, g.w, g.b, g.n);
 			else if (isa == NN_ISA_AVX2)
-				conv2d_direct_forward_avx2(l, y, g.in, g.w, g.b, g.n);
+				pp_nn_conv2d_direct_forward_avx2(l, y, g.in, g.w, g.b, g.n);
 			else
-				conv2d_direct_forward_portable(l, y, g.in, g.w, g.b, g.n);
+				pp_nn_conv2d_direct_forward_portable(l, y, g.in, g.w, g.b, g.n);
 			expect_close("output", g.out, y, outs);
 			if (relu)
-				relu_forward(act, g.out, outs);
+				pp_nn_relu_forward(act, g.out, outs);
 			else
 				memcpy(act, g.out, outs * sizeof(float));
-			maxpool_forward(pool, pooled, pg.idx, act, g.n);
-			conv2d_backward_pooled(l, pool, din1, dw1, db1, dpool, pg.idx, relu ? act : NULL,
+			pp_nn_maxpool_forward(pool, pooled, pg.idx, act, g.n);
+			pp_nn_conv2d_backward_pooled(l, pool, din1, dw1, db1, dpool, pg.idx, relu ? act : NULL,
 					       g.w, g.col, g.dcol, g.n);
 			if (isa == NN_ISA_AVX512)
-				conv2d_direct_backward_pooled_avx512(l, pool, din2, dw2, db2, dpool, pg.idx,
+				pp_nn_conv2d_direct_backward_pooled_avx512(l, pool, din2, dw2, db2, dpool, pg.idx,
 								     relu ? act : NULL, g.w, g.in, g.n);
 			else if (isa == NN_ISA_AVX2)
-				conv2d_direct_backward_pooled_avx2(l, pool, din2, dw2, db2, dpool, pg.idx,
+				pp_nn_conv2d_direct_backward_pooled_avx2(l, pool, din2, dw2, db2, dpool, pg.idx,
 								   relu ? act : NULL, g.w, g.in, g.n);
 			else
-				conv2d_direct_backward_pooled_portable(l, pool, din2, dw2, db2, dpool,
+				pp_nn_conv2d_direct_backward_pooled_portable(l, pool, din2, dw2, db2, dpool,
 								       pg.idx, relu ? act : NULL, g.w,
 								       g.in, g.n);
 			expect_close("input gradient", din1, din2, ins);
@@ -458,7 +458,7 @@ START_TEST(test_conv_direct)
 				/* without the input gradient: rows of 17 to 24 taken in pairs */
 				memset(dw2, 0, l->n_w * sizeof(float));
 				memset(db2, 0, l->n_b * sizeof(float));
-				conv2d_direct_backward_pooled_avx512(l, pool, NULL, dw2, db2, dpool, pg.idx,
+				pp_nn_conv2d_direct_backward_pooled_avx512(l, pool, NULL, dw2, db2, dpool, pg.idx,
 								     relu ? act : NULL, g.w, g.in, g.n);
 				expect_close("weight gradient, no input gradient", dw1, dw2, l->n_w);
 				expect_close("bias gradient, no input gradient", db1, db2, l->n_b);
@@ -480,8 +480,8 @@ START_TEST(test_conv_direct)
 END_TEST
 
 /*
- * Fails if conv2d_forward() on AVX-512 (the direct kernel from the input
- * where conv2d_direct_forward_fits512(), else the GEMM) gives another
+ * Fails if pp_nn_conv2d_forward() on AVX-512 (the direct kernel from the input
+ * where pp_nn_conv2d_direct_forward_fits512(), else the GEMM) gives another
  * output than the GEMM on the columns, or other columns (the backward
  * reads them): several input channels (the cnn's second convolution, 6
  * to 12 channels, 12 x 12 to 8 x 8), rows of at most 8 positions eight
@@ -512,15 +512,15 @@ START_TEST(test_conv_forward_direct512)
 		const size_t cols = (size_t)g.n * l->in_c * l->k * l->k * l->out_h * l->out_w;
 		float *y = zero_floats(outs), *col = zero_floats(cols);
 
-		ck_assert_msg(conv2d_direct_forward_fits512(l) == (s < 7), "shape %d", s);
+		ck_assert_msg(pp_nn_conv2d_direct_forward_fits512(l) == (s < 7), "shape %d", s);
 		if (best < NN_ISA_AVX512) {
 			free(y);
 			free(col);
 			gc_free(&g);
 			continue;
 		}
-		conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, NN_ISA_BASE);
-		conv2d_forward_impl(l, y, g.in, g.w, g.b, col, g.n, NN_ISA_AVX512);
+		pp_nn_conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, NN_ISA_BASE);
+		pp_nn_conv2d_forward_impl(l, y, g.in, g.w, g.b, col, g.n, NN_ISA_AVX512);
 		expect_close("output", g.out, y, outs);
 		ck_assert(memcmp(g.col, col, cols * sizeof(float)) == 0);
 		free(y);
@@ -556,8 +556,8 @@ START_TEST(test_maxpool_windows)
 			ck_assert_ptr_nonnull(idx2);
 			for (size_t i = 0; i < (size_t)g.n * l->in_size; i++)
 				g.in[i] = roundf(g.in[i] * 3.0f);
-			maxpool_forward_impl(l, g.out, g.idx, g.in, g.n, false, (enum nn_isa)isa);
-			maxpool_forward_impl(l, y2, idx2, g.in, g.n, true, (enum nn_isa)isa);
+			pp_nn_maxpool_forward_impl(l, g.out, g.idx, g.in, g.n, false, (enum nn_isa)isa);
+			pp_nn_maxpool_forward_impl(l, y2, idx2, g.in, g.n, true, (enum nn_isa)isa);
 			for (int i = 0; i < g.n; i++)
 				for (int ch = 0; ch < l->out_c; ch++)
 					for (int oy = 0; oy < l->out_h; oy++)
@@ -632,7 +632,7 @@ static double xent_loss(const float *z, const int32_t *y, int n, int c)
 	uint64_t correct = 0;
 
 	ck_assert_int_le(n, 8);
-	ck_assert_int_eq(softmax_xent(z, y, n, c, 1.0f, NULL, losses, &correct), 0);
+	ck_assert_int_eq(pp_nn_softmax_xent(z, y, n, c, 1.0f, NULL, losses, &correct), 0);
 	for (int i = 0; i < n; i++)
 		s += losses[i];
 	return s / n;
@@ -654,7 +654,7 @@ START_TEST(test_grad_loss)
 
 	for (int i = 0; i < n * c; i++)
 		z[i] *= 3.0f;
-	ck_assert_int_eq(softmax_xent(z, y, n, c, 1.0f / n, dz, losses, &correct), 0);
+	ck_assert_int_eq(pp_nn_softmax_xent(z, y, n, c, 1.0f / n, dz, losses, &correct), 0);
 	for (int i = 0; i < n * c; i++) {
 		float keep = z[i];
 		double lp, lm, num;
@@ -670,7 +670,7 @@ START_TEST(test_grad_loss)
 	}
 	/* log(1 + e^-1 + e^-2000) = 0.31326168752 for the label 999 against 1000 */
 	correct = 0;
-	ck_assert_int_eq(softmax_xent(big, by, 1, 3, 1.0f, NULL, losses, &correct), 0);
+	ck_assert_int_eq(pp_nn_softmax_xent(big, by, 1, 3, 1.0f, NULL, losses, &correct), 0);
 	ck_assert_double_eq_tol(losses[0], 1.3132616875182228, 1e-9);
 	ck_assert_uint_eq(correct, 0);
 	free(z);
@@ -1729,7 +1729,7 @@ START_TEST(test_optim_versions)
 			struct nn_optim o = { .cfg = cfgs[k], .buf1 = m[a],
 					      .buf2 = cfgs[k].kind == PP_OPTIM_ADAM ? v[a] : NULL };
 
-			ck_assert_int_eq(nn_optim_check(&cfgs[k]), 0);
+			ck_assert_int_eq(pp_nn_optim_check(&cfgs[k]), 0);
 			test_rng = 7;
 			for (int i = 0; i < N; i++) {
 				p[a][i] = frand();
@@ -1742,7 +1742,7 @@ START_TEST(test_optim_versions)
 				for (int i = 0; i < N; i++)
 					g[i] = frand() * (float)(s + 1);
 				g[N] = sentinel;
-				nn_optim_step_isa(&o, p[a], g, N, isas[a]);
+				pp_nn_optim_step_isa(&o, p[a], g, N, isas[a]);
 			}
 			ck_assert_uint_eq(o.t, STEPS);
 			ck_assert(p[a][N] == sentinel && m[a][N] == sentinel && v[a][N] == sentinel);
@@ -1798,7 +1798,7 @@ START_TEST(test_xent_versions)
 			z[2 * c + y[2]] = 3000.0f;
 			for (int a = 0; a < 2; a++) {
 				d[a][N * c] = 12345.0f;
-				ck_assert_int_eq(softmax_xent_isa(z, y, N, c, 0.25f, d[a], losses[a],
+				ck_assert_int_eq(pp_nn_softmax_xent_isa(z, y, N, c, 0.25f, d[a], losses[a],
 								  &correct[a],
 								  a ? nn_isa_best() : NN_ISA_BASE), 0);
 				ck_assert(d[a][N * c] == 12345.0f);
@@ -1811,7 +1811,7 @@ START_TEST(test_xent_versions)
 					      losses[1][i], losses[0][i]);
 			expect_near("logit gradient", d[0], d[1], (size_t)N * c, 1e-6f, 1e-12f);
 			y[N - 1] = c;
-			ck_assert_int_eq(softmax_xent_isa(z, y, N, c, 0.25f, d[1], losses[1], &correct[1],
+			ck_assert_int_eq(pp_nn_softmax_xent_isa(z, y, N, c, 0.25f, d[1], losses[1], &correct[1],
 							  nn_isa_best()), -ERANGE);
 		}
 }
@@ -1842,7 +1842,7 @@ START_TEST(test_convert_versions)
 	}
 	for (int a = 0; a < n_isas; a++) {
 		got[N] = 12345.0f;
-		u8_to_f32_isa(got, src, N, mean, std, isas[a]);
+		pp_nn_u8_to_f32_isa(got, src, N, mean, std, isas[a]);
 		ck_assert_msg(memcmp(got, want, sizeof(want)) == 0, "version %d differs", (int)isas[a]);
 		ck_assert(got[N] == 12345.0f);
 	}
@@ -1882,7 +1882,7 @@ START_TEST(test_linear_dw_versions)
 			db[a] = zero_floats((size_t)c[0]);
 			memcpy(dw[a], start, nw * sizeof(float));
 			memcpy(db[a], db_start, (size_t)c[0] * sizeof(float));
-			linear_backward_params_isa(&g.l, dw[a], db[a], dout, g.in, c[2], c[3], c[4],
+			pp_nn_linear_backward_params_isa(&g.l, dw[a], db[a], dout, g.in, c[2], c[3], c[4],
 						   (float)c[5], a ? NN_ISA_AVX512 : NN_ISA_BASE);
 		}
 		for (size_t i = 0; i < nw; i++) {

@@ -37,7 +37,7 @@ extern "C" int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float
 		src, dst, n, 1.0f / (255.0f * std), mean / std);
 	err = cudaGetLastError();
 	if (err != cudaSuccess)
-		return pp_error(-EIO, "u8_to_f32 kernel launch: %s", cudaGetErrorString(err));
+		return pp_error(-EIO, "pp_nn_u8_to_f32 kernel launch: %s", cudaGetErrorString(err));
 	return 0;
 }
 

@@ -323,7 +323,7 @@ static __global__ void relu_forward_kernel(float *out, const float *in, size_t c
 extern "C" int pp_cuda_relu_forward(float *out, const float *in, size_t count, void *stream)
 {
 	relu_forward_kernel<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(out, in, count);
-	return launched("relu_forward");
+	return launched("pp_nn_relu_forward");
 }
 
 static __global__ void relu_backward_kernel(float *din, const float *dout, const float *out,
@@ -338,7 +338,7 @@ extern "C" int pp_cuda_relu_backward(float *din, const float *dout, const float 
 {
 	relu_backward_kernel<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(din, dout, out,
 										     count);
-	return launched("relu_backward");
+	return launched("pp_nn_relu_backward");
 }
 
 static __global__ void maxpool_forward_kernel(float *out, int32_t *idx, const float *in, int n,
@@ -371,7 +371,7 @@ extern "C" int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in
 {
 	maxpool_forward_kernel<<<blocks_for((size_t)n * g->c * g->oh * g->ow), THREADS, 0,
 				 (cudaStream_t)stream>>>(out, idx, in, n, *g);
-	return launched("maxpool_forward");
+	return launched("pp_nn_maxpool_forward");
 }
 
 /* overlapping windows may pick the same pixel: atomicAdd */
@@ -390,10 +390,10 @@ extern "C" int pp_cuda_maxpool_backward(float *din, const float *dout, const int
 					  (cudaStream_t)stream);
 
 	if (err != cudaSuccess)
-		return pp_error(-EIO, "maxpool_backward: cudaMemsetAsync: %s", cudaGetErrorString(err));
+		return pp_error(-EIO, "pp_nn_maxpool_backward: cudaMemsetAsync: %s", cudaGetErrorString(err));
 	maxpool_backward_kernel<<<blocks_for((size_t)n * out_size), THREADS, 0,
 				  (cudaStream_t)stream>>>(din, dout, idx, n, in_size, out_size);
-	return launched("maxpool_backward");
+	return launched("pp_nn_maxpool_backward");
 }
 
 /* ------------------------------------------------------------------ loss */
@@ -441,7 +441,7 @@ extern "C" int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, 
 {
 	softmax_xent_kernel<<<blocks_for((size_t)n), THREADS, 0, (cudaStream_t)stream>>>(
 		logits, labels, n, c, scale, dlogits, loss_sum, correct, bad_label);
-	return launched("softmax_xent");
+	return launched("pp_nn_softmax_xent");
 }
 
 /* ------------------------------------------------------------------ optimizers */
