@@ -450,7 +450,12 @@ static int fetch_blocking(struct pp_transfer *t)
 		if ((ret = free_slot(t, r)) < 0)
 			return ret;
 	}
+	/* Loader time (with 0 workers, try_next fills the batch here) is waiting for data. */
+	t0 = pp_now_ns();
 	ret = pp_loader_try_next(t->loader, &hb);
+	dt = pp_now_ns() - t0;
+	t->stats.wait_ns += dt;
+	t->wait_in_call += dt;
 	if (ret == -EAGAIN || ret == -ENOBUFS) {
 		/*
 		 * Before waiting for the loader, its ring must not be held by
