@@ -407,7 +407,12 @@ static int prefetch(struct pp_transfer *t)
 	int ret;
 
 	while (t->qlen < t->depth && !t->loader_done && (s = find_free(t)) != NULL) {
+		uint64_t t0 = pp_now_ns(), dt;
+
 		ret = pp_loader_try_next(t->loader, &hb);
+		dt = pp_now_ns() - t0;
+		t->stats.wait_ns += dt;
+		t->wait_in_call += dt;
 		if (ret == -EAGAIN || ret == -ENOBUFS)
 			return 0;
 		if (ret < 0)

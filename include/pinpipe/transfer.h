@@ -118,7 +118,8 @@ struct pp_transfer_stats {
 	uint64_t stage_ns;         /* the host time of the stage's own calls (next, release)
 	                              less its waits for the loader and for slots: its cost,
 	                              copy calls included */
-	uint64_t wait_ns;          /* time pp_transfer_next() waited for the loader */
+	uint64_t wait_ns;          /* time pp_transfer_next() spent in the loader's calls:
+	                              waiting for a batch (with 0 workers, filling it) */
 	uint64_t slot_wait_ns;     /* time pp_transfer_next() waited for compute to finish
 	                              with a device slot (every slot held or in use) */
 	double hidden_share;       /* 1 - exposed_ns / copy_ns, in 0..1; NaN when nothing was
