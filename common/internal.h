@@ -58,6 +58,12 @@ static inline bool pp_add_size(size_t a, size_t b, size_t *out_p)
 	return true;
 }
 
+/* n rounded up to a multiple of a (a > 0); the caller knows it does not overflow. */
+static inline size_t pp_round_up(size_t n, size_t a)
+{
+	return (n + a - 1) / a * a;
+}
+
 static inline uint32_t pp_le32(const void *p)
 {
 	const uint8_t *b = (const uint8_t *)p;

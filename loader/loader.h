@@ -1,8 +1,10 @@
 /*
  * loader/loader.h: the loader's internals shared by its files: the epoch
  * plan (plan.c), the file reader with its io_uring and pread paths (io.c),
- * the loader proper (loader.c) and its sources (source.c, stream.c).
- * Not exported.
+ * the sources (source.c), and the loader itself: its create and destroy
+ * (loader.c), the ring of slots and in-order delivery (ring.c), the worker
+ * threads (worker.c) and the chunk windows of streaming (window.c), which
+ * share struct pp_loader.  Not exported.
  */
 #ifndef PP_LOADER_LOADER_H
 #define PP_LOADER_LOADER_H
@@ -210,6 +212,145 @@ struct pp_loader_source {
 	void (*destroy)(void *ctx);
 	void *ctx;
 };
+
+/* ------------------------------------------------------------------ the loader */
+
+enum pp_loader_slot_state {
+	PP_SLOT_FREE = 0,    /* may be filled by the batch it expects */
+	PP_SLOT_FILLING = 1, /* a worker (or the consumer, with 0 workers) fills it */
+	PP_SLOT_READY = 2,   /* filled, waiting for the consumer */
+	PP_SLOT_HELD = 3,    /* handed out, not yet released */
+};
+
+struct pp_loader_slot {
+	enum pp_loader_slot_state state;
+	uint64_t expect;       /* the batch number allowed to fill it next */
+	struct pp_batch batch; /* points into the ring */
+};
+
+/* A buffer of decoded chunks: one window of the streaming plan. */
+struct pp_loader_window {
+	int64_t seg;           /* plan segment held, -1 when none */
+	uint32_t next_chunk;   /* chunks of the segment claimed for decoding */
+	uint32_t chunks_done;  /* chunks decoded */
+	uint32_t users;        /* fills reading it now */
+	uint64_t pending;      /* batches of this epoch that still need it */
+	uint8_t *raw;          /* [window_raw] decoded chunks, each in raw layout */
+	const uint8_t **sample; /* [window_records] where each record's sample lies */
+	int32_t *labels;       /* [window_records] */
+	size_t *chunk_off;     /* [window_chunks] offset of each chunk in raw */
+};
+
+struct pp_loader_worker {
+	struct pp_loader *l;
+	pthread_t thread;
+	bool started;
+	void *wctx;             /* the source's per-thread state */
+	void *staging;          /* gather sources: batch_size source samples */
+	void **dst;             /* [io_depth] chunk destinations of one load */
+	struct pp_loader_work work; /* counters, added under the mutex */
+	uint64_t fill_ns;
+	uint64_t slot_wait_ns;
+};
+
+struct pp_loader {
+	struct pp_loader_source src;
+	struct pp_plan_params params;
+	struct pp_convert cv;
+	uint32_t batch_size;
+	uint32_t depth;          /* ring slots */
+	uint32_t nworkers;       /* threads; 0: the consumer fills */
+	uint32_t io_depth;       /* chunks per load */
+	uint32_t claimers;       /* threads that decode chunks: max(nworkers, 1) */
+	bool streaming;
+	uint64_t plan_key;
+
+	struct pp_device *device; /* the ring's allocator, or NULL for posix_memalign */
+	uint8_t *ring;           /* depth * slot_bytes, 4096-aligned */
+	size_t slot_bytes;
+	struct pp_loader_slot *slots;      /* [depth] */
+	struct pp_loader_worker *workers;  /* [max(nworkers, 1)]: [0] is the consumer's with 0 workers */
+
+	struct pp_loader_window *windows;  /* [nwindows], streaming */
+	uint32_t nwindows;
+	size_t window_raw;       /* bytes of each window's raw buffer */
+	uint64_t window_records; /* records a window can hold */
+	int64_t seg_start;       /* first segment of the epoch's remaining batches */
+	uint64_t epoch_start;    /* first batch filled in this epoch (a resumed position) */
+
+	void *cache;             /* PP_LOADER_CACHE_MEMORY of chunks: the decoded samples */
+	int32_t *cache_labels;
+	size_t memory_bytes;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cond_work;   /* workers: a batch can be claimed, or stop */
+	pthread_cond_t cond_slot;   /* workers: a slot was freed, or cancel */
+	pthread_cond_t cond_ready;  /* consumer: a batch is ready, or an error */
+	pthread_cond_t cond_idle;   /* begin_epoch: a worker finished its batch */
+	pthread_cond_t cond_window; /* workers: a window changed */
+
+	/* guarded by mu */
+	struct pp_plan plan;
+	bool active;             /* an epoch was begun */
+	bool cancel;             /* the epoch is being ended: workers drop their batch */
+	bool stop;               /* destroy: workers exit */
+	uint64_t next_claim;     /* next batch a worker takes */
+	uint64_t next_deliver;   /* next batch the consumer gets */
+	uint32_t busy;           /* workers between claim and publication */
+	int err;                 /* first worker error, or 0 */
+	char errmsg[1024];
+	struct pp_loader_stats stats;
+};
+
+/* Adds 'bytes' to the loader's memory and checks the budget: 0, or -ENOMEM with a message naming 'what'. */
+int pp_loader_budget_add(struct pp_loader *l, const struct pp_loader_config *cfg, size_t bytes,
+			 const char *what);
+
+/* ring.c: allocates the ring of l->depth slots and points each slot's batch into it; 0 or -errno. */
+int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg);
+
+/* worker.c: allocates the state of each worker (one for the consumer with 0 workers); 0 or -errno. */
+int pp_loader_workers_setup(struct pp_loader *l, const struct pp_loader_config *cfg);
+
+/* worker.c: starts the l->nworkers threads; 0 or -errno with a message. */
+int pp_loader_workers_start(struct pp_loader *l);
+
+/* worker.c: stops and joins the workers.  Safe to call with some never started. */
+void pp_loader_workers_stop(struct pp_loader *l);
+
+/*
+ * worker.c: fills batch b into slot sl (a worker, or the consumer with 0
+ * workers).  Returns 0, -ECANCELED when the epoch ended, or an error with
+ * its message.
+ */
+int pp_loader_batch_fill(struct pp_loader *l, struct pp_loader_worker *wk, uint64_t b,
+			 struct pp_loader_slot *sl);
+
+/* worker.c: adds a worker's counters to the loader's and clears them.  Caller holds mu. */
+void pp_loader_work_collect(struct pp_loader *l, struct pp_loader_worker *wk);
+
+/* worker.c: records the first error of a worker and wakes every waiter.  Caller holds mu. */
+void pp_loader_error_record(struct pp_loader *l, int err);
+
+/* worker.c: whether a fill should give up: the epoch ends, the loader stops, or a worker failed. Caller holds mu. */
+bool pp_loader_must_quit(const struct pp_loader *l);
+
+/* window.c: allocates the chunk windows of streaming within the budget; 0 or -errno. */
+int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *cfg);
+
+/*
+ * window.c: makes segment s available in its window, decoding its chunks
+ * with the other workers that need it, and counts this fill as a user.
+ * Returns the window, or NULL when the fill must quit (error recorded or
+ * epoch ended).  With 'ahead', it only decodes what it can without waiting
+ * and returns NULL: read-ahead by a worker that would otherwise wait for a
+ * slot.
+ */
+struct pp_loader_window *pp_loader_window_acquire(struct pp_loader *l, struct pp_loader_worker *wk,
+						  size_t s, bool ahead);
+
+/* window.c: ends a fill's use of the window pp_loader_window_acquire() returned. */
+void pp_loader_window_release(struct pp_loader *l, struct pp_loader_window *w);
 
 /*
  * Creates a loader over 'src' (the config's dataset and shard fields are
