@@ -460,6 +460,23 @@ static void link_remove(struct pp_device *dev, struct pp_dev_link **head, struct
 	pthread_mutex_unlock(&dev->mu);
 }
 
+/*
+ * Ends the creation of a stream or an event, whose first member is 'link':
+ * 'created' is what the backend's create entry returned (0 without one).
+ * On its error, frees the object and returns the error; else puts it in the
+ * device's list 'head' and returns 0.
+ */
+static int link_add_created(struct pp_device *dev, struct pp_dev_link **head,
+			    struct pp_dev_link *link, int created)
+{
+	if (created < 0) {
+		free(link);
+		return created;
+	}
+	link_add(dev, head, link);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ streams */
 
 /* Counts a call that reaches the backend's queues (struct pp_device_stats.calls). */
@@ -482,14 +499,9 @@ PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p)
 	pthread_mutex_lock(&dev->mu);
 	s->id = dev->next_stream_id++;
 	pthread_mutex_unlock(&dev->mu);
-	if (dev->ops->stream_create != NULL) {
-		ret = dev->ops->stream_create(s);
-		if (ret < 0) {
-			free(s);
-			return ret;
-		}
-	}
-	link_add(dev, &dev->streams, &s->link);
+	ret = dev->ops->stream_create != NULL ? dev->ops->stream_create(s) : 0;
+	if ((ret = link_add_created(dev, &dev->streams, &s->link, ret)) < 0)
+		return ret;
 	*stream_p = s;
 	return 0;
 }
@@ -571,14 +583,9 @@ PP_API int pp_event_create_flags(struct pp_device *dev, unsigned flags, struct p
 		return pp_error(-ENOMEM, "%s: out of memory for an event", dev->props.name);
 	e->dev = dev;
 	e->timing = (flags & PP_EVENT_NO_TIMING) == 0;
-	if (dev->ops->event_create != NULL) {
-		ret = dev->ops->event_create(e);
-		if (ret < 0) {
-			free(e);
-			return ret;
-		}
-	}
-	link_add(dev, &dev->events, &e->link);
+	ret = dev->ops->event_create != NULL ? dev->ops->event_create(e) : 0;
+	if ((ret = link_add_created(dev, &dev->events, &e->link, ret)) < 0)
+		return ret;
 	*event_p = e;
 	return 0;
 }
