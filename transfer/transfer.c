@@ -321,6 +321,29 @@ static int drain(struct pp_transfer *t)
 }
 
 /*
+ * Describes host batch hb as slot s's device batch, used where it lies (a
+ * host device): its place in the epoch, its samples, labels and ids in the
+ * loader's slot, ready after s->done.  A copy points it at its device copy.
+ */
+static void describe_batch(struct pp_transfer *t, struct tslot *s, const struct pp_batch *hb)
+{
+	s->b = (struct pp_device_batch){
+		.epoch = hb->epoch,
+		.index = hb->index,
+		.size = hb->size,
+		.padding = hb->padding,
+		.dtype = hb->dtype,
+		.sample_bytes = hb->sample_bytes,
+		.samples = hb->samples,
+		.labels = hb->labels,
+		.host_labels = hb->labels,
+		.host_ids = hb->ids,
+		.ready = s->done,
+		.slot = (uint32_t)(s - t->slots),
+	};
+}
+
+/*
  * Issues the copy of host batch hb into the free slot s and queues it: one
  * copy of samples and labels together where the loader's slot holds the
  * labels at the device slot's offset (every full batch), else one each.
@@ -358,20 +381,12 @@ static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 		s->marked = true;
 		s->mark_stream = t->spare_stream;
 	}
-	s->b = (struct pp_device_batch){
-		.epoch = hb->epoch,
-		.index = hb->index,
-		.size = hb->size,
-		.padding = hb->padding,
-		.dtype = hb->dtype,
-		.sample_bytes = hb->sample_bytes,
-		.samples = s->mem,
-		.labels = lbytes ? (int32_t *)((char *)s->mem + t->labels_off) : NULL,
-		.host_labels = lbytes ? s->host_labels : NULL,
-		.host_ids = s->host_ids,
-		.ready = s->timed ? s->t_done : s->done,
-		.slot = (uint32_t)(s - t->slots),
-	};
+	describe_batch(t, s, hb);
+	s->b.samples = s->mem;
+	s->b.labels = lbytes ? (int32_t *)((char *)s->mem + t->labels_off) : NULL;
+	s->b.host_labels = lbytes ? s->host_labels : NULL;
+	s->b.host_ids = s->host_ids;
+	s->b.ready = s->timed ? s->t_done : s->done;
 	if (s->timed && (ret = pp_event_record(s->t_start, t->copy)) < 0)
 		return ret;
 	one = lbytes && hb->size == t->batch_size &&
@@ -427,6 +442,18 @@ static int prefetch(struct pp_transfer *t)
 	return 0;
 }
 
+/* pp_loader_next(), its wait counted in the stage's wait_ns and in this call's. */
+static int loader_next(struct pp_transfer *t, struct pp_batch **hb_p)
+{
+	uint64_t t0 = pp_now_ns(), dt;
+	int ret = pp_loader_next(t->loader, hb_p);
+
+	dt = pp_now_ns() - t0;
+	t->stats.wait_ns += dt;
+	t->wait_in_call += dt;
+	return ret;
+}
+
 /*
  * Nothing is in flight: waits for a free slot (the trainer's compute) and
  * for the loader's next batch, and issues its copy.  Returns 1, 0 at the end
@@ -474,11 +501,7 @@ static int fetch_blocking(struct pp_transfer *t)
 				if ((ret = give_back_host(t, &t->slots[i])) < 0)
 					return ret;
 		}
-		t0 = pp_now_ns();
-		ret = pp_loader_next(t->loader, &hb);
-		dt = pp_now_ns() - t0;
-		t->stats.wait_ns += dt;
-		t->wait_in_call += dt;
+		ret = loader_next(t, &hb);
 	}
 	if (ret <= 0) {
 		if (ret == 0)
@@ -494,17 +517,12 @@ static int next_in_place(struct pp_transfer *t, struct pp_device_batch **b_p)
 {
 	struct tslot *s = find_free(t);
 	struct pp_batch *hb;
-	uint64_t t0, dt;
 	int ret;
 
 	if (s == NULL)
 		return pp_error(-ENOBUFS, "transfer: all %u slots are held by the trainer; release a "
 				"batch before asking for the next", t->nslots);
-	t0 = pp_now_ns();
-	ret = pp_loader_next(t->loader, &hb);
-	dt = pp_now_ns() - t0;
-	t->stats.wait_ns += dt;
-	t->wait_in_call += dt;
+	ret = loader_next(t, &hb);
 	if (ret <= 0) {
 		if (ret == 0)
 			*b_p = NULL;
@@ -512,20 +530,7 @@ static int next_in_place(struct pp_transfer *t, struct pp_device_batch **b_p)
 	}
 	s->hb = hb;
 	s->state = TSLOT_HELD;
-	s->b = (struct pp_device_batch){
-		.epoch = hb->epoch,
-		.index = hb->index,
-		.size = hb->size,
-		.padding = hb->padding,
-		.dtype = hb->dtype,
-		.sample_bytes = hb->sample_bytes,
-		.samples = hb->samples,
-		.labels = hb->labels,
-		.host_labels = hb->labels,
-		.host_ids = hb->ids,
-		.ready = s->done,
-		.slot = (uint32_t)(s - t->slots),
-	};
+	describe_batch(t, s, hb);
 	t->stats.batches++;
 	t->handed++;
 	*b_p = &s->b;
