@@ -1,5 +1,6 @@
 /*
- * tests/test_common.c: errors, messages, CRC-32 and the little-endian helpers.
+ * tests/test_common.c: errors, messages, CRC-32, the little-endian helpers
+ * and the programs' size parser.
  */
 #include "config.h"
 
@@ -10,6 +11,7 @@
 #include <zlib.h>
 
 #include "common/internal.h"
+#include "common/size.h"
 #include "tests/testutil.h"
 
 /* Fails if pp_error does not return its code or does not format the message. */
@@ -95,6 +97,41 @@ START_TEST(test_bytes_and_sizes)
 }
 END_TEST
 
+/*
+ * Fails if pp_parse_size refuses a size that pinpipe-pack or pinpipe-bench
+ * took (a K, M or G suffix in either case, then B, i or iB), takes what
+ * neither did, or writes its output on a refusal.
+ */
+START_TEST(test_parse_size)
+{
+	static const struct {
+		const char *s;
+		uint64_t v;
+	} good[] = {
+		{ "1", 1 }, { "4096", 4096 }, { "4K", 4096 }, { "4k", 4096 }, { "64M", 64ull << 20 },
+		{ "64m", 64ull << 20 }, { "1G", 1ull << 30 }, { "2g", 2ull << 30 }, { "2KB", 2048 },
+		{ "2KiB", 2048 }, { "2Ki", 2048 }, { "3MB", 3ull << 20 }, { "1GiB", 1ull << 30 },
+		{ "17179869183G", 17179869183ull << 30 }, { "18446744073709551615", UINT64_MAX },
+	};
+	static const char *const bad[] = {
+		"", "0", "0K", "K", "-1", "+1", " 1", "1 ", "1X", "10B", "1iB", "1KBB", "1KiBB", "1Kb",
+		"1.5M", "1T", "17179869184G", "18446744073709551616", "99999999999999999999K",
+	};
+	uint64_t v;
+
+	for (size_t i = 0; i < PP_ARRAY_SIZE(good); i++) {
+		v = 0;
+		ck_assert_msg(pp_parse_size(good[i].s, &v), "'%s' refused", good[i].s);
+		ck_assert_uint_eq(v, good[i].v);
+	}
+	for (size_t i = 0; i < PP_ARRAY_SIZE(bad); i++) {
+		v = 7;
+		ck_assert_msg(!pp_parse_size(bad[i], &v), "'%s' taken", bad[i]);
+		ck_assert_uint_eq(v, 7);
+	}
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("common");
@@ -105,6 +142,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_error_message_per_thread);
 	tcase_add_test(tc, test_crc32);
 	tcase_add_test(tc, test_bytes_and_sizes);
+	tcase_add_test(tc, test_parse_size);
 	suite_add_tcase(s, tc);
 	return s;
 }

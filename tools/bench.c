@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/size.h"
 #include "pinpipe/pinpipe.h"
 #include "pinpipe/transfer.h"
 
@@ -130,35 +131,6 @@ static int bad_usage(const char *fmt, ...)
 	return 2;
 }
 
-/* Parses SIZE with an optional K, M or G (binary) suffix; returns false if it is not one. */
-static bool parse_size(const char *s, uint64_t *v_p)
-{
-	char *end;
-	unsigned long long v;
-	uint64_t mul = 1;
-
-	if (*s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0)
-		return false;
-	if (*end == 'K' || *end == 'k')
-		mul = 1ull << 10;
-	else if (*end == 'M' || *end == 'm')
-		mul = 1ull << 20;
-	else if (*end == 'G' || *end == 'g')
-		mul = 1ull << 30;
-	if (mul != 1)
-		end++;
-	if ((*end == 'i' || *end == 'B') && mul != 1)
-		end += end[0] == 'i' && end[1] == 'B' ? 2 : 1;
-	if (*end != '\0' || v == 0 || v > UINT64_MAX / mul)
-		return false;
-	*v_p = v * mul;
-	return true;
-}
-
 static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *v_p)
 {
 	char *end;
@@ -186,7 +158,7 @@ static int parse_sizes(const char *arg, struct options *o)
 	for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
 		if (o->nsizes == MAX_SIZES)
 			return bad_usage("--sizes: more than 32 sizes in %s", arg);
-		if (!parse_size(tok, &v) || v > (1ull << 34))
+		if (!pp_parse_size(tok, &v) || v > (1ull << 34))
 			return bad_usage("--sizes: not a size from 1 to 16G: '%s'", tok);
 		o->sizes[o->nsizes++] = (size_t)v;
 	}
@@ -253,7 +225,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 				return ret;
 			break;
 		case OPT_TOTAL:
-			if (!parse_size(optarg, &s) || s > (1ull << 40))
+			if (!pp_parse_size(optarg, &s) || s > (1ull << 40))
 				return bad_usage("--total: not a size: '%s'", optarg);
 			o->total = s;
 			break;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/size.h"
 #include "pinpipe/pinpipe.h"
 
 #define DEFAULT_SHARD_BYTES (64ull << 20)
@@ -106,34 +107,6 @@ static bool parse_u64(const char *s, uint64_t max, uint64_t *v_p)
 	if (errno != 0 || *end != '\0' || v > max)
 		return false;
 	*v_p = v;
-	return true;
-}
-
-static bool parse_size(const char *s, uint64_t *v_p)
-{
-	char *end;
-	unsigned long long v;
-	unsigned shift = 0;
-
-	if (s[0] < '0' || s[0] > '9')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0)
-		return false;
-	if (*end == 'K' || *end == 'k')
-		shift = 10;
-	else if (*end == 'M' || *end == 'm')
-		shift = 20;
-	else if (*end == 'G' || *end == 'g')
-		shift = 30;
-	else if (*end != '\0')
-		return false;
-	if (shift != 0 && end[1] != '\0' && strcmp(end + 1, "B") != 0 && strcmp(end + 1, "iB") != 0)
-		return false;
-	if (v == 0 || v > (UINT64_MAX >> shift))
-		return false;
-	*v_p = (uint64_t)v << shift;
 	return true;
 }
 
@@ -550,7 +523,7 @@ int main(int argc, char **argv)
 			have_n = true;
 			break;
 		case 's':
-			if (!parse_size(optarg, &opt.shard_bytes))
+			if (!pp_parse_size(optarg, &opt.shard_bytes))
 				return usage_error("--size: expected bytes with a K, M or G suffix, got",
 						   optarg);
 			have_s = true;
