@@ -414,6 +414,22 @@ static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 	return 0;
 }
 
+/*
+ * pp_loader_next(), or with 'wait' false pp_loader_try_next(): the loader's
+ * time (with 0 workers it fills the batch there) counts as waiting for data,
+ * in the stage's wait_ns and in this call's.
+ */
+static int loader_take(struct pp_transfer *t, bool wait, struct pp_batch **hb_p)
+{
+	uint64_t t0 = pp_now_ns(), dt;
+	int ret = wait ? pp_loader_next(t->loader, hb_p) : pp_loader_try_next(t->loader, hb_p);
+
+	dt = pp_now_ns() - t0;
+	t->stats.wait_ns += dt;
+	t->wait_in_call += dt;
+	return ret;
+}
+
 /* Issues copies of the batches the loader has ready, up to depth ahead; never blocks. */
 static int prefetch(struct pp_transfer *t)
 {
@@ -422,12 +438,7 @@ static int prefetch(struct pp_transfer *t)
 	int ret;
 
 	while (t->qlen < t->depth && !t->loader_done && (s = find_free(t)) != NULL) {
-		uint64_t t0 = pp_now_ns(), dt;
-
-		ret = pp_loader_try_next(t->loader, &hb);
-		dt = pp_now_ns() - t0;
-		t->stats.wait_ns += dt;
-		t->wait_in_call += dt;
+		ret = loader_take(t, false, &hb);
 		if (ret == -EAGAIN || ret == -ENOBUFS)
 			return 0;
 		if (ret < 0)
@@ -440,18 +451,6 @@ static int prefetch(struct pp_transfer *t)
 			return ret;
 	}
 	return 0;
-}
-
-/* pp_loader_next(), its wait counted in the stage's wait_ns and in this call's. */
-static int loader_next(struct pp_transfer *t, struct pp_batch **hb_p)
-{
-	uint64_t t0 = pp_now_ns(), dt;
-	int ret = pp_loader_next(t->loader, hb_p);
-
-	dt = pp_now_ns() - t0;
-	t->stats.wait_ns += dt;
-	t->wait_in_call += dt;
-	return ret;
 }
 
 /*
@@ -482,12 +481,7 @@ static int fetch_blocking(struct pp_transfer *t)
 		if ((ret = free_slot(t, r)) < 0)
 			return ret;
 	}
-	/* Loader time (with 0 workers, try_next fills the batch here) is waiting for data. */
-	t0 = pp_now_ns();
-	ret = pp_loader_try_next(t->loader, &hb);
-	dt = pp_now_ns() - t0;
-	t->stats.wait_ns += dt;
-	t->wait_in_call += dt;
+	ret = loader_take(t, false, &hb);
 	if (ret == -EAGAIN || ret == -ENOBUFS) {
 		/*
 		 * Before waiting for the loader, its ring must not be held by
@@ -501,7 +495,7 @@ static int fetch_blocking(struct pp_transfer *t)
 				if ((ret = give_back_host(t, &t->slots[i])) < 0)
 					return ret;
 		}
-		ret = loader_next(t, &hb);
+		ret = loader_take(t, true, &hb);
 	}
 	if (ret <= 0) {
 		if (ret == 0)
@@ -522,7 +516,7 @@ static int next_in_place(struct pp_transfer *t, struct pp_device_batch **b_p)
 	if (s == NULL)
 		return pp_error(-ENOBUFS, "transfer: all %u slots are held by the trainer; release a "
 				"batch before asking for the next", t->nslots);
-	ret = loader_next(t, &hb);
+	ret = loader_take(t, true, &hb);
 	if (ret <= 0) {
 		if (ret == 0)
 			*b_p = NULL;
