@@ -679,12 +679,12 @@ static int cache_chunks(struct pp_loader *l, const struct pp_loader_config *cfg)
 		}
 	}
 	for (uint32_t t = 1; t < nthreads; t++) {
-		if ((ret = pthread_create(&jobs[t].thread, NULL, cache_thread, &jobs[t])) != 0) {
+		if ((ret = pp_thread_create(&jobs[t].thread, cache_thread, &jobs[t])) != 0) {
 			pthread_mutex_lock(&l->mu);
-			l->err = -ret;
+			l->err = ret;
 			pthread_mutex_unlock(&l->mu);
 			nthreads = t;
-			ret = pp_error(-ret, "loader: cannot start a decoding thread: %s",
+			ret = pp_error(ret, "loader: cannot start a decoding thread: %s",
 				       pp_strerror(ret));
 			break;
 		}
@@ -829,9 +829,9 @@ static int setup_workers(struct pp_loader *l, const struct pp_loader_config *cfg
 static int start_workers(struct pp_loader *l)
 {
 	for (uint32_t i = 0; i < l->nworkers; i++) {
-		int ret = pthread_create(&l->workers[i].thread, NULL, worker_main, &l->workers[i]);
+		int ret = pp_thread_create(&l->workers[i].thread, worker_main, &l->workers[i]);
 		if (ret != 0)
-			return pp_error(-ret, "loader: cannot start worker %u: %s", i, pp_strerror(ret));
+			return pp_error(ret, "loader: cannot start worker %u: %s", i, pp_strerror(ret));
 		l->workers[i].started = true;
 	}
 	return 0;
