@@ -295,7 +295,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 				ret = bad(name, optarg, "not synthetic:COUNT (COUNT from 6 to 2^32)");
 			break;
 		case 'e':
-			if (parse_u64(optarg, 1, 100000, &u) < 0)
+			if (parse_u64(optarg, 1, TR_MAX_EPOCHS, &u) < 0)
 				ret = bad(name, optarg, "not an epoch count (1..100000)");
 			opt->epochs = (unsigned)u;
 			break;

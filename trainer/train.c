@@ -494,8 +494,9 @@ static void print_row(const struct tr_row *row, int progress)
 	fflush(stdout);
 }
 
+/* A failed run's row; 'why' says why, or NULL for the library's last error. */
 static void fail_row(struct tr_results *res, unsigned run, const struct tr_params *p, int err,
-		     FILE *jsonl)
+		     const char *why, FILE *jsonl)
 {
 	struct tr_row row;
 
@@ -506,7 +507,7 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 	row.epoch_s = row.run_s = row.samples_per_s = row.wait_s = row.copy_s = row.hidden_pct = NAN;
 	row.p = *p;
 	snprintf(row.status, sizeof(row.status), "failed: %s",
-		 pp_last_error()[0] ? pp_last_error() : pp_strerror(err));
+		 why ? why : pp_last_error()[0] ? pp_last_error() : pp_strerror(err));
 	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, row.status + 8);
 	tr_results_add(res, &row);
 	if (jsonl)
@@ -625,6 +626,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	unsigned first_epoch;
 	struct pp_loader_position pos;
 	uint64_t resumed_key;
+	char why[sizeof(opt->checkpoint) + 256] = "";  /* why the run failed, when the trainer knows */
 	int ret;
 
 	ret = run_open(opt, p, run, d, &r);
@@ -642,7 +644,37 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		goto fail;
 	batches = pp_loader_batches_per_epoch(r.train_loader);
 	steps = resumed_steps = pp_model_steps(r.model);
+	/* A resumed model's steps place it in the plan: epoch steps / batches,
+	 * at batch steps % batches.  No run goes past TR_MAX_EPOCHS epochs, so
+	 * a count beyond them is no position of this plan: a damaged file. */
+	if (steps != 0 && (batches == 0 || steps / batches > TR_MAX_EPOCHS ||
+			   (steps / batches == TR_MAX_EPOCHS && steps % batches != 0))) {
+		snprintf(why, sizeof(why), "--resume: %s: its step count %" PRIu64 " lies past the "
+			 "end of any run of its training data (%" PRIu64 " batches an epoch, %u epochs "
+			 "at most): the file is damaged, or was not written by pinpipe-train",
+			 opt->checkpoint, steps, batches, TR_MAX_EPOCHS);
+		ret = -EINVAL;
+		goto fail;
+	}
 	first_epoch = batches ? (unsigned)(steps / batches) : 0;
+	if (steps != 0 && (first_epoch >= opt->epochs || (opt->max_steps && steps >= opt->max_steps))) {
+		char at[64], limit[64];
+
+		if (steps % batches == 0)
+			snprintf(at, sizeof(at), "the end of epoch %u", first_epoch);
+		else
+			snprintf(at, sizeof(at), "batch %" PRIu64 " of epoch %u", steps % batches,
+				 first_epoch + 1);
+		if (first_epoch >= opt->epochs)
+			snprintf(limit, sizeof(limit), "--epochs=%u", opt->epochs);
+		else
+			snprintf(limit, sizeof(limit), "--max-steps=%" PRIu64, opt->max_steps);
+		fprintf(stderr, "pinpipe-train: run %u: %s is at step %" PRIu64 ", %s (of %" PRIu64
+			" batches), at or past %s: the run is already complete, nothing was trained\n",
+			run, opt->checkpoint, steps, at, batches, limit);
+		run_close(&r);
+		return 0;
+	}
 	/* The model keeps the order of its training data (the loader's plan key)
 	 * in its checkpoints, so that a resume can be checked against it. */
 	ret = pp_loader_get_position(r.train_loader, &pos);
@@ -709,7 +741,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	return ret == -EINTR ? ret : 0;
 
 fail:
-	fail_row(res, run, p, ret, jsonl);
+	fail_row(res, run, p, ret, why[0] ? why : NULL, jsonl);
 	run_close(&r);
 	return ret;
 }
