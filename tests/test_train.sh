@@ -5,7 +5,7 @@
 # checkpoint (at an epoch's end and in the middle of one; refused when its
 # step count was altered; nothing to do when it is complete), grids and
 # their CSV, JSON lines and TensorBoard files, Ctrl-C (more of it in
-# tests/test_interrupt.sh), bad usage, and streaming shards (--stream)
+# tests/test_interrupt.sh), -q, bad usage, and streaming shards (--stream)
 # against decoding them into memory.  Each check
 # fails the script with what went wrong; exit 77 only when the tool was not
 # built.  The CSV, JSON and TFRecord checks use python3's standard library.
@@ -220,6 +220,16 @@ elif ! grep -q "interrupted after" "$tmp/int.out" || ! grep -q ',interrupted$' "
 	[ ! -s "$tmp/int.ckpt" ]; then
 	echo "FAIL: after SIGINT, no message, no interrupted row or no checkpoint:"; cat "$tmp/int.out"; fail=1
 fi
+
+# 6b. -q is only the final table, also with --no-progress or --progress
+# after it: no header, no rows as they come, nothing on stderr.
+for q in "-q --no-progress" "--progress -q" "-q --progress"; do
+	"$train" --data=synthetic:600 --device=cpu --model=mlp --epochs=1 $q >"$tmp/q.out" 2>"$tmp/q.err"
+	if [ $? -ne 0 ] || grep -q '^run [0-9]' "$tmp/q.out" || [ -s "$tmp/q.err" ] ||
+		! head -n 1 "$tmp/q.out" | grep -q '^run  *epoch  *train_loss'; then
+		echo "FAIL: '$q' is not only the final table:"; cat "$tmp/q.out" "$tmp/q.err"; fail=1
+	fi
+done
 
 # 7. Bad usage: one line, exit 2; a run that cannot start: its row says why, exit 1.
 expect 0 'Exit status' "$train" --help

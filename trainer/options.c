@@ -361,8 +361,9 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		case OPT_CSV: ret = copy_path(opt->csv, sizeof(opt->csv), name, optarg); break;
 		case OPT_JSONL: ret = copy_path(opt->jsonl, sizeof(opt->jsonl), name, optarg); break;
 		case OPT_LOGDIR: ret = copy_path(opt->logdir, sizeof(opt->logdir), name, optarg); break;
-		case OPT_PROGRESS: opt->progress = 1; break;
-		case OPT_NO_PROGRESS: opt->progress = 0; break;
+		/* -q wins, before or after these: it means only the final table. */
+		case OPT_PROGRESS: opt->progress = opt->progress < 0 ? -1 : 1; break;
+		case OPT_NO_PROGRESS: opt->progress = opt->progress < 0 ? -1 : 0; break;
 		case 'q': opt->progress = -1; break;
 		case 'h': fputs(usage, stdout); return 1;
 		case 'V': printf("pinpipe-train %s\n", pp_version()); return 1;
