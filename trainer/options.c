@@ -60,7 +60,8 @@ static const char usage[] =
 "      --resume            continue from --checkpoint exactly, given the\n"
 "                          --data, --seed, --batch-size and --stream of the run\n"
 "                          that wrote it (options that reorder the training\n"
-"                          data are refused)\n"
+"                          data are refused); one at or past --epochs or\n"
+"                          --max-steps is complete: nothing is trained\n"
 "      --max-steps=N       stop each run after N steps               [no limit]\n"
 "  -t, --threads=N         compute threads   [cores left by the workers, >= 1]\n"
 "      --keep-denormals    compute with subnormal floats as IEEE has them, as\n"
@@ -74,11 +75,15 @@ static const char usage[] =
 "      --logdir=DIR        write TensorBoard event files, one directory per run\n"
 "      --progress          a progress bar on stderr (default when a terminal)\n"
 "      --no-progress       plain lines instead\n"
-"  -q, --quiet             only the final table\n"
+"  -q, --quiet             only the final table, whatever --progress says\n"
 "  -h, --help              this help\n"
 "  -V, --version           the version\n"
 "\n"
-"Exit status: 0 if every run succeeded, 1 if a run failed, 2 for bad usage.\n";
+"Ctrl-C stops after the step in progress and writes the rows and the\n"
+"checkpoint so far; before the first step it writes neither.\n"
+"\n"
+"Exit status: 0 if every run succeeded, 1 if a run failed, 2 for bad usage,\n"
+"130 after Ctrl-C.\n";
 
 enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
