@@ -7,6 +7,8 @@
 #define PP_COMMON_INTERNAL_H
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,6 +101,24 @@ static inline void pp_put_le64(void *p, uint64_t v)
 
 /* CRC-32 (ISO-HDLC, as zlib's crc32), continued from 'crc' (0 to start); in the codec file built. */
 uint32_t pp_crc32(uint32_t crc, const void *buf, size_t len);
+
+/*
+ * Starts a library thread running fn(arg), as pthread_create() with default
+ * attributes, with every asynchronous signal (SIGINT, SIGTERM, SIGHUP,
+ * SIGUSR1, ...) blocked in it, so that the application's signal handlers
+ * never run on a thread of the library; the caller's own mask is left as it
+ * was.  Returns 0, or -errno (-EAGAIN: no resources for a thread).
+ */
+int pp_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg);
+
+/*
+ * Blocks in the calling thread the signals that pp_thread_create() blocks,
+ * saving its mask in *caller_p, for a call that may start threads of
+ * another library (OpenBLAS's); pp_signals_restore() puts the mask back.
+ * Returns 0 or -errno.
+ */
+int pp_signals_block(sigset_t *caller_p);
+void pp_signals_restore(const sigset_t *caller);
 
 /* Monotonic time in nanoseconds. */
 static inline uint64_t pp_now_ns(void)

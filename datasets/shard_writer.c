@@ -269,7 +269,7 @@ static void compress_slots(struct pp_shard_writer *w, uint32_t n)
 	bool started[PP_SHARD_MAX_WRITER_THREADS] = {false};
 
 	for (uint32_t k = 1; k < n; k++)
-		started[k] = pthread_create(&threads[k], NULL, compress_thread, &w->slots[k]) == 0;
+		started[k] = pp_thread_create(&threads[k], compress_thread, &w->slots[k]) == 0;
 	w->slots[0].ret = compress_slot(&w->slots[0]);
 	for (uint32_t k = 1; k < n; k++) {
 		if (started[k])

@@ -361,10 +361,10 @@ static int sim_stream_create(struct pp_stream *stream)
 		ret = pp_error(-ENOMEM, "sim: stream %u: cannot create a condition variable", stream->id);
 		goto err_destroy_work_cv;
 	}
-	ret = pthread_create(&s->thread, NULL, engine_main, s);
+	ret = pp_thread_create(&s->thread, engine_main, s);
 	if (ret != 0) {
-		ret = pp_error(-ret, "sim: stream %u: cannot start its copy engine thread (%s)",
-			       stream->id, strerror(ret));
+		ret = pp_error(ret, "sim: stream %u: cannot start its copy engine thread (%s)",
+			       stream->id, strerror(-ret));
 		goto err_destroy_done_cv;
 	}
 	pthread_mutex_lock(&sim->streams_mu);

@@ -248,12 +248,12 @@ static int cache_chunks(struct pp_loader *l, const struct pp_loader_config *cfg)
 		}
 	}
 	for (uint32_t t = 1; t < nthreads; t++) {
-		if ((ret = pthread_create(&jobs[t].thread, NULL, cache_thread, &jobs[t])) != 0) {
+		if ((ret = pp_thread_create(&jobs[t].thread, cache_thread, &jobs[t])) != 0) {
 			pthread_mutex_lock(&l->mu);
-			l->err = -ret;
+			l->err = ret;
 			pthread_mutex_unlock(&l->mu);
 			nthreads = t;
-			ret = pp_error(-ret, "loader: cannot start a decoding thread: %s",
+			ret = pp_error(ret, "loader: cannot start a decoding thread: %s",
 				       pp_strerror(ret));
 			break;
 		}

@@ -262,9 +262,9 @@ int pp_loader_workers_setup(struct pp_loader *l, const struct pp_loader_config *
 int pp_loader_workers_start(struct pp_loader *l)
 {
 	for (uint32_t i = 0; i < l->nworkers; i++) {
-		int ret = pthread_create(&l->workers[i].thread, NULL, worker_main, &l->workers[i]);
+		int ret = pp_thread_create(&l->workers[i].thread, worker_main, &l->workers[i]);
 		if (ret != 0)
-			return pp_error(-ret, "loader: cannot start worker %u: %s", i, pp_strerror(ret));
+			return pp_error(ret, "loader: cannot start worker %u: %s", i, pp_strerror(ret));
 		l->workers[i].started = true;
 	}
 	return 0;

@@ -200,6 +200,8 @@ int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_mod
 {
 	struct pp_model *m;
 	const struct nn_layer *last;
+	sigset_t caller;
+	bool masked;
 	int ret;
 
 	ret = check_config(cfg);
@@ -224,7 +226,12 @@ int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_mod
 		goto err_destroy;
 	}
 	m->n_params = last->b_off + last->n_b;
+	/* OpenBLAS starts its own threads here when it has none yet (in a
+	 * child after fork()): they take the mask of pinpipe's threads. */
+	masked = pp_signals_block(&caller) == 0;
 	openblas_set_num_threads(1);
+	if (masked)
+		pp_signals_restore(&caller);
 	ret = model_setup(m);
 	if (ret)
 		goto err_destroy;

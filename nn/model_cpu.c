@@ -457,7 +457,7 @@ static int cpu_setup(struct pp_model *m)
 	pthread_cond_init(&m->go, NULL);
 	pthread_cond_init(&m->done, NULL);
 	for (int t = 1; t < m->threads; t++) {
-		ret = -pthread_create(&m->tids[t - 1], NULL, worker_main, &m->workers[t]);
+		ret = pp_thread_create(&m->tids[t - 1], worker_main, &m->workers[t]);
 		if (ret)
 			return pp_error(ret, "model: starting thread %d of %d: %s", t, m->threads,
 					pp_strerror(ret));

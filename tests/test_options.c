@@ -133,6 +133,34 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/*
+ * -q means only the final table, before or after --progress and
+ * --no-progress, which otherwise take the last word.  Fails if either of
+ * them undoes -q, or if they stop overriding each other.
+ */
+START_TEST(test_quiet)
+{
+	static const struct {
+		const char *args[3];
+		int progress;
+	} cases[] = {
+		{ { "-q", "--no-progress", NULL }, -1 },
+		{ { "-q", "--progress", NULL }, -1 },
+		{ { "--no-progress", "-q", NULL }, -1 },
+		{ { "--progress", "--quiet", NULL }, -1 },
+		{ { "--progress", "--no-progress", NULL }, 0 },
+		{ { "--no-progress", "--progress", NULL }, 1 },
+	};
+	struct tr_options opt;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(parse(&opt, cases[i].args), 0);
+		ck_assert_msg(opt.progress == cases[i].progress, "%s %s: progress %d, expected %d",
+			      cases[i].args[0], cases[i].args[1], opt.progress, cases[i].progress);
+	}
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("options");
@@ -143,6 +171,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_grid);
 	tcase_add_test(tc, test_model_lists);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_quiet);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -2,9 +2,11 @@
 # tests/test_train.sh: pinpipe-train end to end, from the outside: learning
 # on synthetic data on cpu and sim (through the transfer stage), the real
 # Fashion-MNIST, determinism across worker counts, resuming from a
-# checkpoint (at an epoch's end and in the middle of one), grids and their
-# CSV, JSON lines and TensorBoard files, Ctrl-C, bad usage, and streaming
-# shards (--stream) against decoding them into memory.  Each check
+# checkpoint (at an epoch's end and in the middle of one; refused when its
+# step count was altered; nothing to do when it is complete), grids and
+# their CSV, JSON lines and TensorBoard files, Ctrl-C (more of it in
+# tests/test_interrupt.sh), -q, bad usage, and streaming shards (--stream)
+# against decoding them into memory.  Each check
 # fails the script with what went wrong; exit 77 only when the tool was not
 # built.  The CSV, JSON and TFRecord checks use python3's standard library.
 set -u
@@ -131,6 +133,37 @@ expect 1 "d.ckpt $other" "$train" $common --epochs=2 --batch-size=50 --checkpoin
 expect 1 "e.ckpt $other" "$train" $common --epochs=3 --no-shuffle --checkpoint="$tmp/e.ckpt" --resume
 cmp -s "$tmp/d.ckpt" "$tmp/d0.ckpt" && cmp -s "$tmp/e.ckpt" "$tmp/e0.ckpt" ||
 	{ echo "FAIL: a refused resume changed its checkpoint"; fail=1; }
+# A checkpoint whose step count was altered (and its CRC made right again)
+# is refused, naming the file, and kept as it was: 12 * 2^32 + 5 steps of
+# 12 batches is epoch 2^32 (which an unsigned epoch took for epoch 0, batch
+# 5), and 2^64 - 1 lies as far past the end of any run.
+python3 - "$tmp/d.ckpt" "$tmp/big.ckpt" "$tmp/max.ckpt" <<'EOPY' || { echo "FAIL: could not alter a checkpoint"; fail=1; }
+import struct, sys, zlib
+d = bytearray(open(sys.argv[1], "rb").read())
+for path, steps in ((sys.argv[2], 12 * 2**32 + 5), (sys.argv[3], 2**64 - 1)):
+    struct.pack_into("<Q", d, 40, steps)
+    struct.pack_into("<I", d, len(d) - 4, zlib.crc32(bytes(d[:-4])))
+    open(path, "wb").write(d)
+EOPY
+cp "$tmp/big.ckpt" "$tmp/big0.ckpt"
+past="lies past the end of any run of its training data \(12 batches an epoch, 100000 epochs at most\)"
+expect 1 "big.ckpt: its step count 51539607557 $past" \
+	"$train" $common --epochs=3 --checkpoint="$tmp/big.ckpt" --resume
+expect 1 "max.ckpt: its step count 18446744073709551615 $past" \
+	"$train" $common --epochs=3 --checkpoint="$tmp/max.ckpt" --resume
+cmp -s "$tmp/big.ckpt" "$tmp/big0.ckpt" || { echo "FAIL: a refused checkpoint was changed"; fail=1; }
+# A checkpoint at or past --epochs or --max-steps: nothing to train, and
+# said so; exit 0, no row, the checkpoint as it was.
+expect 0 "d.ckpt is at step 12, the end of epoch 1 \(of 12 batches\), at or past --epochs=1: the run is already complete" \
+	"$train" $common --epochs=1 --checkpoint="$tmp/d.ckpt" --resume --csv="$tmp/done.csv"
+expect 0 "e.ckpt is at step 7, batch 7 of epoch 1 \(of 12 batches\), at or past --max-steps=5: the run is already complete" \
+	"$train" $common --epochs=3 --max-steps=5 --checkpoint="$tmp/e.ckpt" --resume --csv="$tmp/done2.csv"
+CHECK='
+assert rows == [] and list(csv.DictReader(open(sys.argv[2]))) == [], rows
+'
+check done "$tmp/done2.csv"
+cmp -s "$tmp/d.ckpt" "$tmp/d0.ckpt" && cmp -s "$tmp/e.ckpt" "$tmp/e0.ckpt" ||
+	{ echo "FAIL: a complete run changed its checkpoint"; fail=1; }
 
 # 5. A 2x2 grid: 4 runs with the right parameters in the CSV, JSON lines
 # that parse, and TensorBoard event files with valid TFRecord framing and
@@ -279,6 +312,18 @@ elif ! grep -q "interrupted after" "$tmp/int.out" || ! grep -q ',interrupted$' "
 	[ ! -s "$tmp/int.ckpt" ]; then
 	echo "FAIL: after SIGINT, no message, no interrupted row or no checkpoint:"; cat "$tmp/int.out"; fail=1
 fi
+
+# 6b. -q is only the final table (its order line, then its header and rows),
+# also with --no-progress or --progress after it: no run header, no rows as
+# they come, nothing on stderr.
+for q in "-q --no-progress" "--progress -q" "-q --progress"; do
+	"$train" --data=synthetic:600 --device=cpu --model=mlp --epochs=1 $q >"$tmp/q.out" 2>"$tmp/q.err"
+	if [ $? -ne 0 ] || grep -q '^run [0-9]' "$tmp/q.out" || [ -s "$tmp/q.err" ] ||
+		! head -n 1 "$tmp/q.out" | grep -q '^sorted by ' ||
+		! sed -n 2p "$tmp/q.out" | grep -q '^run  *epoch  *train_loss'; then
+		echo "FAIL: '$q' is not only the final table:"; cat "$tmp/q.out" "$tmp/q.err"; fail=1
+	fi
+done
 
 # 7. Bad usage: one line, exit 2; a run that cannot start: its row says why, exit 1.
 expect 0 'Exit status' "$train" --help

@@ -1,19 +1,32 @@
 /*
  * tests/test_transfer.c: the transfer stage on sim (the shared cases of
  * tests/transfer_cases.c, with poisoning and a bandwidth cap), its error
- * paths under injected failures, the cpu device's in-place path, and the
- * loader's pp_loader_try_next() that the stage is built on.
+ * paths under injected failures, the cpu device's in-place path, the
+ * loader's pp_loader_try_next() that the stage is built on, and the
+ * signal masks of the threads the library starts under the stage (loader
+ * workers and decoding threads, copy engines, compute and compression
+ * threads).
  */
 #include "config.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/internal.h"
 #include "pinpipe/dataset.h"
+#include "pinpipe/nn.h"
 #include "pinpipe/transfer.h"
 #include "tests/testutil.h"
 #include "tests/transfer_cases.h"
@@ -475,6 +488,348 @@ START_TEST(test_calls_per_batch)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ signals */
+
+#define MAX_THREADS 256
+
+/* This process's threads (/proc/self/task): writes up to MAX_THREADS ids, returns their count. */
+static size_t thread_ids(pid_t *ids)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	size_t n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL && n < MAX_THREADS)
+		if (e->d_name[0] != '.')
+			ids[n++] = (pid_t)atoi(e->d_name);
+	closedir(d);
+	return n;
+}
+
+static bool has_id(const pid_t *ids, size_t n, pid_t id)
+{
+	for (size_t k = 0; k < n; k++)
+		if (ids[k] == id)
+			return true;
+	return false;
+}
+
+/*
+ * The signals thread 'tid' blocks (SigBlk of its status, bit sig - 1), into
+ * *mask_p; false when the thread has gone or is exiting (state Z or X: its
+ * mask reads 0 then, and it takes no signal).
+ */
+static bool thread_blocked(pid_t tid, uint64_t *mask_p)
+{
+	char path[64], line[256], state = '?';
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+	if ((f = fopen(path, "r")) == NULL)
+		return false;
+	while (!found && fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "State: %c", &state) == 1 && (state == 'Z' || state == 'X'))
+			break;
+		found = sscanf(line, "SigBlk: %" SCNx64, mask_p) == 1;
+	}
+	fclose(f);
+	return found;
+}
+
+#define SIGBIT(sig) ((uint64_t)1 << ((sig) - 1))
+/* What a library thread must block, and what it must not. */
+#define MUST_BLOCK (SIGBIT(SIGINT) | SIGBIT(SIGTERM) | SIGBIT(SIGHUP) | SIGBIT(SIGQUIT) | \
+		    SIGBIT(SIGUSR1) | SIGBIT(SIGALRM) | SIGBIT(SIGCHLD))
+#define MUST_KEEP (SIGBIT(SIGSEGV) | SIGBIT(SIGBUS) | SIGBIT(SIGFPE) | SIGBIT(SIGILL))
+
+/* Unblocks in the calling thread the signals a library thread must block. */
+static void unblock_async_signals(void)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	for (int sig = 1; sig < 64; sig++)
+		if (MUST_BLOCK & SIGBIT(sig))
+			sigaddset(&set, sig);
+	ck_assert_int_eq(pthread_sigmask(SIG_UNBLOCK, &set, NULL), 0);
+}
+
+static void *no_op(void *arg)
+{
+	return arg;
+}
+
+/*
+ * Snapshots the threads there before the library starts any: the caller,
+ * and those of the runtime (OpenBLAS's, and ThreadSanitizer's, which it
+ * starts with the process's first thread: one is started and joined
+ * first, so that it is in the snapshot).
+ */
+static size_t threads_before(pid_t *ids)
+{
+	pthread_t t;
+
+	ck_assert_int_eq(pthread_create(&t, NULL, no_op, NULL), 0);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	return thread_ids(ids);
+}
+
+/* A model on the fixture's device, computing on 'threads' threads. */
+static struct pp_model *model_open(struct pp_tfix *f, int threads)
+{
+	struct pp_model_config mc;
+	struct pp_model *m;
+	int ret;
+
+	pp_model_config_init(&mc);
+	mc.in_channels = 1;
+	mc.in_height = 28;
+	mc.in_width = 28;
+	mc.num_classes = 10;
+	mc.threads = threads;
+	mc.mean = 0.25f;
+	mc.std = 0.5f;
+	mc.stream = f->compute;
+	ret = pp_model_create("mlp", f->dev, &mc, &m);
+	ck_assert_msg(ret == 0, "pp_model_create: %s", pp_last_error());
+	return m;
+}
+
+/*
+ * Every thread started by a sim device, a loader with workers, a transfer
+ * stage and a model of 3 compute threads, created while the caller takes
+ * SIGINT, blocks SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGALRM and
+ * SIGCHLD and keeps SIGSEGV, SIGBUS, SIGFPE and SIGILL, and the caller's
+ * mask is as it was.  Fails if a library thread leaves an asynchronous
+ * signal open (a handler could run on it), blocks a fault signal, or if
+ * fewer threads than the fixture's 2 workers, 1 copy engine and 2 compute
+ * threads were found.
+ */
+START_TEST(test_threads_block_signals)
+{
+	pid_t before[MAX_THREADS], after[MAX_THREADS];
+	size_t nbefore, nafter, checked = 0;
+	sigset_t mine;
+	struct pp_model *m;
+	struct pp_tfix f;
+
+	unblock_async_signals();
+	nbefore = threads_before(before);
+	pp_tfix_open(&f, "sim", 640, 16, 0, true, 2, 0);
+	m = model_open(&f, 3);
+	nafter = thread_ids(after);
+	for (size_t k = 0; k < nafter; k++) {
+		struct timespec ms = { 0, 1000000 };
+		uint64_t mask;
+		int tries = 0;
+
+		if (has_id(before, nbefore, after[k]) || !thread_blocked(after[k], &mask))
+			continue;
+		/* A thread being started blocks everything until it sets the mask it was given. */
+		while ((mask & MUST_KEEP) == MUST_KEEP && tries++ < 1000 && nanosleep(&ms, NULL) == 0)
+			thread_blocked(after[k], &mask);
+		ck_assert_msg((mask & MUST_BLOCK) == MUST_BLOCK && (mask & MUST_KEEP) == 0,
+			      "thread %d of the library has signal mask %#" PRIx64, (int)after[k], mask);
+		checked++;
+	}
+	ck_assert_uint_ge(checked, 5);
+	ck_assert_int_eq(pthread_sigmask(SIG_BLOCK, NULL, &mine), 0);
+	ck_assert(!sigismember(&mine, SIGINT) && !sigismember(&mine, SIGTERM));
+	pp_model_destroy(m);
+	pp_tfix_close(&f);
+}
+END_TEST
+
+/* Where the SIGINT handler of test_sigint_on_main ran. */
+static pid_t main_tid;
+static pid_t before_ids[MAX_THREADS];
+static size_t nbefore_ids;
+static atomic_uint handled_on_main, handled_on_library, handled_elsewhere;
+
+static void count_sigint(int sig)
+{
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+
+	(void)sig;
+	if (tid == main_tid)
+		atomic_fetch_add(&handled_on_main, 1);
+	else if (has_id(before_ids, nbefore_ids, tid))
+		atomic_fetch_add(&handled_elsewhere, 1);
+	else
+		atomic_fetch_add(&handled_on_library, 1);
+}
+
+/* The test's sender: SIGINT to the process at random moments, and the masks of every library thread. */
+struct sender {
+	pthread_t thread;
+	pid_t tid;
+	atomic_bool stop;
+	unsigned sent;                 /* SIGINTs sent */
+	unsigned checked;              /* library threads whose mask was read */
+	unsigned open;                 /* of them, those that left SIGINT unblocked */
+	pid_t open_tid;                /* the last of those */
+	uint64_t open_mask;            /* and its mask */
+	uint64_t seed;
+};
+
+static void *send_sigints(void *arg)
+{
+	struct sender *s = arg;
+	pid_t ids[MAX_THREADS];
+
+	s->tid = (pid_t)syscall(SYS_gettid);
+	while (!atomic_load(&s->stop)) {
+		struct timespec ts = { 0, 0 };
+		size_t n;
+
+		s->seed = s->seed * 6364136223846793005ull + 1442695040888963407ull;
+		ts.tv_nsec = (long)(s->seed >> 33) % 400000;
+		nanosleep(&ts, NULL);
+		ck_assert_int_eq(kill(getpid(), SIGINT), 0);
+		s->sent++;
+		n = thread_ids(ids);
+		for (size_t k = 0; k < n; k++) {
+			uint64_t mask;
+
+			if (ids[k] == s->tid || has_id(before_ids, nbefore_ids, ids[k]) ||
+			    !thread_blocked(ids[k], &mask))
+				continue;
+			s->checked++;
+			if ((mask & SIGBIT(SIGINT)) == 0) {
+				s->open++;
+				s->open_tid = ids[k];
+				s->open_mask = mask;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* Trains the fixture's model on one epoch of its stage, as pinpipe-train does on sim. */
+static void train_epoch(struct pp_tfix *f, struct pp_model *m, uint64_t epoch)
+{
+	struct pp_device_batch *b;
+	int ret;
+
+	ck_assert_int_eq(pp_transfer_begin_epoch(f->t, epoch), 0);
+	while ((ret = pp_transfer_next(f->t, f->compute, &b)) == 1) {
+		size_t shape[4] = { b->size, 1, 28, 28 };
+		struct pp_tensor *in;
+
+		ck_assert_int_eq(pp_event_synchronize(b->ready), 0);
+		ck_assert_int_eq(pp_tensor_wrap(f->dev, b->samples, b->dtype, 4, shape, &in), 0);
+		ret = pp_model_train_step(m, in, b->labels);
+		ck_assert_msg(ret == 0, "train step: %s", pp_last_error());
+		pp_tensor_destroy(in);
+		ck_assert_int_eq(pp_transfer_release(f->t, b, f->compute), 0);
+	}
+	ck_assert_int_eq(ret, 0);
+}
+
+/*
+ * Writes the fixture's samples to a shard on 4 compression threads, and
+ * decodes it into memory on a loader of 3 workers (2 decoding threads
+ * besides the caller), whose epoch it reads.  PP_TEST_IO=pread reads it
+ * with pread, for valgrind, which does not see io_uring write a buffer.
+ */
+static void shard_round_trip(struct pp_tfix *f, const char *path)
+{
+	const struct pp_sample_info *info = pp_dataset_info(f->ds);
+	struct pp_shard_writer_config wc = { .info = info, .records_per_chunk = 32, .level = 1,
+					     .threads = 4 };
+	const char *io = getenv("PP_TEST_IO");
+	struct pp_loader_config lc = { .shard_paths = &path, .nshards = 1, .batch_size = 50,
+				       .workers = 3, .cache = PP_LOADER_CACHE_MEMORY };
+	uint64_t *ids = malloc(info->count * sizeof(*ids));
+	uint8_t *samples = malloc(info->count * info->sample_bytes);
+	int32_t *labels = malloc(info->count * sizeof(*labels));
+	struct pp_shard_writer *w;
+	struct pp_loader *l;
+	struct pp_batch *b;
+	int ret;
+
+	ck_assert(ids && samples && labels);
+	if (io != NULL && strcmp(io, "pread") == 0)
+		lc.io = PP_LOADER_IO_PREAD;
+	for (uint64_t k = 0; k < info->count; k++)
+		ids[k] = k;
+	ck_assert_int_eq(pp_dataset_gather(f->ds, ids, info->count, samples, labels), 0);
+	ck_assert_int_eq(pp_shard_writer_create(path, &wc, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_add(w, samples, labels, info->count), 0);
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+	ret = pp_loader_create(&lc, &l);
+	ck_assert_msg(ret == 0, "loader on %s: %s", path, pp_last_error());
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	while ((ret = pp_loader_next(l, &b)) == 1)
+		ck_assert_int_eq(pp_loader_release(l, b), 0);
+	ck_assert_int_eq(ret, 0);
+	pp_loader_destroy(l);
+	free(ids);
+	free(samples);
+	free(labels);
+}
+
+/*
+ * SIGINT sent to the process many times, at random moments, while the
+ * library starts, uses and stops its threads (a sim device with its copy
+ * engines, loader workers, a transfer stage, a model's compute threads,
+ * a shard writer's compression threads, a loader's decoding threads), and
+ * the main thread takes SIGINT as an application does.  Fails if the
+ * handler ran on a thread that the library started, or never ran on the
+ * main thread, or if a library thread was ever seen with SIGINT open.
+ */
+START_TEST(test_sigint_on_main)
+{
+	struct sigaction sa, old;
+	struct sender s = { .seed = (uint64_t)time(NULL) };
+	sigset_t block, prev;
+	char *dir = pp_test_tmpdir(), *path;
+
+	ck_assert_int_gt(asprintf(&path, "%s/signals.pps", dir), 0);
+	unblock_async_signals();
+	main_tid = (pid_t)syscall(SYS_gettid);
+	nbefore_ids = threads_before(before_ids);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = count_sigint;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	ck_assert_int_eq(sigaction(SIGINT, &sa, &old), 0);
+	/* The sender is not the library's: it blocks SIGINT itself. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	ck_assert_int_eq(pthread_sigmask(SIG_BLOCK, &block, &prev), 0);
+	ck_assert_int_eq(pthread_create(&s.thread, NULL, send_sigints, &s), 0);
+	ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, &prev, NULL), 0);
+	for (int round = 0; round < 3; round++) {
+		struct pp_model *m;
+		struct pp_tfix f;
+
+		pp_tfix_open(&f, "sim", 600, 20, 0, round != 1, 2, 0);
+		m = model_open(&f, 3);
+		train_epoch(&f, m, (uint64_t)round);
+		pp_model_destroy(m);
+		shard_round_trip(&f, path);
+		pp_tfix_close(&f);
+	}
+	atomic_store(&s.stop, true);
+	ck_assert_int_eq(pthread_join(s.thread, NULL), 0);
+	ck_assert_int_eq(sigaction(SIGINT, &old, NULL), 0);
+	ck_assert_msg(atomic_load(&handled_on_library) == 0,
+		      "the SIGINT handler ran %u times on a thread of the library (%u on main, %u sent)",
+		      atomic_load(&handled_on_library), atomic_load(&handled_on_main), s.sent);
+	ck_assert_uint_gt(atomic_load(&handled_on_main), 0);
+	ck_assert_msg(s.open == 0, "%u of %u library threads seen had SIGINT unblocked (thread %d: "
+		      "mask %#" PRIx64 ")", s.open, s.checked, (int)s.open_tid, s.open_mask);
+	ck_assert_uint_gt(s.checked, 0);
+	pp_test_rmtree(dir);
+	free(path);
+	free(dir);
+}
+END_TEST
+
 static const char *const sim_names[] = { "sim:poison,bw=1GB/s" };
 
 Suite *pp_test_suite(void)
@@ -490,6 +845,11 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_resume);
 	tcase_add_test(tc, test_position);
 	tcase_add_test(tc, test_calls_per_batch);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("signals");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_threads_block_signals);
+	tcase_add_test(tc, test_sigint_on_main);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("overlap");
 	tcase_set_timeout(tc, 60);

@@ -60,7 +60,8 @@ static const char usage[] =
 "      --resume            continue from --checkpoint exactly, given the\n"
 "                          --data, --seed, --batch-size and --stream of the run\n"
 "                          that wrote it (options that reorder the training\n"
-"                          data are refused)\n"
+"                          data are refused); one at or past --epochs or\n"
+"                          --max-steps is complete: nothing is trained\n"
 "      --max-steps=N       stop each run after N steps               [no limit]\n"
 "  -t, --threads=N         compute threads   [cores left by the workers, >= 1]\n"
 "      --keep-denormals    compute with subnormal floats as IEEE has them, as\n"
@@ -82,11 +83,15 @@ static const char usage[] =
 "                          (TensorBoard itself: pip install tensorboard)\n"
 "      --progress          a progress bar on stderr (default when a terminal)\n"
 "      --no-progress       plain lines instead\n"
-"  -q, --quiet             only the final table\n"
+"  -q, --quiet             only the final table, whatever --progress says\n"
 "  -h, --help              this help\n"
 "  -V, --version           the version\n"
 "\n"
-"Exit status: 0 if every run succeeded, 1 if a run failed, 2 for bad usage.\n";
+"Ctrl-C stops after the step in progress and writes the rows and the\n"
+"checkpoint so far; before the first step it writes neither.\n"
+"\n"
+"Exit status: 0 if every run succeeded, 1 if a run failed, 2 for bad usage,\n"
+"130 after Ctrl-C.\n";
 
 enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
@@ -302,7 +307,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 				ret = bad(name, optarg, "not synthetic:COUNT (COUNT from 6 to 2^32)");
 			break;
 		case 'e':
-			if (parse_u64(optarg, 1, 100000, &u) < 0)
+			if (parse_u64(optarg, 1, TR_MAX_EPOCHS, &u) < 0)
 				ret = bad(name, optarg, "not an epoch count (1..100000)");
 			opt->epochs = (unsigned)u;
 			break;
@@ -369,8 +374,9 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		case OPT_CSV: ret = copy_path(opt->csv, sizeof(opt->csv), name, optarg); break;
 		case OPT_JSONL: ret = copy_path(opt->jsonl, sizeof(opt->jsonl), name, optarg); break;
 		case OPT_LOGDIR: ret = copy_path(opt->logdir, sizeof(opt->logdir), name, optarg); break;
-		case OPT_PROGRESS: opt->progress = 1; break;
-		case OPT_NO_PROGRESS: opt->progress = 0; break;
+		/* -q wins, before or after these: it means only the final table. */
+		case OPT_PROGRESS: opt->progress = opt->progress < 0 ? -1 : 1; break;
+		case OPT_NO_PROGRESS: opt->progress = opt->progress < 0 ? -1 : 0; break;
 		case 'q': opt->progress = -1; break;
 		case 'h': fputs(usage, stdout); return 1;
 		case 'V': printf("pinpipe-train %s\n", pp_version()); return 1;

@@ -20,6 +20,9 @@ struct tr_axis {
 	size_t n;
 };
 
+/* The most epochs a run trains (--epochs); no checkpoint of a run lies past them. */
+#define TR_MAX_EPOCHS 100000u
+
 struct tr_options {
 	struct tr_axis device, batch_size, workers, pin_memory, lr, model, optimizer;
 	char data[4096];          /* dataset directory, or "synthetic[:COUNT]" */

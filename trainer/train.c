@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@
 /* Steps between two points of the per-step training loss in TensorBoard. */
 #define TB_STEP_EVERY 10
 
-static volatile sig_atomic_t interrupted;
+/* Set by Ctrl-C, read by the training loop: atomic, as the two may run on different threads. */
+static atomic_bool interrupted;
 
 /* The fallback of "auto" to the cpu with a GPU driver there was said on stderr. */
 static bool auto_fallback_said;
@@ -39,7 +41,7 @@ static bool auto_fallback_said;
 static void on_sigint(int sig)
 {
 	(void)sig;
-	interrupted = 1;
+	atomic_store(&interrupted, true);
 }
 
 static double now_s(void)
@@ -595,8 +597,9 @@ static void print_row(const struct tr_row *row, int progress)
 	fflush(stdout);
 }
 
+/* A failed run's row; 'why' says why, or NULL for the library's last error. */
 static void fail_row(struct tr_results *res, unsigned run, const struct tr_params *p, int err,
-		     FILE *jsonl)
+		     const char *why, FILE *jsonl)
 {
 	struct tr_row row;
 
@@ -608,7 +611,7 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 	row.copy_host_s = row.exposed_s = NAN;
 	row.p = *p;
 	snprintf(row.status, sizeof(row.status), "failed: %s",
-		 pp_last_error()[0] ? pp_last_error() : pp_strerror(err));
+		 why ? why : pp_last_error()[0] ? pp_last_error() : pp_strerror(err));
 	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, row.status + 8);
 	tr_results_add(res, &row);
 	if (jsonl)
@@ -731,10 +734,11 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	const struct pp_sample_info *info;
 	struct run r;
 	double t_run = now_s();
-	uint64_t steps, batches;
+	uint64_t steps, batches, resumed_steps;
 	unsigned first_epoch;
 	struct pp_loader_position pos;
 	uint64_t resumed_key;
+	char why[sizeof(opt->checkpoint) + 256] = "";  /* why the run failed, when the trainer knows */
 	int ret;
 
 	ret = run_open(opt, p, run, d, &r);
@@ -751,8 +755,38 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	if (ret < 0)
 		goto fail;
 	batches = pp_loader_batches_per_epoch(r.train_loader);
-	steps = pp_model_steps(r.model);
+	steps = resumed_steps = pp_model_steps(r.model);
+	/* A resumed model's steps place it in the plan: epoch steps / batches,
+	 * at batch steps % batches.  No run goes past TR_MAX_EPOCHS epochs, so
+	 * a count beyond them is no position of this plan: a damaged file. */
+	if (steps != 0 && (batches == 0 || steps / batches > TR_MAX_EPOCHS ||
+			   (steps / batches == TR_MAX_EPOCHS && steps % batches != 0))) {
+		snprintf(why, sizeof(why), "--resume: %s: its step count %" PRIu64 " lies past the "
+			 "end of any run of its training data (%" PRIu64 " batches an epoch, %u epochs "
+			 "at most): the file is damaged, or was not written by pinpipe-train",
+			 opt->checkpoint, steps, batches, TR_MAX_EPOCHS);
+		ret = -EINVAL;
+		goto fail;
+	}
 	first_epoch = batches ? (unsigned)(steps / batches) : 0;
+	if (steps != 0 && (first_epoch >= opt->epochs || (opt->max_steps && steps >= opt->max_steps))) {
+		char at[64], limit[64];
+
+		if (steps % batches == 0)
+			snprintf(at, sizeof(at), "the end of epoch %u", first_epoch);
+		else
+			snprintf(at, sizeof(at), "batch %" PRIu64 " of epoch %u", steps % batches,
+				 first_epoch + 1);
+		if (first_epoch >= opt->epochs)
+			snprintf(limit, sizeof(limit), "--epochs=%u", opt->epochs);
+		else
+			snprintf(limit, sizeof(limit), "--max-steps=%" PRIu64, opt->max_steps);
+		fprintf(stderr, "pinpipe-train: run %u: %s is at step %" PRIu64 ", %s (of %" PRIu64
+			" batches), at or past %s: the run is already complete, nothing was trained\n",
+			run, opt->checkpoint, steps, at, batches, limit);
+		run_close(&r);
+		return 0;
+	}
 	/* The model keeps the order of its training data (the loader's plan key)
 	 * in its checkpoints, so that a resume can be checked against it. */
 	ret = pp_loader_get_position(r.train_loader, &pos);
@@ -765,7 +799,10 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		       "optimizer=%s, %zu parameters%s\n", run, p->device, p->batch_size, p->workers,
 		       p->pin_memory ? "on" : "off", p->lr, p->model, p->optimizer,
 		       pp_model_param_count(r.model), steps ? " (resumed)" : "");
+	/* Seen before a long first epoch, also through a pipe. */
+	fflush(stdout);
 	for (unsigned epoch = first_epoch; epoch < opt->epochs; epoch++) {
+		uint64_t steps_before = steps;
 		struct tr_row row;
 
 		if (opt->max_steps && steps >= opt->max_steps)
@@ -784,6 +821,10 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			ret = train_epoch(opt, &r, info, &steps, batches, &row);
 		if (ret < 0 && ret != -EINTR)
 			goto fail;
+		/* Stopped before a step of this epoch: no row of NaNs, and the
+		 * checkpoint, if any, stays that of the last step. */
+		if (ret == -EINTR && steps == steps_before)
+			break;
 		row.run_s = now_s() - t_run;
 		snprintf(row.status, sizeof(row.status), "%s", ret == -EINTR ? "interrupted" : "ok");
 		report_row(&r, &row, steps, opt->progress, res, jsonl);
@@ -796,19 +837,23 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 				goto fail;
 			}
 		}
-		if (ret == -EINTR) {
-			fprintf(stderr, "pinpipe-train: interrupted after %llu steps%s\n",
-				(unsigned long long)steps,
-				opt->checkpoint[0] ? "; the checkpoint resumes from there" : "");
-			run_close(&r);
-			return ret;
-		}
+		if (ret == -EINTR)
+			break;
 	}
+	if (ret == -EINTR && steps == resumed_steps)
+		fprintf(stderr, "pinpipe-train: interrupted before the first step of run %u: nothing "
+			"trained%s%s%s\n", run, opt->checkpoint[0] == '\0' ? "" : steps ? ", " :
+			", no checkpoint written", steps ? opt->checkpoint : "",
+			steps ? " left as it was" : "");
+	else if (ret == -EINTR)
+		fprintf(stderr, "pinpipe-train: interrupted after %llu steps%s\n",
+			(unsigned long long)steps,
+			opt->checkpoint[0] ? "; the checkpoint resumes from there" : "");
 	run_close(&r);
-	return 0;
+	return ret == -EINTR ? ret : 0;
 
 fail:
-	fail_row(res, run, p, ret, jsonl);
+	fail_row(res, run, p, ret, why[0] ? why : NULL, jsonl);
 	run_close(&r);
 	return ret;
 }
@@ -842,8 +887,9 @@ int main(int argc, char **argv)
 	struct tr_results res = { 0 };
 	struct data d;
 	FILE *jsonl = NULL;
-	size_t runs;
+	size_t runs, started = 0;
 	int ret, failed = 0;
+	bool told = false;         /* a run said where Ctrl-C stopped it */
 
 	ret = tr_options_parse(argc, argv, &opt);
 	if (ret != 0)
@@ -861,9 +907,19 @@ int main(int argc, char **argv)
 		struct tr_params p;
 
 		tr_options_run_params(&opt, i, &p);
-		if (train_run(&opt, &p, (unsigned)i + 1, &d, &res, jsonl) < 0)
+		started++;
+		ret = train_run(&opt, &p, (unsigned)i + 1, &d, &res, jsonl);
+		told = ret == -EINTR;
+		if (ret < 0)
 			failed++;
 	}
+	if (interrupted && !told && started == 0)
+		fprintf(stderr, "pinpipe-train: interrupted before the first step: nothing trained%s%s%s\n",
+			opt.checkpoint[0] == '\0' ? "" : opt.resume ? ", " : ", no checkpoint written",
+			opt.resume ? opt.checkpoint : "", opt.resume ? " left as it was" : "");
+	else if (interrupted && !told && started < runs)
+		fprintf(stderr, "pinpipe-train: interrupted after run %zu: runs %zu to %zu not started\n",
+			started, started + 1, runs);
 	tr_results_sort(&res, opt.sort);
 	if (opt.progress >= 0)
 		printf("\n");

@@ -6,6 +6,19 @@
  * count) on success and a negative errno value on failure.  The message of
  * the last failure in the calling thread, which names the file, the place
  * and what was expected, is returned by pp_last_error().
+ *
+ * Signals: every thread the library starts (a loader's workers and
+ * decoding threads, the sim device's copy engines, a model's compute
+ * threads, a shard writer's compression threads) blocks the asynchronous
+ * signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM,
+ * SIGCHLD, SIGPIPE and SIGRTMIN..SIGRTMAX among them) for its whole life;
+ * it keeps only those the kernel sends to the thread that caused them
+ * (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT) and SIGPROF.
+ * A signal sent to the process is therefore handled on one of the
+ * application's own threads, as if the library started none.  The calling
+ * thread's mask is never changed.  Threads that other libraries start on
+ * their own (OpenBLAS's when it is loaded, the CUDA runtime's) are not
+ * pinpipe's, and keep the masks those libraries give them.
  */
 #ifndef PINPIPE_COMMON_H
 #define PINPIPE_COMMON_H

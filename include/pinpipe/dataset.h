@@ -248,7 +248,9 @@ struct pp_shard_writer_config {
 	uint32_t records_per_chunk;        /* 0: 1024 */
 	int level;                         /* 0: stored raw; 1..9: zlib level */
 	uint32_t threads;                  /* chunks compressed at once, each on its own
-					    * thread (0 or 1: in the calling thread); 1..64 */
+					    * thread (0 or 1: in the calling thread); 1..64;
+					    * those threads block the asynchronous signals
+					    * (pinpipe/common.h) */
 };
 
 /*

@@ -24,7 +24,8 @@
  * corrupting memory.
  *
  * Thread safety: a device may be used from several threads at once; a
- * stream and an event each belong to one thread at a time.
+ * stream and an event each belong to one thread at a time.  The sim's
+ * copy-engine threads block the asynchronous signals (pinpipe/common.h).
  */
 #ifndef PINPIPE_DEVICE_H
 #define PINPIPE_DEVICE_H

@@ -24,7 +24,8 @@
  *
  * Thread safety: one consumer thread calls create, begin_epoch, resume,
  * next, try_next and destroy; release, get_position and get_stats may be called from
- * any thread.  The workers are the loader's own.
+ * any thread.  The workers are the loader's own, and block the
+ * asynchronous signals (pinpipe/common.h).
  */
 #ifndef PINPIPE_LOADER_H
 #define PINPIPE_LOADER_H

@@ -15,7 +15,9 @@
  * parameters can be exchanged with a PyTorch model of the same spec.
  *
  * Thread safety: a model or a tensor belongs to one thread at a time.
- * Different models may be used from different threads at once.
+ * Different models may be used from different threads at once.  A
+ * model's compute threads (cfg->threads - 1 of them) block the
+ * asynchronous signals (pinpipe/common.h).
  */
 #ifndef PINPIPE_NN_H
 #define PINPIPE_NN_H

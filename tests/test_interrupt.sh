@@ -1,0 +1,152 @@
+#!/bin/sh
+# tests/test_interrupt.sh: Ctrl-C on pinpipe-train, from the outside, on sim
+# with loader workers, copy engines and compute threads running.  Small
+# enough to run under ThreadSanitizer too (.ci/run does), where a data race
+# on the flag the handler sets fails the run (exit 66).
+#
+#  1. SIGINT, in bursts of 1 to 3, at random moments of a grid of runs or
+#     of a run with a checkpoint (before the first step, in an epoch, in
+#     an evaluation, between epochs and between runs): every one stops
+#     with exit 130 (not killed by the signal), says so, writes no row of
+#     NaNs, and writes the checkpoint exactly when it says it did.
+#  2. SIGINT before the first step, made certain by a full stdout pipe that
+#     holds the trainer at its first line until the test drains it: exit
+#     130, "interrupted before the first step", no row and no checkpoint;
+#     resumed, the checkpoint is left byte for byte as it was.
+# Each check fails the script with what went wrong; exit 77 only when the
+# tool was not built.  The random moments come from a seed printed first.
+set -u
+
+train=${PINPIPE_TRAIN:-./pinpipe-train}
+[ -x "$train" ] || { echo "test_interrupt: $train not built, skipped"; exit 77; }
+command -v python3 >/dev/null || { echo "test_interrupt: python3 missing (./bootstrap installs it)"; exit 1; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pinpipe-interrupt-test-XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+python3 - "$train" "$tmp" <<'EOPY'
+import csv, fcntl, os, random, signal, subprocess, sys, time
+
+train, tmp = sys.argv[1], sys.argv[2]
+seed = int(os.environ.get("PP_TEST_SEED", str(int(time.time()))))
+print("test_interrupt: seed %d (PP_TEST_SEED=%d repeats it)" % (seed, seed))
+rng = random.Random(seed)
+failed = False
+
+def fail(msg, err_path=None):
+    global failed
+    failed = True
+    print("FAIL: " + msg)
+    if err_path:
+        sys.stdout.write(open(err_path, errors="replace").read())
+
+def rows(path):
+    return list(csv.DictReader(open(path))) if os.path.exists(path) else []
+
+def wait_for(path, text, proc):
+    """Waits until 'text' is in the file at 'path' (or the process ended)."""
+    while proc.poll() is None:
+        if os.path.exists(path) and text in open(path, errors="replace").read():
+            return
+        time.sleep(0.01)
+
+# A copy costs 16 ms a batch at 5 MB/s: an epoch lasts long enough to be hit.
+sim = ["--data=synthetic:1800", "--device=sim:bw=5MB/s", "--model=mlp", "--threads=2", "--seed=3",
+       "--no-progress"]
+
+# 1. Random moments.
+interrupted = 0
+for it in range(10):
+    out, err = "%s/r%d.out" % (tmp, it), "%s/r%d.err" % (tmp, it)
+    ckpt, table = "%s/r%d.ckpt" % (tmp, it), "%s/r%d.csv" % (tmp, it)
+    # A grid of 4 runs, or one run with a checkpoint (which takes a single run).
+    if it % 2:
+        args = [train] + sim + ["--workers=2", "--epochs=6", "--no-eval", "--checkpoint=" + ckpt]
+    else:
+        args = [train] + sim + ["--workers=0,2", "--pin-memory=on,off", "--epochs=3"]
+    args.append("--csv=" + table)
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen(args, stdout=o, stderr=e)
+    # The first line is printed once the handler is in place.
+    wait_for(out, "run 1: device=", proc)
+    time.sleep(rng.uniform(0, 0.8))
+    for k in range(rng.randint(1, 3)):
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGINT)
+        time.sleep(rng.uniform(0, 0.05))
+    code = proc.wait()
+    text = open(err, errors="replace").read()
+    name = "run %d (%s)" % (it, " ".join(args[1:]))
+    if code == 0:
+        continue                       # the grid ended before the signal
+    interrupted += 1
+    if code != 130:
+        fail("%s: exit %d after SIGINT, expected 130:" % (name, code), err)
+        continue
+    if "pinpipe-train: interrupted" not in text:
+        fail("%s: exit 130 but no word of the interruption:" % name, err)
+    for r in rows(table):
+        if r["status"] in ("ok", "interrupted") and r["train_loss"] in ("", "nan"):
+            fail("%s: a row of NaNs: %s" % (name, r), err)
+    if "the checkpoint resumes from there" in text and not os.path.exists(ckpt):
+        fail("%s: says the checkpoint resumes, but wrote none:" % name, err)
+    if "no checkpoint written" in text and os.path.exists(ckpt):
+        fail("%s: says no checkpoint was written, but wrote one:" % name, err)
+if interrupted < 5:
+    fail("only %d of 10 runs were still running at their SIGINT" % interrupted)
+
+# 2. Before the first step, for certain.
+def interrupt_before_first_step(args, err):
+    """Runs args with stdout a full pipe, SIGINT, then drains it; returns the exit status."""
+    for delay in (0.5, 1, 2, 4, 8):
+        r, w = os.pipe()
+        fl = fcntl.fcntl(w, fcntl.F_GETFL)
+        fcntl.fcntl(w, fcntl.F_SETFL, fl | os.O_NONBLOCK)
+        try:
+            while True:
+                os.write(w, b"\n" * 4096)
+        except BlockingIOError:
+            pass
+        fcntl.fcntl(w, fcntl.F_SETFL, fl)
+        with open(err, "w") as e:
+            proc = subprocess.Popen(args, stdout=w, stderr=e)
+        os.close(w)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        while os.read(r, 65536):
+            pass
+        os.close(r)
+        code = proc.wait()
+        if code != -signal.SIGINT:
+            return code
+        # Killed before main() put its handler in place: wait longer.
+    return code
+
+ckpt, table, jsonl, err = tmp + "/f.ckpt", tmp + "/f.csv", tmp + "/f.jsonl", tmp + "/f.err"
+code = interrupt_before_first_step([train] + sim + ["--epochs=2", "--checkpoint=" + ckpt,
+                                   "--csv=" + table, "--jsonl=" + jsonl], err)
+text = open(err, errors="replace").read()
+if code != 130:
+    fail("SIGINT before the first step: exit %d, expected 130:" % code, err)
+elif "interrupted before the first step of run 1: nothing trained, no checkpoint written" not in text:
+    fail("SIGINT before the first step: not said so:", err)
+if os.path.exists(ckpt):
+    fail("SIGINT before the first step: a checkpoint was written")
+if rows(table) or open(jsonl).read():
+    fail("SIGINT before the first step: rows were written: %s" % rows(table))
+
+# Resumed: the checkpoint of one epoch stays as it was.
+if subprocess.call([train] + sim + ["--epochs=1", "-q", "--checkpoint=" + ckpt],
+                   stdout=subprocess.DEVNULL) != 0:
+    fail("the run to resume failed")
+before = open(ckpt, "rb").read()
+code = interrupt_before_first_step([train] + sim + ["--epochs=3", "--resume",
+                                   "--checkpoint=" + ckpt, "--csv=" + table], err)
+text = open(err, errors="replace").read()
+if code != 130 or "nothing trained, %s left as it was" % ckpt not in text:
+    fail("resumed, SIGINT before the first step: exit %d:" % code, err)
+if open(ckpt, "rb").read() != before or rows(table):
+    fail("resumed, SIGINT before the first step: the checkpoint changed, or rows were written")
+
+sys.exit(1 if failed else 0)
+EOPY
