@@ -50,7 +50,7 @@ __attribute__((target("avx2"))) static void u8_to_f32_avx2(float *dst, const uin
 		dst[i] = (float)src[i] * scale - shift;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+PP_TARGET_AVX512 static void
 u8_to_f32_avx512(float *dst, const uint8_t *src, size_t count, float scale, float shift)
 {
 	const __m512 s = _mm512_set1_ps(scale), t = _mm512_set1_ps(shift);
@@ -68,13 +68,13 @@ u8_to_f32_avx512(float *dst, const uint8_t *src, size_t count, float scale, floa
 }
 
 void pp_nn_u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
-		   enum nn_isa isa)
+		   enum pp_isa isa)
 {
 	const float scale = 1.0f / (255.0f * std), shift = mean / std;
 
-	if (isa == NN_ISA_AVX512)
+	if (isa == PP_ISA_AVX512)
 		u8_to_f32_avx512(dst, src, count, scale, shift);
-	else if (isa == NN_ISA_AVX2)
+	else if (isa == PP_ISA_AVX2)
 		u8_to_f32_avx2(dst, src, count, scale, shift);
 	else
 		u8_to_f32_portable(dst, src, count, scale, shift);
@@ -82,5 +82,5 @@ void pp_nn_u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mea
 
 void pp_nn_u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std)
 {
-	pp_nn_u8_to_f32_isa(dst, src, count, mean, std, nn_isa_best());
+	pp_nn_u8_to_f32_isa(dst, src, count, mean, std, pp_isa_best());
 }

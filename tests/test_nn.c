@@ -235,12 +235,12 @@ static void expect_close(const char *what, const float *want, const float *got, 
 }
 
 /* Says which of the kernels' versions a test compares on this CPU (all of them where it has AVX-512). */
-static void note_isa(const char *test, enum nn_isa best)
+static void note_isa(const char *test, enum pp_isa best)
 {
-	if (best < NN_ISA_AVX512)
+	if (best < PP_ISA_AVX512)
 		fprintf(stderr, "%s: no %s on this CPU, its version%s not compared\n", test,
-			best < NN_ISA_AVX2 ? "AVX2 nor AVX-512" : "AVX-512",
-			best < NN_ISA_AVX2 ? "s" : "");
+			best < PP_ISA_AVX2 ? "AVX2 nor AVX-512" : "AVX-512",
+			best < PP_ISA_AVX2 ? "s" : "");
 }
 
 /*
@@ -318,14 +318,14 @@ END_TEST
 START_TEST(test_conv_pooled_versions)
 {
 	static const int shapes[3][3] = { { 12, 12, 5 }, { 7, 7, 3 }, { 9, 8, 5 } }; /* h, w, k */
-	const enum nn_isa best = nn_isa_best();
+	const enum pp_isa best = pp_isa_best();
 
 	note_isa("test_conv_pooled_versions", best);
 	for (int s = 0; s < 3; s++)
 		for (int variant = 0; variant < 2 * ((int)best + 1); variant++) {
 			const int *sh = shapes[s];
 			const bool scatter = variant & 1;
-			const enum nn_isa isa = (enum nn_isa)(variant / 2);
+			const enum pp_isa isa = (enum pp_isa)(variant / 2);
 			struct gc g = gc_make(NN_CONV, 2, 3, sh[0], sh[1], 4, sh[2], 1, 0);
 			const struct nn_layer *l = &g.l;
 			struct gc pg = gc_make(NN_MAXPOOL, 2, 4, l->out_h, l->out_w, 0, 2, 2, 0);
@@ -394,8 +394,8 @@ END_TEST
  */
 START_TEST(test_conv_direct)
 {
-	const enum nn_isa best = nn_isa_best();
-	const bool has_avx2 = best >= NN_ISA_AVX2;
+	const enum pp_isa best = pp_isa_best();
+	const bool has_avx2 = best >= PP_ISA_AVX2;
 	static const int shapes[11][4] = {
 		/* h, w, k, output channels */
 		{ 30, 30, 5, 3 }, { 11, 13, 5, 3 }, { 6, 6, 3, 3 }, { 9, 7, 4, 3 },
@@ -408,7 +408,7 @@ START_TEST(test_conv_direct)
 		for (int variant = 0; variant < 2 * ((int)best + 1); variant++) {
 			const int *sh = shapes[s];
 			const bool relu = variant & 1;
-			const enum nn_isa isa = (enum nn_isa)(variant / 2);
+			const enum pp_isa isa = (enum pp_isa)(variant / 2);
 			struct gc g = gc_make(NN_CONV, 11, 1, sh[0], sh[1], sh[3], sh[2], 1, 0);
 			struct nn_layer *l = &g.l;
 			struct gc pg = gc_make(NN_MAXPOOL, 11, sh[3], l->out_h, l->out_w, 0, 2, 2, 0);
@@ -426,10 +426,10 @@ START_TEST(test_conv_direct)
 			ck_assert(pp_nn_conv2d_direct_fits(l) == has_avx2);
 			for (size_t i = 0; i < pouts; i += 3)
 				dpool[i] = 0.0f;
-			pp_nn_conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, NN_ISA_BASE);
-			if (isa == NN_ISA_AVX512)
+			pp_nn_conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, PP_ISA_BASE);
+			if (isa == PP_ISA_AVX512)
 				pp_nn_conv2d_direct_forward_avx512(l, y, g.in, g.w, g.b, g.n);
-			else if (isa == NN_ISA_AVX2)
+			else if (isa == PP_ISA_AVX2)
 				pp_nn_conv2d_direct_forward_avx2(l, y, g.in, g.w, g.b, g.n);
 			else
 				pp_nn_conv2d_direct_forward_portable(l, y, g.in, g.w, g.b, g.n);
@@ -441,10 +441,10 @@ START_TEST(test_conv_direct)
 			pp_nn_maxpool_forward(pool, pooled, pg.idx, act, g.n);
 			pp_nn_conv2d_backward_pooled(l, pool, din1, dw1, db1, dpool, pg.idx, relu ? act : NULL,
 					       g.w, g.col, g.dcol, g.n);
-			if (isa == NN_ISA_AVX512)
+			if (isa == PP_ISA_AVX512)
 				pp_nn_conv2d_direct_backward_pooled_avx512(l, pool, din2, dw2, db2, dpool, pg.idx,
 								     relu ? act : NULL, g.w, g.in, g.n);
-			else if (isa == NN_ISA_AVX2)
+			else if (isa == PP_ISA_AVX2)
 				pp_nn_conv2d_direct_backward_pooled_avx2(l, pool, din2, dw2, db2, dpool, pg.idx,
 								   relu ? act : NULL, g.w, g.in, g.n);
 			else
@@ -454,7 +454,7 @@ START_TEST(test_conv_direct)
 			expect_close("input gradient", din1, din2, ins);
 			expect_close("weight gradient", dw1, dw2, l->n_w);
 			expect_close("bias gradient", db1, db2, l->n_b);
-			if (isa == NN_ISA_AVX512) {
+			if (isa == PP_ISA_AVX512) {
 				/* without the input gradient: rows of 17 to 24 taken in pairs */
 				memset(dw2, 0, l->n_w * sizeof(float));
 				memset(db2, 0, l->n_b * sizeof(float));
@@ -494,7 +494,7 @@ END_TEST
  */
 START_TEST(test_conv_forward_direct512)
 {
-	const enum nn_isa best = nn_isa_best();
+	const enum pp_isa best = pp_isa_best();
 	static const int shapes[11][7] = {
 		/* c, h, w, output channels, k, stride, pad */
 		{ 6, 12, 12, 12, 5, 1, 0 }, { 3, 11, 9, 9, 5, 1, 0 },  { 4, 9, 10, 7, 3, 1, 0 },
@@ -513,14 +513,14 @@ START_TEST(test_conv_forward_direct512)
 		float *y = zero_floats(outs), *col = zero_floats(cols);
 
 		ck_assert_msg(pp_nn_conv2d_direct_forward_fits512(l) == (s < 7), "shape %d", s);
-		if (best < NN_ISA_AVX512) {
+		if (best < PP_ISA_AVX512) {
 			free(y);
 			free(col);
 			gc_free(&g);
 			continue;
 		}
-		pp_nn_conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, NN_ISA_BASE);
-		pp_nn_conv2d_forward_impl(l, y, g.in, g.w, g.b, col, g.n, NN_ISA_AVX512);
+		pp_nn_conv2d_forward_impl(l, g.out, g.in, g.w, g.b, g.col, g.n, PP_ISA_BASE);
+		pp_nn_conv2d_forward_impl(l, y, g.in, g.w, g.b, col, g.n, PP_ISA_AVX512);
 		expect_close("output", g.out, y, outs);
 		ck_assert(memcmp(g.col, col, cols * sizeof(float)) == 0);
 		free(y);
@@ -542,7 +542,7 @@ END_TEST
 START_TEST(test_maxpool_windows)
 {
 	static const int shapes[4][2] = { { 9, 21 }, { 8, 24 }, { 7, 8 }, { 8, 43 } }; /* h, w */
-	const enum nn_isa best = nn_isa_best();
+	const enum pp_isa best = pp_isa_best();
 
 	note_isa("test_maxpool_windows", best);
 	for (int s = 0; s < 4; s++)
@@ -556,8 +556,8 @@ START_TEST(test_maxpool_windows)
 			ck_assert_ptr_nonnull(idx2);
 			for (size_t i = 0; i < (size_t)g.n * l->in_size; i++)
 				g.in[i] = roundf(g.in[i] * 3.0f);
-			pp_nn_maxpool_forward_impl(l, g.out, g.idx, g.in, g.n, false, (enum nn_isa)isa);
-			pp_nn_maxpool_forward_impl(l, y2, idx2, g.in, g.n, true, (enum nn_isa)isa);
+			pp_nn_maxpool_forward_impl(l, g.out, g.idx, g.in, g.n, false, (enum pp_isa)isa);
+			pp_nn_maxpool_forward_impl(l, y2, idx2, g.in, g.n, true, (enum pp_isa)isa);
 			for (int i = 0; i < g.n; i++)
 				for (int ch = 0; ch < l->out_c; ch++)
 					for (int oy = 0; oy < l->out_h; oy++)
@@ -1666,15 +1666,15 @@ static bool has_avx512(void)
 }
 
 /* The instruction sets this CPU has, best last; their count. */
-static int isas_here(enum nn_isa isas[3])
+static int isas_here(enum pp_isa isas[3])
 {
 	int n = 0;
 
-	isas[n++] = NN_ISA_BASE;
+	isas[n++] = PP_ISA_BASE;
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		isas[n++] = NN_ISA_AVX2;
+		isas[n++] = PP_ISA_AVX2;
 	if (has_avx512())
-		isas[n++] = NN_ISA_AVX512;
+		isas[n++] = PP_ISA_AVX512;
 	return n;
 }
 
@@ -1695,18 +1695,18 @@ static void expect_near(const char *what, const float *want, const float *got, s
  * moment not written back, the first step's momentum not the gradient,
  * a bias correction of the wrong step; or if a masked tail writes past the
  * end of the parameters or of either buffer (a sentinel there).  Also
- * fails if the CPU has AVX-512 and nn_isa_best() does not choose it.
+ * fails if the CPU has AVX-512 and pp_isa_best() does not choose it.
  */
 START_TEST(test_optim_versions)
 {
 	enum { N = 37, STEPS = 3 };
 	const float sentinel = 12345.0f;
-	enum nn_isa isas[3];
+	enum pp_isa isas[3];
 	const int n_isas = isas_here(isas);
 	struct pp_optimizer_config cfgs[5];
 
-	ck_assert(!has_avx512() || nn_isa_best() == NN_ISA_AVX512);
-	ck_assert(!has_avx512() || isas[n_isas - 1] == NN_ISA_AVX512);
+	ck_assert(!has_avx512() || pp_isa_best() == PP_ISA_AVX512);
+	ck_assert(!has_avx512() || isas[n_isas - 1] == PP_ISA_AVX512);
 	for (int k = 0; k < 5; k++) {
 		struct pp_model_config mc;
 
@@ -1778,7 +1778,7 @@ START_TEST(test_xent_versions)
 	static const int classes[5] = { 10, 3, 8, 9, 16 };
 	enum { N = 9 };
 
-	ck_assert(!has_avx512() || nn_isa_best() == NN_ISA_AVX512);
+	ck_assert(!has_avx512() || pp_isa_best() == PP_ISA_AVX512);
 	for (int ci = 0; ci < 5; ci++)
 		for (int big = 0; big < 2; big++) {
 			const int c = classes[ci];
@@ -1800,7 +1800,7 @@ START_TEST(test_xent_versions)
 				d[a][N * c] = 12345.0f;
 				ck_assert_int_eq(pp_nn_softmax_xent_isa(z, y, N, c, 0.25f, d[a], losses[a],
 								  &correct[a],
-								  a ? nn_isa_best() : NN_ISA_BASE), 0);
+								  a ? pp_isa_best() : PP_ISA_BASE), 0);
 				ck_assert(d[a][N * c] == 12345.0f);
 			}
 			ck_assert_uint_eq(correct[0], correct[1]);
@@ -1812,7 +1812,7 @@ START_TEST(test_xent_versions)
 			expect_near("logit gradient", d[0], d[1], (size_t)N * c, 1e-6f, 1e-12f);
 			y[N - 1] = c;
 			ck_assert_int_eq(pp_nn_softmax_xent_isa(z, y, N, c, 0.25f, d[1], losses[1], &correct[1],
-							  nn_isa_best()), -ERANGE);
+							  pp_isa_best()), -ERANGE);
 		}
 }
 END_TEST
@@ -1830,12 +1830,12 @@ START_TEST(test_convert_versions)
 	enum { N = 300 };
 	const float mean = 0.2860f, std = 0.3530f;
 	const float scale = 1.0f / (255.0f * std), shift = mean / std;
-	enum nn_isa isas[3];
+	enum pp_isa isas[3];
 	const int n_isas = isas_here(isas);
 	uint8_t src[N];
 	float want[N], got[N + 1];
 
-	ck_assert(!has_avx512() || isas[n_isas - 1] == NN_ISA_AVX512);
+	ck_assert(!has_avx512() || isas[n_isas - 1] == PP_ISA_AVX512);
 	for (int i = 0; i < N; i++) {
 		src[i] = (uint8_t)(i < 256 ? i : (i * 97) % 256);
 		want[i] = (float)src[i] * scale - shift;
@@ -1868,7 +1868,7 @@ START_TEST(test_linear_dw_versions)
 
 	if (!has_avx512())
 		return;
-	ck_assert(nn_isa_best() == NN_ISA_AVX512);
+	ck_assert(pp_isa_best() == PP_ISA_AVX512);
 	for (int t = 0; t < 6; t++) {
 		const int *c = cases[t];
 		struct gc g = gc_make(NN_LINEAR, c[2], c[1], 1, 1, c[0], 0, 0, 0);
@@ -1883,7 +1883,7 @@ START_TEST(test_linear_dw_versions)
 			memcpy(dw[a], start, nw * sizeof(float));
 			memcpy(db[a], db_start, (size_t)c[0] * sizeof(float));
 			pp_nn_linear_backward_params_isa(&g.l, dw[a], db[a], dout, g.in, c[2], c[3], c[4],
-						   (float)c[5], a ? NN_ISA_AVX512 : NN_ISA_BASE);
+						   (float)c[5], a ? PP_ISA_AVX512 : PP_ISA_BASE);
 		}
 		for (size_t i = 0; i < nw; i++) {
 			const size_t col = i % (size_t)c[1];
