@@ -299,9 +299,6 @@ void pp_nn_relu_backward(float *din, const float *dout, const float *out, size_t
 int pp_nn_softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
 		 float *dlogits, double *losses, uint64_t *correct);
 
-/* dst[i] = src[i] * (1 / (255 std)) - mean / std, as nn/cuda/convert.cu */
-void pp_nn_u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std);
-
 /* ------------------------------------------------------------------ optimizers */
 
 /* Optimizer state: sized by the parameter count. */
@@ -327,9 +324,6 @@ int pp_nn_softmax_xent_isa(const float *logits, const int32_t *labels, int n, in
 /* pp_nn_linear_backward_params() in the version for isa: AVX-512, or else the GEMM of CBLAS. */
 void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
 				const float *in, int n, int j0, int j1, float beta, enum pp_isa isa);
-/* pp_nn_u8_to_f32() in the version for isa; every version gives the same bits. */
-void pp_nn_u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
-		   enum pp_isa isa);
 
 /* ------------------------------------------------------------------ models */
 

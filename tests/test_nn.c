@@ -17,6 +17,7 @@
 #endif
 
 #include "common/internal.h"
+#include "common/normalize.h"
 #include "pinpipe/dataset.h"
 #include "nn/nn_internal.h"
 #include "tests/nn_reference.h"
@@ -1829,7 +1830,8 @@ START_TEST(test_convert_versions)
 {
 	enum { N = 300 };
 	const float mean = 0.2860f, std = 0.3530f;
-	const float scale = 1.0f / (255.0f * std), shift = mean / std;
+	const float shift = mean / std;
+	float scale, bias;
 	enum pp_isa isas[3];
 	const int n_isas = isas_here(isas);
 	uint8_t src[N];
@@ -1838,11 +1840,13 @@ START_TEST(test_convert_versions)
 	ck_assert(!has_avx512() || isas[n_isas - 1] == PP_ISA_AVX512);
 	for (int i = 0; i < N; i++) {
 		src[i] = (uint8_t)(i < 256 ? i : (i * 97) % 256);
-		want[i] = (float)src[i] * scale - shift;
+		want[i] = (float)src[i] * (1.0f / (255.0f * std)) - shift;
 	}
+	pp_normalize_u8_params(mean, std, &scale, &bias);
+	ck_assert(scale == 1.0f / (255.0f * std) && bias == -shift);
 	for (int a = 0; a < n_isas; a++) {
 		got[N] = 12345.0f;
-		pp_nn_u8_to_f32_isa(got, src, N, mean, std, isas[a]);
+		pp_normalize_u8_version(isas[a])(src, got, N, scale, bias);
 		ck_assert_msg(memcmp(got, want, sizeof(want)) == 0, "version %d differs", (int)isas[a]);
 		ck_assert(got[N] == 12345.0f);
 	}
