@@ -137,35 +137,44 @@ static inline __attribute__((always_inline)) void direct_sample(const struct nn_
 		direct_channels(l, y, x, w, b, k, o, 1);
 }
 
-/* Every sample; compiled once per target. */
+/* One sample's forward for kernel size k (a constant where inlined with one). */
+typedef void direct_sample_fn(const struct nn_layer *l, float *y, const float *x, const float *w,
+			      const float *b, const int k);
+
+/*
+ * Every sample through sample(), inlined into each caller (so compiled
+ * once per target), with k a constant for the kernel sizes of the
+ * networks here, 5 and 3, so that the loops over the taps unroll.
+ */
 static inline __attribute__((always_inline)) void direct_forward(const struct nn_layer *l, float *out,
 								 const float *in, const float *w,
-								 const float *b, int n)
+								 const float *b, int n,
+								 direct_sample_fn *sample)
 {
 	for (int i = 0; i < n; i++) {
 		float *y = out + (size_t)i * l->out_size;
 		const float *x = in + (size_t)i * l->in_size;
 
 		if (l->k == 5)
-			direct_sample(l, y, x, w, b, 5);
+			sample(l, y, x, w, b, 5);
 		else if (l->k == 3)
-			direct_sample(l, y, x, w, b, 3);
+			sample(l, y, x, w, b, 3);
 		else
-			direct_sample(l, y, x, w, b, l->k);
+			sample(l, y, x, w, b, l->k);
 	}
 }
 
 void pp_nn_conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const float *in,
 				    const float *w, const float *b, int n)
 {
-	direct_forward(l, out, in, w, b, n);
+	direct_forward(l, out, in, w, b, n, direct_sample);
 }
 
 PP_TARGET_AVX2 void
 pp_nn_conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in, const float *w,
 			   const float *b, int n)
 {
-	direct_forward(l, out, in, w, b, n);
+	direct_forward(l, out, in, w, b, n, direct_sample);
 }
 
 /*
@@ -383,17 +392,7 @@ direct512_sample(const struct nn_layer *l, float *y, const float *x, const float
 PP_TARGET_AVX512 void pp_nn_conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
 					    const float *w, const float *b, int n)
 {
-	for (int i = 0; i < n; i++) {
-		float *y = out + (size_t)i * l->out_size;
-		const float *x = in + (size_t)i * l->in_size;
-
-		if (l->k == 5)
-			direct512_sample(l, y, x, w, b, 5);
-		else if (l->k == 3)
-			direct512_sample(l, y, x, w, b, 3);
-		else
-			direct512_sample(l, y, x, w, b, l->k);
-	}
+	direct_forward(l, out, in, w, b, n, direct512_sample);
 }
 
 /* The most taps (C K K) of a layer whose forward pp_nn_conv2d_forward() makes with the AVX-512 kernel */
