@@ -543,4 +543,5 @@ const struct nn_backend pp_nn_backend_cpu = {
 	.reserve = cpu_reserve,
 	.run = cpu_run,
 	.metrics = cpu_metrics,
+	.queued = false,
 };

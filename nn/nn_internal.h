@@ -17,7 +17,6 @@
 
 struct pp_tensor {
 	struct pp_device *dev;  /* NULL: host memory */
-	enum pp_device_kind kind; /* PP_DEVICE_CPU for the host */
 	enum pp_dtype dtype;
 	int ndim;
 	size_t shape[PP_TENSOR_MAX_DIMS]; /* elements per dimension */
@@ -34,9 +33,10 @@ int pp_nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_d
 		size_t bytes);
 /* The name of a device for messages: "cpu" for the host. */
 const char *pp_nn_device_name(const struct pp_device *dev);
-enum pp_device_kind pp_nn_device_kind(const struct pp_device *dev);
 /* True when the CPU can use the device's memory in place (the host, cpu, sim). */
 bool pp_nn_host_addressable(const struct pp_device *dev);
+/* True when the device's memory is the host's own (the host, cpu): one place for tensors. */
+bool pp_nn_host_is_device(const struct pp_device *dev);
 /* The cudaStream_t of a stream of a cuda device (NULL for NULL). */
 void *pp_nn_cuda_stream(struct pp_stream *stream);
 
@@ -342,8 +342,9 @@ struct nn_job {
 };
 
 /*
- * How a model runs on its kind of device: the CPU kernels (the host, cpu,
- * sim) or the CUDA kernels.
+ * How a model runs on its kind of device: the CPU kernels, where the host
+ * addresses the device's memory (the host, cpu, sim), or else the CUDA
+ * kernels.
  */
 struct nn_backend {
 	/* Prepares what the backend needs once the parameters exist. */
@@ -356,6 +357,8 @@ struct nn_backend {
 	int (*run)(struct pp_model *m, struct nn_job *job);
 	/* Writes the running totals, resetting them when asked. */
 	int (*metrics)(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p);
+	/* run() queues its work on the model's stream (cfg.stream) rather than doing it */
+	bool queued;
 };
 
 extern const struct nn_backend pp_nn_backend_cpu;
@@ -364,7 +367,7 @@ extern const struct nn_backend pp_nn_backend_cuda;
 /* Checks the settings a checkpoint does not hold (threads, mean, std); -EINVAL with a message. */
 int pp_nn_model_check_runtime(const struct pp_model_config *cfg);
 
-/* Waits for the model's queued work (cuda); 0 or -errno. */
+/* Waits for the model's queued work (nn_backend.queued); 0 or -errno. */
 int pp_nn_model_wait(struct pp_model *m);
 
 /* Activations and per-batch buffers for 'batch' samples (nn/model.c). */
@@ -372,7 +375,6 @@ int pp_nn_model_reserve(struct pp_model *m, size_t batch);
 
 struct pp_model {
 	struct pp_device *dev;    /* NULL: host */
-	enum pp_device_kind kind;
 	const struct nn_backend *backend;
 	struct pp_model_config cfg;
 	char *spec;               /* expanded */
