@@ -14,7 +14,9 @@
  * unfused; adding -(mean / std) gives the same bits as subtracting it), so
  * that training gives the same bits as before; the loader's AVX2 version
  * used to fuse, and its SSE2 one did not, so its float output now has the
- * same bits on every processor.
+ * same bits on every processor.  The loader still computes its own scale,
+ * (1 / 255) / std (loader/loader.c), which can differ from 1 / (255 std)
+ * in the last bit: it should take pp_normalize_u8_params().
  */
 #ifndef PP_COMMON_NORMALIZE_H
 #define PP_COMMON_NORMALIZE_H
