@@ -48,6 +48,7 @@ int pp_device_cpu_open(struct pp_device *dev, const char *options)
 	dev->props.kind = PP_DEVICE_CPU;
 	dev->props.total_memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
 	dev->props.host_is_device = true;
+	dev->props.host_addressable = true;
 	dev->props.async_copy = false;
 	dev->props.copy_engines = 0;
 	return 0;

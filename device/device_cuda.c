@@ -144,6 +144,7 @@ int pp_device_cuda_props(int index, struct pp_device_props *props)
 	props->index = index;
 	props->total_memory = prop.totalGlobalMem;
 	props->host_is_device = false;
+	props->host_addressable = false;
 	props->async_copy = engines > 0;
 	props->copy_engines = engines;
 	return 0;

@@ -827,6 +827,7 @@ int pp_device_sim_open(struct pp_device *dev, const char *options)
 	dev->props.kind = PP_DEVICE_SIM;
 	dev->props.total_memory = sim->capacity;
 	dev->props.host_is_device = false;
+	dev->props.host_addressable = true;
 	dev->props.async_copy = true;
 	dev->props.copy_engines = 0;
 	return 0;

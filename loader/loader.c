@@ -65,9 +65,14 @@ static int convert_setup(struct pp_convert *cv, const struct pp_sample_info *inf
 	cv->u8_f32 = pp_convert_u8_f32_best();
 	for (uint32_t c = 0; c < cv->channels; c++) {
 		float sd = cfg->std[c] != 0.0f ? cfg->std[c] : 1.0f;
-		float unit = cv->in == PP_DTYPE_U8 ? 1.0f / 255.0f : 1.0f;
-		cv->scale[c] = unit / sd;
-		cv->bias[c] = -cfg->mean[c] / sd;
+
+		/* uint8: the library's one normalisation, in nn's bits (common/normalize.h). */
+		if (cv->in == PP_DTYPE_U8) {
+			pp_normalize_u8_params(cfg->mean[c], sd, &cv->scale[c], &cv->bias[c]);
+		} else {
+			cv->scale[c] = 1.0f / sd;
+			cv->bias[c] = -cfg->mean[c] / sd;
+		}
 	}
 	return 0;
 }

@@ -129,10 +129,10 @@ static void col2im(const struct nn_layer *l, float *dx, const float *dcol)
 }
 
 void pp_nn_conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, const float *w,
-			 const float *b, float *col, int n, enum nn_isa isa)
+			 const float *b, float *col, int n, enum pp_isa isa)
 {
 	const int oc = l->out_c, kk = l->in_c * l->k * l->k, pos = l->out_h * l->out_w;
-	const bool direct = isa == NN_ISA_AVX512 && pp_nn_conv2d_direct_forward_fits512(l);
+	const bool direct = isa == PP_ISA_AVX512 && pp_nn_conv2d_direct_forward_fits512(l);
 
 	for (int i = 0; i < n; i++) {
 		float *y = out + (size_t)i * l->out_size;
@@ -155,7 +155,7 @@ void pp_nn_conv2d_forward_impl(const struct nn_layer *l, float *out, const float
 void pp_nn_conv2d_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, float *col, int n)
 {
-	pp_nn_conv2d_forward_impl(l, out, in, w, b, col, n, nn_isa_best());
+	pp_nn_conv2d_forward_impl(l, out, in, w, b, col, n, pp_isa_best());
 }
 
 void pp_nn_conv2d_backward(const struct nn_layer *l, float *din, float *dw, float *db,
@@ -334,7 +334,7 @@ static void pooled_portable(const struct nn_layer *l, const struct nn_layer *poo
 	pooled_all(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n, false);
 }
 
-__attribute__((target("avx2,fma"))) static void
+PP_TARGET_AVX2 static void
 pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool, float *din, float *dw,
 	    float *db, const float *dpool, const int32_t *idx, const float *relu_out,
 	    const float *w, const float *wpad, const float *cols, float *dcol, int n)
@@ -403,7 +403,7 @@ size_t pp_nn_conv2d_backward_pooled_scratch(const struct nn_layer *l, const stru
  * Past each pool row the S rows no later window reaches are stored.  K,
  * PK and S are constants where inlined with them.
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 rows512_dx(const struct nn_layer *l, const struct nn_layer *pool, float *dx, const float *wsh,
 	   const struct rows_entry *ent, const int32_t *count, const int K, const int PK, const int S)
 {
@@ -466,7 +466,7 @@ rows512_dx(const struct nn_layer *l, const struct nn_layer *pool, float *dx, con
  * the next window, which cannot take its data by store forwarding);
  * otherwise through dcol and col2im.
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 pooled512_sample(const struct nn_layer *l, const struct nn_layer *pool, float *dx, float *dw,
 		 float *db, const float *dp0, const int32_t *ix0, const float *r, const float *w,
 		 const float *wpad, const float *wsh, const float *col, float *dcol)
@@ -571,7 +571,7 @@ pooled512_sample(const struct nn_layer *l, const struct nn_layer *pool, float *d
 		col2im(l, dx, dcol);
 }
 
-NN_AVX512 static void pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
+PP_TARGET_AVX512 static void pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
 				    float *din, float *dw, float *db, const float *dpool,
 				    const int32_t *idx, const float *relu_out, const float *w,
 				    const float *wpad, const float *wsh, const float *cols, float *dcol,
@@ -601,12 +601,12 @@ NN_AVX512 static void pooled_avx512(const struct nn_layer *l, const struct nn_la
 void pp_nn_conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
 				 float *din, float *dw, float *db, const float *dpool,
 				 const int32_t *idx, const float *relu_out, const float *w,
-				 const float *cols, float *dcol, int n, bool scatter, enum nn_isa isa)
+				 const float *cols, float *dcol, int n, bool scatter, enum pp_isa isa)
 {
 	const size_t rows = (size_t)l->out_c * l->in_c * l->k;
 	float *wpad = NULL, *wsh = NULL;
 
-	if (din && scatter && isa == NN_ISA_AVX512 && rows_fit(l, pool)) {
+	if (din && scatter && isa == PP_ISA_AVX512 && rows_fit(l, pool)) {
 		const int stack = rows_stack(l, pool);
 
 		wsh = dcol;
@@ -622,9 +622,9 @@ void pp_nn_conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn
 		for (size_t q = 0; q < rows; q++)
 			memcpy(wpad + q * 8, w + q * l->k, (size_t)l->k * sizeof(float));
 	}
-	if (isa == NN_ISA_AVX512)
+	if (isa == PP_ISA_AVX512)
 		pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, wsh, cols, dcol, n);
-	else if (isa == NN_ISA_AVX2)
+	else if (isa == PP_ISA_AVX2)
 		pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
 	else
 		pooled_portable(l, pool, din, dw, db, dpool, idx, relu_out, w, wpad, cols, dcol, n);
@@ -635,8 +635,8 @@ void pp_nn_conv2d_backward_pooled(const struct nn_layer *l, const struct nn_laye
 			    const float *relu_out, const float *w, const float *cols, float *dcol,
 			    int n)
 {
-	const enum nn_isa isa = nn_isa_best();
+	const enum pp_isa isa = pp_isa_best();
 
 	pp_nn_conv2d_backward_pooled_impl(l, pool, din, dw, db, dpool, idx, relu_out, w, cols, dcol, n,
-				    isa != NN_ISA_BASE, isa);
+				    isa != PP_ISA_BASE, isa);
 }

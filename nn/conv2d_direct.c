@@ -30,7 +30,7 @@ typedef float nn_f32x8 __attribute__((vector_size(32)));
 bool pp_nn_conv2d_direct_fits(const struct nn_layer *l)
 {
 	return l->kind == NN_CONV && l->stride == 1 && l->pad == 0 && l->in_c == 1 && l->k <= 8 &&
-	       l->sparse_dout && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	       l->sparse_dout && pp_isa_best() >= PP_ISA_AVX2;
 }
 
 /*
@@ -137,35 +137,44 @@ static inline __attribute__((always_inline)) void direct_sample(const struct nn_
 		direct_channels(l, y, x, w, b, k, o, 1);
 }
 
-/* Every sample; compiled once per target. */
+/* One sample's forward for kernel size k (a constant where inlined with one). */
+typedef void direct_sample_fn(const struct nn_layer *l, float *y, const float *x, const float *w,
+			      const float *b, const int k);
+
+/*
+ * Every sample through sample(), inlined into each caller (so compiled
+ * once per target), with k a constant for the kernel sizes of the
+ * networks here, 5 and 3, so that the loops over the taps unroll.
+ */
 static inline __attribute__((always_inline)) void direct_forward(const struct nn_layer *l, float *out,
 								 const float *in, const float *w,
-								 const float *b, int n)
+								 const float *b, int n,
+								 direct_sample_fn *sample)
 {
 	for (int i = 0; i < n; i++) {
 		float *y = out + (size_t)i * l->out_size;
 		const float *x = in + (size_t)i * l->in_size;
 
 		if (l->k == 5)
-			direct_sample(l, y, x, w, b, 5);
+			sample(l, y, x, w, b, 5);
 		else if (l->k == 3)
-			direct_sample(l, y, x, w, b, 3);
+			sample(l, y, x, w, b, 3);
 		else
-			direct_sample(l, y, x, w, b, l->k);
+			sample(l, y, x, w, b, l->k);
 	}
 }
 
 void pp_nn_conv2d_direct_forward_portable(const struct nn_layer *l, float *out, const float *in,
 				    const float *w, const float *b, int n)
 {
-	direct_forward(l, out, in, w, b, n);
+	direct_forward(l, out, in, w, b, n, direct_sample);
 }
 
-__attribute__((target("avx2,fma"))) void
+PP_TARGET_AVX2 void
 pp_nn_conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in, const float *w,
 			   const float *b, int n)
 {
-	direct_forward(l, out, in, w, b, n);
+	direct_forward(l, out, in, w, b, n, direct_sample);
 }
 
 /*
@@ -176,7 +185,7 @@ pp_nn_conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const flo
  * broadcast from memory into its FMA.  No input is read past the lanes
  * in the masks.  k and no are constants where inlined with them.
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_tile(const struct nn_layer *l, float *y, const float *x, const float *w, const float *b,
 	       const int k, int o, const int no, int oy, int ox, __mmask16 m0, __mmask16 m1)
 {
@@ -224,7 +233,7 @@ direct512_tile(const struct nn_layer *l, float *y, const float *x, const float *
  * direct512_tile() takes four.  k and no are constants where inlined
  * with them.
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_tile_pair(const struct nn_layer *l, float *y, const float *x, const float *w,
 		    const float *b, const int k, int o, const int no, int oy)
 {
@@ -280,7 +289,7 @@ direct512_tile_pair(const struct nn_layer *l, float *y, const float *x, const fl
  * over all the C K K taps, so that each loaded pair of input rows serves
  * no channels.  k, no and np are constants where inlined with them.
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_tile_rows8(const struct nn_layer *l, float *y, const float *x, const float *w,
 		     const float *b, const int k, int o, const int no, int oy, const int np)
 {
@@ -342,7 +351,7 @@ direct512_tile_rows8(const struct nn_layer *l, float *y, const float *x, const f
  * time, the tail masked; rows of 17 to 24 positions two at a time; rows
  * of at most 8 positions eight at a time, then two (the last maybe alone).
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_channels(const struct nn_layer *l, float *y, const float *x, const float *w,
 		   const float *b, const int k, int o, const int no)
 {
@@ -366,7 +375,7 @@ direct512_channels(const struct nn_layer *l, float *y, const float *x, const flo
 }
 
 /* AVX-512: one sample, six channels at a time, then two, then one. */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_sample(const struct nn_layer *l, float *y, const float *x, const float *w,
 		 const float *b, const int k)
 {
@@ -380,20 +389,10 @@ direct512_sample(const struct nn_layer *l, float *y, const float *x, const float
 		direct512_channels(l, y, x, w, b, k, o, 1);
 }
 
-NN_AVX512 void pp_nn_conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
+PP_TARGET_AVX512 void pp_nn_conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
 					    const float *w, const float *b, int n)
 {
-	for (int i = 0; i < n; i++) {
-		float *y = out + (size_t)i * l->out_size;
-		const float *x = in + (size_t)i * l->in_size;
-
-		if (l->k == 5)
-			direct512_sample(l, y, x, w, b, 5);
-		else if (l->k == 3)
-			direct512_sample(l, y, x, w, b, 3);
-		else
-			direct512_sample(l, y, x, w, b, l->k);
-	}
+	direct_forward(l, out, in, w, b, n, direct512_sample);
 }
 
 /* The most taps (C K K) of a layer whose forward pp_nn_conv2d_forward() makes with the AVX-512 kernel */
@@ -408,11 +407,11 @@ bool pp_nn_conv2d_direct_forward_fits512(const struct nn_layer *l)
 void pp_nn_conv2d_direct_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 			   const float *b, int n)
 {
-	const enum nn_isa isa = nn_isa_best();
+	const enum pp_isa isa = pp_isa_best();
 
-	if (isa == NN_ISA_AVX512)
+	if (isa == PP_ISA_AVX512)
 		pp_nn_conv2d_direct_forward_avx512(l, out, in, w, b, n);
-	else if (isa == NN_ISA_AVX2)
+	else if (isa == PP_ISA_AVX2)
 		pp_nn_conv2d_direct_forward_avx2(l, out, in, w, b, n);
 	else
 		pp_nn_conv2d_direct_forward_portable(l, out, in, w, b, n);
@@ -513,7 +512,7 @@ void pp_nn_conv2d_direct_backward_pooled_portable(const struct nn_layer *l, cons
 	direct_backward(l, pool, din, dw, db, dpool, idx, relu_out, w, in, n);
 }
 
-__attribute__((target("avx2,fma"))) void
+PP_TARGET_AVX2 void
 pp_nn_conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const struct nn_layer *pool,
 				   float *din, float *dw, float *db, const float *dpool,
 				   const int32_t *idx, const float *relu_out, const float *w,
@@ -542,7 +541,7 @@ static bool direct512_fits(const struct nn_layer *l)
  * NULL the input gradient added window by window as
  * direct_backward_sample().
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dz, float *dx,
 		   float *bsum, const float *dp, const int32_t *ix, const float *r, const float *w,
 		   int o)
@@ -579,7 +578,7 @@ direct512_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float 
 }
 
 /* AVX-512: dz zero again where direct512_dense_dy() wrote it (no call: the sums stay in registers). */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_clear_dy(const struct nn_layer *l, const struct nn_layer *pool, float *dz,
 		   const int32_t *ix, int o)
 {
@@ -602,7 +601,7 @@ direct512_clear_dy(const struct nn_layer *l, const struct nn_layer *pool, float 
  * of the sparse walk but no branch on each selected position.  k is a
  * constant where inlined with one.
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_backward(const struct nn_layer *l, const struct nn_layer *pool, float *din, float *dw,
 		   float *db, const float *dpool, const int32_t *idx, const float *relu_out,
 		   const float *w, const float *in, int n, const int k)
@@ -690,7 +689,7 @@ static bool paired_fits(const struct nn_layer *l, const struct nn_layer *pool, c
  * OW), rows 0..2 PH-1; the rest of both stays as it was (zero).  Returns
  * bsum plus the rows.
  */
-NN_AVX512 static inline __attribute__((always_inline)) __m512
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) __m512
 paired_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *d16, float *d8,
 		const float *dp, const int32_t *ix, const float *r, int o, __m512 bsum)
 {
@@ -734,7 +733,7 @@ paired_dense_dy(const struct nn_layer *l, const struct nn_layer *pool, float *d1
  * from d, row 0 at d); 'step' is the floats from one gradient row to the
  * next.  Inlined, with acc in registers.
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 paired_row(__m512 acc[DIRECT512_K][DIRECT512_K], const float *xr, ptrdiff_t xstep, const float *d,
 	   int iy, int step, const int k)
 {
@@ -768,7 +767,7 @@ paired_row(__m512 acc[DIRECT512_K][DIRECT512_K], const float *xr, ptrdiff_t xste
  * channel's sums are added to dw once per block.  k is a constant where
  * inlined with one.
  */
-NN_AVX512 static inline __attribute__((always_inline)) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 direct512_backward_paired(const struct nn_layer *l, const struct nn_layer *pool, float *dw,
 			  float *db, const float *dpool, const int32_t *idx,
 			  const float *relu_out, const float *in, int n, const int k)
@@ -834,7 +833,7 @@ direct512_backward_paired(const struct nn_layer *l, const struct nn_layer *pool,
 	}
 }
 
-NN_AVX512 void pp_nn_conv2d_direct_backward_pooled_avx512(const struct nn_layer *l,
+PP_TARGET_AVX512 void pp_nn_conv2d_direct_backward_pooled_avx512(const struct nn_layer *l,
 						    const struct nn_layer *pool, float *din,
 						    float *dw, float *db, const float *dpool,
 						    const int32_t *idx, const float *relu_out,
@@ -870,12 +869,12 @@ void pp_nn_conv2d_direct_backward_pooled(const struct nn_layer *l, const struct 
 				   const int32_t *idx, const float *relu_out, const float *w,
 				   const float *in, int n)
 {
-	const enum nn_isa isa = nn_isa_best();
+	const enum pp_isa isa = pp_isa_best();
 
-	if (isa == NN_ISA_AVX512 && direct512_fits(l))
+	if (isa == PP_ISA_AVX512 && direct512_fits(l))
 		pp_nn_conv2d_direct_backward_pooled_avx512(l, pool, din, dw, db, dpool, idx, relu_out, w,
 						     in, n);
-	else if (isa != NN_ISA_BASE)
+	else if (isa != PP_ISA_BASE)
 		pp_nn_conv2d_direct_backward_pooled_avx2(l, pool, din, dw, db, dpool, idx, relu_out, w, in,
 						   n);
 	else

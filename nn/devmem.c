@@ -1,9 +1,9 @@
 /*
  * nn/devmem.c: the nn module's contact with the device interface: memory
- * for tensors and models, copies between devices, and the name and kind of
- * a device for dispatch and messages.  A NULL device is the host.  cpu and
- * sim memory is host memory, which the CPU kernels use in place; cuda
- * memory is reached through the device's streams.
+ * for tensors and models, copies between devices, and the name and
+ * capabilities of a device for dispatch and messages.  A NULL device is
+ * the host.  Memory the host can address (cpu, sim) the CPU kernels use
+ * in place; other memory (cuda) is reached through the device's streams.
  */
 #include "config.h"
 
@@ -14,12 +14,7 @@
 #include "common/internal.h"
 #include "nn/cuda/kernels.h"
 #include "nn/nn_internal.h"
-#include "device/device_impl.h"
-
-enum pp_device_kind pp_nn_device_kind(const struct pp_device *dev)
-{
-	return dev ? pp_device_get_props(dev)->kind : PP_DEVICE_CPU;
-}
+#include "pinpipe/device.h"
 
 const char *pp_nn_device_name(const struct pp_device *dev)
 {
@@ -28,7 +23,12 @@ const char *pp_nn_device_name(const struct pp_device *dev)
 
 bool pp_nn_host_addressable(const struct pp_device *dev)
 {
-	return pp_nn_device_kind(dev) != PP_DEVICE_CUDA;
+	return !dev || pp_device_get_props(dev)->host_addressable;
+}
+
+bool pp_nn_host_is_device(const struct pp_device *dev)
+{
+	return !dev || pp_device_get_props(dev)->host_is_device;
 }
 
 void *pp_nn_cuda_stream(struct pp_stream *stream)

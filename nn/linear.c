@@ -49,7 +49,7 @@ static inline __mmask16 lanes16(int k)
  * Rows o0..o0+ob-1, columns j..j+31 (those before j1) of dW = beta dW +
  * dout^T in: 2 ob sums of 16 in registers, the samples added in order.
  */
-static inline __attribute__((always_inline, target("avx512f"))) void
+PP_TARGET_AVX512 static inline __attribute__((always_inline)) void
 dw_tile(float *dw, const float *dout, const float *in, int n, int ic, int oc, int o0,
 	const int ob, int j, int j1, float beta)
 {
@@ -85,7 +85,7 @@ dw_tile(float *dw, const float *dout, const float *in, int n, int ic, int oc, in
 }
 
 /* dW[:, j0:j1] (beta 0 or 1) in tiles of 8 rows, then 4, 2 and 1 for the last rows. */
-__attribute__((target("avx512f"))) static void dw_avx512(float *dw, const float *dout,
+PP_TARGET_AVX512 static void dw_avx512(float *dw, const float *dout,
 							  const float *in, int n, int ic, int oc,
 							  int j0, int j1, float beta)
 {
@@ -108,7 +108,7 @@ __attribute__((target("avx512f"))) static void dw_avx512(float *dw, const float 
 }
 
 void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
-				const float *in, int n, int j0, int j1, float beta, enum nn_isa isa)
+				const float *in, int n, int j0, int j1, float beta, enum pp_isa isa)
 {
 	const int ic = (int)l->in_size, oc = l->out_c;
 
@@ -119,7 +119,7 @@ void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float
 			for (int o = 0; o < oc; o++)
 				db[o] += dout[(size_t)i * oc + o];
 	}
-	if (isa == NN_ISA_AVX512) {
+	if (isa == PP_ISA_AVX512) {
 		dw_avx512(dw, dout, in, n, ic, oc, j0, j1, beta);
 		return;
 	}
@@ -131,7 +131,7 @@ void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float
 void pp_nn_linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,
 			    const float *in, int n, int j0, int j1, float beta)
 {
-	pp_nn_linear_backward_params_isa(l, dw, db, dout, in, n, j0, j1, beta, nn_isa_best());
+	pp_nn_linear_backward_params_isa(l, dw, db, dout, in, n, j0, j1, beta, pp_isa_best());
 }
 
 void pp_nn_linear_backward(const struct nn_layer *l, float *din, float *dw, float *db,

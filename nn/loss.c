@@ -60,7 +60,7 @@ static void softmax_xent_portable(const float *logits, const int32_t *labels, in
  * degree 13 of exp(r) (truncation below 1e-17), times 2^k by scalef
  * (which makes the subnormals and the zeros of the deep negatives).
  */
-__attribute__((target("avx512f"))) static __m512d exp_pd(__m512d x)
+PP_TARGET_AVX512 static __m512d exp_pd(__m512d x)
 {
 	static const double inv_fact[14] = {
 		1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
@@ -81,7 +81,7 @@ __attribute__((target("avx512f"))) static __m512d exp_pd(__m512d x)
 }
 
 /* As the portable version, for c <= XENT_AVX512_MAX_CLASSES. */
-__attribute__((target("avx512f"))) static void softmax_xent_avx512(const float *logits,
+PP_TARGET_AVX512 static void softmax_xent_avx512(const float *logits,
 								     const int32_t *labels, int n,
 								     int c, float scale, float *dlogits,
 								     double *losses, uint64_t *correct)
@@ -124,13 +124,13 @@ __attribute__((target("avx512f"))) static void softmax_xent_avx512(const float *
 }
 
 int pp_nn_softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, float scale,
-		     float *dlogits, double *losses, uint64_t *correct, enum nn_isa isa)
+		     float *dlogits, double *losses, uint64_t *correct, enum pp_isa isa)
 {
 	for (int i = 0; i < n; i++)
 		if (labels[i] < 0 || labels[i] >= c)
 			return pp_error(-ERANGE, "softmax cross-entropy: label %d of sample %d is outside 0..%d",
 					(int)labels[i], i, c - 1);
-	if (isa == NN_ISA_AVX512 && c <= XENT_AVX512_MAX_CLASSES)
+	if (isa == PP_ISA_AVX512 && c <= XENT_AVX512_MAX_CLASSES)
 		softmax_xent_avx512(logits, labels, n, c, scale, dlogits, losses, correct);
 	else
 		softmax_xent_portable(logits, labels, n, c, scale, dlogits, losses, correct);
@@ -140,5 +140,5 @@ int pp_nn_softmax_xent_isa(const float *logits, const int32_t *labels, int n, in
 int pp_nn_softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
 		 float *dlogits, double *losses, uint64_t *correct)
 {
-	return pp_nn_softmax_xent_isa(logits, labels, n, c, scale, dlogits, losses, correct, nn_isa_best());
+	return pp_nn_softmax_xent_isa(logits, labels, n, c, scale, dlogits, losses, correct, pp_isa_best());
 }

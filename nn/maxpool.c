@@ -112,7 +112,7 @@ static inline __attribute__((always_inline)) void maxpool2(const struct nn_layer
  * masked): the two input rows' 32 floats split into their even and odd
  * columns by two permutations each, then the same choices with masks.
  */
-NN_AVX512 static void maxpool2_avx512(const struct nn_layer *l, float *out, int32_t *idx,
+PP_TARGET_AVX512 static void maxpool2_avx512(const struct nn_layer *l, float *out, int32_t *idx,
 				      const float *in, int n, bool relu)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
@@ -164,12 +164,12 @@ NN_AVX512 static void maxpool2_avx512(const struct nn_layer *l, float *out, int3
 
 /* relu: as maxpool2(); isa: the version of the 2x2 windows of stride 2 (one the CPU has) */
 void pp_nn_maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
-			  int n, bool relu, enum nn_isa isa)
+			  int n, bool relu, enum pp_isa isa)
 {
 	const int c = l->in_c, h = l->in_h, w = l->in_w, oh = l->out_h, ow = l->out_w;
 	const int k = l->k, s = l->stride;
 
-	if (k == 2 && s == 2 && isa == NN_ISA_AVX512) {
+	if (k == 2 && s == 2 && isa == PP_ISA_AVX512) {
 		maxpool2_avx512(l, out, idx, in, n, relu);
 		return;
 	}
@@ -205,13 +205,13 @@ void pp_nn_maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *i
 
 void pp_nn_maxpool_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in, int n)
 {
-	pp_nn_maxpool_forward_impl(l, out, idx, in, n, false, nn_isa_best());
+	pp_nn_maxpool_forward_impl(l, out, idx, in, n, false, pp_isa_best());
 }
 
 void pp_nn_maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
 			  int n)
 {
-	pp_nn_maxpool_forward_impl(l, out, idx, in, n, true, nn_isa_best());
+	pp_nn_maxpool_forward_impl(l, out, idx, in, n, true, pp_isa_best());
 }
 
 void pp_nn_maxpool_backward(const struct nn_layer *l, float *din, const float *dout,

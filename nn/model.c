@@ -211,8 +211,7 @@ int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_mod
 	if (!m)
 		return pp_error(-ENOMEM, "model: out of memory");
 	m->dev = dev;
-	m->kind = pp_nn_device_kind(dev);
-	m->backend = m->kind == PP_DEVICE_CUDA ? &pp_nn_backend_cuda : &pp_nn_backend_cpu;
+	m->backend = pp_nn_host_addressable(dev) ? &pp_nn_backend_cpu : &pp_nn_backend_cuda;
 	m->cfg = *cfg;
 	ret = pp_nn_spec_parse(spec, (int)PP_MIN(cfg->in_channels, 1u << 30),
 			    (int)PP_MIN(cfg->in_height, 1u << 30), (int)PP_MIN(cfg->in_width, 1u << 30),
@@ -314,7 +313,7 @@ int pp_model_summary(const struct pp_model *m, char *buf, size_t size)
 
 int pp_nn_model_wait(struct pp_model *m)
 {
-	return m->kind == PP_DEVICE_CUDA ? pp_stream_synchronize(m->cfg.stream) : 0;
+	return m->backend->queued ? pp_stream_synchronize(m->cfg.stream) : 0;
 }
 
 int pp_model_params_read(struct pp_model *m, float *dst, size_t count)
@@ -377,8 +376,7 @@ int pp_model_params_write(struct pp_model *m, const float *src, size_t count)
 /* True when a tensor on 'dev' can be used by a model on 'mdev'. */
 static bool same_device(const struct pp_device *dev, const struct pp_device *mdev)
 {
-	return dev == mdev ||
-	       (pp_nn_device_kind(dev) == PP_DEVICE_CPU && pp_nn_device_kind(mdev) == PP_DEVICE_CPU);
+	return dev == mdev || (pp_nn_host_is_device(dev) && pp_nn_host_is_device(mdev));
 }
 
 /* Checks that 'inputs' fits the model (device, dtype, sample shape) and fills the job's inputs. */

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/normalize.h"
 #include "nn/nn_internal.h"
 
 /* The im2col columns of a group of samples, at most: within a core's L2 (1 MiB here). */
@@ -124,8 +125,8 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	if (job->in_u8) {
 		size_t sz = m->layers[0].in_size;
 
-		pp_nn_u8_to_f32(m->input + s0 * sz, job->in_u8 + s0 * sz, (size_t)n * sz, m->cfg.mean,
-			  m->cfg.std);
+		pp_normalize_u8(job->in_u8 + s0 * sz, m->input + s0 * sz, (size_t)n * sz, m->cfg.mean,
+				m->cfg.std);
 		x = m->input + s0 * sz;
 	} else {
 		x = job->in_f32 + s0 * m->layers[0].in_size;
@@ -542,4 +543,5 @@ const struct nn_backend pp_nn_backend_cpu = {
 	.reserve = cpu_reserve,
 	.run = cpu_run,
 	.metrics = cpu_metrics,
+	.queued = false,
 };

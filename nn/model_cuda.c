@@ -19,7 +19,7 @@
 #include "common/internal.h"
 #include "nn/cuda/kernels.h"
 #include "nn/nn_internal.h"
-#include "device/device_impl.h"
+#include "device/device_impl.h" /* struct pp_stream: a stream's device */
 
 static struct pp_cuda_geom geom_of(const struct nn_layer *l)
 {
@@ -333,4 +333,5 @@ const struct nn_backend pp_nn_backend_cuda = {
 	.reserve = cuda_reserve,
 	.run = cuda_run,
 	.metrics = cuda_metrics,
+	.queued = true,
 };

@@ -12,11 +12,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/cpu.h"
 #include "pinpipe/nn.h"
 
 struct pp_tensor {
 	struct pp_device *dev;  /* NULL: host memory */
-	enum pp_device_kind kind; /* PP_DEVICE_CPU for the host */
 	enum pp_dtype dtype;
 	int ndim;
 	size_t shape[PP_TENSOR_MAX_DIMS]; /* elements per dimension */
@@ -33,9 +33,10 @@ int pp_nn_mem_copy(struct pp_device *dst_dev, void *dst, struct pp_device *src_d
 		size_t bytes);
 /* The name of a device for messages: "cpu" for the host. */
 const char *pp_nn_device_name(const struct pp_device *dev);
-enum pp_device_kind pp_nn_device_kind(const struct pp_device *dev);
 /* True when the CPU can use the device's memory in place (the host, cpu, sim). */
 bool pp_nn_host_addressable(const struct pp_device *dev);
+/* True when the device's memory is the host's own (the host, cpu): one place for tensors. */
+bool pp_nn_host_is_device(const struct pp_device *dev);
 /* The cudaStream_t of a stream of a cuda device (NULL for NULL). */
 void *pp_nn_cuda_stream(struct pp_stream *stream);
 
@@ -76,31 +77,10 @@ int pp_nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **la
 /* ------------------------------------------------------------------ CPU kernels */
 
 /*
- * The instruction sets the hot kernels are compiled for, each version
- * chosen at run time where the CPU has it: baseline x86-64 (SSE), AVX2
- * with FMA, AVX-512 (F, VL, BW, DQ, with FMA; 16 floats a register,
- * masked loads and stores for the tails of rows).
+ * The hot kernels come in a version per instruction set (enum pp_isa,
+ * common/cpu.h), chosen at run time with pp_isa_best(), each compiled with
+ * PP_TARGET_AVX2 or PP_TARGET_AVX512.
  */
-enum nn_isa {
-	NN_ISA_BASE = 0,
-	NN_ISA_AVX2,
-	NN_ISA_AVX512,
-};
-
-/* The attribute of a function compiled for AVX-512 (callable only where nn_isa_best() says so). */
-#define NN_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
-
-/* The best of enum nn_isa this CPU has. */
-static inline enum nn_isa nn_isa_best(void)
-{
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-	    __builtin_cpu_supports("fma"))
-		return NN_ISA_AVX512;
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		return NN_ISA_AVX2;
-	return NN_ISA_BASE;
-}
 
 /*
  * The floating-point environment of a model's CPU work.  Unless the model
@@ -198,11 +178,11 @@ void pp_nn_conv2d_forward(const struct nn_layer *l, float *out, const float *in,
 		    const float *b, float *col, int n);
 /*
  * The same, the output by the code for isa (only one the CPU has): for
- * NN_ISA_AVX512 where pp_nn_conv2d_direct_forward_fits512(), the direct kernel
+ * PP_ISA_AVX512 where pp_nn_conv2d_direct_forward_fits512(), the direct kernel
  * from the input; otherwise (and for any other isa) a GEMM on the columns.
  */
 void pp_nn_conv2d_forward_impl(const struct nn_layer *l, float *out, const float *in, const float *w,
-			 const float *b, float *col, int n, enum nn_isa isa);
+			 const float *b, float *col, int n, enum pp_isa isa);
 /*
  * col: the columns pp_nn_conv2d_forward() made of these n samples; dcol: scratch
  * of one sample's columns; din may be NULL; dout (n, out_c, out_h, out_w)
@@ -225,13 +205,13 @@ void pp_nn_conv2d_backward_pooled(const struct nn_layer *l, const struct nn_laye
  * window by window into din (scatter; where the layer allows it: stride
  * 1, no padding, k <= 8; with AVX-512, for kernels 3 and 5 behind a 2 x 2
  * pool, in registers a row at a time) or through dcol and col2im;
- * the code for isa (only one the CPU has, nn_isa_best()).  For both, dcol
+ * the code for isa (only one the CPU has, pp_isa_best()).  For both, dcol
  * holds pp_nn_conv2d_backward_pooled_scratch() floats.
  */
 void pp_nn_conv2d_backward_pooled_impl(const struct nn_layer *l, const struct nn_layer *pool,
 				 float *din, float *dw, float *db, const float *dpool,
 				 const int32_t *idx, const float *relu_out, const float *w,
-				 const float *cols, float *dcol, int n, bool scatter, enum nn_isa isa);
+				 const float *cols, float *dcol, int n, bool scatter, enum pp_isa isa);
 /* The floats of dcol that pp_nn_conv2d_backward_pooled() takes for conv l behind pool: at least one sample's columns */
 size_t pp_nn_conv2d_backward_pooled_scratch(const struct nn_layer *l, const struct nn_layer *pool);
 
@@ -250,7 +230,7 @@ void pp_nn_conv2d_direct_forward_portable(const struct nn_layer *l, float *out, 
 void pp_nn_conv2d_direct_forward_avx2(const struct nn_layer *l, float *out, const float *in,
 				const float *w, const float *b, int n);
 /*
- * The AVX-512 one, only where nn_isa_best() is NN_ISA_AVX512; any number
+ * The AVX-512 one, only where pp_isa_best() is PP_ISA_AVX512; any number
  * of input channels and kernel size, at stride 1 without padding.
  */
 void pp_nn_conv2d_direct_forward_avx512(const struct nn_layer *l, float *out, const float *in,
@@ -279,7 +259,7 @@ void pp_nn_conv2d_direct_backward_pooled_avx2(const struct nn_layer *l, const st
 					const int32_t *idx, const float *relu_out, const float *w,
 					const float *in, int n);
 /*
- * The AVX-512 one: where nn_isa_best() is NN_ISA_AVX512, for k <= 5 and
+ * The AVX-512 one: where pp_isa_best() is PP_ISA_AVX512, for k <= 5 and
  * (out_h + 2 (k - 1)) out_w <= 4096.
  */
 void pp_nn_conv2d_direct_backward_pooled_avx512(const struct nn_layer *l, const struct nn_layer *pool,
@@ -298,11 +278,11 @@ void pp_nn_maxpool_relu_forward(const struct nn_layer *l, float *out, int32_t *i
 			  int n);
 /*
  * Either of the two (relu), with the version of the 2x2 windows of stride
- * 2 for isa (only one the CPU has, nn_isa_best()): portable (four windows
+ * 2 for isa (only one the CPU has, pp_isa_best()): portable (four windows
  * at a time) or AVX-512 (sixteen); the same choices and values.
  */
 void pp_nn_maxpool_forward_impl(const struct nn_layer *l, float *out, int32_t *idx, const float *in,
-			  int n, bool relu, enum nn_isa isa);
+			  int n, bool relu, enum pp_isa isa);
 void pp_nn_maxpool_backward(const struct nn_layer *l, float *din, const float *dout,
 		      const int32_t *idx, int n);
 
@@ -318,9 +298,6 @@ void pp_nn_relu_backward(float *din, const float *dout, const float *out, size_t
  */
 int pp_nn_softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
 		 float *dlogits, double *losses, uint64_t *correct);
-
-/* dst[i] = src[i] * (1 / (255 std)) - mean / std, as nn/cuda/convert.cu */
-void pp_nn_u8_to_f32(float *dst, const uint8_t *src, size_t count, float mean, float std);
 
 /* ------------------------------------------------------------------ optimizers */
 
@@ -338,18 +315,15 @@ void pp_nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n
 
 /* ------------------------------------------------------------------ the MLP's step: vector versions */
 
-/* The kernels below come in a version for each enum nn_isa (above). */
+/* The kernels below come in a version for each enum pp_isa (above). */
 /* pp_nn_optim_step_cpu() in the version for isa (which the CPU must have). */
-void pp_nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa);
+void pp_nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum pp_isa isa);
 /* pp_nn_softmax_xent() in the version for isa (AVX-512 for up to 16 classes, else portable). */
 int pp_nn_softmax_xent_isa(const float *logits, const int32_t *labels, int n, int c, float scale,
-		     float *dlogits, double *losses, uint64_t *correct, enum nn_isa isa);
+		     float *dlogits, double *losses, uint64_t *correct, enum pp_isa isa);
 /* pp_nn_linear_backward_params() in the version for isa: AVX-512, or else the GEMM of CBLAS. */
 void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
-				const float *in, int n, int j0, int j1, float beta, enum nn_isa isa);
-/* pp_nn_u8_to_f32() in the version for isa; every version gives the same bits. */
-void pp_nn_u8_to_f32_isa(float *dst, const uint8_t *src, size_t count, float mean, float std,
-		   enum nn_isa isa);
+				const float *in, int n, int j0, int j1, float beta, enum pp_isa isa);
 
 /* ------------------------------------------------------------------ models */
 
@@ -368,8 +342,9 @@ struct nn_job {
 };
 
 /*
- * How a model runs on its kind of device: the CPU kernels (the host, cpu,
- * sim) or the CUDA kernels.
+ * How a model runs on its kind of device: the CPU kernels, where the host
+ * addresses the device's memory (the host, cpu, sim), or else the CUDA
+ * kernels.
  */
 struct nn_backend {
 	/* Prepares what the backend needs once the parameters exist. */
@@ -382,6 +357,8 @@ struct nn_backend {
 	int (*run)(struct pp_model *m, struct nn_job *job);
 	/* Writes the running totals, resetting them when asked. */
 	int (*metrics)(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p);
+	/* run() queues its work on the model's stream (cfg.stream) rather than doing it */
+	bool queued;
 };
 
 extern const struct nn_backend pp_nn_backend_cpu;
@@ -390,7 +367,7 @@ extern const struct nn_backend pp_nn_backend_cuda;
 /* Checks the settings a checkpoint does not hold (threads, mean, std); -EINVAL with a message. */
 int pp_nn_model_check_runtime(const struct pp_model_config *cfg);
 
-/* Waits for the model's queued work (cuda); 0 or -errno. */
+/* Waits for the model's queued work (nn_backend.queued); 0 or -errno. */
 int pp_nn_model_wait(struct pp_model *m);
 
 /* Activations and per-batch buffers for 'batch' samples (nn/model.c). */
@@ -398,7 +375,6 @@ int pp_nn_model_reserve(struct pp_model *m, size_t batch);
 
 struct pp_model {
 	struct pp_device *dev;    /* NULL: host */
-	enum pp_device_kind kind;
 	const struct nn_backend *backend;
 	struct pp_model_config cfg;
 	char *spec;               /* expanded */

@@ -133,7 +133,7 @@ static void adam_step_portable(struct nn_optim *o, float *p, const float *grad, 
  * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; p -= step m /
  * (sqrt(v) / bc2_sqrt + eps).
  */
-__attribute__((target("avx512f"))) static void adam_step_avx512(struct nn_optim *o, float *p,
+PP_TARGET_AVX512 static void adam_step_avx512(struct nn_optim *o, float *p,
 								  const float *grad, size_t n)
 {
 	const struct pp_optimizer_config *c = &o->cfg;
@@ -164,7 +164,7 @@ __attribute__((target("avx512f"))) static void adam_step_avx512(struct nn_optim 
 }
 
 /* The mask of lanes [0, k) of 8, for maskload and maskstore. */
-__attribute__((target("avx2"))) static inline __m256i lanes8(size_t k)
+PP_TARGET_AVX2 static inline __m256i lanes8(size_t k)
 {
 	const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
 
@@ -172,13 +172,13 @@ __attribute__((target("avx2"))) static inline __m256i lanes8(size_t k)
 }
 
 /* 8 floats from p, of which the 'left' first (all when left >= 8); the others 0. */
-__attribute__((target("avx2"))) static inline __m256 load8(const float *p, size_t left)
+PP_TARGET_AVX2 static inline __m256 load8(const float *p, size_t left)
 {
 	return left >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8(left));
 }
 
 /* Stores the 'left' first of the 8 floats of v to p (all when left >= 8). */
-__attribute__((target("avx2"))) static inline void store8(float *p, size_t left, __m256 v)
+PP_TARGET_AVX2 static inline void store8(float *p, size_t left, __m256 v)
 {
 	if (left >= 8)
 		_mm256_storeu_ps(p, v);
@@ -186,7 +186,7 @@ __attribute__((target("avx2"))) static inline void store8(float *p, size_t left,
 		_mm256_maskstore_ps(p, lanes8(left), v);
 }
 
-__attribute__((target("avx2,fma"))) static void adam_step_avx2(struct nn_optim *o, float *p,
+PP_TARGET_AVX2 static void adam_step_avx2(struct nn_optim *o, float *p,
 								 const float *grad, size_t n)
 {
 	const struct pp_optimizer_config *c = &o->cfg;
@@ -220,7 +220,7 @@ __attribute__((target("avx2,fma"))) static void adam_step_avx2(struct nn_optim *
  * SGD: g = grad + wd p; b = g at the first step, else mom b + damp g;
  * g = nesterov ? g + mom b : b; p -= lr g.
  */
-__attribute__((target("avx512f"))) static void sgd_step_avx512(struct nn_optim *o, float *p,
+PP_TARGET_AVX512 static void sgd_step_avx512(struct nn_optim *o, float *p,
 								 const float *grad, size_t n)
 {
 	const struct pp_optimizer_config *c = &o->cfg;
@@ -247,7 +247,7 @@ __attribute__((target("avx512f"))) static void sgd_step_avx512(struct nn_optim *
 	}
 }
 
-__attribute__((target("avx2,fma"))) static void sgd_step_avx2(struct nn_optim *o, float *p,
+PP_TARGET_AVX2 static void sgd_step_avx2(struct nn_optim *o, float *p,
 								const float *grad, size_t n)
 {
 	const struct pp_optimizer_config *c = &o->cfg;
@@ -274,25 +274,25 @@ __attribute__((target("avx2,fma"))) static void sgd_step_avx2(struct nn_optim *o
 	}
 }
 
-void pp_nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum nn_isa isa)
+void pp_nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n, enum pp_isa isa)
 {
 	const bool sgd = o->cfg.kind == PP_OPTIM_SGD;
 
 	o->t++;
 	switch (isa) {
-	case NN_ISA_AVX512:
+	case PP_ISA_AVX512:
 		if (sgd)
 			sgd_step_avx512(o, p, g, n);
 		else
 			adam_step_avx512(o, p, g, n);
 		break;
-	case NN_ISA_AVX2:
+	case PP_ISA_AVX2:
 		if (sgd)
 			sgd_step_avx2(o, p, g, n);
 		else
 			adam_step_avx2(o, p, g, n);
 		break;
-	case NN_ISA_BASE:
+	case PP_ISA_BASE:
 		if (sgd)
 			sgd_step_portable(o, p, g, n);
 		else
@@ -303,5 +303,5 @@ void pp_nn_optim_step_isa(struct nn_optim *o, float *p, const float *g, size_t n
 
 void pp_nn_optim_step_cpu(struct nn_optim *o, float *p, const float *g, size_t n)
 {
-	pp_nn_optim_step_isa(o, p, g, n, nn_isa_best());
+	pp_nn_optim_step_isa(o, p, g, n, pp_isa_best());
 }

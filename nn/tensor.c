@@ -31,7 +31,6 @@ static int tensor_new(struct pp_device *dev, enum pp_dtype dtype, int ndim, cons
 	if (!t)
 		return pp_error(-ENOMEM, "tensor: out of memory");
 	t->dev = dev;
-	t->kind = pp_nn_device_kind(dev);
 	t->dtype = dtype;
 	t->ndim = ndim;
 	for (int i = 0; i < ndim; i++)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/nn_fashion_mnist.py: what PyTorch 1.13 reaches in the setting of
-test_learns_fashion_mnist (tests/test_nn.c), for the threshold there: the
+test_learns_fashion_mnist (tests/test_nn_model.c), for the threshold there: the
 cnn, Adam lr 0.01, 200 steps of 100 of the first 20,000 training images in
 order, normalised with mean 0.2860 and std 0.3530, then the accuracy and
 mean loss on the first 2,000 test images, for three seeds.

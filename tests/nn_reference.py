@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/nn_reference.py: writes tests/nn_reference.h, the values that
-tests/test_nn.c holds pinpipe's nn module against, computed by PyTorch
+tests/test_nn_model.c holds pinpipe's nn module against, computed by PyTorch
 (1.13, CPU) from the same formulas for parameters and inputs:
 
   parameter i (in order: each layer's weight then bias) = 0.3 sin(0.37 i + 0.5)

@@ -101,6 +101,7 @@ START_TEST(test_cuda_absent_or_present)
 	if (count > 0) {
 		dev = open_ok("cuda");
 		ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_CUDA);
+		ck_assert(!pp_device_get_props(dev)->host_addressable);
 		pp_device_close(dev);
 		dev = open_ok("auto");
 		ck_assert_int_eq(pp_device_get_props(dev)->kind, PP_DEVICE_CUDA);
@@ -212,7 +213,10 @@ START_TEST(test_cuda_explain)
 }
 END_TEST
 
-/* Fails if the listing misses cpu or sim, overflows 'max', or disagrees with the GPU count. */
+/*
+ * Fails if the listing misses cpu or sim, gets their capabilities wrong,
+ * overflows 'max', or disagrees with the GPU count.
+ */
 START_TEST(test_list)
 {
 	struct pp_device_props props[8], one;
@@ -223,8 +227,8 @@ START_TEST(test_list)
 	ck_assert_uint_eq(n, 2 + (size_t)(gpus > 0 ? PP_MIN(gpus, 6) : 0));
 	ck_assert_str_eq(props[0].name, "cpu");
 	ck_assert_str_eq(props[1].name, "sim");
-	ck_assert(props[0].host_is_device);
-	ck_assert(!props[1].host_is_device && props[1].async_copy);
+	ck_assert(props[0].host_is_device && props[0].host_addressable);
+	ck_assert(!props[1].host_is_device && props[1].async_copy && props[1].host_addressable);
 	ck_assert_uint_gt(props[0].total_memory, 0);
 	ck_assert_int_eq(pp_device_list(&one, 1, &n), 0);
 	ck_assert_uint_eq(n, 1);

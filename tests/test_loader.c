@@ -641,13 +641,15 @@ START_TEST(test_try_next)
 END_TEST
 
 /*
- * Float output is (x / 255 - mean) / std per channel, for 3 channels.
- * Fails if the channels are mixed up or the formula is wrong.
+ * Float output is (x / 255 - mean) / std per channel, for 3 channels, with
+ * the bits of the library's one normalisation (nn computes the same from a
+ * uint8 batch).  Fails if the channels are mixed up, the formula is wrong,
+ * or the loader rounds differently from nn.
  */
 START_TEST(test_normalise_channels)
 {
 	struct pp_loader_config cfg = { .batch_size = 4, .dtype = PP_DTYPE_F32,
-					.mean = { 0.1f, 0.5f, 0.9f }, .std = { 0.2f, 0.3f, 0.4f } };
+					.mean = { 0.1f, 0.5f, 0.9f }, .std = { 0.2f, 0.353f, 0.31f } };
 	struct pp_loader_source src = tsource_make(T_ARRAY, 8, 0, NULL);
 	struct pp_loader *l = NULL;
 	struct pp_batch *b;
@@ -666,7 +668,15 @@ START_TEST(test_normalise_channels)
 			size_t c = j / 4;
 			float want = (sample_byte(k, j) / 255.0f - cfg.mean[c]) / cfg.std[c];
 			float got = ((float *)b->samples)[k * 12 + j];
+			uint8_t byte = sample_byte(k, j);
+			float same;
+
 			ck_assert_float_eq_tol(got, want, 1e-5);
+			/* Bit for bit what nn computes from the uint8 batch: one normalisation. */
+			pp_normalize_u8(&byte, &same, 1, cfg.mean[c], cfg.std[c]);
+			ck_assert_msg(memcmp(&got, &same, sizeof(got)) == 0,
+				      "sample %u byte %zu: loader %.9g, the normalisation %.9g", k, j,
+				      (double)got, (double)same);
 		}
 	pp_loader_destroy(l);
 }
@@ -674,28 +684,27 @@ END_TEST
 
 /*
  * The uint8-to-float kernels agree with the scalar loop for every length
- * around their vector widths (16) and tails.  Fails if a vector kernel
- * drops, reorders or misconverts an element.
+ * around their vector widths (16, 8, 4) and tails.  Fails if a vector
+ * kernel drops, reorders or misconverts an element, or writes past the end.
  */
 START_TEST(test_convert_kernels)
 {
+	const float scale = 1.0f / (255.0f * 0.353f), bias = -0.286f / 0.353f;
 	uint8_t src[100];
 	float want[100], got[100];
-	pp_convert_u8_f32_fn *kernels[3] = { pp_convert_u8_f32_best(), NULL, NULL };
+	pp_convert_u8_f32_fn *kernels[4] = { pp_convert_u8_f32_best(), NULL, NULL, NULL };
 
-#if defined(__x86_64__) && defined(__GNUC__)
-	kernels[1] = pp_convert_u8_f32_sse2;
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		kernels[2] = pp_convert_u8_f32_avx2;
-#endif
+	for (enum pp_isa isa = PP_ISA_BASE; isa <= pp_isa_best(); isa++)
+		kernels[1 + isa] = pp_normalize_u8_version(isa);
 	pp_test_fill_random(src, sizeof(src), 11);
 	for (size_t n = 0; n <= 100; n++) {
-		pp_convert_u8_f32_scalar(src, want, n, 1.0f / (255.0f * 0.353f), -0.286f / 0.353f);
-		for (int k = 0; k < 3; k++) {
+		for (size_t i = 0; i < n; i++)
+			want[i] = (float)src[i] * scale + bias;
+		for (int k = 0; k < 4; k++) {
 			if (kernels[k] == NULL)
 				continue;
 			memset(got, 0xff, sizeof(got));
-			kernels[k](src, got, n, 1.0f / (255.0f * 0.353f), -0.286f / 0.353f);
+			kernels[k](src, got, n, scale, bias);
 			for (size_t i = 0; i < n; i++)
 				ck_assert_float_eq_tol(got[i], want[i], 1e-5);
 			if (n < 100)

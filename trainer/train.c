@@ -261,7 +261,8 @@ struct run {
 	double tb_loss;            /* the model's running loss sum at the last per-step point */
 	uint64_t tb_samples;       /* and its sample count */
 	bool tb_image_done;        /* the grid of the run's first batch is written */
-	bool host_compute_on_copy; /* sim: CPU kernels read device memory, so wait for copies on the host */
+	bool host_compute_on_copy; /* the CPU kernels read device memory that copies reach
+				    * asynchronously (sim): wait for each batch on the host */
 };
 
 static void run_close(struct run *r)
@@ -355,7 +356,8 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 			pp_device_get_props(r->dev)->fallback);
 		auto_fallback_said = true;
 	}
-	r->host_compute_on_copy = pp_device_get_props(r->dev)->kind == PP_DEVICE_SIM;
+	r->host_compute_on_copy = pp_device_get_props(r->dev)->host_addressable &&
+				  !pp_device_get_props(r->dev)->host_is_device;
 	ret = pp_stream_create(r->dev, &r->compute);
 	if (ret < 0)
 		return ret;

@@ -54,6 +54,8 @@ struct pp_device_props {
 	int index;               /* N of cuda:N; 0 otherwise */
 	uint64_t total_memory;   /* bytes of device memory (host memory for cpu) */
 	bool host_is_device;     /* true for cpu: batches are used in place, never copied */
+	bool host_addressable;   /* the host's CPU can read and write device memory in place
+				  * (cpu, sim); false for cuda, whose memory only copies reach */
 	bool async_copy;         /* copies from pinned memory overlap the host */
 	int copy_engines;        /* copies that can run at once (asyncEngineCount on cuda);
 				  * 0 on sim (one engine per stream, no limit) and cpu (no engine) */

@@ -1,9 +1,10 @@
 /*
  * nn/cuda/convert.cu: uint8 samples to normalised float32 on the device, so
  * that batches can cross the bus as uint8 (4x fewer bytes than float32).
- * Matches the CPU reference: (x / 255 - mean) / std, computed as
- * x * (1 / (255 std)) - mean / std in float32.  Also the plain memory
- * operations of the nn module: zero, copy, read back, wait.
+ * The arithmetic of the CPU versions (common/normalize.h): the product
+ * x * scale rounded, then the sum with bias rounded; __fmul_rn and
+ * __fadd_rn, because nvcc would otherwise fuse the two into an FMA.  Also
+ * the plain memory operations of the nn module: zero, copy, read back, wait.
  */
 #include "config.h"
 
@@ -11,15 +12,16 @@
 #include <errno.h>
 
 #include "common/internal.h"
+#include "common/normalize.h"
 #include "nn/cuda/kernels.h"
 
 static __global__ void u8_to_f32_kernel(const uint8_t *__restrict__ src, float *__restrict__ dst,
-					size_t n, float scale, float shift)
+					size_t n, float scale, float bias)
 {
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-		dst[i] = (float)src[i] * scale - shift;
+		dst[i] = __fadd_rn(__fmul_rn((float)src[i], scale), bias);
 }
 
 extern "C" int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float mean, float std,
@@ -27,17 +29,19 @@ extern "C" int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float
 {
 	const unsigned threads = 256;
 	size_t blocks = (n + threads - 1) / threads;
+	float scale, bias;
 	cudaError_t err;
 
 	if (n == 0)
 		return 0;
 	if (blocks > 65535)
 		blocks = 65535;
-	u8_to_f32_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(
-		src, dst, n, 1.0f / (255.0f * std), mean / std);
+	pp_normalize_u8_params(mean, std, &scale, &bias);
+	u8_to_f32_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(src, dst, n, scale,
+										 bias);
 	err = cudaGetLastError();
 	if (err != cudaSuccess)
-		return pp_error(-EIO, "pp_nn_u8_to_f32 kernel launch: %s", cudaGetErrorString(err));
+		return pp_error(-EIO, "u8_to_f32 kernel launch: %s", cudaGetErrorString(err));
 	return 0;
 }
 

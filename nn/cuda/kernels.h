@@ -39,7 +39,8 @@ struct pp_cuda_gemm {
 
 #ifdef PP_HAVE_CUDA
 
-/* dst[i] = (src[i] / 255 - mean) / std for i in 0..n-1: ToTensor + Normalize. */
+/* dst[i] = (src[i] / 255 - mean) / std for i in 0..n-1: ToTensor + Normalize, in the
+ * arithmetic of common/normalize.h. */
 int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float mean, float std,
 		      void *stream);
 /* Sets bytes of device memory to zero. */

@@ -1,0 +1,52 @@
+/*
+ * tests/nn_testutil.c: helpers of the nn test programs (tests/nn_testutil.h).
+ */
+#include "config.h"
+
+#include <check.h>
+#include <stdlib.h>
+
+#include "tests/nn_testutil.h"
+#include "tests/testutil.h"
+
+uint64_t pp_test_rng = 1;
+
+float pp_test_frand(void)
+{
+	pp_test_rng = pp_test_rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)(pp_test_rng >> 40) / 16777216.0f * 2.0f - 1.0f;
+}
+
+struct pp_tensor *pp_test_synth_batch(size_t batch, uint64_t seed, int32_t *labels)
+{
+	const size_t shape[4] = { batch, 1, 28, 28 };
+	struct pp_tensor *t;
+
+	ck_assert_int_eq(pp_tensor_create(NULL, PP_DTYPE_U8, 4, shape, &t), 0);
+	pp_test_fill_random(pp_tensor_data(t), batch * 784, seed);
+	for (size_t i = 0; i < batch; i++)
+		labels[i] = (int32_t)((seed * 7 + i * 3) % 10);
+	return t;
+}
+
+float *pp_test_read_params(struct pp_model *m)
+{
+	size_t n = pp_model_param_count(m);
+	float *p = malloc(n * sizeof(float));
+
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(pp_model_params_read(m, p, n), 0);
+	return p;
+}
+
+void pp_test_train(struct pp_model *m, int steps, uint64_t first)
+{
+	int32_t labels[16];
+
+	for (int s = 0; s < steps; s++) {
+		struct pp_tensor *x = pp_test_synth_batch(16, first + (uint64_t)s, labels);
+
+		ck_assert_int_eq(pp_model_train_step(m, x, labels), 0);
+		pp_tensor_destroy(x);
+	}
+}

@@ -1,0 +1,28 @@
+/*
+ * tests/nn_testutil.h: what the nn test programs (test_nn_layers,
+ * test_nn_model, test_nn_checkpoint) share: a repeatable random stream and
+ * small models trained on synthetic batches.
+ */
+#ifndef PP_TESTS_NN_TESTUTIL_H
+#define PP_TESTS_NN_TESTUTIL_H
+
+#include <stdint.h>
+
+#include "pinpipe/nn.h"
+
+/* The state of pp_test_frand(); a test may set it to replay a stream. */
+extern uint64_t pp_test_rng;
+
+/* The next float of the stream, uniform in [-1, 1). */
+float pp_test_frand(void);
+
+/* A synthetic uint8 batch of 'batch' 1x28x28 images and labels, from 'seed'. */
+struct pp_tensor *pp_test_synth_batch(size_t batch, uint64_t seed, int32_t *labels);
+
+/* The model's parameters, malloc'd; fails the test on error. */
+float *pp_test_read_params(struct pp_model *m);
+
+/* Trains 'steps' steps on synthetic batches of 16 from seeds first, first + 1, ... */
+void pp_test_train(struct pp_model *m, int steps, uint64_t first);
+
+#endif

@@ -1,0 +1,221 @@
+/*
+ * tests/test_nn_checkpoint.c: nn's checkpoints: training resumed from a
+ * file gives the bits of training without a break, the caller's tag
+ * survives, and damaged or foreign files are refused with a message that
+ * says where.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "nn/nn_internal.h"
+#include "tests/nn_testutil.h"
+#include "tests/testutil.h"
+
+/* ------------------------------------------------------------------ checkpoints */
+
+/*
+ * Fails if training 2 steps, saving, loading and training 2 more does not
+ * give bit-identical parameters to 4 uninterrupted steps, for Adam and for
+ * SGD with momentum (whose buffer and step count must survive the file).
+ */
+START_TEST(test_checkpoint_resume)
+{
+	char *dir = pp_test_tmpdir();
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/model.ckpt", dir);
+	for (int opt = 0; opt < 2; opt++) {
+		struct pp_model_config cfg;
+		struct pp_model *a, *b, *c;
+		float *pa, *pc;
+
+		pp_model_config_init(&cfg);
+		cfg.seed = 7;
+		cfg.threads = 2;
+		if (opt) {
+			cfg.optim.kind = PP_OPTIM_SGD;
+			cfg.optim.lr = 0.05f;
+			cfg.optim.momentum = 0.9f;
+		}
+		ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &a), 0);
+		ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &b), 0);
+		pp_test_train(a, 4, 200);
+		pp_test_train(b, 2, 200);
+		ck_assert_int_eq(pp_model_save(b, path), 0);
+		pp_model_destroy(b);
+		pp_model_config_init(&cfg);
+		cfg.threads = 2;
+		ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &c), 0);
+		ck_assert_uint_eq(pp_model_steps(c), 2);
+		pp_test_train(c, 2, 202);
+		pa = pp_test_read_params(a);
+		pc = pp_test_read_params(c);
+		ck_assert(memcmp(pa, pc, pp_model_param_count(a) * sizeof(float)) == 0);
+		free(pa);
+		free(pc);
+		pp_model_destroy(a);
+		pp_model_destroy(c);
+	}
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+static void expect_rejected(const char *path, const void *buf, size_t len, int err, const char *msg)
+{
+	struct pp_model_config cfg;
+	struct pp_model *m = NULL;
+
+	pp_model_config_init(&cfg);
+	pp_test_write_file(path, buf, len);
+	ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &m), err);
+	ck_assert_msg(strstr(pp_last_error(), msg), "expected '%s' in '%s'", msg, pp_last_error());
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), path));
+	ck_assert_ptr_null(m);
+}
+
+/*
+ * Fails if the tag is not kept through a checkpoint, or if a checkpoint of
+ * version 1 (no tag: the same file without bytes 84..91) is no longer read,
+ * with its steps and parameters, and tag 0.
+ */
+START_TEST(test_checkpoint_tag)
+{
+	char *dir = pp_test_tmpdir();
+	char path[512], v1[512];
+	struct pp_model_config cfg;
+	struct pp_model *m, *a, *b;
+	uint8_t *buf, *old;
+	size_t len, n;
+	float *pa, *pb;
+
+	snprintf(path, sizeof(path), "%s/tag.ckpt", dir);
+	snprintf(v1, sizeof(v1), "%s/v1.ckpt", dir);
+	pp_model_config_init(&cfg);
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), 0);
+	ck_assert_uint_eq(pp_model_tag(m), 0);
+	pp_test_train(m, 2, 5);
+	pp_model_set_tag(m, 0x0123456789abcdefull);
+	ck_assert_int_eq(pp_model_save(m, path), 0);
+	pp_model_destroy(m);
+
+	ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &a), 0);
+	ck_assert_uint_eq(pp_model_tag(a), 0x0123456789abcdefull);
+	ck_assert_uint_eq(pp_model_steps(a), 2);
+
+	buf = pp_test_read_file(path, &len);
+	ck_assert_uint_eq(pp_le32(buf + 8), 2);
+	ck_assert_uint_eq(pp_le64(buf + 84), 0x0123456789abcdefull);
+	old = malloc(len - 8);
+	ck_assert_ptr_nonnull(old);
+	memcpy(old, buf, 84);
+	memcpy(old + 84, buf + 92, len - 92);
+	pp_put_le32(old + 8, 1);
+	pp_put_le32(old + len - 12, pp_crc32(0, old, len - 12));
+	pp_test_write_file(v1, old, len - 8);
+	ck_assert_int_eq(pp_model_load(v1, NULL, &cfg, &b), 0);
+	ck_assert_uint_eq(pp_model_tag(b), 0);
+	ck_assert_uint_eq(pp_model_steps(b), 2);
+	n = pp_model_param_count(a);
+	pa = malloc(n * sizeof(float));
+	pb = malloc(n * sizeof(float));
+	ck_assert(pa != NULL && pb != NULL);
+	ck_assert_int_eq(pp_model_params_read(a, pa, n), 0);
+	ck_assert_int_eq(pp_model_params_read(b, pb, n), 0);
+	ck_assert_int_eq(memcmp(pa, pb, n * sizeof(float)), 0);
+	free(pa);
+	free(pb);
+	pp_model_destroy(a);
+	pp_model_destroy(b);
+	free(old);
+	free(buf);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Fails if a truncated, extended, bit-flipped, wrongly versioned or
+ * mislabelled checkpoint (or one whose spec is bad under a valid CRC) is
+ * loaded, or is rejected without a message naming the file and the place.
+ */
+START_TEST(test_checkpoint_damaged)
+{
+	char *dir = pp_test_tmpdir();
+	char path[512], bad[512];
+	struct pp_model_config cfg;
+	struct pp_model *m;
+	uint8_t *buf, *copy;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/good.ckpt", dir);
+	snprintf(bad, sizeof(bad), "%s/bad.ckpt", dir);
+	pp_model_config_init(&cfg);
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), 0);
+	pp_test_train(m, 1, 5);
+	ck_assert_int_eq(pp_model_save(m, path), 0);
+	pp_model_destroy(m);
+	buf = pp_test_read_file(path, &len);
+	copy = malloc(len + 16);
+	ck_assert_ptr_nonnull(copy);
+
+	expect_rejected(bad, buf, len - 1, -EBADMSG, "CRC-32 mismatch");
+	expect_rejected(bad, buf, 40, -EBADMSG, "too short");
+	memcpy(copy, buf, len);
+	memset(copy + len, 0, 16);
+	expect_rejected(bad, copy, len + 16, -EBADMSG, "CRC-32 mismatch");
+	copy[len / 2] ^= 0x10;
+	expect_rejected(bad, copy, len, -EBADMSG, "CRC-32 mismatch (expected");
+	memcpy(copy, buf, len);
+	copy[0] = 'X';
+	expect_rejected(bad, copy, len, -EBADMSG, "offset 0: bad magic");
+	memcpy(copy, buf, len);
+	copy[8] = 9;
+	expect_rejected(bad, copy, len, -EBADMSG, "offset 8: version 9 (expected 1 or 2)");
+	/* a bad spec ("flatten" -> "flatteX") under a recomputed CRC */
+	memcpy(copy, buf, len);
+	copy[92 + 6] = 'X';
+	pp_put_le32(copy + len - 4, pp_crc32(0, copy, len - 4));
+	expect_rejected(bad, copy, len, -EBADMSG, "describe no valid model");
+	/* a parameter count that does not match the file's size */
+	memcpy(copy, buf, len);
+	pp_put_le64(copy + 32, 25451);
+	pp_put_le32(copy + len - 4, pp_crc32(0, copy, len - 4));
+	expect_rejected(bad, copy, len, -EBADMSG, "expected");
+
+	/* a bad setting of the caller's is the caller's error, not the file's */
+	cfg.threads = 0;
+	ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &m), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "0 threads"));
+	cfg.threads = 1;
+	snprintf(bad, sizeof(bad), "%s/missing.ckpt", dir);
+	ck_assert_int_eq(pp_model_load(bad, NULL, &cfg, &m), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "missing.ckpt: cannot open"));
+	/* the good one still loads */
+	ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &m), 0);
+	ck_assert_uint_eq(pp_model_steps(m), 1);
+	pp_model_destroy(m);
+	free(copy);
+	free(buf);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("nn_checkpoint");
+	TCase *ckpt = tcase_create("checkpoint");
+
+	tcase_add_test(ckpt, test_checkpoint_resume);
+	tcase_add_test(ckpt, test_checkpoint_damaged);
+	tcase_add_test(ckpt, test_checkpoint_tag);
+	tcase_set_timeout(ckpt, 30);
+	suite_add_tcase(s, ckpt);
+	return s;
+}
