@@ -414,6 +414,11 @@ START_TEST(test_call_cost_hidden)
 		else
 			buf[0] = '\0';
 		why = buf[0] ? buf : NULL;
+		if (why != NULL && pp_test_under_valgrind()) {
+			fprintf(stderr, "test_call_cost_hidden: timing not checked under valgrind "
+				"(one thread at a time): %s\n", why);
+			why = NULL;
+		}
 	}
 	ck_assert_msg(why == NULL, "%s (compute %u us a batch)", why, compute_us);
 }
@@ -452,6 +457,11 @@ START_TEST(test_launch_bound_exposed)
 		else
 			buf[0] = '\0';
 		why = buf[0] ? buf : NULL;
+		if (why != NULL && pp_test_under_valgrind()) {
+			fprintf(stderr, "test_launch_bound_exposed: timing not checked under valgrind "
+				"(one thread at a time): %s\n", why);
+			why = NULL;
+		}
 	}
 	ck_assert_msg(why == NULL, "%s", why);
 }

@@ -130,3 +130,10 @@ int pp_test_run_nofork(Suite *s)
 	srunner_free(sr);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+bool pp_test_under_valgrind(void)
+{
+	const char *pre = getenv("LD_PRELOAD");
+
+	return pre != NULL && strstr(pre, "vgpreload") != NULL;
+}

@@ -5,6 +5,7 @@
 #define PP_TESTS_TESTUTIL_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,15 @@ const char *pp_test_fashion_mnist_dir(void);
 
 /* Fills buf with deterministic pseudo-random bytes from seed. */
 void pp_test_fill_random(void *buf, size_t len, uint64_t seed);
+
+/*
+ * True under valgrind (its preload is in LD_PRELOAD): it runs every thread
+ * of the process on one core, one at a time, so relations between the times
+ * of threads that a test measures (a copy hidden behind compute) do not
+ * hold there.  A timing test then checks the rest and says it skipped the
+ * timing, on stderr.
+ */
+bool pp_test_under_valgrind(void);
 
 /*
  * A watchdog for programs that run Check without forking (CUDA does not
