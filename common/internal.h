@@ -107,7 +107,8 @@ uint32_t pp_crc32(uint32_t crc, const void *buf, size_t len);
  * attributes, with every asynchronous signal (SIGINT, SIGTERM, SIGHUP,
  * SIGUSR1, ...) blocked in it, so that the application's signal handlers
  * never run on a thread of the library; the caller's own mask is left as it
- * was.  Returns 0, or -errno (-EAGAIN: no resources for a thread).
+ * was.  The thread is named "pinpipe".  Returns 0, or -errno (-EAGAIN: no
+ * resources for a thread).
  */
 int pp_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg);
 

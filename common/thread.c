@@ -48,5 +48,8 @@ int pp_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg)
 		return ret;
 	ret = -pthread_create(thread, NULL, fn, arg);
 	pp_signals_restore(&caller);
+	/* So that a user (and a test) can tell the library's threads from others'. */
+	if (ret == 0)
+		pthread_setname_np(*thread, "pinpipe");
 	return ret;
 }

@@ -34,13 +34,14 @@ const char *pp_test_fashion_mnist_dir(void);
 void pp_test_fill_random(void *buf, size_t len, uint64_t seed);
 
 /*
- * True under valgrind (its preload is in LD_PRELOAD): it runs every thread
- * of the process on one core, one at a time, so relations between the times
- * of threads that a test measures (a copy hidden behind compute) do not
- * hold there.  A timing test then checks the rest and says it skipped the
- * timing, on stderr.
+ * What a timing test fails with: 'why' (NULL when its timing held), or NULL
+ * under valgrind (its preload is in LD_PRELOAD), after saying on stderr
+ * that test 'test' did not check it: valgrind runs every thread of the
+ * process on one core, one at a time, so relations between the times of
+ * threads that a test measures (a copy hidden behind compute) do not hold
+ * there.  The test checks the rest all the same.
  */
-bool pp_test_under_valgrind(void);
+const char *pp_test_timing_failure(const char *test, const char *why);
 
 /*
  * A watchdog for programs that run Check without forking (CUDA does not

@@ -412,12 +412,8 @@ START_TEST(test_pinned_async_pageable_blocks)
 		ck_assert_uint_ge(page.copies_timed, 28);
 		ck_assert_uint_le(pin.exposed_ns, pin.copy_ns);
 		ck_assert_uint_le(pin.late_ns, pin.exposed_ns);
-		why = overlap_failure(&pin, &page, buf, sizeof(buf));
-		if (why != NULL && pp_test_under_valgrind()) {
-			fprintf(stderr, "test_pinned_async_pageable_blocks: timing not checked under "
-				"valgrind (one thread at a time): %s\n", why);
-			why = NULL;
-		}
+		why = pp_test_timing_failure("test_pinned_async_pageable_blocks",
+					     overlap_failure(&pin, &page, buf, sizeof(buf)));
 	}
 	ck_assert_msg(why == NULL, "%s (compute %u us a batch)", why, compute_us);
 }

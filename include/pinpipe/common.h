@@ -16,9 +16,11 @@
  * (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT) and SIGPROF.
  * A signal sent to the process is therefore handled on one of the
  * application's own threads, as if the library started none.  The calling
- * thread's mask is never changed.  Threads that other libraries start on
- * their own (OpenBLAS's when it is loaded, the CUDA runtime's) are not
- * pinpipe's, and keep the masks those libraries give them.
+ * thread's mask is never changed.  The library's threads are named
+ * "pinpipe" (as ps -L and /proc/PID/task/TID/comm show them).  Threads that
+ * other libraries start on their own (OpenBLAS's when it is loaded or when
+ * a BLAS call needs them, the CUDA runtime's) are not pinpipe's, and keep
+ * the masks those libraries give them.
  */
 #ifndef PINPIPE_COMMON_H
 #define PINPIPE_COMMON_H
