@@ -327,7 +327,6 @@ static void run_steps(struct pp_tfix *f, int n, uint32_t kernels, uint32_t kerne
 struct steps_result {
 	struct pp_transfer_stats st;
 	struct pp_device_stats dev;
-	uint64_t batches;     /* batches counted */
 };
 
 /* Runs 8 steps not counted, then n counted ones. */
@@ -346,16 +345,7 @@ static void measure_steps(struct pp_tfix *f, int n, uint32_t kernels, uint32_t k
 	ck_assert_int_eq(pp_stream_synchronize(f->compute), 0);
 	ck_assert_int_eq(pp_device_get_stats(f->dev, &r->dev), 0);
 	ck_assert_int_eq(pp_transfer_get_stats(f->t, &r->st), 0);
-	r->batches = r->st.batches - s0.batches;
-	r->st.copies_timed -= s0.copies_timed;
-	r->st.copy_ns -= s0.copy_ns;
-	r->st.late_ns -= s0.late_ns;
-	r->st.exposed_ns -= s0.exposed_ns;
-	r->st.host_blocked_ns -= s0.host_blocked_ns;
-	r->st.stage_ns -= s0.stage_ns;
-	r->st.wait_ns -= s0.wait_ns;
-	r->st.hidden_share = r->st.copy_ns ? 1.0 - (double)r->st.exposed_ns / (double)r->st.copy_ns
-					   : NAN;
+	pp_tstats_sub(&r->st, &s0);
 	r->dev.copies -= d0.copies;
 	r->dev.calls -= d0.calls;
 }
@@ -476,7 +466,7 @@ START_TEST(test_calls_per_batch)
 	tc.device = f.dev;
 	ck_assert_int_eq(pp_transfer_create(&tc, &f.t), 0);
 	measure_steps(&f, 160, 1, 200, &r);
-	ck_assert_uint_eq(r.batches, 160);
+	ck_assert_uint_eq(r.st.batches, 160);
 	/* One copy a batch, give or take the depth copied ahead. */
 	ck_assert_uint_ge(r.dev.copies, 160 - 2);
 	ck_assert_uint_le(r.dev.copies, 160 + 2);

@@ -15,6 +15,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,6 +300,21 @@ START_TEST(test_stream_intact_in_order)
 }
 END_TEST
 
+void pp_tstats_sub(struct pp_transfer_stats *st, const struct pp_transfer_stats *s0)
+{
+	st->batches -= s0->batches;
+	st->bytes -= s0->bytes;
+	st->copies_timed -= s0->copies_timed;
+	st->copy_ns -= s0->copy_ns;
+	st->late_ns -= s0->late_ns;
+	st->exposed_ns -= s0->exposed_ns;
+	st->host_blocked_ns -= s0->host_blocked_ns;
+	st->stage_ns -= s0->stage_ns;
+	st->wait_ns -= s0->wait_ns;
+	st->slot_wait_ns -= s0->slot_wait_ns;
+	st->hidden_share = st->copy_ns ? 1.0 - (double)st->exposed_ns / (double)st->copy_ns : NAN;
+}
+
 /* Runs 'n' batches with 'compute_us' of compute each on the compute stream. */
 static void run_batches(struct pp_tfix *f, int n, uint32_t compute_us)
 {
@@ -329,17 +345,7 @@ static void run_compute(struct pp_tfix *f, int batches, uint32_t compute_us,
 	run_batches(f, batches, compute_us);
 	ck_assert_int_eq(pp_stream_synchronize(f->compute), 0);
 	ck_assert_int_eq(pp_transfer_get_stats(f->t, st), 0);
-	st->batches -= s0.batches;
-	st->bytes -= s0.bytes;
-	st->copies_timed -= s0.copies_timed;
-	st->copy_ns -= s0.copy_ns;
-	st->late_ns -= s0.late_ns;
-	st->exposed_ns -= s0.exposed_ns;
-	st->host_blocked_ns -= s0.host_blocked_ns;
-	st->stage_ns -= s0.stage_ns;
-	st->wait_ns -= s0.wait_ns;
-	st->slot_wait_ns -= s0.slot_wait_ns;
-	st->hidden_share = 1.0 - (double)st->exposed_ns / (double)st->copy_ns;
+	pp_tstats_sub(st, &s0);
 }
 
 /*

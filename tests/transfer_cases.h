@@ -37,6 +37,12 @@ struct pp_tfix {
 void pp_tfix_open(struct pp_tfix *f, const char *name, uint64_t count, uint32_t batch,
 		  enum pp_dtype dtype, bool pin, uint32_t depth, uint32_t slots);
 
+/*
+ * Makes *st the counters since *s0 (taken from the same stage earlier), with
+ * the hidden share of those (NaN when nothing was timed).
+ */
+void pp_tstats_sub(struct pp_transfer_stats *st, const struct pp_transfer_stats *s0);
+
 /* Destroys what pp_tfix_open() built, in reverse order. */
 void pp_tfix_close(struct pp_tfix *f);
 
