@@ -13,11 +13,11 @@
 #include "config.h"
 
 #include <errno.h>
-#include <math.h>
 #include <string.h>
 
 #include "common/internal.h"
 #include "nn/cuda/kernels.h"
+#include "nn/cuda/optim.h"
 #include "nn/nn_internal.h"
 #include "device/device_impl.h" /* struct pp_stream: a stream's device */
 
@@ -42,8 +42,10 @@ static void cuda_teardown(struct pp_model *m)
 	pp_nn_mem_free(m->dev, m->dcol_all);
 	pp_nn_mem_free(m->dev, m->perm);
 	pp_nn_mem_free(m->dev, m->acc);
+	pp_nn_mem_free(m->dev, m->optim_state);
 	m->col_all = m->dcol_all = m->perm = NULL;
 	m->acc = NULL;
+	m->optim_state = NULL;
 }
 
 static int cuda_setup(struct pp_model *m)
@@ -61,6 +63,9 @@ static int cuda_setup(struct pp_model *m)
 	ret = pp_cuda_blas_create(m->stream, &m->blas);
 	if (!ret)
 		ret = pp_nn_mem_alloc(m->dev, sizeof(*m->acc), (void **)&m->acc);
+	if (!ret)
+		ret = pp_nn_mem_alloc(m->dev, sizeof(*m->optim_state), (void **)&m->optim_state);
+	m->optim_state_stale = true;
 	return ret;
 }
 
@@ -252,20 +257,39 @@ static int backward(struct pp_model *m, const float *input, int n)
 	return ret;
 }
 
+/* The device's step count from the host's (a new model, a checkpoint's), in stream order. */
+static int cuda_prepare(struct pp_model *m)
+{
+	int ret;
+
+	if (!m->optim_state_stale)
+		return 0;
+	ret = pp_cuda_optim_set(m->optim_state, m->optim.t, m->stream);
+	if (!ret)
+		m->optim_state_stale = false;
+	return ret;
+}
+
+/* The optimizer's update: its step count and factors come from device memory (graphs). */
 static int update(struct pp_model *m)
 {
 	const struct pp_optimizer_config *c = &m->optim.cfg;
-	struct nn_optim *o = &m->optim;
+	const struct pp_cuda_optim_args a = {
+		.adam = c->kind == PP_OPTIM_ADAM, .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2,
+		.eps = c->eps, .weight_decay = c->weight_decay, .momentum = c->momentum,
+		.dampening = c->dampening, .nesterov = c->nesterov,
+	};
 
-	o->t++;
-	if (c->kind == PP_OPTIM_SGD)
-		return pp_cuda_sgd(m->params, m->grads, o->buf1, m->n_params, c->lr, c->weight_decay,
-				   c->momentum, c->dampening, c->nesterov, o->t == 1, m->stream);
-	/* the bias corrections in double on the host, as nn/optim.c */
-	return pp_cuda_adam(m->params, m->grads, o->buf1, o->buf2, m->n_params,
-			    (float)(c->lr / (1.0 - pow(c->beta1, (double)o->t))),
-			    (float)sqrt(1.0 - pow(c->beta2, (double)o->t)), c->beta1, c->beta2, c->eps,
-			    c->weight_decay, m->stream);
+	return pp_cuda_optim_step(m->optim_state, &a, m->params, m->grads, m->optim.buf1,
+				  m->optim.buf2, m->n_params, m->stream);
+}
+
+/* The host's bookkeeping of a step: done in the step, or at each launch of its graph. */
+static void cuda_account(struct pp_model *m, const struct nn_job *job)
+{
+	if (job->train)
+		m->optim.t++;
+	m->metrics.samples += job->batch;
 }
 
 static int cuda_run(struct pp_model *m, struct nn_job *job)
@@ -278,7 +302,9 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 	if (job->batch > INT32_MAX / PP_MAX(last->out_size, m->layers[0].in_size))
 		return pp_error(-EINVAL, "model on %s: a batch of %zu is too large", pp_nn_device_name(m->dev),
 				job->batch);
-	if (job->in_u8) {
+	if (!m->capturing)
+		ret = cuda_prepare(m);
+	if (!ret && job->in_u8) {
 		ret = pp_cuda_u8_to_f32(job->in_u8, m->input, job->batch * m->layers[0].in_size,
 					m->cfg.mean, m->cfg.std, m->stream);
 		x = m->input;
@@ -299,8 +325,8 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		ret = backward(m, x, n);
 	if (!ret && job->train)
 		ret = update(m);
-	if (!ret)
-		m->metrics.samples += job->batch;
+	if (!ret && !m->capturing)
+		cuda_account(m, job);
 	return ret;
 }
 
@@ -334,4 +360,6 @@ const struct nn_backend pp_nn_backend_cuda = {
 	.run = cuda_run,
 	.metrics = cuda_metrics,
 	.queued = true,
+	.prepare = cuda_prepare,
+	.account = cuda_account,
 };

@@ -111,6 +111,15 @@ struct pp_optimizer_config {
 	float eps;          /* Adam: term added to the denominator, > 0 */
 };
 
+/* Whether a model's steps are captured as graphs (pp_model_config.graph). */
+enum pp_model_graph {
+	PP_MODEL_GRAPH_AUTO = 0, /* on where it pays: a device with a queue of its own (cuda) */
+	PP_MODEL_GRAPH_OFF = 1,  /* every step launched op by op */
+	PP_MODEL_GRAPH_ON = 2,   /* wherever the model has a stream (cfg.stream): on cpu and
+				  * sim too, where the step is recorded as one host function
+				  * and replayed (for tests of the logic) */
+};
+
 /* How to build a model. */
 struct pp_model_config {
 	uint32_t in_channels;  /* shape of one input sample: channels */
@@ -134,6 +143,20 @@ struct pp_model_config {
 	 * where subnormals occur.
 	 */
 	bool keep_denormals;
+	/*
+	 * Steps as graphs: the second time a step of the same kind (training or
+	 * evaluation) comes with the same input, label and logits pointers and
+	 * batch size (the transfer stage's device slots, each reused batch
+	 * after batch), the whole step is captured once as a graph
+	 * (pp_stream_begin_capture()) and from then on launched as one call:
+	 * some 50 kernel launches a step become one.  Up to 16 such graphs are
+	 * kept, the least recently used replaced.  A larger batch than any
+	 * before (new buffers) or pp_model_set_lr() drops them.  When a
+	 * capture fails, the model goes on without graphs and says why in
+	 * pp_model_get_graph_stats().fallback.  Results are those of the steps
+	 * launched op by op.
+	 */
+	enum pp_model_graph graph;
 	struct pp_optimizer_config optim;
 };
 
@@ -258,6 +281,27 @@ PP_API int pp_model_train_step(struct pp_model *model, const struct pp_tensor *i
  */
 PP_API int pp_model_evaluate(struct pp_model *model, const struct pp_tensor *inputs,
 			     const int32_t *labels, struct pp_tensor *logits);
+
+/*
+ * Sets the optimizer's learning rate (> 0, finite) for the next steps, as a
+ * scheduler would; the graphs captured with the old one are dropped.
+ * Returns 0 or -EINVAL.
+ */
+PP_API int pp_model_set_lr(struct pp_model *model, float lr);
+
+/* How a model's steps ran (pp_model_config.graph). */
+struct pp_model_graph_stats {
+	bool enabled;            /* steps are captured as graphs */
+	uint64_t captures;       /* graphs captured */
+	uint64_t launches;       /* steps run by launching a graph */
+	uint64_t eager;          /* steps launched op by op */
+	uint64_t drops;          /* times all graphs were dropped (new buffers, new learning rate) */
+	char fallback[256];      /* why capturing stopped (the capture's error), or "" */
+};
+
+/* Writes the model's graph counters to *stats_p. */
+PP_API void pp_model_get_graph_stats(const struct pp_model *model,
+				     struct pp_model_graph_stats *stats_p);
 
 /* Running totals since the last reset. */
 struct pp_model_metrics {
