@@ -197,6 +197,70 @@ START_TEST(test_bad_label_and_device)
 }
 END_TEST
 
+/*
+ * Fails if a step launched as a CUDA graph differs from the same step
+ * launched kernel by kernel (beyond 1e-6 relative: the same kernels on the
+ * same data), if a capture fails on a real GPU (the fallback must stay
+ * empty: every call of a step must be capturable), if the optimizer's
+ * step count frozen in a graph is used (Adam's bias correction would then
+ * stay that of step 2), or if a new learning rate does not reach a
+ * captured step.  Two input buffers in turn, as the transfer stage's slots.
+ */
+START_TEST(test_graph_matches_eager)
+{
+	struct pair p;
+	struct pp_model *graphed;
+	struct pp_model_config cfg;
+	struct pp_model_graph_stats gs;
+	struct pp_tensor *x2;
+	float *pe, *pg;
+	const size_t shape[4] = { BATCH, 1, 28, 28 };
+
+	pair_open(&p, 1, PP_OPTIM_ADAM);
+	pp_model_config_init(&cfg);
+	cfg.seed = 11;
+	cfg.optim.lr = 0.01f;
+	cfg.optim.eps = 1e-3f;
+	cfg.optim.weight_decay = 0.001f;
+	cfg.stream = p.stream;
+	cfg.graph = PP_MODEL_GRAPH_OFF;
+	pp_model_destroy(p.gpu_model);
+	ck_assert_int_eq(pp_model_create("cnn", p.gpu, &cfg, &p.gpu_model), 0);
+	cfg.graph = PP_MODEL_GRAPH_ON;
+	ck_assert_int_eq(pp_model_create("cnn", p.gpu, &cfg, &graphed), 0);
+	ck_assert_int_eq(pp_tensor_create(p.gpu, PP_DTYPE_U8, 4, shape, &x2), 0);
+	ck_assert_int_eq(pp_tensor_copy(x2, p.x_cpu), 0);
+	for (int s = 0; s < 10; s++) {
+		struct pp_tensor *x = s % 2 ? x2 : p.x_gpu;
+
+		if (s == 6) {
+			ck_assert_int_eq(pp_model_set_lr(p.gpu_model, 0.002f), 0);
+			ck_assert_int_eq(pp_model_set_lr(graphed, 0.002f), 0);
+		}
+		ck_assert_int_eq(pp_model_train_step(p.gpu_model, x, p.labels_gpu), 0);
+		ck_assert_int_eq(pp_model_train_step(graphed, x, p.labels_gpu), 0);
+	}
+	pe = malloc(p.n * sizeof(float));
+	pg = malloc(p.n * sizeof(float));
+	ck_assert(pe && pg);
+	ck_assert_int_eq(pp_model_params_read(p.gpu_model, pe, p.n), 0);
+	ck_assert_int_eq(pp_model_params_read(graphed, pg, p.n), 0);
+	ck_assert_msg(max_rel_diff(pg, pe, p.n) < 1e-6, "graphed and eager differ by %g",
+		      max_rel_diff(pg, pe, p.n));
+	ck_assert_uint_eq(pp_model_steps(graphed), 10);
+	pp_model_get_graph_stats(graphed, &gs);
+	ck_assert_msg(gs.fallback[0] == '\0', "%s", gs.fallback);
+	ck_assert(gs.enabled);
+	ck_assert_uint_eq(gs.captures, 4);
+	ck_assert_uint_eq(gs.launches, 6);
+	free(pe);
+	free(pg);
+	pp_tensor_destroy(x2);
+	pp_model_destroy(graphed);
+	pair_close(&p);
+}
+END_TEST
+
 int main(void)
 {
 	const char *const *gpu_names;
@@ -209,6 +273,7 @@ int main(void)
 	tcase_add_test(tc, test_forward_matches_cpu);
 	tcase_add_test(tc, test_train_steps_match_cpu);
 	tcase_add_test(tc, test_bad_label_and_device);
+	tcase_add_test(tc, test_graph_matches_eager);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
 	return pp_test_run_nofork(s);
