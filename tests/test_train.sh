@@ -107,7 +107,8 @@ done
 CHECK='
 other = list(csv.DictReader(open(sys.argv[2])))
 assert len(rows) == 4 and len(other) == 4, (rows, other)
-for a, b in zip(rows, other):
+key = lambda r: (r["device"], int(r["epoch"]))
+for a, b in zip(sorted(rows, key=key), sorted(other, key=key)):
     for k in ("device", "epoch", "train_loss", "train_acc", "test_loss", "test_acc"):
         assert a[k] == b[k], (k, a, b)
 '
