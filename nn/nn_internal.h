@@ -447,6 +447,10 @@ struct pp_model {
 	float *col_all;           /* (capacity OH OW, C K K) largest conv */
 	float *dcol_all;          /* same */
 	float *perm;              /* (OC, capacity OH OW) largest conv output */
+	float *red;               /* the reductions' partial sums, the largest of a step
+				   * at capacity (pp_red_floats(), nn/cuda/fused.h) */
+	void *xent_scratch;       /* the loss's ticket and block parts for capacity samples
+				   * (pp_xent_scratch_bytes()) */
 	struct nn_cuda_acc *acc;  /* device: running loss, correct count, bad-label flag */
 	struct pp_cuda_optim_state *optim_state; /* device: the optimizer's step count */
 	bool optim_state_stale;   /* optim.t changed on the host (a checkpoint's load) */

@@ -1,10 +1,10 @@
 /*
  * nn/cuda/ops.cu: the layers, the loss and the optimizers on the GPU,
  * mirroring the CPU kernels of nn/ op by op: element-wise work, pooling,
- * im2col and its inverse, reductions, softmax cross-entropy, SGD and Adam
- * as small kernels, and the matrix products through cuBLAS, loaded at run
- * time.  One thread per
- * output element unless said otherwise; grid-stride loops.
+ * im2col and its inverse, SGD and Adam as small kernels, and the matrix
+ * products through cuBLAS, loaded at run time.  One thread per output
+ * element unless said otherwise; grid-stride loops.  The fused convolution
+ * and pooling, the reductions and the loss are in nn/cuda/fused.cu.
  */
 #include "config.h"
 
@@ -170,51 +170,6 @@ extern "C" int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols,
 	fill_rows_kernel<<<blocks_for((size_t)rows * cols), THREADS, 0, (cudaStream_t)stream>>>(
 		out, b, rows, cols);
 	return launched("fill_rows");
-}
-
-/* one thread per column */
-static __global__ void sum_rows_kernel(float *db, const float *d, int rows, int cols)
-{
-	GRID_STRIDE(j, (size_t)cols) {
-		float s = 0.0f;
-
-		for (int r = 0; r < rows; r++)
-			s += d[(size_t)r * cols + j];
-		db[j] += s;
-	}
-}
-
-extern "C" int pp_cuda_sum_rows(float *db, const float *d, int rows, int cols, void *stream)
-{
-	sum_rows_kernel<<<blocks_for((size_t)cols), THREADS, 0, (cudaStream_t)stream>>>(db, d, rows,
-										       cols);
-	return launched("sum_rows");
-}
-
-/* one block per row, a shared-memory tree reduction */
-static __global__ void sum_cols_kernel(float *db, const float *d, int cols)
-{
-	__shared__ float part[THREADS];
-	const float *row = d + (size_t)blockIdx.x * cols;
-	float s = 0.0f;
-
-	for (int j = threadIdx.x; j < cols; j += blockDim.x)
-		s += row[j];
-	part[threadIdx.x] = s;
-	__syncthreads();
-	for (int half = blockDim.x / 2; half > 0; half /= 2) {
-		if ((int)threadIdx.x < half)
-			part[threadIdx.x] += part[threadIdx.x + half];
-		__syncthreads();
-	}
-	if (threadIdx.x == 0)
-		db[blockIdx.x] += part[0];
-}
-
-extern "C" int pp_cuda_sum_cols(float *db, const float *d, int rows, int cols, void *stream)
-{
-	sum_cols_kernel<<<(unsigned)rows, THREADS, 0, (cudaStream_t)stream>>>(db, d, cols);
-	return launched("sum_cols");
 }
 
 /* ------------------------------------------------------------------ convolution layout */
@@ -394,54 +349,6 @@ extern "C" int pp_cuda_maxpool_backward(float *din, const float *dout, const int
 	maxpool_backward_kernel<<<blocks_for((size_t)n * out_size), THREADS, 0,
 				  (cudaStream_t)stream>>>(din, dout, idx, n, in_size, out_size);
 	return launched("pp_nn_maxpool_backward");
-}
-
-/* ------------------------------------------------------------------ loss */
-
-/* one thread per sample; c is small (the classes) */
-static __global__ void softmax_xent_kernel(const float *logits, const int32_t *labels, int n,
-					   int c, float scale, float *dlogits, double *loss_sum,
-					   unsigned long long *correct, int *bad_label)
-{
-	GRID_STRIDE(i, (size_t)n) {
-		const float *z = logits + i * c;
-		int y = labels[i], arg = 0;
-		float m = z[0];
-		double sum = 0.0;
-
-		if (y < 0 || y >= c) {
-			*bad_label = 1;
-			for (int j = 0; dlogits && j < c; j++)
-				dlogits[i * c + j] = 0.0f;
-			continue;
-		}
-		for (int j = 1; j < c; j++)
-			if (z[j] > m) {
-				m = z[j];
-				arg = j;
-			}
-		for (int j = 0; j < c; j++)
-			sum += exp((double)z[j] - m);
-		atomicAdd(loss_sum, log(sum) - ((double)z[y] - m));
-		if (arg == y)
-			atomicAdd(correct, 1ull);
-		if (dlogits) {
-			float *d = dlogits + i * c;
-
-			for (int j = 0; j < c; j++)
-				d[j] = (float)(exp((double)z[j] - m) / sum) * scale;
-			d[y] -= scale;
-		}
-	}
-}
-
-extern "C" int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c,
-				    float scale, float *dlogits, double *loss_sum,
-				    unsigned long long *correct, int *bad_label, void *stream)
-{
-	softmax_xent_kernel<<<blocks_for((size_t)n), THREADS, 0, (cudaStream_t)stream>>>(
-		logits, labels, n, c, scale, dlogits, loss_sum, correct, bad_label);
-	return launched("pp_nn_softmax_xent");
 }
 
 /* ------------------------------------------------------------------ optimizers */
