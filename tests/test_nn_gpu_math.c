@@ -5,7 +5,8 @@
  * and compared with the CPU layers of nn/: the fused conv + bias + ReLU +
  * max-pool forward with pp_nn_conv2d_forward() then
  * pp_nn_maxpool_relu_forward(), its backward with
- * pp_nn_conv2d_backward_pooled(), the deterministic sums with plain sums,
+ * pp_nn_conv2d_backward_pooled(), the max-pool's gathered backward with
+ * pp_nn_maxpool_backward(), the deterministic sums with plain sums,
  * the softmax cross-entropy with pp_nn_softmax_xent().  Shapes: the CNN's
  * two convolutions, batch 1, odd sizes, padding, stride 2, pools that
  * leave rows out or leave gaps, windows of more than one group, sums over
@@ -286,6 +287,62 @@ START_TEST(test_fused_backward)
 }
 END_TEST
 
+/*
+ * Fails if the max-pool backward's threads (a gather per input pixel)
+ * give other bits than pp_nn_maxpool_backward() (the same additions in
+ * the same order): a window that covers a pixel missed (overlapping
+ * windows of stride 1 and 2, the edges, a last row outside every
+ * window), a gradient sent to a pixel the window did not select.
+ */
+START_TEST(test_pool_backward)
+{
+	static const int shapes[][6] = {
+		/* n, c, h, w, k, stride */
+		{ 2, 3, 9, 9, 3, 2 }, { 1, 2, 7, 6, 3, 1 }, { 3, 6, 24, 24, 2, 2 }, { 2, 1, 11, 8, 4, 3 },
+	};
+
+	for (int c = 0; c < (int)(sizeof(shapes) / sizeof(shapes[0])); c++) {
+		const int *sh = shapes[c];
+		struct nn_layer l = { .kind = NN_MAXPOOL, .in_c = sh[1], .out_c = sh[1], .in_h = sh[2],
+				      .in_w = sh[3], .k = sh[4], .stride = sh[5] };
+		struct pp_cuda_geom g;
+		size_t ins, outs;
+		float *x, *y, *dy, *din1, *din2;
+		int32_t *idx;
+
+		l.out_h = (l.in_h - l.k) / l.stride + 1;
+		l.out_w = (l.in_w - l.k) / l.stride + 1;
+		l.in_size = (size_t)l.in_c * l.in_h * l.in_w;
+		l.out_size = (size_t)l.out_c * l.out_h * l.out_w;
+		g = (struct pp_cuda_geom){ .c = l.in_c, .h = l.in_h, .w = l.in_w, .oc = l.out_c,
+					   .oh = l.out_h, .ow = l.out_w, .k = l.k, .stride = l.stride };
+		ins = (size_t)sh[0] * l.in_size;
+		outs = (size_t)sh[0] * l.out_size;
+		x = rand_floats(ins);
+		y = zero_floats(outs);
+		dy = rand_floats(outs);
+		din1 = zero_floats(ins);
+		din2 = zero_floats(ins);
+		idx = calloc(outs + 1, sizeof(int32_t));
+		ck_assert_ptr_nonnull(idx);
+		/* ties, so that overlapping windows select the same pixel */
+		for (size_t i = 0; i < ins; i += 4)
+			x[i] = 0.5f;
+		pp_nn_maxpool_forward(&l, y, idx, x, sh[0]);
+		pp_nn_maxpool_backward(&l, din1, dy, idx, sh[0]);
+		for (size_t i = 0; i < ins; i++)
+			din2[i] = pp_pool_din(&g, dy, idx, i);
+		ck_assert_mem_eq(din1, din2, ins * sizeof(float));
+		free(x);
+		free(y);
+		free(dy);
+		free(din1);
+		free(din2);
+		free(idx);
+	}
+}
+END_TEST
+
 /* ------------------------------------------------------------------ sums and their parts */
 
 /*
@@ -476,6 +533,7 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(tc, test_fused_forward);
 	tcase_add_test(tc, test_fused_backward);
+	tcase_add_test(tc, test_pool_backward);
 	tcase_add_test(tc, test_sums);
 	tcase_add_test(tc, test_red_parts);
 	tcase_add_test(tc, test_xent);

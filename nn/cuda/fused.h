@@ -18,6 +18,8 @@
  *    windows that cover it, the weight and bias gradients by the reduction
  *    below;
  *  - sums of d (S, J, P) over S and P (the bias gradients);
+ *  - a max-pool's backward as a gather (a thread per input pixel), for
+ *    the pools that are not fused;
  *  - softmax cross-entropy, its loss and correct count summed by the blocks.
  *
  * Reductions are deterministic: a sum of T terms for each of J outputs is
@@ -275,6 +277,37 @@ PP_HD static inline float pp_fused_param_partial(const struct pp_cuda_pool_geom 
 
 	for (size_t t = (size_t)part; t < terms; t += (size_t)parts)
 		sum += pp_fused_param_term(g, dpool, idx, pooled, x, j, t);
+	return sum;
+}
+
+/* ------------------------------------------------------------------ max-pool backward */
+
+/*
+ * A max-pool's input gradient (no padding), thread i of n C H W (an input
+ * pixel): the sum of the output gradients of the windows that cover the
+ * pixel and selected it (idx, as pp_nn_maxpool_forward()), in output
+ * order, as pp_nn_maxpool_backward() adds them: overlapping windows need
+ * no atomics.  g: the pool's geometry (c channels, h x w in, oh x ow out).
+ */
+PP_HD static inline float pp_pool_din(const struct pp_cuda_geom *g, const float *dout,
+				      const int32_t *idx, size_t i)
+{
+	const int ix = (int)(i % (size_t)g->w), iy = (int)(i / (size_t)g->w % (size_t)g->h);
+	const size_t sc = i / ((size_t)g->w * g->h); /* sample s, channel ch: s C + ch */
+	const int32_t at = (int32_t)((sc % (size_t)g->c * g->h + iy) * g->w + ix);
+	const int oy0 = pp_ceil_div(iy - g->k + 1, g->stride) > 0 ? pp_ceil_div(iy - g->k + 1, g->stride) : 0;
+	const int ox0 = pp_ceil_div(ix - g->k + 1, g->stride) > 0 ? pp_ceil_div(ix - g->k + 1, g->stride) : 0;
+	const int oy1 = iy / g->stride < g->oh - 1 ? iy / g->stride : g->oh - 1;
+	const int ox1 = ix / g->stride < g->ow - 1 ? ix / g->stride : g->ow - 1;
+	float sum = 0.0f;
+
+	for (int oy = oy0; oy <= oy1; oy++)
+		for (int ox = ox0; ox <= ox1; ox++) {
+			const size_t o = (sc * g->oh + oy) * g->ow + ox;
+
+			if (idx[o] == at)
+				sum += dout[o];
+		}
 	return sum;
 }
 

@@ -126,6 +126,7 @@ int pp_cuda_relu_backward(float *din, const float *dout, const float *out, size_
 /* idx: the index within the sample's input of each maximum (the first one) */
 int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in, int n,
 			    const struct pp_cuda_geom *g, void *stream);
+/* din (n, C, H, W) = the gradients of the windows that selected each pixel, gathered (no atomics) */
 int pp_cuda_maxpool_backward(float *din, const float *dout, const int32_t *idx, int n,
 			     const struct pp_cuda_geom *g, void *stream);
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
 
 #define THREADS 256
@@ -329,25 +330,21 @@ extern "C" int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in
 	return launched("pp_nn_maxpool_forward");
 }
 
-/* overlapping windows may pick the same pixel: atomicAdd */
+/* a thread per input pixel, gathering from the windows that selected it (pp_pool_din()) */
 static __global__ void maxpool_backward_kernel(float *din, const float *dout, const int32_t *idx,
-					       int n, size_t in_size, size_t out_size)
+					       size_t total, struct pp_cuda_geom g)
 {
-	GRID_STRIDE(i, (size_t)n * out_size)
-		atomicAdd(&din[i / out_size * in_size + (size_t)idx[i]], dout[i]);
+	GRID_STRIDE(i, total)
+		din[i] = pp_pool_din(&g, dout, idx, i);
 }
 
 extern "C" int pp_cuda_maxpool_backward(float *din, const float *dout, const int32_t *idx, int n,
 					const struct pp_cuda_geom *g, void *stream)
 {
-	size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)g->c * g->oh * g->ow;
-	cudaError_t err = cudaMemsetAsync(din, 0, (size_t)n * in_size * sizeof(float),
-					  (cudaStream_t)stream);
+	const size_t total = (size_t)n * g->c * g->h * g->w;
 
-	if (err != cudaSuccess)
-		return pp_error(-EIO, "pp_nn_maxpool_backward: cudaMemsetAsync: %s", cudaGetErrorString(err));
-	maxpool_backward_kernel<<<blocks_for((size_t)n * out_size), THREADS, 0,
-				  (cudaStream_t)stream>>>(din, dout, idx, n, in_size, out_size);
+	maxpool_backward_kernel<<<blocks_for(total), THREADS, 0, (cudaStream_t)stream>>>(din, dout, idx,
+											total, *g);
 	return launched("pp_nn_maxpool_backward");
 }
 
