@@ -186,6 +186,80 @@ START_TEST(test_train_steps_match_cpu)
 }
 END_TEST
 
+/*
+ * Runs steps of 24, 7 (the first samples: a partial batch, after the
+ * scratch was reserved for 24) and 24 samples on the GPU model of pair
+ * ci, and on the CPU model too when cpu_p is not NULL; returns the GPU's
+ * parameters (malloc'd) and its loss sum.
+ */
+static float *run_mixed_steps(size_t ci, float **cpu_p, double *loss_p)
+{
+	const size_t shape[4] = { 7, cases[ci].c, cases[ci].h, cases[ci].w };
+	struct pp_tensor *part_cpu, *part_gpu;
+	struct pp_model_metrics mg;
+	struct pair p;
+	float *pg;
+
+	pair_open(&p, ci, PP_OPTIM_ADAM);
+	ck_assert_int_eq(pp_tensor_wrap(NULL, pp_tensor_data(p.x_cpu), PP_DTYPE_U8, 4, shape,
+					&part_cpu), 0);
+	ck_assert_int_eq(pp_tensor_wrap(p.gpu, pp_tensor_data(p.x_gpu), PP_DTYPE_U8, 4, shape,
+					&part_gpu), 0);
+	for (int s = 0; s < 3; s++) {
+		ck_assert_int_eq(pp_model_train_step(p.gpu_model, s == 1 ? part_gpu : p.x_gpu,
+						     p.labels_gpu), 0);
+		if (cpu_p)
+			ck_assert_int_eq(pp_model_train_step(p.cpu_model, s == 1 ? part_cpu : p.x_cpu,
+							     p.labels), 0);
+	}
+	ck_assert_int_eq(pp_model_metrics(p.gpu_model, true, &mg), 0);
+	*loss_p = mg.loss_sum;
+	pg = malloc(p.n * sizeof(float));
+	ck_assert_ptr_nonnull(pg);
+	ck_assert_int_eq(pp_model_params_read(p.gpu_model, pg, p.n), 0);
+	if (cpu_p) {
+		*cpu_p = malloc(p.n * sizeof(float));
+		ck_assert_ptr_nonnull(*cpu_p);
+		ck_assert_int_eq(pp_model_params_read(p.cpu_model, *cpu_p, p.n), 0);
+	}
+	pp_tensor_destroy(part_cpu);
+	pp_tensor_destroy(part_gpu);
+	pair_close(&p);
+	return pg;
+}
+
+/*
+ * Fails if two runs of the same steps on the GPU (full, partial, full
+ * batches) end with other bits in the parameters or the loss sum (a
+ * reduction whose order depends on timing: float atomics), or if they
+ * leave the CPU's parameters by more than 1e-3 (a partial batch reading
+ * past its samples in the scratch reserved for the full one).
+ */
+START_TEST(test_steps_deterministic)
+{
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		float *pc, *p1, *p2;
+		double l1, l2;
+		size_t n;
+		struct pair p;
+
+		pair_open(&p, ci, PP_OPTIM_ADAM);
+		n = p.n;
+		pair_close(&p);
+		p1 = run_mixed_steps(ci, &pc, &l1);
+		p2 = run_mixed_steps(ci, NULL, &l2);
+		ck_assert_msg(memcmp(p1, p2, n * sizeof(float)) == 0, "%s: two runs differ", cases[ci].spec);
+		ck_assert_msg(memcmp(&l1, &l2, sizeof(l1)) == 0, "%s: loss sums %.17g and %.17g",
+			      cases[ci].spec, l1, l2);
+		ck_assert_msg(max_rel_diff(p1, pc, n) < 1e-3, "%s: parameters differ from the CPU's by %g",
+			      cases[ci].spec, max_rel_diff(p1, pc, n));
+		free(pc);
+		free(p1);
+		free(p2);
+	}
+}
+END_TEST
+
 /* Fails if a label out of range on the GPU is not reported, or inputs from the host are accepted. */
 START_TEST(test_bad_label_and_device)
 {
@@ -596,6 +670,7 @@ int main(void)
 	tcase_add_test(tc, test_train_steps_match_cpu);
 	tcase_add_test(tc, test_bad_label_and_device);
 	tcase_add_test(tc, test_graph_matches_eager);
+	tcase_add_test(tc, test_steps_deterministic);
 	tcase_add_test(tc, test_fused_kernels_match_cpu);
 	tcase_add_test(tc, test_sums_and_loss_match_cpu);
 	tcase_set_timeout(tc, 120);
