@@ -218,13 +218,17 @@ PP_HD static inline float pp_fused_din(const struct pp_cuda_pool_geom *g, const 
 		for (int py = py0; py <= py1; py++)
 			for (int px = px0; px <= px1; px++) {
 				const size_t at = ((s * cg->oc + o) * g->ph + py) * g->pw + px;
-				const float gr = pp_fused_grad(g, dpool, pooled, at);
-				const size_t r = (size_t)idx[at] - o * plane;
-				const int ky = iy + pad - (int)(r / (size_t)cg->ow) * st;
-				const int kx = ix + pad - (int)(r % (size_t)cg->ow) * st;
+				size_t r;
+				int ky, kx;
 
-				if (gr != 0.0f && ky >= 0 && ky < k && kx >= 0 && kx < k)
-					sum += gr * w[(((size_t)o * cg->c + ch) * k + ky) * k + kx];
+				/* the ReLU's mask first: it stops about half the windows with one load */
+				if (g->relu && !(pooled[at] > 0.0f))
+					continue;
+				r = (size_t)idx[at] - o * plane;
+				ky = iy + pad - (int)(r / (size_t)cg->ow) * st;
+				kx = ix + pad - (int)(r % (size_t)cg->ow) * st;
+				if (ky >= 0 && ky < k && kx >= 0 && kx < k)
+					sum += dpool[at] * w[(((size_t)o * cg->c + ch) * k + ky) * k + kx];
 			}
 	return sum;
 }
