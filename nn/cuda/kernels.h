@@ -144,13 +144,6 @@ int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int 
 			 float *dlogits, double *loss_sum, unsigned long long *correct,
 			 int *bad_label, void *scratch, void *stream);
 
-/* SGD as nn/optim.c; 'first' is true on the first step (the momentum buffer takes g). */
-int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr, float weight_decay,
-		float momentum, float dampening, bool nesterov, bool first, void *stream);
-/* Adam as nn/optim.c, with step = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t). */
-int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n, float step,
-		 float bc2_sqrt, float beta1, float beta2, float eps, float weight_decay,
-		 void *stream);
 
 #else /* !PP_HAVE_CUDA */
 
@@ -198,12 +191,6 @@ static inline int pp_cuda_softmax_xent(const float *logits, const int32_t *label
 				       float scale, float *dlogits, double *loss_sum,
 				       unsigned long long *correct, int *bad_label,
 				       void *scratch, void *stream) PP_CUDA_STUB
-static inline int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
-			      float weight_decay, float momentum, float dampening, bool nesterov,
-			      bool first, void *stream) PP_CUDA_STUB
-static inline int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n,
-			       float step, float bc2_sqrt, float beta1, float beta2, float eps,
-			       float weight_decay, void *stream) PP_CUDA_STUB
 #undef PP_CUDA_STUB
 
 #endif /* PP_HAVE_CUDA */

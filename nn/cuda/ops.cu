@@ -1,10 +1,10 @@
 /*
- * nn/cuda/ops.cu: the layers, the loss and the optimizers on the GPU,
- * mirroring the CPU kernels of nn/ op by op: element-wise work, pooling,
- * im2col and its inverse, SGD and Adam as small kernels, and the matrix
- * products through cuBLAS, loaded at run time.  One thread per output
- * element unless said otherwise; grid-stride loops.  The fused convolution
- * and pooling, the reductions and the loss are in nn/cuda/fused.cu.
+ * nn/cuda/ops.cu: the layers on the GPU, mirroring the CPU kernels of nn/
+ * op by op: element-wise work, pooling, im2col and its inverse as small
+ * kernels, and the matrix products through cuBLAS, loaded at run time.
+ * One thread per output element unless said otherwise; grid-stride loops.
+ * The fused convolution and pooling, the reductions and the loss are in
+ * nn/cuda/fused.cu, the optimizers in nn/cuda/optim.cu.
  */
 #include "config.h"
 
@@ -346,55 +346,4 @@ extern "C" int pp_cuda_maxpool_backward(float *din, const float *dout, const int
 	maxpool_backward_kernel<<<blocks_for(total), THREADS, 0, (cudaStream_t)stream>>>(din, dout, idx,
 											total, *g);
 	return launched("pp_nn_maxpool_backward");
-}
-
-/* ------------------------------------------------------------------ optimizers */
-
-static __global__ void sgd_kernel(float *p, const float *grad, float *b, size_t n, float lr,
-				  float wd, float mom, float damp, bool nesterov, bool first)
-{
-	GRID_STRIDE(i, n) {
-		float g = grad[i];
-
-		if (wd != 0.0f)
-			g += wd * p[i];
-		if (mom != 0.0f) {
-			b[i] = first ? g : mom * b[i] + damp * g;
-			g = nesterov ? g + mom * b[i] : b[i];
-		}
-		p[i] -= lr * g;
-	}
-}
-
-extern "C" int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
-			   float weight_decay, float momentum, float dampening, bool nesterov,
-			   bool first, void *stream)
-{
-	sgd_kernel<<<blocks_for(n), THREADS, 0, (cudaStream_t)stream>>>(
-		p, g, buf, n, lr, weight_decay, momentum, 1.0f - dampening, nesterov, first);
-	return launched("sgd");
-}
-
-static __global__ void adam_kernel(float *p, const float *grad, float *m, float *v, size_t n,
-				   float step, float bc2_sqrt, float b1, float b2, float eps,
-				   float wd)
-{
-	GRID_STRIDE(i, n) {
-		float g = grad[i];
-
-		if (wd != 0.0f)
-			g += wd * p[i];
-		m[i] = b1 * m[i] + (1.0f - b1) * g;
-		v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-		p[i] -= step * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
-	}
-}
-
-extern "C" int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n, float step,
-			    float bc2_sqrt, float beta1, float beta2, float eps, float weight_decay,
-			    void *stream)
-{
-	adam_kernel<<<blocks_for(n), THREADS, 0, (cudaStream_t)stream>>>(
-		p, g, m, v, n, step, bc2_sqrt, beta1, beta2, eps, weight_decay);
-	return launched("adam");
 }
