@@ -420,6 +420,9 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		ret = update(m);
 	if (!ret && !m->capturing)
 		cuda_account(m, job);
+	/* a step that failed after its step count was taken on the device: set it again */
+	if (ret && job->train && !m->capturing)
+		m->optim_state_stale = true;
 	return ret;
 }
 
