@@ -67,6 +67,7 @@ void pp_blas_get_info(struct pp_blas_info *info)
 	const enum pp_isa isa = pp_isa_best();
 	const char *env = getenv("OPENBLAS_CORETYPE");
 	const char *better;
+	bool chosen;
 
 	memset(info, 0, sizeof(*info));
 	snprintf(info->cpu_isa, sizeof(info->cpu_isa), "%s",
@@ -76,13 +77,15 @@ void pp_blas_get_info(struct pp_blas_info *info)
 		return;
 	snprintf(info->library, sizeof(info->library), "OpenBLAS");
 	snprintf(info->core, sizeof(info->core), "%s", corename());
-	better = pp_blas_better_core(info->core, env != NULL && env[0] != '\0', isa);
+	chosen = env != NULL && env[0] != '\0';
+	better = pp_blas_better_core(info->core, chosen, isa);
 	if (better == NULL)
 		return;
 	snprintf(info->fix, sizeof(info->fix), "OPENBLAS_CORETYPE=%s", better);
 	snprintf(info->warning, sizeof(info->warning),
 		 "OpenBLAS runs its %s kernels (%s) on this processor, which has %s: its matrix "
-		 "products run several times slower than they can (this OpenBLAS does not know the "
-		 "processor); run with %s in the environment", info->core, core_level(info->core),
-		 info->cpu_isa, info->fix);
+		 "products run several times slower than they can (%s); run with %s in the "
+		 "environment", info->core, core_level(info->core), info->cpu_isa,
+		 chosen ? "OPENBLAS_CORETYPE chose them" : "this OpenBLAS does not know the processor",
+		 info->fix);
 }
