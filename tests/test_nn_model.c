@@ -471,10 +471,11 @@ END_TEST
  * logits and metrics: for the cnn (the sparse convolution backward), a
  * small conv network with padding, stride and the dense convolution
  * backward, and the mlp (no convolutions), at batch sizes that do (100,
- * 1000: the most chunks) and do not (37) split evenly and one smaller than
- * a chunk (3), at 2, 3, 5, 8 and 15 threads (more threads than chunks at
- * the small batches).  Splitting the batch per thread, or summing
- * per-thread gradients or losses, makes the last bits differ.
+ * 1000: the most chunks; not for the cnn) and do not (37) split evenly and
+ * one smaller than a chunk (3), at 2, 3, 5, 8 and 15 threads (5 and 15
+ * at 1000; more threads than chunks at the small batches).  Splitting the batch per
+ * thread, or summing per-thread gradients or losses, makes the last bits
+ * differ.
  */
 START_TEST(test_threads_bit_identical)
 {
@@ -483,10 +484,11 @@ START_TEST(test_threads_bit_identical)
 	static const int threads[] = { 2, 3, 5, 8, 15 };
 
 	for (size_t k = 0; k < 3; k++)
-		for (size_t b = 0; b < 4; b++) {
+		for (size_t b = 0; b < 4 - (k == 0); b++) { /* the cnn at 1000: minutes under valgrind */
 			struct thread_run one = run_with_threads(specs[k], batches[b], 1, 3);
 
-			for (size_t i = 0; i < 5; i++) {
+			/* at 1000, 5 and 15 threads only: the same under valgrind */
+			for (size_t i = batches[b] == 1000 ? 2 : 0; i < 5; i += batches[b] == 1000 ? 2 : 1) {
 				const int t = threads[i];
 				struct thread_run r = run_with_threads(specs[k], batches[b], t, 3);
 
