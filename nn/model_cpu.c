@@ -5,13 +5,13 @@
  * by the batch size alone (nn_chunks_for()), each chunk accumulates the
  * convolutions' gradients of its samples, in order, into its own buffer,
  * and the threads (single-threaded BLAS each) take whole chunks as they
- * come free.  Then the parameters are finished in tasks of fixed slices,
- * which the threads take in the same way: the convolutions' gradients are
- * the chunks' added in chunk order, the linear layers' a GEMM over the
- * whole batch for a block of columns; then the optimizer updates the
- * parameters in fixed slices, also taken by the threads.  The samples' losses (double) are
- * added in sample order.  Which thread ran a chunk or a task changes
- * nothing in its arithmetic.
+ * come free.  Then the parameters' gradients are finished in tasks of
+ * fixed slices, which the threads take in the same way (the convolutions'
+ * are the chunks' added in chunk order, the linear layers' a GEMM over the
+ * whole batch for a block of columns), and the optimizer updates the
+ * parameters in fixed slices, also taken by the threads.  The samples'
+ * losses (double) are added in sample order.  Which thread ran a chunk or
+ * a task changes nothing in its arithmetic.
  *
  * The chunks are small (4 samples at least with convolutions, 16
  * without, NN_CHUNKS at most), so that a batch of 100 keeps 8 or more
@@ -70,7 +70,7 @@ struct nn_dw_task {
 	int j0, j1;         /* linear: columns (input features); conv: offsets in the parameters */
 };
 
-/* A run of consecutive groups of a step, and what it produced. */
+/* A run of consecutive samples of a step, and what it produced. */
 struct nn_chunk {
 	float *grads;       /* (n_params) the gradient of its samples; chunk 0: the model's */
 	uint64_t correct;   /* correct predictions among its samples */

@@ -307,7 +307,7 @@ PP_API int pp_model_save(struct pp_model *model, const char *path);
 PP_API int pp_model_load(const char *path, struct pp_device *dev,
 			 const struct pp_model_config *cfg, struct pp_model **model_p);
 
-/* ------------------------------------------------------------------ the CPU's threads and BLAS */
+/* ------------------------------------------------------------------ the CPU's threads */
 
 /*
  * The fewest threads (pp_model_config.threads) that run a CPU model's step
@@ -322,7 +322,7 @@ PP_API int pp_model_load(const char *path, struct pp_device *dev,
  */
 PP_API unsigned pp_model_cpu_threads(size_t batch, unsigned cores);
 
-/* ------------------------------------------------------------------ the CPU's BLAS: which kernels it runs */
+/* ------------------------------------------------------------------ the CPU's BLAS */
 
 /* What the BLAS under the CPU kernels runs on this processor (pp_blas_get_info()). */
 struct pp_blas_info {
@@ -348,9 +348,9 @@ struct pp_blas_info {
  * AVX2 nor AVX-512 on a processor that has either, or, with
  * OPENBLAS_CORETYPE unset, AVX2 kernels on a processor with AVX-512; a
  * core with AVX2 or better that the user chose is taken as meant.  A
- * trainer says the warning once, at start; pinpipe-train and
- * pinpipe-bench do, and record the core with their results.  Another BLAS
- * leaves library and core empty.  Never fails.
+ * trainer says the warning once, at start, as pinpipe-train and
+ * pinpipe-bench do (pinpipe-train records the core in its rows too).
+ * Another BLAS leaves library and core empty.  Never fails.
  */
 PP_API void pp_blas_get_info(struct pp_blas_info *info);
 
