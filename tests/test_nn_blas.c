@@ -112,6 +112,10 @@ static struct pp_blas_info child_info(const char *core)
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child with %s: status %d",
 		      coretype, status);
 	text = pp_test_read_file(out, &len);
+	/* the file as a string: pp_test_read_file() does not end it */
+	text = realloc(text, len + 1);
+	ck_assert_ptr_nonnull(text);
+	text[len] = '\0';
 	memset(&info, 0, sizeof(info));
 	for (line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
 		if (strncmp(line, "core=", 5) == 0)
