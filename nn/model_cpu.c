@@ -14,7 +14,8 @@
  * a task changes nothing in its arithmetic.
  *
  * The chunks are small (4 samples at least with convolutions, 16
- * without, NN_CHUNKS at most), so that a batch of 100 keeps 8 or more
+ * without, NN_CHUNKS at most, fewer where their gradient buffers would
+ * pass NN_CHUNK_BYTES), so that a batch of 100 keeps 8 or more
  * threads busy and one of 1000 keeps 15: with C chunks, T threads take
  * ceil(C / T) rounds (pp_model_cpu_threads()).  With convolutions a chunk
  * is run in groups of the samples whose im2col columns fit in
@@ -39,6 +40,9 @@
 #define NN_GROUP_MAX 64
 /* Chunks of a step, at most: each but the first has a buffer of the convolutions' gradients. */
 #define NN_CHUNKS 128
+/* Those buffers together, at most, unless that leaves fewer than NN_CHUNKS_LARGE chunks. */
+#define NN_CHUNK_BYTES (64u << 20)
+#define NN_CHUNKS_LARGE 16
 /* Samples in a chunk, at least (unless the batch is smaller): with convolutions, without. */
 #define NN_CHUNK_MIN_CONV 4
 #define NN_CHUNK_MIN_DENSE 16
@@ -234,17 +238,26 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	return 0;
 }
 
-/* Chunks of a step of 'batch' samples, from the batch size alone (and whether there are convolutions). */
-static size_t nn_chunks_for(size_t batch, bool conv)
+/*
+ * Chunks of a step of 'batch' samples, from the batch size and the model
+ * alone: 'conv_floats' is the size of a chunk's buffer of convolution
+ * gradients (0 without convolutions), which bounds their number for a
+ * model with large convolutions (NN_CHUNK_BYTES).
+ */
+static size_t nn_chunks_for(size_t batch, size_t conv_floats)
 {
-	const size_t min = conv ? NN_CHUNK_MIN_CONV : NN_CHUNK_MIN_DENSE;
+	const size_t min = conv_floats ? NN_CHUNK_MIN_CONV : NN_CHUNK_MIN_DENSE;
+	size_t most = NN_CHUNKS;
 
-	return PP_MIN(PP_MAX(batch / min, (size_t)1), (size_t)NN_CHUNKS);
+	if (conv_floats)
+		most = PP_MIN(most, PP_MAX(NN_CHUNK_BYTES / (conv_floats * sizeof(float)),
+					   (size_t)NN_CHUNKS_LARGE));
+	return PP_MIN(PP_MAX(batch / min, (size_t)1), most);
 }
 
 unsigned pp_model_cpu_threads(size_t batch, unsigned cores)
 {
-	const size_t chunks = nn_chunks_for(batch, true);
+	const size_t chunks = nn_chunks_for(batch, 1); /* small convolutions */
 	const size_t rounds = (chunks + PP_MAX(cores, 1u) - 1) / PP_MAX(cores, 1u);
 
 	return (unsigned)((chunks + rounds - 1) / rounds);
@@ -409,7 +422,7 @@ static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
  */
 static int run_job(struct pp_model *m, struct nn_job *job)
 {
-	m->job_chunks = nn_chunks_for(job->batch, conv_params_end(m) > 0);
+	m->job_chunks = nn_chunks_for(job->batch, conv_params_end(m));
 	m->next_chunk = 0;
 	m->job = job;
 	run_workers(m, run_chunks);
@@ -570,7 +583,7 @@ static int cpu_setup(struct pp_model *m)
 static int cpu_reserve(struct pp_model *m)
 {
 	const size_t end = conv_params_end(m);
-	const size_t chunks = end ? nn_chunks_for(m->capacity, true) : 1;
+	const size_t chunks = end ? nn_chunks_for(m->capacity, end) : 1;
 	int ret;
 
 	pp_nn_mem_free(m->dev, m->losses);

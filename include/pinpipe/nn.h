@@ -312,7 +312,8 @@ PP_API int pp_model_load(const char *path, struct pp_device *dev,
 /*
  * The fewest threads (pp_model_config.threads) that run a CPU model's step
  * of 'batch' samples as fast as 'cores' threads would: a step's batch is
- * cut into chunks of at least 4 samples (at most 128 chunks), whole chunks
+ * cut into chunks of at least 4 samples (at most 128 chunks; fewer for a
+ * model whose convolutions have more than 128 Ki parameters), whole chunks
  * to a thread, so more threads than take the chunks in the fewest rounds
  * only wait.  For example 2 for a batch of 100 on 2 cores, 13 on 16 cores
  * (25 chunks, 2 rounds), 16 for a batch of 1000 on 16 cores.  Pass the
