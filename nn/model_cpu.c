@@ -1,21 +1,27 @@
 /*
  * nn/model_cpu.c: the CPU backend of a model (the host, cpu and sim
  * devices).  A step gives bit-identical results whatever the thread count:
- * the batch is cut into groups at fixed boundaries from its start (with
- * convolutions, group g is samples [g G, g G + G) for the model's group
- * size G), and the groups into at most NN_CHUNKS chunks of consecutive
- * groups, both from the batch size alone.  Each chunk accumulates the
- * gradients of its groups, in order, into its own buffer; the threads
- * (single-threaded BLAS each) take whole chunks as they come free, and
- * the chunks' gradients are then added in chunk order, the samples'
- * losses (double) in sample order, and the optimizer updates the
- * parameters.  Which thread ran a chunk changes nothing in its arithmetic.
+ * the batch is cut into chunks of consecutive samples at boundaries fixed
+ * by the batch size alone (nn_chunks_for()), each chunk accumulates the
+ * convolutions' gradients of its samples, in order, into its own buffer,
+ * and the threads (single-threaded BLAS each) take whole chunks as they
+ * come free.  Then the parameters' gradients are finished in tasks of
+ * fixed slices, which the threads take in the same way (the convolutions'
+ * are the chunks' added in chunk order, the linear layers' a GEMM over the
+ * whole batch for a block of columns), and the optimizer updates the
+ * parameters in fixed slices, also taken by the threads.  The samples'
+ * losses (double) are added in sample order.  Which thread ran a chunk or
+ * a task changes nothing in its arithmetic.
  *
- * With convolutions a group holds the samples whose im2col columns fit in
+ * The chunks are small (4 samples at least with convolutions, 16
+ * without, NN_CHUNKS at most, fewer where their gradient buffers would
+ * pass NN_CHUNK_BYTES), so that a batch of 100 keeps 8 or more
+ * threads busy and one of 1000 keeps 15: with C chunks, T threads take
+ * ceil(C / T) rounds (pp_model_cpu_threads()).  With convolutions a chunk
+ * is run in groups of the samples whose im2col columns fit in
  * NN_GROUP_BYTES, taken forward and at once backward (a sample's gradient
  * needs only its own loss), so that the columns are made once and are
- * still in cache when the backward uses them.  Without convolutions a
- * group is a multiple of 8 samples, large enough for the GEMMs.
+ * still in cache when the backward uses them.
  */
 #include "config.h"
 
@@ -32,12 +38,20 @@
 #define NN_GROUP_BYTES (768 * 1024)
 /* Samples in a group, at most. */
 #define NN_GROUP_MAX 64
-/* Chunks of a step, at most: each has a gradient buffer. */
-#define NN_CHUNKS 16
-/* Without convolutions: groups in a batch (of equal sizes, to within a sample). */
-#define NN_DENSE_GROUPS 2
+/* Chunks of a step, at most: each but the first has a buffer of the convolutions' gradients. */
+#define NN_CHUNKS 128
+/* Those buffers together, at most, unless that leaves fewer than NN_CHUNKS_LARGE chunks. */
+#define NN_CHUNK_BYTES (64u << 20)
+#define NN_CHUNKS_LARGE 16
+/* Samples in a chunk, at least (unless the batch is smaller): with convolutions, without. */
+#define NN_CHUNK_MIN_CONV 4
+#define NN_CHUNK_MIN_DENSE 16
 /* Columns of a linear layer's weight gradient in one task. */
-#define NN_DW_COLS 128
+#define NN_DW_COLS 32
+/* Floats of a convolution's parameters in one task. */
+#define NN_SUM_FLOATS 256
+/* Parameters in one slice of the optimizer's update. */
+#define NN_OPT_FLOATS 4096
 
 /* One thread's scratch; worker 0 is the calling thread. */
 struct nn_worker {
@@ -48,13 +62,19 @@ struct nn_worker {
 			     * pp_nn_conv2d_backward_pooled()'s scratch where larger */
 };
 
-/* Columns j0..j1-1 of the weight gradient of a linear layer (its bias too when j0 = 0). */
+/*
+ * A slice of the parameters whose gradient is made final after the
+ * chunks, before the optimizer's update.  Linear layer: columns j0..j1-1 of
+ * the weight (and the bias when j0 = 0), their gradient one GEMM over the
+ * batch.  Convolution: floats j0..j1-1 of the parameter vector (within its
+ * weight or its bias), their gradient the sum of the chunks'.
+ */
 struct nn_dw_task {
 	size_t layer;       /* index in the model's layers */
-	int j0, j1;         /* columns: input features */
+	int j0, j1;         /* linear: columns (input features); conv: offsets in the parameters */
 };
 
-/* A run of consecutive groups of a step, and what it produced. */
+/* A run of consecutive samples of a step, and what it produced. */
 struct nn_chunk {
 	float *grads;       /* (n_params) the gradient of its samples; chunk 0: the model's */
 	uint64_t correct;   /* correct predictions among its samples */
@@ -218,13 +238,54 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	return 0;
 }
 
-/* Runs chunk c of the step: its groups in order, its gradient from zero. */
+/*
+ * Chunks of a step of 'batch' samples, from the batch size and the model
+ * alone: 'conv_floats' is the size of a chunk's buffer of convolution
+ * gradients (0 without convolutions), which bounds their number for a
+ * model with large convolutions (NN_CHUNK_BYTES).
+ */
+static size_t nn_chunks_for(size_t batch, size_t conv_floats)
+{
+	const size_t min = conv_floats ? NN_CHUNK_MIN_CONV : NN_CHUNK_MIN_DENSE;
+	size_t most = NN_CHUNKS;
+
+	if (conv_floats)
+		most = PP_MIN(most, PP_MAX(NN_CHUNK_BYTES / (conv_floats * sizeof(float)),
+					   (size_t)NN_CHUNKS_LARGE));
+	return PP_MIN(PP_MAX(batch / min, (size_t)1), most);
+}
+
+unsigned pp_model_cpu_threads(size_t batch, unsigned cores)
+{
+	const size_t chunks = nn_chunks_for(batch, 1); /* small convolutions */
+	const size_t rounds = (chunks + PP_MAX(cores, 1u) - 1) / PP_MAX(cores, 1u);
+
+	return (unsigned)((chunks + rounds - 1) / rounds);
+}
+
+/* The end of the convolutions' parameters in the parameter vector (floats): a chunk's buffer. */
+static size_t conv_params_end(const struct pp_model *m)
+{
+	size_t end = 0;
+
+	for (size_t i = 0; i < m->n_layers; i++)
+		if (m->layers[i].kind == NN_CONV)
+			end = PP_MAX(end, PP_MAX(m->layers[i].w_off + m->layers[i].n_w,
+						 m->layers[i].b_off + m->layers[i].n_b));
+	return end;
+}
+
+/*
+ * Runs chunk c of the step, samples [c B / C, (c + 1) B / C) of a batch
+ * of B in C chunks: its groups in order, its gradient from zero.
+ */
 static void run_chunk(struct nn_worker *wk, const struct nn_job *job, size_t c)
 {
 	struct pp_model *m = wk->m;
 	struct nn_chunk *ch = &m->chunks[c];
-	const size_t g0 = c * m->job_groups / m->job_chunks;
-	const size_t g1 = (c + 1) * m->job_groups / m->job_chunks;
+	const size_t s0 = c * job->batch / m->job_chunks;
+	const size_t s1 = (c + 1) * job->batch / m->job_chunks;
+	const size_t group = m->group ? m->group : s1 - s0;
 
 	ch->correct = 0;
 	ch->err = 0;
@@ -234,11 +295,8 @@ static void run_chunk(struct nn_worker *wk, const struct nn_job *job, size_t c)
 				memset(ch->grads + m->layers[i].w_off, 0, m->layers[i].n_w * sizeof(float));
 				memset(ch->grads + m->layers[i].b_off, 0, m->layers[i].n_b * sizeof(float));
 			}
-	for (size_t g = g0; g < g1 && !ch->err; g++) {
-		const size_t s0 = g * m->job_group, n = PP_MIN(m->job_group, job->batch - s0);
-
-		ch->err = run_group(wk, job, ch->grads, s0, (int)n, &ch->correct);
-	}
+	for (size_t s = s0; s < s1 && !ch->err; s += group)
+		ch->err = run_group(wk, job, ch->grads, s, (int)PP_MIN(group, s1 - s), &ch->correct);
 	if (ch->err)
 		snprintf(ch->msg, sizeof(ch->msg), "%s", pp_last_error());
 }
@@ -257,29 +315,60 @@ static void run_chunks(struct nn_worker *wk)
 	}
 }
 
-/*
- * Takes the linear layers' weight gradients, a block of columns at a time,
- * each over the whole batch in one GEMM of a shape fixed by the batch size.
- */
+/* Makes the gradient of a task's parameters final (struct nn_dw_task). */
+static void finish_grads(struct pp_model *m, const struct nn_job *job, const struct nn_dw_task *task)
+{
+	const struct nn_layer *l = &m->layers[task->layer];
+
+	if (l->kind == NN_CONV) {
+		for (size_t c = 1; c < m->job_chunks; c++) {
+			const float *g = m->chunks[c].grads;
+
+			for (size_t j = (size_t)task->j0; j < (size_t)task->j1; j++)
+				m->grads[j] += g[j];
+		}
+		return;
+	}
+	pp_nn_linear_backward_params(l, m->grads + l->w_off, task->j0 ? NULL : m->grads + l->b_off,
+				     m->dacts[task->layer], output_of(m, job, task->layer - 1),
+				     (int)job->batch, task->j0, task->j1, 0.0f);
+}
+
+/* Takes the parameters' tasks until none is left. */
 static void run_dw_tasks(struct nn_worker *wk)
 {
 	struct pp_model *m = wk->m;
-	const struct nn_job *job = m->job;
 
 	for (;;) {
 		size_t t = __atomic_fetch_add(&m->next_dw_task, 1, __ATOMIC_RELAXED);
-		const struct nn_dw_task *task;
-		const struct nn_layer *l;
-		const float *in;
 
 		if (t >= m->n_dw_tasks)
 			break;
-		task = &m->dw_tasks[t];
-		l = &m->layers[task->layer];
-		in = output_of(m, job, task->layer - 1);
-		pp_nn_linear_backward_params(l, m->grads + l->w_off, task->j0 ? NULL : m->grads + l->b_off,
-				       m->dacts[task->layer], in, (int)job->batch, task->j0, task->j1,
-				       0.0f);
+		finish_grads(m, m->job, &m->dw_tasks[t]);
+	}
+}
+
+/*
+ * Takes the optimizer's slices of NN_OPT_FLOATS parameters until none is
+ * left: an element's update reads only its own gradient and state, so a
+ * slice updated on its own is the same as the whole vector's.  Each
+ * slice's update is step t + 1 of the model's optimizer, whose count is
+ * incremented once they are all done.
+ */
+static void run_updates(struct nn_worker *wk)
+{
+	struct pp_model *m = wk->m;
+
+	for (;;) {
+		size_t off = __atomic_fetch_add(&m->next_dw_task, 1, __ATOMIC_RELAXED) * NN_OPT_FLOATS;
+		struct nn_optim part = m->optim;
+
+		if (off >= m->n_params)
+			break;
+		part.buf1 = m->optim.buf1 + off;
+		part.buf2 = m->optim.buf2 ? m->optim.buf2 + off : NULL;
+		pp_nn_optim_step_cpu(&part, m->params + off, m->grads + off,
+				     PP_MIN((size_t)NN_OPT_FLOATS, m->n_params - off));
 	}
 }
 
@@ -305,12 +394,6 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&m->lock);
 	return NULL;
-}
-
-/* Samples per group of a batch: the model's with convolutions, else from the batch size. */
-static size_t group_size(const struct pp_model *m, size_t batch)
-{
-	return m->group ? m->group : PP_MAX((batch + NN_DENSE_GROUPS - 1) / NN_DENSE_GROUPS, 1u);
 }
 
 /* Runs m->work on every worker, the caller being worker 0, and waits for them all. */
@@ -339,9 +422,7 @@ static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
  */
 static int run_job(struct pp_model *m, struct nn_job *job)
 {
-	m->job_group = group_size(m, job->batch);
-	m->job_groups = (job->batch + m->job_group - 1) / m->job_group;
-	m->job_chunks = PP_MIN(m->job_groups, (size_t)NN_CHUNKS);
+	m->job_chunks = nn_chunks_for(job->batch, conv_params_end(m));
 	m->next_chunk = 0;
 	m->job = job;
 	run_workers(m, run_chunks);
@@ -396,6 +477,46 @@ static void cpu_teardown(struct pp_model *m)
 	m->losses = NULL;
 }
 
+/* Adds the task of parameters j0..j1-1 of layer i, or counts it when m->dw_tasks is NULL. */
+static void add_task(struct pp_model *m, size_t i, size_t j0, size_t j1)
+{
+	if (m->dw_tasks)
+		m->dw_tasks[m->n_dw_tasks] = (struct nn_dw_task){ .layer = i, .j0 = (int)j0, .j1 = (int)j1 };
+	m->n_dw_tasks++;
+}
+
+/*
+ * The parameters' tasks (struct nn_dw_task): the linear layers' blocks of
+ * NN_DW_COLS columns first (the larger), then the convolutions' weights
+ * and biases in slices of NN_SUM_FLOATS.
+ */
+static int make_tasks(struct pp_model *m)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		m->n_dw_tasks = 0;
+		for (size_t i = 0; i < m->n_layers; i++) {
+			const struct nn_layer *l = &m->layers[i];
+
+			for (size_t j = 0; l->kind == NN_LINEAR && j < l->in_size; j += NN_DW_COLS)
+				add_task(m, i, j, PP_MIN(j + NN_DW_COLS, l->in_size));
+		}
+		for (size_t i = 0; i < m->n_layers; i++) {
+			const struct nn_layer *l = &m->layers[i];
+
+			for (size_t j = 0; l->kind == NN_CONV && j < l->n_w; j += NN_SUM_FLOATS)
+				add_task(m, i, l->w_off + j, l->w_off + PP_MIN(j + NN_SUM_FLOATS, l->n_w));
+			for (size_t j = 0; l->kind == NN_CONV && j < l->n_b; j += NN_SUM_FLOATS)
+				add_task(m, i, l->b_off + j, l->b_off + PP_MIN(j + NN_SUM_FLOATS, l->n_b));
+		}
+		if (pass == 0) {
+			m->dw_tasks = calloc(PP_MAX(m->n_dw_tasks, (size_t)1), sizeof(*m->dw_tasks));
+			if (!m->dw_tasks)
+				return pp_error(-ENOMEM, "model: out of memory");
+		}
+	}
+	return 0;
+}
+
 /* Allocates the per-thread buffers and starts the threads. */
 static int cpu_setup(struct pp_model *m)
 {
@@ -425,19 +546,9 @@ static int cpu_setup(struct pp_model *m)
 		return pp_error(-ENOMEM, "model: out of memory");
 	m->chunks[0].grads = m->grads;
 	m->chunks_ready = 1;
-	for (size_t i = 0; i < m->n_layers; i++)
-		if (m->layers[i].kind == NN_LINEAR)
-			m->n_dw_tasks += (m->layers[i].in_size + NN_DW_COLS - 1) / NN_DW_COLS;
-	m->dw_tasks = calloc(m->n_dw_tasks, sizeof(*m->dw_tasks));
-	if (m->n_dw_tasks && !m->dw_tasks)
-		return pp_error(-ENOMEM, "model: out of memory");
-	for (size_t i = 0, t = 0; i < m->n_layers; i++)
-		for (size_t j = 0; m->layers[i].kind == NN_LINEAR && j < m->layers[i].in_size;
-		     j += NN_DW_COLS, t++) {
-			m->dw_tasks[t].layer = i;
-			m->dw_tasks[t].j0 = (int)j;
-			m->dw_tasks[t].j1 = (int)PP_MIN(j + NN_DW_COLS, m->layers[i].in_size);
-		}
+	ret = make_tasks(m);
+	if (ret)
+		return ret;
 	for (int t = 0; t < m->threads; t++) {
 		struct nn_worker *wk = &m->workers[t];
 
@@ -468,19 +579,19 @@ static int cpu_setup(struct pp_model *m)
 }
 
 
-/* The samples' losses and the gradient buffers of the chunks of m->capacity samples. */
+/* The samples' losses, and the gradient buffers of the chunks of a step of m->capacity samples. */
 static int cpu_reserve(struct pp_model *m)
 {
-	const size_t group = group_size(m, m->capacity);
-	const size_t chunks = PP_MIN((m->capacity + group - 1) / group, (size_t)NN_CHUNKS);
+	const size_t end = conv_params_end(m);
+	const size_t chunks = end ? nn_chunks_for(m->capacity, end) : 1;
 	int ret;
 
 	pp_nn_mem_free(m->dev, m->losses);
 	m->losses = NULL;
 	ret = pp_nn_mem_alloc(m->dev, m->capacity * sizeof(double), (void **)&m->losses);
 	for (; !ret && m->chunks_ready < chunks; m->chunks_ready++)
-		ret = pp_nn_mem_alloc(m->dev, m->n_params * sizeof(float),
-				   (void **)&m->chunks[m->chunks_ready].grads);
+		ret = pp_nn_mem_alloc(m->dev, end * sizeof(float),
+				      (void **)&m->chunks[m->chunks_ready].grads);
 	return ret;
 }
 
@@ -503,19 +614,9 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 		return 0;
 	m->next_dw_task = 0;
 	run_workers(m, run_dw_tasks);
-	for (size_t c = 1; c < m->job_chunks; c++)
-		for (size_t i = 0; i < m->n_layers; i++) {
-			const struct nn_layer *l = &m->layers[i];
-			const float *g = m->chunks[c].grads;
-
-			if (l->kind != NN_CONV)
-				continue;
-			for (size_t j = 0; j < l->n_w; j++)
-				m->grads[l->w_off + j] += g[l->w_off + j];
-			for (size_t j = 0; j < l->n_b; j++)
-				m->grads[l->b_off + j] += g[l->b_off + j];
-		}
-	pp_nn_optim_step_cpu(&m->optim, m->params, m->grads, m->n_params);
+	m->next_dw_task = 0;
+	run_workers(m, run_updates);
+	m->optim.t++; /* the slices' updates were step t + 1 (run_updates()) */
 	return 0;
 }
 

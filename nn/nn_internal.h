@@ -413,18 +413,17 @@ struct pp_model {
 	size_t col_floats;        /* the im2col columns of all conv layers, one sample, floats */
 	size_t group;             /* CPU, with convolutions: samples taken forward and backward
 				   * together; 0 without */
-	/* CPU: a step's batch is cut into groups at fixed boundaries from its start, and the
-	 * groups into at most NN_CHUNKS chunks, whatever the thread count */
+	/* CPU: a step's batch is cut into at most NN_CHUNKS chunks at boundaries fixed by the
+	 * batch size, whatever the thread count (nn/model_cpu.c) */
 	struct nn_chunk *chunks;  /* NN_CHUNKS; chunk 0 accumulates into 'grads' */
 	size_t chunks_ready;      /* chunks whose gradient buffers are allocated */
 	double *losses;           /* (capacity) each sample's loss in the step */
-	size_t job_group;         /* samples per group in the step being run */
-	size_t job_groups;        /* groups in it */
-	size_t job_chunks;        /* chunks in it */
+	size_t job_chunks;        /* chunks in the step being run */
 	size_t next_chunk;        /* the next chunk a thread takes (atomic) */
-	struct nn_dw_task *dw_tasks; /* n_dw_tasks: the linear layers' gradients, by columns */
+	struct nn_dw_task *dw_tasks; /* n_dw_tasks: slices of the parameters, each finished
+				      * (gradient, then update) by one task after the chunks */
 	size_t n_dw_tasks;
-	size_t next_dw_task;      /* the next one a thread takes (atomic) */
+	size_t next_dw_task;      /* the next task, then the next optimizer slice, a thread takes (atomic) */
 	void (*work)(struct nn_worker *wk); /* what the workers run for the posted job */
 	/* threads: worker 0 is the caller */
 	int threads;

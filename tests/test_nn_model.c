@@ -438,24 +438,60 @@ static struct thread_run run_with_threads(const char *spec, size_t batch, int th
 }
 
 /*
+ * Fails if pp_model_cpu_threads() gives more threads than cores, or fewer
+ * than take a step's chunks (batch / 4, 128 at most) in as few rounds as
+ * the cores would, or is not the fewest such: 2 for a batch of 100 on 2
+ * cores, 13 on 16 (25 chunks in 2 rounds), 15 and 16 for a batch of 1000
+ * on 15 and 16 cores.
+ */
+START_TEST(test_cpu_threads)
+{
+	ck_assert_uint_eq(pp_model_cpu_threads(100, 2), 2);
+	ck_assert_uint_eq(pp_model_cpu_threads(100, 16), 13);
+	ck_assert_uint_eq(pp_model_cpu_threads(100, 8), 7);
+	ck_assert_uint_eq(pp_model_cpu_threads(1000, 15), 15);
+	ck_assert_uint_eq(pp_model_cpu_threads(1000, 16), 16);
+	ck_assert_uint_eq(pp_model_cpu_threads(3, 16), 1);
+	ck_assert_uint_eq(pp_model_cpu_threads(100, 0), 1);
+	for (size_t batch = 1; batch <= 2000; batch += 7)
+		for (unsigned cores = 1; cores <= 64; cores++) {
+			const size_t chunks = batch / 4 < 1 ? 1 : batch / 4 > 128 ? 128 : batch / 4;
+			const unsigned t = pp_model_cpu_threads(batch, cores);
+			const size_t rounds = (chunks + cores - 1) / cores;
+
+			ck_assert_uint_ge(t, 1);
+			ck_assert_uint_le(t, cores);
+			ck_assert_uint_eq((chunks + t - 1) / t, rounds);
+			ck_assert(t == 1 || (chunks + t - 2) / (t - 1) > rounds);
+		}
+}
+END_TEST
+
+/*
  * Fails if the thread count changes any bit of the parameters after
  * training, of the running loss and correct count, or of the evaluation's
- * logits and metrics: for the cnn (groups of 8 with the sparse convolution
- * backward), a small conv network with padding, stride and the dense
- * convolution backward, and the mlp (no convolutions), at batch sizes that
- * do (100) and do not (37) split evenly.  Splitting the batch per thread,
- * or summing per-thread gradients or losses, makes the last bits differ.
+ * logits and metrics: for the cnn (the sparse convolution backward), a
+ * small conv network with padding, stride and the dense convolution
+ * backward, and the mlp (no convolutions), at batch sizes that do (100,
+ * 1000: the most chunks; not for the cnn) and do not (37) split evenly and
+ * one smaller than a chunk (3), at 2, 3, 5, 8 and 15 threads (5 and 15
+ * at 1000; more threads than chunks at the small batches).  Splitting the batch per
+ * thread, or summing per-thread gradients or losses, makes the last bits
+ * differ.
  */
 START_TEST(test_threads_bit_identical)
 {
 	static const char *specs[] = { "cnn", "conv:4:3:1:1,relu,maxpool:2,conv:6:3:2,relu,fc:10", "mlp" };
-	static const size_t batches[] = { 37, 100 };
+	static const size_t batches[] = { 3, 37, 100, 1000 };
+	static const int threads[] = { 2, 3, 5, 8, 15 };
 
 	for (size_t k = 0; k < 3; k++)
-		for (size_t b = 0; b < 2; b++) {
+		for (size_t b = 0; b < 4 - (k == 0); b++) { /* the cnn at 1000: minutes under valgrind */
 			struct thread_run one = run_with_threads(specs[k], batches[b], 1, 3);
 
-			for (int t = 2; t <= 4; t++) {
+			/* at 1000, 5 and 15 threads only: the same under valgrind */
+			for (size_t i = batches[b] == 1000 ? 2 : 0; i < 5; i += batches[b] == 1000 ? 2 : 1) {
+				const int t = threads[i];
 				struct thread_run r = run_with_threads(specs[k], batches[b], t, 3);
 
 				ck_assert_uint_eq(r.n_params, one.n_params);
@@ -1134,6 +1170,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(model, test_same_seed_bit_identical);
 	tcase_add_test(model, test_grads_and_param_list);
 	tcase_add_test(model, test_threads_bit_identical);
+	tcase_add_test(model, test_cpu_threads);
 	tcase_add_test(model, test_denormals);
 	tcase_add_test(model, test_presets_and_summary);
 	tcase_add_test(model, test_bad_specs);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "tests/testutil.h"
+#include "pinpipe/nn.h"
 #include "trainer/options.h"
 
 static int parse(struct tr_options *opt, const char *const *args)
@@ -43,6 +44,7 @@ START_TEST(test_defaults)
 	ck_assert(p.lr == 0.01);
 	ck_assert_str_eq(p.model, "cnn");
 	ck_assert_str_eq(p.optimizer, "adam");
+	ck_assert_uint_eq(p.threads, 0); /* auto */
 	ck_assert_str_eq(opt.data, "/usr/share/datasets/fashion-mnist");
 	ck_assert_uint_eq(opt.epochs, 3);
 	ck_assert(opt.shuffle && opt.eval && !opt.drop_last && !opt.keep_denormals);
@@ -96,6 +98,43 @@ START_TEST(test_grid)
 }
 END_TEST
 
+/*
+ * Fails if --threads is not an axis of the grid (auto or counts), or if
+ * auto does not give the threads that pay for the batch on the cores the
+ * workers leave: every core with workers on data in memory (2 for the
+ * README's command on 2 cores, 1 worker), a core less a worker with
+ * --stream; a count given is taken as it is.
+ */
+START_TEST(test_threads)
+{
+	static const char *const grid[] = { "--threads=1,auto,8", "-w", "1", NULL };
+	static const char *const stream[] = { "--stream", "-w", "1,3", NULL };
+	struct tr_options opt;
+	struct tr_params p;
+
+	ck_assert_int_eq(parse(&opt, grid), 0);
+	ck_assert_uint_eq(tr_options_runs(&opt), 3);
+	ck_assert_int_eq(tr_options_run_params(&opt, 0, &p), 0);
+	ck_assert_uint_eq(p.threads, 1);
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 16), 1);
+	ck_assert_int_eq(tr_options_run_params(&opt, 1, &p), 0);
+	ck_assert_uint_eq(p.threads, 0);
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 2), 2);
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 1), 1);
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 16), pp_model_cpu_threads(100, 16));
+	p.batch_size = 1000;
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 16), 16);
+	ck_assert_int_eq(tr_options_run_params(&opt, 2, &p), 0);
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 2), 8);
+	ck_assert_int_eq(parse(&opt, stream), 0);
+	ck_assert_int_eq(tr_options_run_params(&opt, 0, &p), 0);
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 2), 1);
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 16), pp_model_cpu_threads(100, 15));
+	ck_assert_int_eq(tr_options_run_params(&opt, 1, &p), 0);
+	ck_assert_uint_eq(tr_options_threads(&opt, &p, 2), 1);
+}
+END_TEST
+
 /* Fails if presets in one list are not split, or repeated --model does not add values. */
 START_TEST(test_model_lists)
 {
@@ -125,6 +164,7 @@ START_TEST(test_bad_input)
 		{ "--stream=", NULL }, { "--memory-budget=0", NULL }, { "--memory-budget=1.5", NULL },
 		{ "--memory-budget", NULL }, { "--stream", "--val-split=100" },
 		{ "--stream", "--data=synthetic:600" }, { "--data=synthetic", "--stream=4" },
+		{ "--threads=0", NULL }, { "--threads=257", NULL }, { "--threads=1,many", NULL },
 	};
 	struct tr_options opt;
 
@@ -169,6 +209,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_stream);
 	tcase_add_test(tc, test_grid);
+	tcase_add_test(tc, test_threads);
 	tcase_add_test(tc, test_model_lists);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_quiet);

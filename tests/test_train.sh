@@ -364,7 +364,7 @@ expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda:999
 # terminal's width ($COLUMNS here) and widens no other row; no line ends in
 # spaces.  Fails if the table sorts one run's epochs by time, or if the
 # reason sets the width of the status column.
-COLUMNS=250 "$train" --data=synthetic:600 --device=cpu,cuda:999 --model=mlp --epochs=3 -q \
+COLUMNS=280 "$train" --data=synthetic:600 --device=cpu,cuda:999 --model=mlp --epochs=3 -q \
 	>"$tmp/table.out" 2>"$tmp/table.err"
 if ! python3 - "$tmp/table.out" "$tmp/table.err" >"$tmp/py" 2>&1 <<'EOPY'
 import sys
@@ -375,12 +375,12 @@ rows = [dict(zip(head, l.split())) for l in lines[2:]]
 assert [(r["run"], r["epoch"]) for r in rows] == [("1", "1"), ("1", "2"), ("1", "3"), ("2", "0")], rows
 assert all(not l.endswith(" ") for l in lines), "a line ends in spaces"
 ok = [len(l) for l in lines[2:5]]
-assert len(set(ok)) == 1 and ok[0] < 250, ok
+assert len(set(ok)) == 1 and ok[0] < 280, ok
 reason = open(sys.argv[2]).read()
 assert "run 2 (cuda:999): " in reason and len(reason) > 60, reason
 base = ok[0] - len("ok")
 status = "failed: " + reason.split("): ", 1)[1].strip()
-assert len(lines[5]) == min(max(250, base + 40), base + len(status)) < base + len(status), lines[5]
+assert len(lines[5]) == min(max(280, base + 40), base + len(status)) < base + len(status), lines[5]
 assert lines[5].endswith("..."), lines[5]
 EOPY
 then

@@ -678,6 +678,7 @@ int main(int argc, char **argv)
 	static struct table t;
 	struct options o;
 	struct pp_device *dev;
+	struct pp_blas_info blas;
 	int ret = parse_args(argc, argv, &o);
 
 	if (ret != 0)
@@ -689,6 +690,10 @@ int main(int argc, char **argv)
 	if (pp_device_get_props(dev)->fallback[0] != '\0')
 		fprintf(stderr, "pinpipe-bench: --device=%s: %s\n", o.device,
 			pp_device_get_props(dev)->fallback);
+	/* The library's CPU kernels on generic BLAS kernels: said once, as pinpipe-train does. */
+	pp_blas_get_info(&blas);
+	if (blas.warning[0] != '\0')
+		fprintf(stderr, "pinpipe-bench: warning: %s\n", blas.warning);
 	printf("# pinpipe-bench %s on %s (%s)\n", o.command, pp_device_get_props(dev)->name,
 	       pp_device_get_props(dev)->description);
 	if (strcmp(o.command, "bandwidth") == 0)

@@ -33,6 +33,11 @@ static const char usage[] =
 "                          conv:6:5,relu,maxpool:2,flatten,fc:10 (a spec is one\n"
 "                          value; repeat --model for several)        [cnn]\n"
 "  -o, --optimizer=LIST    adam, sgd                                 [adam]\n"
+"  -t, --threads=LIST      compute threads of a step on the cpu, 1..256, or auto:\n"
+"                          as many as pay for the batch (a thread takes 4\n"
+"                          samples at least) on the cores the loader leaves\n"
+"                          (--stream's workers take a core each; workers on\n"
+"                          data in memory, a few percent of one)     [auto]\n"
 "\n"
 "Run options:\n"
 "      --data=DIR          Fashion-MNIST, MNIST or CIFAR-10 directory, or pinpipe\n"
@@ -63,7 +68,6 @@ static const char usage[] =
 "                          data are refused); one at or past --epochs or\n"
 "                          --max-steps is complete: nothing is trained\n"
 "      --max-steps=N       stop each run after N steps               [no limit]\n"
-"  -t, --threads=N         compute threads   [cores left by the workers, >= 1]\n"
 "      --keep-denormals    compute with subnormal floats as IEEE has them, as\n"
 "                          PyTorch does, instead of flushing them to zero (slow\n"
 "                          on x86 once training makes them)     [flush, cpu]\n"
@@ -213,6 +217,9 @@ static const char *check_value(int opt, const char *v)
 		return parse_real(v, 0, &d) == 0 && d > 0 ? NULL : "not a positive learning rate";
 	case 'o':
 		return !strcmp(v, "adam") || !strcmp(v, "sgd") ? NULL : "not an optimizer (adam, sgd)";
+	case 't':
+		return !strcmp(v, "auto") || parse_u64(v, 1, 256, &u) == 0 ? NULL
+			: "not a thread count (1..256, auto)";
 	}
 	return NULL;
 }
@@ -371,11 +378,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 				ret = bad(name, optarg, "not a size in MiB (1 or more)");
 			opt->memory_budget = (size_t)u << 20;
 			break;
-		case 't':
-			if (parse_u64(optarg, 1, 256, &u) < 0)
-				ret = bad(name, optarg, "not a thread count (1..256)");
-			opt->threads = (unsigned)u;
-			break;
+		case 't': ret = add_values(&opt->threads, c, name, optarg); break;
 		case OPT_SORT:
 			if (!tr_results_valid_column(optarg) || strlen(optarg) >= sizeof(opt->sort)) {
 				char why[600];
@@ -430,6 +433,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	set_default(&opt->lr, "0.01");
 	set_default(&opt->model, "cnn");
 	set_default(&opt->optimizer, "adam");
+	set_default(&opt->threads, "auto");
 	if (opt->checkpoint[0] != '\0' && tr_options_runs(opt) > 1) {
 		fprintf(stderr, "pinpipe-train: --checkpoint takes a single run, not a grid of %zu\n",
 			tr_options_runs(opt));
@@ -441,19 +445,20 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 size_t tr_options_runs(const struct tr_options *opt)
 {
 	return opt->device.n * opt->batch_size.n * opt->workers.n * opt->pin_memory.n *
-	       opt->lr.n * opt->model.n * opt->optimizer.n;
+	       opt->lr.n * opt->model.n * opt->optimizer.n * opt->threads.n;
 }
 
 int tr_options_run_params(const struct tr_options *opt, size_t i, struct tr_params *p)
 {
 	const struct tr_axis *axes[] = { &opt->device, &opt->batch_size, &opt->workers,
-					 &opt->pin_memory, &opt->lr, &opt->model, &opt->optimizer };
-	size_t pick[7];
+					 &opt->pin_memory, &opt->lr, &opt->model, &opt->optimizer,
+					 &opt->threads };
+	size_t pick[8];
 	uint64_t u = 0;
 
 	if (i >= tr_options_runs(opt))
 		return -ERANGE;
-	for (size_t a = 7; a-- > 0;) {
+	for (size_t a = 8; a-- > 0;) {
 		pick[a] = i % axes[a]->n;
 		i /= axes[a]->n;
 	}
@@ -467,5 +472,18 @@ int tr_options_run_params(const struct tr_options *opt, size_t i, struct tr_para
 	parse_real(opt->lr.values[pick[4]], 0, &p->lr);
 	snprintf(p->model, sizeof(p->model), "%s", opt->model.values[pick[5]]);
 	snprintf(p->optimizer, sizeof(p->optimizer), "%s", opt->optimizer.values[pick[6]]);
+	u = 0;
+	if (strcmp(opt->threads.values[pick[7]], "auto") != 0)
+		parse_u64(opt->threads.values[pick[7]], 1, 256, &u);
+	p->threads = (unsigned)u;
 	return 0;
+}
+
+unsigned tr_options_threads(const struct tr_options *opt, const struct tr_params *p, unsigned cores)
+{
+	const unsigned busy = opt->stream ? p->workers : 0;
+
+	if (p->threads)
+		return p->threads;
+	return pp_model_cpu_threads(p->batch_size, cores > busy ? cores - busy : 1);
 }

@@ -25,7 +25,7 @@ struct tr_axis {
 #define TR_MAX_EPOCHS 100000u
 
 struct tr_options {
-	struct tr_axis device, batch_size, workers, pin_memory, lr, model, optimizer;
+	struct tr_axis device, batch_size, workers, pin_memory, lr, model, optimizer, threads;
 	char data[4096];          /* dataset directory, or "synthetic[:COUNT]" */
 	unsigned epochs;
 	uint64_t seed;
@@ -43,7 +43,6 @@ struct tr_options {
 	uint32_t window_chunks;   /* --stream: chunks shuffled together; 0: the loader's default */
 	size_t memory_budget;     /* bytes each loader may allocate; 0: no limit */
 	uint64_t max_steps;       /* 0: no limit */
-	unsigned threads;         /* compute threads; 0: the cores the workers leave */
 	bool keep_denormals;      /* pp_model_config.keep_denormals */
 	enum pp_model_graph graph; /* pp_model_config.graph */
 	char sort[32];            /* column, "-column", or "": runs by mean epoch_s, epochs in order */
@@ -61,6 +60,16 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt);
 
 /* Number of runs in the grid: the product of the axes' sizes. */
 size_t tr_options_runs(const struct tr_options *opt);
+
+/*
+ * The compute threads of a run given 'cores' processors: its --threads, or
+ * for "auto" (p->threads 0) those that pay for its batch
+ * (pp_model_cpu_threads()) on the cores its loader's workers leave.
+ * Workers that inflate streamed shards (--stream) take a core each;
+ * workers that gather batches of samples decoded in memory use a few
+ * percent of one, and leave every core to the step.
+ */
+unsigned tr_options_threads(const struct tr_options *opt, const struct tr_params *p, unsigned cores);
 
 /* Writes the parameters of run i (0-based, last axis fastest) into *p. */
 int tr_options_run_params(const struct tr_options *opt, size_t i, struct tr_params *p);

@@ -50,6 +50,8 @@ static const struct column columns[] = {
 	{ "lr", COL_REAL, PAR(lr), -1 },
 	{ "model", COL_TEXT, PAR(model), 0 },
 	{ "optimizer", COL_TEXT, PAR(optimizer), 0 },
+	{ "threads", COL_UINT, PAR(threads), 0 },
+	{ "blas", COL_TEXT, PAR(blas), 0 },
 	{ "status", COL_TEXT, ROW(status), 0 },
 };
 

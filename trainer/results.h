@@ -19,6 +19,10 @@ struct tr_params {
 	double lr;           /* learning rate */
 	char model[160];     /* preset or spec */
 	char optimizer[16];  /* "adam" or "sgd" */
+	unsigned threads;    /* compute threads of a cpu step (0: auto, until the run resolves it;
+			      * 0 in the rows of a cuda run) */
+	char blas[48];       /* not an axis: the BLAS kernels a cpu run ran on, "OpenBLAS SkylakeX"
+			      * (pp_blas_get_info()); "" for a cuda run or a BLAS that does not say */
 };
 
 /* One row: a run's epoch, or a run that failed (epoch 0, status says why). */

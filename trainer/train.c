@@ -343,7 +343,6 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 {
 	const struct pp_sample_info *info;
 	struct pp_model_config mc;
-	unsigned cores = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	int ret;
 
 	memset(r, 0, sizeof(*r));
@@ -381,8 +380,7 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	mc.in_width = info->ndim == 3 ? info->shape[2] : (info->ndim >= 2 ? info->shape[1] : 1);
 	mc.num_classes = info->num_classes;
 	mc.seed = opt->seed;
-	mc.threads = (int)(opt->threads ? opt->threads
-			   : (cores > p->workers + 1 ? cores - p->workers : 1));
+	mc.threads = (int)p->threads;
 	mc.mean = NORM_MEAN;
 	mc.std = NORM_STD;
 	mc.keep_denormals = opt->keep_denormals;
@@ -742,6 +740,24 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
 	return ret;
 }
 
+/*
+ * Names the BLAS kernels of a run on the CPU in its parameters, and says
+ * once a process, on stderr, when the processor has better ones and how
+ * to choose them (pp_blas_get_info()).
+ */
+static void blas_note(struct tr_params *p)
+{
+	static bool said;
+	struct pp_blas_info info;
+
+	pp_blas_get_info(&info);
+	if (info.library[0] != '\0')
+		snprintf(p->blas, sizeof(p->blas), "%s %s", info.library, info.core);
+	if (info.warning[0] != '\0' && !said)
+		fprintf(stderr, "pinpipe-train: warning: %s\n", info.warning);
+	said = said || info.warning[0] != '\0';
+}
+
 /* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
 		     const struct data *d, struct tr_results *res, FILE *jsonl)
@@ -757,11 +773,16 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	char why[sizeof(opt->checkpoint) + 256] = "";  /* why the run failed, when the trainer knows */
 	int ret;
 
-	ret = run_open(opt, p, run, d, &r);
+	params.threads = tr_options_threads(opt, p, (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
+	ret = run_open(opt, &params, run, d, &r);
 	if (ret < 0)
 		goto fail;
-	/* Rows name the device that ran ("auto" opens cpu or cuda:0). */
+	/* Rows name the device that ran ("auto" opens cpu or cuda:0), a CPU step's threads and BLAS. */
 	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
+	if (pp_device_get_props(r.dev)->host_addressable)
+		blas_note(&params);
+	else
+		params.threads = 0;
 	p = &params;
 	info = pp_loader_info(r.train_loader);
 	/* The loader knows an epoch's batch count once one is begun (the same for

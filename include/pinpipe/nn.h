@@ -127,7 +127,7 @@ struct pp_model_config {
 	uint32_t in_width;     /* columns */
 	uint32_t num_classes;  /* size of the last layer's output that the loss expects */
 	uint64_t seed;         /* seeds the initialisation; same seed, same parameters */
-	int threads;           /* CPU threads for a step, >= 1; pass the cores the loader leaves free */
+	int threads;           /* CPU threads for a step, >= 1; pp_model_cpu_threads() says how many pay */
 	float mean;            /* uint8 inputs become (x / 255 - mean) / std */
 	float std;             /* > 0 */
 	struct pp_stream *stream; /* cuda: the stream all the model's work goes on (required) */
@@ -352,6 +352,54 @@ PP_API int pp_model_save(struct pp_model *model, const char *path);
  */
 PP_API int pp_model_load(const char *path, struct pp_device *dev,
 			 const struct pp_model_config *cfg, struct pp_model **model_p);
+
+/* ------------------------------------------------------------------ the CPU's threads */
+
+/*
+ * The fewest threads (pp_model_config.threads) that run a CPU model's step
+ * of 'batch' samples as fast as 'cores' threads would: a step's batch is
+ * cut into chunks of at least 4 samples (at most 128 chunks; fewer for a
+ * model whose convolutions have more than 128 Ki parameters), whole chunks
+ * to a thread, so more threads than take the chunks in the fewest rounds
+ * only wait.  For example 2 for a batch of 100 on 2 cores, 13 on 16 cores
+ * (25 chunks, 2 rounds), 16 for a batch of 1000 on 16 cores.  Pass the
+ * cores the trainer's other threads leave (the loader's workers that
+ * decode or inflate; those that only gather in-memory samples use a few
+ * percent of a core).  Returns at least 1; 'cores' 0 counts as 1.
+ */
+PP_API unsigned pp_model_cpu_threads(size_t batch, unsigned cores);
+
+/* ------------------------------------------------------------------ the CPU's BLAS */
+
+/* What the BLAS under the CPU kernels runs on this processor (pp_blas_get_info()). */
+struct pp_blas_info {
+	char library[16];   /* "OpenBLAS", or "" for a BLAS that does not say what it runs */
+	char core[32];      /* the processor OpenBLAS chose its kernels for, as it names it
+			     * ("SkylakeX", "Haswell", "Prescott"), or "" */
+	char cpu_isa[16];   /* this processor's best vector instructions: "AVX-512", "AVX2", or ""
+			     * for neither */
+	char fix[48];       /* when the kernels are slower than this processor allows, the
+			     * environment setting that chooses the right ones
+			     * ("OPENBLAS_CORETYPE=SkylakeX"), else "" */
+	char warning[384];  /* when fix is set, one sentence for the user that names the core,
+			     * the processor's instructions and the fix, else "" */
+};
+
+/*
+ * Fills *info with what the BLAS runs.  OpenBLAS built for many
+ * processors (Debian's) chooses its kernels from a table of the
+ * processors it knows, and on one it does not know runs its generic
+ * kernels (Prescott's: SSE3) without a word, its matrix products then
+ * several times slower; OPENBLAS_CORETYPE, read when OpenBLAS is loaded,
+ * overrides the choice.  'fix' is set when the core's kernels use neither
+ * AVX2 nor AVX-512 on a processor that has either, or, with
+ * OPENBLAS_CORETYPE unset, AVX2 kernels on a processor with AVX-512; a
+ * core with AVX2 or better that the user chose is taken as meant.  A
+ * trainer says the warning once, at start, as pinpipe-train and
+ * pinpipe-bench do (pinpipe-train records the core in its rows too).
+ * Another BLAS leaves library and core empty.  Never fails.
+ */
+PP_API void pp_blas_get_info(struct pp_blas_info *info);
 
 #ifdef __cplusplus
 }
