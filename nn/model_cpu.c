@@ -515,6 +515,9 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 			for (size_t j = 0; j < l->n_b; j++)
 				m->grads[l->b_off + j] += g[l->b_off + j];
 		}
+	ret = pp_nn_model_grads_ready(m, 0, m->n_params);
+	if (ret)
+		return ret;
 	pp_nn_optim_step_cpu(&m->optim, m->params, m->grads, m->n_params);
 	return 0;
 }

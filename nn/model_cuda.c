@@ -248,6 +248,8 @@ static int backward(struct pp_model *m, const float *input, int n)
 			ret = linear_backward_cuda(m, l, dx, dy, x, n);
 			break;
 		}
+		if (!ret && l->n_w)
+			ret = pp_nn_model_grads_ready(m, l->w_off, l->n_w + l->n_b);
 	}
 	return ret;
 }

@@ -2,13 +2,14 @@
  * tests/test_nn_model.c: nn's models on the CPU: forward outputs and
  * optimizer steps against values computed by PyTorch (tests/nn_reference.py
  * -> tests/nn_reference.h), determinism whatever the seed's use and the
- * thread count, subnormal numbers, the rejection of bad specs and bad
+ * thread count, the gradient hook, subnormal numbers, the rejection of bad specs and bad
  * inputs, tensors, a model on the sim device, Flatten in place, and
  * learning Fashion-MNIST.
  */
 #include "config.h"
 
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,6 +281,91 @@ START_TEST(test_same_seed_bit_identical)
 	pp_model_destroy(a);
 	pp_model_destroy(b);
 	pp_model_destroy(c);
+}
+END_TEST
+
+/* What the gradient hook of test_grad_hook saw, and what it does. */
+struct hook_log {
+	int calls;
+	size_t offset, count;   /* of the last call */
+	bool stream_null;       /* every call had no stream (the CPU backend) */
+	int fail;               /* returned instead of 0 when < 0 */
+};
+
+/* Halves the gradient (exact in binary): the step is SGD's with half the rate. */
+static int halve_grads(void *arg, float *grads, size_t offset, size_t count, struct pp_stream *stream)
+{
+	struct hook_log *log = arg;
+
+	log->calls++;
+	log->offset = offset;
+	log->count = count;
+	log->stream_null &= stream == NULL;
+	if (log->fail < 0)
+		return pp_error(log->fail, "hook: refused");
+	for (size_t i = 0; i < count; i++)
+		grads[i] *= 0.5f;
+	return 0;
+}
+
+/*
+ * Fails if the gradient hook is not called once a step for the whole
+ * gradient before the update (SGD at lr 0.1 with the gradient halved must
+ * equal SGD at 0.05 bit for bit, and the gradient read back is the halved
+ * one), or if a failing hook does not fail the step with the parameters
+ * left unchanged.
+ */
+START_TEST(test_grad_hook)
+{
+	struct pp_model_config cfg;
+	struct hook_log log = { .stream_null = true };
+	struct pp_model *a, *b;
+	float *pa, *pb, *ga, *gb;
+	struct pp_tensor *in;
+	int32_t labels[16];
+	size_t n;
+
+	pp_model_config_init(&cfg);
+	cfg.seed = 5;
+	cfg.threads = 2;
+	cfg.optim.kind = PP_OPTIM_SGD;
+	cfg.optim.lr = 0.05f;
+	ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &b), 0);
+	cfg.optim.lr = 0.1f;
+	cfg.grad_hook = halve_grads;
+	cfg.grad_hook_arg = &log;
+	ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &a), 0);
+	n = pp_model_param_count(a);
+	pp_test_train(a, 3, 7);
+	pp_test_train(b, 3, 7);
+	ck_assert_int_eq(log.calls, 3);
+	ck_assert_uint_eq(log.offset, 0);
+	ck_assert_uint_eq(log.count, n);
+	ck_assert(log.stream_null);
+	pa = pp_test_read_params(a);
+	pb = pp_test_read_params(b);
+	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	ga = malloc(n * sizeof(float));
+	gb = malloc(n * sizeof(float));
+	ck_assert_int_eq(pp_model_grads_read(a, ga, n), 0);
+	ck_assert_int_eq(pp_model_grads_read(b, gb, n), 0);
+	for (size_t i = 0; i < n; i++)
+		ck_assert(ga[i] == 0.5f * gb[i]);
+	/* A hook that fails: the step fails with its error, nothing updated. */
+	log.fail = -EIO;
+	in = pp_test_synth_batch(16, 99, labels);
+	ck_assert_int_eq(pp_model_train_step(a, in, labels), -EIO);
+	ck_assert_str_eq(pp_last_error(), "hook: refused");
+	free(pb);
+	pb = pp_test_read_params(a);
+	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	pp_tensor_destroy(in);
+	free(ga);
+	free(gb);
+	free(pa);
+	free(pb);
+	pp_model_destroy(a);
+	pp_model_destroy(b);
 }
 END_TEST
 
@@ -838,6 +924,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(ref, test_reference_sparse_conv);
 	tcase_add_test(model, test_same_seed_bit_identical);
 	tcase_add_test(model, test_grads_and_param_list);
+	tcase_add_test(model, test_grad_hook);
 	tcase_add_test(model, test_threads_bit_identical);
 	tcase_add_test(model, test_denormals);
 	tcase_add_test(model, test_presets_and_summary);

@@ -134,6 +134,28 @@ struct pp_model_config {
 	 * where subnormals occur.
 	 */
 	bool keep_denormals;
+	/*
+	 * Called by each training step once the backward pass has produced
+	 * the gradient of the step's loss (before the optimizer's weight
+	 * decay) and before the optimizer reads it, once for each range of
+	 * the gradient vector (the layout of pp_model_params_read()), the last
+	 * layers' first, so that a trainer can average gradients across
+	 * processes (pinpipe/comm.h) while the backward pass goes on.
+	 * 'grads' is the range's first float in the model's device memory,
+	 * 'offset' its index in the vector and 'count' its floats (> 0).
+	 * The CPU backend calls it once, for the whole vector, with 'stream'
+	 * NULL: the gradient is complete and the host may use it in place.  On
+	 * cuda it is called once per layer with parameters, as soon as that
+	 * layer's backward is queued on the model's stream, which is passed:
+	 * work the hook queues there comes before the rest of the backward.
+	 * The hook may change the gradient in place; a negative return fails
+	 * the step with that error (its message is the hook's), and the
+	 * parameters are not updated.  NULL: no hook.  Kept by pp_model_load()
+	 * from the caller's config, as the stream is.
+	 */
+	int (*grad_hook)(void *arg, float *grads, size_t offset, size_t count,
+			 struct pp_stream *stream);
+	void *grad_hook_arg;   /* the hook's first argument */
 	struct pp_optimizer_config optim;
 };
 
