@@ -517,7 +517,7 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 		}
 	ret = pp_nn_model_grads_ready(m, 0, m->n_params);
 	if (ret)
-		return ret;
+		return ret < 0 ? ret : 0;
 	pp_nn_optim_step_cpu(&m->optim, m->params, m->grads, m->n_params);
 	return 0;
 }

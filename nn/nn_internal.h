@@ -372,7 +372,8 @@ int pp_nn_model_wait(struct pp_model *m);
 
 /*
  * Hands the gradient's range [offset, offset + count) to the model's
- * gradient hook (pp_model_config.grad_hook), if any; 0 or its error.
+ * gradient hook (pp_model_config.grad_hook), if any: 0, PP_MODEL_GRAD_KEEP
+ * (no update this step) or its error.
  */
 int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count);
 

@@ -289,7 +289,7 @@ struct hook_log {
 	int calls;
 	size_t offset, count;   /* of the last call */
 	bool stream_null;       /* every call had no stream (the CPU backend) */
-	int fail;               /* returned instead of 0 when < 0 */
+	int fail;               /* returned: 0, PP_MODEL_GRAD_KEEP, or -errno (the hook fails) */
 };
 
 /* Halves the gradient (exact in binary): the step is SGD's with half the rate. */
@@ -305,15 +305,15 @@ static int halve_grads(void *arg, float *grads, size_t offset, size_t count, str
 		return pp_error(log->fail, "hook: refused");
 	for (size_t i = 0; i < count; i++)
 		grads[i] *= 0.5f;
-	return 0;
+	return log->fail;
 }
 
 /*
  * Fails if the gradient hook is not called once a step for the whole
  * gradient before the update (SGD at lr 0.1 with the gradient halved must
  * equal SGD at 0.05 bit for bit, and the gradient read back is the halved
- * one), or if a failing hook does not fail the step with the parameters
- * left unchanged.
+ * one), if a hook that keeps the gradient lets the step update, or if a
+ * failing hook does not fail the step with the parameters left unchanged.
  */
 START_TEST(test_grad_hook)
 {
@@ -351,6 +351,17 @@ START_TEST(test_grad_hook)
 	ck_assert_int_eq(pp_model_grads_read(b, gb, n), 0);
 	for (size_t i = 0; i < n; i++)
 		ck_assert(ga[i] == 0.5f * gb[i]);
+	/* A hook that keeps the gradient: no update, the step not counted, the gradient there. */
+	log.fail = PP_MODEL_GRAD_KEEP;
+	in = pp_test_synth_batch(16, 98, labels);
+	ck_assert_int_eq(pp_model_train_step(a, in, labels), 0);
+	pp_tensor_destroy(in);
+	ck_assert_uint_eq(pp_model_steps(a), 3);
+	free(pb);
+	pb = pp_test_read_params(a);
+	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	ck_assert_int_eq(pp_model_grads_read(a, gb, n), 0);
+	ck_assert(memcmp(ga, gb, n * sizeof(float)) != 0);
 	/* A hook that fails: the step fails with its error, nothing updated. */
 	log.fail = -EIO;
 	in = pp_test_synth_batch(16, 99, labels);

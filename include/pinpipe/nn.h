@@ -111,6 +111,9 @@ struct pp_optimizer_config {
 	float eps;          /* Adam: term added to the denominator, > 0 */
 };
 
+/* A gradient hook's return that ends the step without an update (pp_model_config.grad_hook). */
+#define PP_MODEL_GRAD_KEEP 1
+
 /* How to build a model. */
 struct pp_model_config {
 	uint32_t in_channels;  /* shape of one input sample: channels */
@@ -148,10 +151,14 @@ struct pp_model_config {
 	 * cuda it is called once per layer with parameters, as soon as that
 	 * layer's backward is queued on the model's stream, which is passed:
 	 * work the hook queues there comes before the rest of the backward.
-	 * The hook may change the gradient in place; a negative return fails
-	 * the step with that error (its message is the hook's), and the
-	 * parameters are not updated.  NULL: no hook.  Kept by pp_model_load()
-	 * from the caller's config, as the stream is.
+	 * The hook may change the gradient in place.  It returns 0 to go on;
+	 * PP_MODEL_GRAD_KEEP to end the step without an update (the rest of
+	 * the backward runs, the running totals count the batch, the step
+	 * count does not change: for gradients the caller gathers over several
+	 * batches, as fixed micro-batches do); or a negative errno, which
+	 * fails the step with that error (its message is the hook's) and
+	 * leaves the parameters as they were.  NULL: no hook.  Kept by
+	 * pp_model_load() from the caller's config, as the stream is.
 	 */
 	int (*grad_hook)(void *arg, float *grads, size_t offset, size_t count,
 			 struct pp_stream *stream);
