@@ -967,12 +967,13 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		if (ret == -EINTR)
 			break;
 	}
-	if (ret == -EINTR && steps == resumed_steps)
+	/* Rank 0 speaks for the job. */
+	if (dist->rank == 0 && ret == -EINTR && steps == resumed_steps)
 		fprintf(stderr, "pinpipe-train: interrupted before the first step of run %u: nothing "
 			"trained%s%s%s\n", run, opt->checkpoint[0] == '\0' ? "" : steps ? ", " :
 			", no checkpoint written", steps ? opt->checkpoint : "",
 			steps ? " left as it was" : "");
-	else if (ret == -EINTR)
+	else if (dist->rank == 0 && ret == -EINTR)
 		fprintf(stderr, "pinpipe-train: interrupted after %llu steps%s\n",
 			(unsigned long long)steps,
 			opt->checkpoint[0] ? "; the checkpoint resumes from there" : "");
@@ -1079,11 +1080,11 @@ int main(int argc, char **argv)
 			return rank_failed(&dist);
 		}
 	}
-	if (interrupted && !told && started == 0)
+	if (dist.rank == 0 && interrupted && !told && started == 0)
 		fprintf(stderr, "pinpipe-train: interrupted before the first step: nothing trained%s%s%s\n",
 			opt.checkpoint[0] == '\0' ? "" : opt.resume ? ", " : ", no checkpoint written",
 			opt.resume ? opt.checkpoint : "", opt.resume ? " left as it was" : "");
-	else if (interrupted && !told && started < runs)
+	else if (dist.rank == 0 && interrupted && !told && started < runs)
 		fprintf(stderr, "pinpipe-train: interrupted after run %zu: runs %zu to %zu not started\n",
 			started, started + 1, runs);
 	tr_results_sort(&res, opt.sort);
