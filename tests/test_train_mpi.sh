@@ -20,8 +20,10 @@
 #  6. Ctrl-C on mpirun: every rank stops at the same step, rank 0 writes
 #     the rows so far (the last one "interrupted") and the checkpoint.
 # Skipped (77) where mpirun is absent or the build has no MPI.  Under
-# AddressSanitizer, Open MPI's own allocations at start, never freed, are
-# left out of the leak check (tests/lsan_mpi.supp); pinpipe's are not.
+# AddressSanitizer the ranks run without the leak check: Open MPI's
+# components, unloaded at exit, leave allocations that LeakSanitizer can no
+# longer name, so no suppression reaches them (test_train.sh checks
+# pinpipe-train's own leaks in one process).
 set -u
 
 train=${PINPIPE_TRAIN:-./pinpipe-train}
@@ -36,7 +38,7 @@ fail=0
 # As root, Open MPI's mpirun needs both; --oversubscribe: more ranks than cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 mpi="mpirun --oversubscribe"
 
 "$train" --comm=mpi --data=synthetic:60 --epochs=1 --max-steps=1 --no-eval -q >"$tmp/probe" 2>&1
