@@ -47,6 +47,10 @@ if grep -q "this build has no MPI" "$tmp/probe"; then
 	exit 77
 fi
 
+# --comm=nccl needs a GPU: a run on the cpu fails, saying so.
+expect 1 "comm nccl: needs a cuda device \(got cpu\)" \
+	"$train" --comm=nccl --device=cpu --data=synthetic:60 --epochs=1 --no-eval -q
+
 common="--data=synthetic:1200 --device=cpu --epochs=1 --max-steps=20 -t 1 -w 0 --no-progress"
 
 # params A B: checks that checkpoints A and B hold 20 steps' parameters within 1e-5.

@@ -39,8 +39,11 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 
 	memset(d, 0, sizeof(*d));
 	pp_comm_config_init(&cfg);
-	cfg.backend = opt->comm;
+	/* nccl reduces device buffers of a run's GPU: the job's ranks are MPI's (or one). */
+	d->nccl = strcmp(opt->comm, "nccl") == 0;
+	cfg.backend = d->nccl ? "auto" : opt->comm;
 	cfg.timeout_s = opt->comm_timeout;
+	d->timeout_s = opt->comm_timeout;
 	ret = pp_comm_create(&cfg, &d->comm);
 	if (ret < 0) {
 		fprintf(stderr, "pinpipe-train: --comm=%s: %s\n", opt->comm, pp_last_error());
@@ -53,8 +56,36 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 	return 0;
 }
 
+int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev)
+{
+	struct pp_comm_config cfg;
+	int ret;
+
+	d->grads = d->comm;
+	if (!d->nccl)
+		return 0;
+	pp_comm_config_init(&cfg);
+	cfg.backend = "nccl";
+	cfg.timeout_s = d->timeout_s;
+	cfg.device = dev;
+	ret = pp_comm_create(&cfg, &d->grads);
+	if (ret < 0) {
+		d->grads = NULL;
+		fprintf(stderr, "pinpipe-train: --comm=nccl: %s\n", pp_last_error());
+	}
+	return ret;
+}
+
+void tr_dist_run_end(struct tr_dist *d)
+{
+	if (d->grads != d->comm)
+		pp_comm_destroy(d->grads);
+	d->grads = NULL;
+}
+
 void tr_dist_close(struct tr_dist *d)
 {
+	tr_dist_run_end(d);
 	free(d->slots);
 	pp_comm_destroy(d->comm);
 	memset(d, 0, sizeof(*d));
@@ -141,7 +172,7 @@ int tr_dist_grad_hook(void *arg, float *grads, size_t offset, size_t count, stru
 
 	if (d->deterministic)
 		return keep_micro(d, grads, count);
-	return pp_comm_allreduce(d->comm, grads, count, PP_COMM_F32, PP_COMM_MEAN, stream);
+	return pp_comm_allreduce(d->grads, grads, count, PP_COMM_F32, PP_COMM_MEAN, stream);
 }
 
 int tr_dist_start_model(struct tr_dist *d, struct pp_model *model)

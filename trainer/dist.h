@@ -16,7 +16,11 @@
 #include "trainer/options.h"
 
 struct tr_dist {
-	struct pp_comm *comm;
+	struct pp_comm *comm;     /* the ranks, host buffers: parameters, metrics, the stop */
+	struct pp_comm *grads;    /* the run's communicator of gradients: comm, or with
+				     --comm=nccl one on the run's GPU (tr_dist_run_begin()) */
+	bool nccl;                /* --comm=nccl */
+	double timeout_s;         /* --comm-timeout */
 	int rank, size;           /* in the job */
 	bool deterministic;       /* --deterministic: fixed micro-batches, fixed order */
 	unsigned micro;           /* --deterministic: micro-batches per global batch (M) */
@@ -44,6 +48,14 @@ void tr_dist_device(const struct tr_dist *d, const char *name, char *buf, size_t
  * why not); fills the per-run state of --deterministic.  0 or -EINVAL.
  */
 int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size);
+
+/*
+ * Sets up the run's communicator of gradients for its device 'dev': the
+ * job's, or with --comm=nccl an NCCL communicator on 'dev' (prints why
+ * not).  0 or -errno; tr_dist_run_end() undoes it.
+ */
+int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev);
+void tr_dist_run_end(struct tr_dist *d);
 
 /* The gradient hook of pp_model_config: averages the gradient over the ranks (arg: d). */
 int tr_dist_grad_hook(void *arg, float *grads, size_t offset, size_t count,

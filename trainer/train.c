@@ -281,6 +281,8 @@ static void run_close(struct run *r)
 	pp_loader_destroy(r->val_loader);
 	pp_loader_destroy(r->train_loader);
 	pp_stream_destroy(r->compute);
+	if (r->dist != NULL)
+		tr_dist_run_end(r->dist);
 	pp_device_close(r->dev);
 	memset(r, 0, sizeof(*r));
 }
@@ -419,6 +421,9 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 			pp_device_get_props(r->dev)->fallback);
 		auto_fallback_said = true;
 	}
+	ret = tr_dist_run_begin(dist, r->dev);
+	if (ret < 0)
+		return ret;
 	r->host_compute_on_copy = pp_device_get_props(r->dev)->host_addressable &&
 				  !pp_device_get_props(r->dev)->host_is_device;
 	ret = pp_stream_create(r->dev, &r->compute);
