@@ -485,6 +485,24 @@ static void count_call(struct pp_device *dev)
 	atomic_fetch_add_explicit(&dev->stats.calls, 1, memory_order_relaxed);
 }
 
+/* The same for a call on a stream, unless it is a recorded graph's call being issued again. */
+static void count_stream_call(struct pp_stream *stream)
+{
+	if (!stream->replaying)
+		count_call(stream->dev);
+}
+
+/* True when the dispatcher records the stream's calls (a capture, on a backend without graphs). */
+static bool recording(const struct pp_stream *stream)
+{
+	return stream->capture != NULL && stream->dev->ops->graph_begin == NULL;
+}
+
+static int graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg);
+static int graph_record_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
+			     enum pp_copy_kind kind);
+static int capture_refused(struct pp_stream *stream, int err, const char *call);
+
 PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p)
 {
 	struct pp_stream *s;
@@ -513,6 +531,12 @@ PP_API void pp_stream_destroy(struct pp_stream *stream)
 	if (stream == NULL)
 		return;
 	dev = stream->dev;
+	if (stream->capture != NULL) {
+		struct pp_graph *g = NULL;
+
+		if (pp_stream_end_capture(stream, &g) == 0)
+			pp_graph_destroy(g);
+	}
 	link_remove(dev, &dev->streams, &stream->link);
 	if (dev->ops->stream_destroy != NULL)
 		dev->ops->stream_destroy(stream);
@@ -530,6 +554,8 @@ PP_API int pp_stream_synchronize(struct pp_stream *stream)
 {
 	if (stream == NULL)
 		return pp_error(-EINVAL, "pp_stream_synchronize: stream is NULL");
+	if (stream->capture != NULL)
+		return capture_refused(stream, -EBUSY, "a synchronization");
 	if (stream->dev->ops->stream_synchronize == NULL)
 		return 0;
 	count_call(stream->dev);
@@ -540,11 +566,18 @@ PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg)
 {
 	if (stream == NULL || fn == NULL)
 		return pp_error(-EINVAL, "pp_stream_launch_host: stream and fn must not be NULL");
+	if (stream->capture != NULL) {
+		int ret = graph_record_host(stream, fn, arg);
+
+		if (ret < 0 || recording(stream))
+			return ret;
+		return stream->dev->ops->launch_host(stream, fn, arg);
+	}
 	if (stream->dev->ops->launch_host == NULL) {
 		fn(arg);
 		return 0;
 	}
-	count_call(stream->dev);
+	count_stream_call(stream);
 	return stream->dev->ops->launch_host(stream, fn, arg);
 }
 
@@ -555,6 +588,8 @@ PP_API int pp_stream_wait_event(struct pp_stream *stream, struct pp_event *event
 	if (stream->dev != event->dev)
 		return pp_error(-EINVAL, "%s: stream %u cannot wait for an event of device %s",
 				stream->dev->props.name, stream->id, event->dev->props.name);
+	if (stream->capture != NULL)
+		return capture_refused(stream, -ENOTSUP, "a wait for an event");
 	if (stream->dev->ops->stream_wait_event == NULL)
 		return 0;
 	count_call(stream->dev);
@@ -612,6 +647,8 @@ PP_API int pp_event_record(struct pp_event *event, struct pp_stream *stream)
 	if (event->dev != stream->dev)
 		return pp_error(-EINVAL, "%s: an event of device %s cannot be recorded on stream %u",
 				stream->dev->props.name, event->dev->props.name, stream->id);
+	if (stream->capture != NULL)
+		return capture_refused(stream, -ENOTSUP, "an event record");
 	if (stream->dev->ops->event_record != NULL) {
 		count_call(stream->dev);
 		ret = stream->dev->ops->event_record(event, stream);
@@ -731,8 +768,17 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
 	ret = check_copy(stream, dst, src, n, kind, &pinned);
 	if (ret < 0)
 		return ret;
+	if (stream->capture != NULL) {
+		if (kind != PP_COPY_D2D && !pinned && !dev->props.host_is_device)
+			return capture_refused(stream, -ENOTSUP, "a copy from or to pageable host memory");
+		ret = graph_record_copy(stream, dst, src, n, kind);
+		if (ret < 0 || recording(stream))
+			return ret;
+		/* the backend captures the copy: counted at each launch, not now */
+		return dev->ops->memcpy_async(stream, dst, src, n, kind, pinned);
+	}
 	if (dev->ops->memcpy_async != NULL) {
-		count_call(dev);
+		count_stream_call(stream);
 		ret = dev->ops->memcpy_async(stream, dst, src, n, kind, pinned);
 		dt = pp_now_ns() - t0;
 	} else {
@@ -751,6 +797,214 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
 	if (kind != PP_COPY_D2D && !pinned)
 		atomic_fetch_add_explicit(&dev->stats.pageable_copies, 1, memory_order_relaxed);
 	return 0;
+}
+
+/* ------------------------------------------------------------------ graphs */
+
+enum graph_node_kind {
+	GRAPH_HOST = 0, /* a host function */
+	GRAPH_COPY = 1, /* a copy */
+};
+
+/* One call recorded during a capture. */
+struct graph_node {
+	enum graph_node_kind kind;
+	void (*fn)(void *arg);   /* GRAPH_HOST */
+	void *arg;
+	void *dst;               /* GRAPH_COPY */
+	const void *src;
+	size_t n;                /* bytes */
+	enum pp_copy_kind copy_kind;
+};
+
+struct pp_graph {
+	struct pp_device *dev;
+	void *ctx;               /* the backend's executable graph; NULL: the dispatcher's */
+	struct graph_node *nodes; /* the calls made through pinpipe, in order: what the
+				   * dispatcher issues again, or (with a backend graph) what
+				   * the counters count at each launch */
+	size_t n, cap;           /* nodes used, allocated */
+	int err;                 /* the capture's first error, or 0 */
+	char msg[256];           /* its message */
+};
+
+/* Appends a node to the graph the stream is capturing; a failure spoils the capture. */
+static int graph_append(struct pp_stream *stream, const struct graph_node *node)
+{
+	struct pp_graph *g = stream->capture;
+
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 16;
+		struct graph_node *v = pp_realloc(g->nodes, cap * sizeof(*v));
+
+		if (v == NULL) {
+			int ret = pp_error(-ENOMEM, "%s: stream %u: out of memory for a graph of %zu "
+					   "calls", stream->dev->props.name, stream->id, g->n + 1);
+
+			if (g->err == 0) {
+				g->err = ret;
+				snprintf(g->msg, sizeof(g->msg), "%s", pp_last_error());
+			}
+			return ret;
+		}
+		g->nodes = v;
+		g->cap = cap;
+	}
+	g->nodes[g->n++] = *node;
+	return 0;
+}
+
+static int graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg)
+{
+	const struct graph_node node = { .kind = GRAPH_HOST, .fn = fn, .arg = arg };
+
+	return graph_append(stream, &node);
+}
+
+static int graph_record_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
+			     enum pp_copy_kind kind)
+{
+	const struct graph_node node = {
+		.kind = GRAPH_COPY, .dst = dst, .src = src, .n = n, .copy_kind = kind,
+	};
+
+	return graph_append(stream, &node);
+}
+
+/*
+ * A call a capturing stream cannot take: it fails, and so does the capture
+ * (as CUDA invalidates a capture), so that no graph lacks a call its
+ * caller believed made.
+ */
+static int capture_refused(struct pp_stream *stream, int err, const char *call)
+{
+	struct pp_graph *g = stream->capture;
+	int ret = pp_error(err, "%s: stream %u is capturing a graph: %s cannot be captured",
+			   stream->dev->props.name, stream->id, call);
+
+	if (g->err == 0) {
+		g->err = ret;
+		snprintf(g->msg, sizeof(g->msg), "%s", pp_last_error());
+	}
+	return ret;
+}
+
+PP_API int pp_stream_begin_capture(struct pp_stream *stream)
+{
+	struct pp_graph *g;
+	int ret;
+
+	if (stream == NULL)
+		return pp_error(-EINVAL, "pp_stream_begin_capture: stream is NULL");
+	if (stream->capture != NULL)
+		return pp_error(-EBUSY, "%s: stream %u is already capturing a graph",
+				stream->dev->props.name, stream->id);
+	g = pp_calloc(1, sizeof(*g));
+	if (g == NULL)
+		return pp_error(-ENOMEM, "%s: out of memory for a graph", stream->dev->props.name);
+	g->dev = stream->dev;
+	if (stream->dev->ops->graph_begin != NULL) {
+		count_call(stream->dev);
+		ret = stream->dev->ops->graph_begin(stream);
+		if (ret < 0) {
+			free(g);
+			return ret;
+		}
+	}
+	stream->capture = g;
+	return 0;
+}
+
+PP_API int pp_stream_end_capture(struct pp_stream *stream, struct pp_graph **graph_p)
+{
+	struct pp_graph *g;
+	int ret = 0, fault;
+
+	if (stream == NULL || graph_p == NULL)
+		return pp_error(-EINVAL, "pp_stream_end_capture: stream and graph_p must not be NULL");
+	g = stream->capture;
+	if (g == NULL)
+		return pp_error(-EINVAL, "%s: stream %u: end of a capture that was not begun",
+				stream->dev->props.name, stream->id);
+	stream->capture = NULL;
+	if (stream->dev->ops->graph_end != NULL) {
+		count_call(stream->dev);
+		ret = stream->dev->ops->graph_end(stream, &g->ctx);
+	}
+	fault = pp_fault_check(pp_fault_thread, PP_FAULT_GRAPH);
+	if (ret == 0 && g->err == 0 && fault < 0)
+		ret = pp_error(fault, "%s: stream %u: the capture failed (injected fault: %s)",
+			       stream->dev->props.name, stream->id, strerror(-fault));
+	if (ret == 0 && g->err != 0)
+		ret = pp_error(g->err, "%s", g->msg);
+	if (ret < 0) {
+		pp_graph_destroy(g);
+		return ret;
+	}
+	*graph_p = g;
+	return 0;
+}
+
+PP_API int pp_graph_launch(struct pp_graph *graph, struct pp_stream *stream)
+{
+	struct pp_device *dev;
+	int ret = 0;
+
+	if (graph == NULL || stream == NULL)
+		return pp_error(-EINVAL, "pp_graph_launch: graph and stream must not be NULL");
+	dev = stream->dev;
+	if (graph->dev != dev)
+		return pp_error(-EINVAL, "%s: stream %u cannot launch a graph captured on device %s",
+				dev->props.name, stream->id, graph->dev->props.name);
+	if (stream->capture != NULL)
+		return pp_error(-EBUSY, "%s: stream %u is capturing a graph: it cannot launch one",
+				dev->props.name, stream->id);
+	count_call(dev);
+	if (graph->ctx != NULL) {
+		ret = dev->ops->graph_launch(graph->ctx, stream);
+		for (size_t i = 0; i < graph->n && ret == 0; i++) {
+			const struct graph_node *nd = &graph->nodes[i];
+
+			if (nd->kind != GRAPH_COPY)
+				continue;
+			atomic_fetch_add_explicit(&dev->stats.copies, 1, memory_order_relaxed);
+			if (nd->copy_kind == PP_COPY_H2D)
+				atomic_fetch_add_explicit(&dev->stats.bytes_h2d, nd->n,
+							  memory_order_relaxed);
+			else if (nd->copy_kind == PP_COPY_D2H)
+				atomic_fetch_add_explicit(&dev->stats.bytes_d2h, nd->n,
+							  memory_order_relaxed);
+		}
+	} else {
+		stream->replaying = true;
+		for (size_t i = 0; i < graph->n && ret == 0; i++) {
+			const struct graph_node *nd = &graph->nodes[i];
+
+			if (nd->kind == GRAPH_HOST)
+				ret = pp_stream_launch_host(stream, nd->fn, nd->arg);
+			else
+				ret = pp_memcpy_async(nd->dst, nd->src, nd->n, nd->copy_kind, stream);
+		}
+		stream->replaying = false;
+	}
+	if (ret == 0)
+		atomic_fetch_add_explicit(&dev->stats.graph_launches, 1, memory_order_relaxed);
+	return ret;
+}
+
+PP_API size_t pp_graph_calls(const struct pp_graph *graph)
+{
+	return graph != NULL ? graph->n : 0;
+}
+
+PP_API void pp_graph_destroy(struct pp_graph *graph)
+{
+	if (graph == NULL)
+		return;
+	if (graph->ctx != NULL)
+		graph->dev->ops->graph_destroy(graph->dev, graph->ctx);
+	free(graph->nodes);
+	free(graph);
 }
 
 /* ------------------------------------------------------------------ statistics */
@@ -772,5 +1026,6 @@ PP_API int pp_device_get_stats(struct pp_device *dev, struct pp_device_stats *st
 	stats_p->pinned_fallbacks = atomic_load_explicit(&c->pinned_fallbacks, memory_order_relaxed);
 	stats_p->pageable_copies = atomic_load_explicit(&c->pageable_copies, memory_order_relaxed);
 	stats_p->calls = atomic_load_explicit(&c->calls, memory_order_relaxed);
+	stats_p->graph_launches = atomic_load_explicit(&c->graph_launches, memory_order_relaxed);
 	return 0;
 }

@@ -466,7 +466,8 @@ static int cuda_memcpy_async(struct pp_stream *stream, void *dst, const void *sr
 	bool timed;
 	int ret;
 
-	timed = cs->copies++ % CUDA_TIME_EVERY == 0;
+	/* a copy captured into a graph is not timed: its events would be in the graph too */
+	timed = stream->capture == NULL && cs->copies++ % CUDA_TIME_EVERY == 0;
 	if (timed && (ret = harvest_done(stream)) < 0)
 		return ret;
 	timed = timed && cs->count < CUDA_TIMED_COPIES;
@@ -498,6 +499,55 @@ static int cuda_spin(struct pp_stream *stream, uint64_t ns)
 	return pp_cuda_spin(((struct cuda_stream *)stream->ctx)->s, ns);
 }
 
+/*
+ * Graphs: stream capture, so that the kernels and cuBLAS calls the caller
+ * launches on the stream are captured with the copies and host functions
+ * issued through the dispatcher.  Thread-local mode: a call of another
+ * thread (the transfer stage's event queries) neither joins nor spoils it.
+ */
+static int cuda_graph_begin(struct pp_stream *stream)
+{
+	cudaError_t err = cudaStreamBeginCapture(((struct cuda_stream *)stream->ctx)->s,
+						 cudaStreamCaptureModeThreadLocal);
+
+	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(stream->dev), "cudaStreamBeginCapture");
+}
+
+static int cuda_graph_end(struct pp_stream *stream, void **graph_p)
+{
+	cudaGraph_t graph = NULL;
+	cudaGraphExec_t exec = NULL;
+	cudaError_t err = cudaStreamEndCapture(((struct cuda_stream *)stream->ctx)->s, &graph);
+
+	if (err != cudaSuccess) {
+		if (graph != NULL)
+			cudaGraphDestroy(graph);
+		return cuda_fail(err, CUDA_NAME(stream->dev), "cudaStreamEndCapture");
+	}
+	err = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+	cudaGraphDestroy(graph);
+	if (err != cudaSuccess)
+		return cuda_fail(err, CUDA_NAME(stream->dev), "cudaGraphInstantiate");
+	*graph_p = exec;
+	return 0;
+}
+
+static int cuda_graph_launch(void *graph, struct pp_stream *stream)
+{
+	cudaError_t err = cudaGraphLaunch((cudaGraphExec_t)graph, ((struct cuda_stream *)stream->ctx)->s);
+
+	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(stream->dev), "cudaGraphLaunch");
+}
+
+/* After the launches in flight: the documentation does not say an executing graph may go. */
+static void cuda_graph_destroy(struct pp_device *dev, void *graph)
+{
+	(void)dev;
+	cudaDeviceSynchronize();
+	cudaGetLastError();
+	cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static const struct pp_device_ops cuda_ops = {
 	.alloc = cuda_alloc,
 	.free = cuda_free,
@@ -520,6 +570,10 @@ static const struct pp_device_ops cuda_ops = {
 	.event_elapsed_ns = cuda_event_elapsed_ns,
 	.memcpy_async = cuda_memcpy_async,
 	.spin = cuda_spin,
+	.graph_begin = cuda_graph_begin,
+	.graph_end = cuda_graph_end,
+	.graph_launch = cuda_graph_launch,
+	.graph_destroy = cuda_graph_destroy,
 };
 
 int pp_device_cuda_open(struct pp_device *dev, int index)

@@ -79,6 +79,20 @@ struct pp_device_ops {
 	/* A synthetic compute step of ns on the stream (pp_stream_spin).  (optional: NULL
 	 * runs a host function that sleeps) */
 	int (*spin)(struct pp_stream *stream, uint64_t ns);
+
+	/*
+	 * Graphs (optional, all together): the backend captures the work
+	 * issued on a stream between graph_begin and graph_end itself (cuda:
+	 * stream capture, so that the kernels a caller launches on the stream
+	 * are captured too), writes its executable graph to *graph_p, and
+	 * replays it with one call.  NULL: the dispatcher records the calls
+	 * made through it (host functions, copies, spins) and issues them
+	 * again at each launch, as one call.
+	 */
+	int (*graph_begin)(struct pp_stream *stream);
+	int (*graph_end)(struct pp_stream *stream, void **graph_p);
+	int (*graph_launch)(void *graph, struct pp_stream *stream);
+	void (*graph_destroy)(struct pp_device *dev, void *graph);
 };
 
 /* How a host allocation was made, so that it is freed the same way. */
@@ -116,6 +130,7 @@ struct pp_device_counters {
 	atomic_uint_least64_t pinned_fallbacks;
 	atomic_uint_least64_t pageable_copies;
 	atomic_uint_least64_t calls;
+	atomic_uint_least64_t graph_launches;
 };
 
 /* A place in a device's list of its open streams or events (doubly linked). */
@@ -141,6 +156,9 @@ struct pp_stream {
 	struct pp_device *dev;
 	unsigned id;                   /* 1, 2, ... in creation order, for messages */
 	void *ctx;                     /* the backend's stream */
+	struct pp_graph *capture;      /* the graph being captured on it, or NULL */
+	bool replaying;                /* a recorded graph's calls are being issued on it: they
+					* cost no call of their own (the launch was the call) */
 };
 
 struct pp_event {

@@ -296,7 +296,8 @@ static struct sim_op *op_new(struct pp_stream *stream, enum sim_op_type type)
 {
 	struct sim_op *op;
 
-	call_cost(sim_of(stream->dev));
+	if (!stream->replaying)
+		call_cost(sim_of(stream->dev));
 	op = pp_calloc(1, sizeof(*op));
 
 	if (op == NULL)

@@ -337,6 +337,7 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 	if (ret)
 		goto err_destroy;
 	m->optim.t = steps;
+	m->optim_state_stale = true;
 	m->tag = tag;
 	*model_p = m;
 	return 0;

@@ -101,6 +101,7 @@ int pp_nn_model_reserve(struct pp_model *m, size_t batch)
 
 	if (batch <= m->capacity)
 		return 0;
+	pp_nn_graph_drop(m); /* they hold the old buffers */
 	free_activations(m);
 	m->acts = calloc(m->n_layers, sizeof(*m->acts));
 	m->dacts = calloc(m->n_layers, sizeof(*m->dacts));
@@ -163,6 +164,7 @@ void pp_model_destroy(struct pp_model *m)
 {
 	if (!m)
 		return;
+	pp_nn_graph_free(m);
 	if (m->backend)
 		m->backend->teardown(m);
 	free_activations(m);
@@ -192,7 +194,8 @@ static int model_setup(struct pp_model *m)
 		return ret;
 	m->optim.cfg = m->cfg.optim;
 	m->threads = m->cfg.threads;
-	return m->backend->setup(m);
+	ret = m->backend->setup(m);
+	return ret ? ret : pp_nn_graph_init(m);
 }
 
 int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,
@@ -420,7 +423,7 @@ int pp_model_train_step(struct pp_model *m, const struct pp_tensor *inputs, cons
 
 	if (ret)
 		return ret;
-	return m->backend->run(m, &job);
+	return pp_nn_graph_run(m, &job);
 }
 
 int pp_model_evaluate(struct pp_model *m, const struct pp_tensor *inputs, const int32_t *labels,
@@ -439,7 +442,7 @@ int pp_model_evaluate(struct pp_model *m, const struct pp_tensor *inputs, const 
 		return pp_error(-EINVAL, "model logits: expected device %s but got %s",
 				pp_nn_device_name(m->dev), pp_nn_device_name(logits->dev));
 	job.logits = logits ? logits->data : NULL;
-	return m->backend->run(m, &job);
+	return pp_nn_graph_run(m, &job);
 }
 
 int pp_model_metrics(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p)

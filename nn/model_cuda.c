@@ -5,6 +5,15 @@
  * running loss and correct count stay on the device until
  * pp_model_metrics() reads them.
  *
+ * A convolution followed by a max-pool of stride >= its window (with a
+ * ReLU between them or not: l->sparse_dout) runs as one layer, as on the
+ * CPU: the fused kernels of nn/cuda/fused.cu compute the pool's output and
+ * indices from the convolution's input, and the backward passes gradients
+ * only where the pool selected, without im2col columns; the ReLU's and
+ * pool's own kernels are not run, the convolution's and ReLU's outputs
+ * not written.  Other convolutions take im2col and cuBLAS.  Every
+ * reduction of a step is deterministic (nn/cuda/fused.h).
+ *
  * cuBLAS is column-major.  A row-major matrix X (r x c) is the column-major
  * matrix X^T (c x r) with the same leading dimension c, so each row-major
  * product C = A B below is computed as C^T = B^T A^T, and each GEMM's
@@ -13,11 +22,12 @@
 #include "config.h"
 
 #include <errno.h>
-#include <math.h>
 #include <string.h>
 
 #include "common/internal.h"
+#include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
+#include "nn/cuda/optim.h"
 #include "nn/nn_internal.h"
 #include "device/device_impl.h" /* struct pp_stream: a stream's device */
 
@@ -27,6 +37,37 @@ static struct pp_cuda_geom geom_of(const struct nn_layer *l)
 		.c = l->in_c, .h = l->in_h, .w = l->in_w,
 		.oc = l->out_c, .oh = l->out_h, .ow = l->out_w,
 		.k = l->k, .stride = l->stride, .pad = l->pad,
+	};
+
+	return g;
+}
+
+/* The max-pool that conv i is fused with (l->sparse_dout), a ReLU between them or not. */
+static size_t pool_of(const struct pp_model *m, size_t i)
+{
+	return m->layers[i + 1].kind == NN_RELU ? i + 2 : i + 1;
+}
+
+/* True for the ReLU and max-pool that a fused convolution before them runs. */
+static bool in_fused_conv(const struct pp_model *m, size_t i)
+{
+	const struct nn_layer *L = m->layers;
+
+	if (i >= 1 && L[i - 1].kind == NN_CONV && L[i - 1].sparse_dout)
+		return true;
+	return L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
+	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
+}
+
+/* The geometry of fused conv i and its pool. */
+static struct pp_cuda_pool_geom pool_geom_of(const struct pp_model *m, size_t i)
+{
+	const size_t p = pool_of(m, i);
+	const struct nn_layer *pool = &m->layers[p];
+	const struct pp_cuda_pool_geom g = {
+		.conv = geom_of(&m->layers[i]),
+		.pk = pool->k, .ps = pool->stride, .ph = pool->out_h, .pw = pool->out_w,
+		.relu = p == i + 2,
 	};
 
 	return g;
@@ -42,8 +83,14 @@ static void cuda_teardown(struct pp_model *m)
 	pp_nn_mem_free(m->dev, m->dcol_all);
 	pp_nn_mem_free(m->dev, m->perm);
 	pp_nn_mem_free(m->dev, m->acc);
+	pp_nn_mem_free(m->dev, m->optim_state);
+	pp_nn_mem_free(m->dev, m->red);
+	pp_nn_mem_free(m->dev, m->xent_scratch);
 	m->col_all = m->dcol_all = m->perm = NULL;
 	m->acc = NULL;
+	m->optim_state = NULL;
+	m->red = NULL;
+	m->xent_scratch = NULL;
 }
 
 static int cuda_setup(struct pp_model *m)
@@ -61,34 +108,58 @@ static int cuda_setup(struct pp_model *m)
 	ret = pp_cuda_blas_create(m->stream, &m->blas);
 	if (!ret)
 		ret = pp_nn_mem_alloc(m->dev, sizeof(*m->acc), (void **)&m->acc);
+	if (!ret)
+		ret = pp_nn_mem_alloc(m->dev, sizeof(*m->optim_state), (void **)&m->optim_state);
+	m->optim_state_stale = true;
 	return ret;
 }
 
-/* The conv scratch for m->capacity samples: im2col columns, their gradient, a permuted output. */
+/*
+ * Everything a step of m->capacity samples needs beyond the activations,
+ * so that a step allocates nothing: the scratch of the convolutions that
+ * are not fused (im2col columns, their gradient, a permuted output), the
+ * partial sums of the largest reduction (their count grows with the
+ * batch, pp_red_parts()), and the loss's.
+ */
 static int cuda_reserve(struct pp_model *m)
 {
-	size_t col = 0, out = 0;
+	const size_t cap = m->capacity;
+	size_t col = 0, out = 0, red = 0;
 	int ret;
 
 	for (size_t i = 0; i < m->n_layers; i++) {
 		const struct nn_layer *l = &m->layers[i];
 
-		if (l->kind != NN_CONV)
-			continue;
-		col = PP_MAX(col, (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k);
-		out = PP_MAX(out, l->out_size);
+		if (l->kind == NN_LINEAR)
+			red = PP_MAX(red, pp_red_floats(l->out_c, cap));
+		if (l->kind == NN_CONV && l->sparse_dout) {
+			const struct pp_cuda_pool_geom g = pool_geom_of(m, i);
+
+			red = PP_MAX(red, pp_red_floats(pp_fused_param_count(&g),
+							cap * (size_t)g.ph * g.pw));
+		} else if (l->kind == NN_CONV) {
+			red = PP_MAX(red, pp_red_floats(l->out_c, cap * (size_t)l->out_h * l->out_w));
+			col = PP_MAX(col, (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k);
+			out = PP_MAX(out, l->out_size);
+		}
 	}
 	pp_nn_mem_free(m->dev, m->col_all);
 	pp_nn_mem_free(m->dev, m->dcol_all);
 	pp_nn_mem_free(m->dev, m->perm);
-	m->col_all = m->dcol_all = m->perm = NULL;
-	if (!col)
-		return 0;
-	ret = pp_nn_mem_alloc(m->dev, m->capacity * col * sizeof(float), (void **)&m->col_all);
-	if (!ret)
-		ret = pp_nn_mem_alloc(m->dev, m->capacity * col * sizeof(float), (void **)&m->dcol_all);
-	if (!ret)
-		ret = pp_nn_mem_alloc(m->dev, m->capacity * out * sizeof(float), (void **)&m->perm);
+	pp_nn_mem_free(m->dev, m->red);
+	pp_nn_mem_free(m->dev, m->xent_scratch);
+	m->col_all = m->dcol_all = m->perm = m->red = NULL;
+	m->xent_scratch = NULL;
+	ret = pp_nn_mem_alloc(m->dev, pp_xent_scratch_bytes((int)PP_MIN(cap, (size_t)INT32_MAX)),
+			      &m->xent_scratch);
+	if (!ret && red)
+		ret = pp_nn_mem_alloc(m->dev, red * sizeof(float), (void **)&m->red);
+	if (!ret && col)
+		ret = pp_nn_mem_alloc(m->dev, cap * col * sizeof(float), (void **)&m->col_all);
+	if (!ret && col)
+		ret = pp_nn_mem_alloc(m->dev, cap * col * sizeof(float), (void **)&m->dcol_all);
+	if (!ret && col)
+		ret = pp_nn_mem_alloc(m->dev, cap * out * sizeof(float), (void **)&m->perm);
 	return ret;
 }
 
@@ -133,7 +204,8 @@ static int conv_backward(struct pp_model *m, const struct nn_layer *l, float *dx
 	int ret = pp_cuda_to_cbp(dy, m->perm, n, l->out_c, l->out_h * l->out_w, m->stream);
 
 	if (!ret)
-		ret = pp_cuda_sum_cols(m->grads + l->b_off, m->perm, l->out_c, bp, m->stream);
+		ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, l->out_c, l->out_h * l->out_w,
+					   m->red, m->stream);
 	if (!ret)
 		ret = pp_cuda_im2col(x, m->col_all, n, &g, m->stream);
 	if (!ret)
@@ -176,7 +248,7 @@ static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, fl
 		.a = m->params + l->w_off, .lda = ic, .b = dy, .ldb = oc,
 		.c = dx, .ldc = ic, .beta = 0.0f,
 	};
-	int ret = pp_cuda_sum_rows(m->grads + l->b_off, dy, n, oc, m->stream);
+	int ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, oc, 1, m->red, m->stream);
 
 	if (!ret)
 		ret = pp_cuda_sgemm(m->blas, &dw);
@@ -194,9 +266,22 @@ static int forward(struct pp_model *m, const float *x, int n)
 		const struct pp_cuda_geom g = geom_of(l);
 		float *y = m->acts[i];
 
+		if (in_fused_conv(m, i)) {
+			x = y; /* the pool's output, written by the convolution */
+			continue;
+		}
 		switch (l->kind) {
 		case NN_CONV:
-			ret = conv_forward(m, l, y, x, n);
+			if (l->sparse_dout) {
+				const struct pp_cuda_pool_geom pg = pool_geom_of(m, i);
+				const size_t p = pool_of(m, i);
+
+				ret = pp_cuda_conv_pool_forward(x, m->params + l->w_off,
+								m->params + l->b_off, m->acts[p],
+								m->pool_idx[p], n, &pg, m->stream);
+			} else {
+				ret = conv_forward(m, l, y, x, n);
+			}
 			break;
 		case NN_MAXPOOL:
 			ret = pp_cuda_maxpool_forward(y, m->pool_idx[i], x, n, &g, m->stream);
@@ -229,9 +314,22 @@ static int backward(struct pp_model *m, const float *input, int n)
 		float *dx = l->need_din ? m->dacts[i - 1] : NULL;
 		const float *x = i ? m->acts[i - 1] : input;
 
+		if (in_fused_conv(m, i))
+			continue; /* the convolution before them takes their backward */
 		switch (l->kind) {
 		case NN_CONV:
-			ret = conv_backward(m, l, dx, dy, x, n);
+			if (l->sparse_dout) {
+				const struct pp_cuda_pool_geom pg = pool_geom_of(m, i);
+				const size_t p = pool_of(m, i);
+
+				ret = pp_cuda_conv_pool_backward(dx, m->grads + l->w_off,
+								 m->grads + l->b_off, m->dacts[p],
+								 m->pool_idx[p], m->acts[p], x,
+								 m->params + l->w_off, n, &pg, m->red,
+								 m->stream);
+			} else {
+				ret = conv_backward(m, l, dx, dy, x, n);
+			}
 			break;
 		case NN_MAXPOOL:
 			if (dx)
@@ -259,20 +357,39 @@ static int backward(struct pp_model *m, const float *input, int n)
 	return ret < 0 ? ret : keep ? PP_MODEL_GRAD_KEEP : 0;
 }
 
+/* The device's step count from the host's (a new model, a checkpoint's), in stream order. */
+static int cuda_prepare(struct pp_model *m)
+{
+	int ret;
+
+	if (!m->optim_state_stale)
+		return 0;
+	ret = pp_cuda_optim_set(m->optim_state, m->optim.t, m->stream);
+	if (!ret)
+		m->optim_state_stale = false;
+	return ret;
+}
+
+/* The optimizer's update: its step count and factors come from device memory (graphs). */
 static int update(struct pp_model *m)
 {
 	const struct pp_optimizer_config *c = &m->optim.cfg;
-	struct nn_optim *o = &m->optim;
+	const struct pp_cuda_optim_args a = {
+		.adam = c->kind == PP_OPTIM_ADAM, .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2,
+		.eps = c->eps, .weight_decay = c->weight_decay, .momentum = c->momentum,
+		.dampening = c->dampening, .nesterov = c->nesterov,
+	};
 
-	o->t++;
-	if (c->kind == PP_OPTIM_SGD)
-		return pp_cuda_sgd(m->params, m->grads, o->buf1, m->n_params, c->lr, c->weight_decay,
-				   c->momentum, c->dampening, c->nesterov, o->t == 1, m->stream);
-	/* the bias corrections in double on the host, as nn/optim.c */
-	return pp_cuda_adam(m->params, m->grads, o->buf1, o->buf2, m->n_params,
-			    (float)(c->lr / (1.0 - pow(c->beta1, (double)o->t))),
-			    (float)sqrt(1.0 - pow(c->beta2, (double)o->t)), c->beta1, c->beta2, c->eps,
-			    c->weight_decay, m->stream);
+	return pp_cuda_optim_step(m->optim_state, &a, m->params, m->grads, m->optim.buf1,
+				  m->optim.buf2, m->n_params, m->stream);
+}
+
+/* The host's bookkeeping of a step: done in the step, or at each launch of its graph. */
+static void cuda_account(struct pp_model *m, const struct nn_job *job)
+{
+	if (job->train)
+		m->optim.t++;
+	m->metrics.samples += job->batch;
 }
 
 static int cuda_run(struct pp_model *m, struct nn_job *job)
@@ -285,7 +402,9 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 	if (job->batch > INT32_MAX / PP_MAX(last->out_size, m->layers[0].in_size))
 		return pp_error(-EINVAL, "model on %s: a batch of %zu is too large", pp_nn_device_name(m->dev),
 				job->batch);
-	if (job->in_u8) {
+	if (!m->capturing)
+		ret = cuda_prepare(m);
+	if (!ret && job->in_u8) {
 		ret = pp_cuda_u8_to_f32(job->in_u8, m->input, job->batch * m->layers[0].in_size,
 					m->cfg.mean, m->cfg.std, m->stream);
 		x = m->input;
@@ -298,7 +417,7 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		ret = pp_cuda_softmax_xent(m->acts[m->n_layers - 1], job->labels, n, last->out_c,
 					   1.0f / (float)n, job->train ? m->dacts[m->n_layers - 1] : NULL,
 					   &m->acc->loss_sum, &m->acc->correct, &m->acc->bad_label,
-					   m->stream);
+					   m->xent_scratch, m->stream);
 	if (!ret && job->logits)
 		ret = pp_cuda_copy(job->logits, m->acts[m->n_layers - 1],
 				   job->batch * last->out_size * sizeof(float), m->stream);
@@ -306,8 +425,10 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		ret = backward(m, x, n);
 	if (!ret && job->train)
 		ret = update(m);
-	if (ret >= 0)
-		m->metrics.samples += job->batch;
+	if (ret == PP_MODEL_GRAD_KEEP && !m->capturing)
+		m->metrics.samples += job->batch; /* the hook kept the gradient: no step taken */
+	else if (!ret && !m->capturing)
+		cuda_account(m, job);
 	return ret < 0 ? ret : 0;
 }
 
@@ -341,4 +462,6 @@ const struct nn_backend pp_nn_backend_cuda = {
 	.run = cuda_run,
 	.metrics = cuda_metrics,
 	.queued = true,
+	.prepare = cuda_prepare,
+	.account = cuda_account,
 };

@@ -328,6 +328,8 @@ void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float
 /* ------------------------------------------------------------------ models */
 
 struct nn_worker;
+struct nn_graphs;
+struct pp_cuda_optim_state;
 struct nn_chunk;
 struct nn_dw_task;
 
@@ -359,6 +361,12 @@ struct nn_backend {
 	int (*metrics)(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p);
 	/* run() queues its work on the model's stream (cfg.stream) rather than doing it */
 	bool queued;
+	/* Queued backends: makes the device's copy of the host's state current before a
+	 * capture (outside it).  (optional) */
+	int (*prepare)(struct pp_model *m);
+	/* Queued backends: the host's bookkeeping of a step launched as a graph, which
+	 * run() left undone while m->capturing (steps taken, samples).  (optional) */
+	void (*account)(struct pp_model *m, const struct nn_job *job);
 };
 
 extern const struct nn_backend pp_nn_backend_cpu;
@@ -379,6 +387,17 @@ int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count);
 
 /* Activations and per-batch buffers for 'batch' samples (nn/model.c). */
 int pp_nn_model_reserve(struct pp_model *m, size_t batch);
+
+/*
+ * Steps as graphs (nn/graph.c): set up from cfg.graph once the backend is
+ * (0 or -EINVAL: graphs asked for and no stream), freed, all dropped (their
+ * buffers moved, the learning rate changed), and a step run through them:
+ * launched as a graph, captured, or run by the backend op by op.
+ */
+int pp_nn_graph_init(struct pp_model *m);
+void pp_nn_graph_free(struct pp_model *m);
+void pp_nn_graph_drop(struct pp_model *m);
+int pp_nn_graph_run(struct pp_model *m, struct nn_job *job);
 
 struct pp_model {
 	struct pp_device *dev;    /* NULL: host */
@@ -427,13 +446,21 @@ struct pp_model {
 	int pending;               /* workers still running the job */
 	bool quit;                 /* the workers are to exit */
 	struct pp_model_metrics metrics; /* cuda: samples only; the sums are in 'acc' */
+	struct nn_graphs *graphs;  /* the captured steps (nn/graph.c), NULL without graphs */
+	bool capturing;            /* run() is being captured: its work is recorded, not done */
 	/* cuda */
 	void *stream;             /* cudaStream_t of cfg.stream */
 	void *blas;               /* cuBLAS handle on it */
 	float *col_all;           /* (capacity OH OW, C K K) largest conv */
 	float *dcol_all;          /* same */
 	float *perm;              /* (OC, capacity OH OW) largest conv output */
+	float *red;               /* the reductions' partial sums, the largest of a step
+				   * at capacity (pp_red_floats(), nn/cuda/fused.h) */
+	void *xent_scratch;       /* the loss's ticket and block parts for capacity samples
+				   * (pp_xent_scratch_bytes()) */
 	struct nn_cuda_acc *acc;  /* device: running loss, correct count, bad-label flag */
+	struct pp_cuda_optim_state *optim_state; /* device: the optimizer's step count */
+	bool optim_state_stale;   /* optim.t changed on the host (a checkpoint's load) */
 };
 
 /* The running totals of a cuda model, in device memory. */

@@ -4,7 +4,8 @@
  * events complete only after the work before them, streams wait for one
  * another's events, pageable copies block the host and pinned ones do not,
  * wrong pointers are refused, and closing a device with work in flight
- * waits for it and frees everything.
+ * waits for it and frees everything; graphs capture work without running
+ * it and replay it whole, as one call.
  */
 #include "config.h"
 
@@ -524,6 +525,143 @@ START_TEST(test_free_waits_for_copies)
 }
 END_TEST
 
+/*
+ * Fails if a graph runs its work while being captured, loses, reorders or
+ * freezes it, or costs more than one call a launch: eight host functions
+ * and eight copies are captured, nothing may have run at the end of the
+ * capture; each launch then runs them all, in order, reading the host
+ * memory as it is at the launch (a graph keeps pointers, not bytes).
+ */
+START_TEST(test_graph_replays)
+{
+	enum { CHUNK = 16 * 1024, N = 8, SIZE = CHUNK * N };
+	struct pp_device *dev = open_device(_i);
+	struct log_entry entries[N];
+	struct order_log log = { .n = 0 };
+	struct pp_device_stats st0, st1;
+	struct pp_stream *s;
+	struct pp_graph *g = NULL;
+	uint8_t *src, *back;
+	void *d;
+
+	pthread_mutex_init(&log.mu, NULL);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&src, NULL), 0);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&back, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	memset(back, 0, SIZE);
+
+	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	for (int i = 0; i < N; i++) {
+		entries[i] = (struct log_entry){ &log, i, 0 };
+		ck_assert_int_eq(pp_stream_launch_host(s, log_append, &entries[i]), 0);
+		ck_assert_int_eq(pp_memcpy_async((uint8_t *)d + (size_t)i * CHUNK,
+						 src + (size_t)i * CHUNK, CHUNK, PP_COPY_H2D, s), 0);
+	}
+	ck_assert_int_eq(pp_memcpy_async(back, d, SIZE, PP_COPY_D2H, s), 0);
+	ck_assert_int_eq(pp_stream_end_capture(s, &g), 0);
+	ck_assert_uint_eq(pp_graph_calls(g), 2 * N + 1);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	ck_assert_int_eq(log.n, 0);
+	for (size_t i = 0; i < SIZE; i++)
+		ck_assert_uint_eq(back[i], 0);
+
+	for (int round = 1; round <= 3; round++) {
+		pp_test_fill_random(src, SIZE, (unsigned)round);
+		ck_assert_int_eq(pp_device_get_stats(dev, &st0), 0);
+		ck_assert_int_eq(pp_graph_launch(g, s), 0);
+		ck_assert_int_eq(pp_device_get_stats(dev, &st1), 0);
+		ck_assert_uint_eq(st1.calls - st0.calls, 1);
+		ck_assert_uint_eq(st1.graph_launches - st0.graph_launches, 1);
+		ck_assert_uint_eq(st1.copies - st0.copies, N + 1);
+		ck_assert_uint_eq(st1.bytes_h2d - st0.bytes_h2d, SIZE);
+		ck_assert_int_eq(pp_stream_synchronize(s), 0);
+		ck_assert(memcmp(back, src, SIZE) == 0);
+		ck_assert_int_eq(log.n, round * N);
+		for (int i = 0; i < log.n; i++)
+			ck_assert_int_eq(log.v[i], i % N);
+	}
+
+	pp_graph_destroy(g);
+	pp_graph_destroy(NULL);
+	pthread_mutex_destroy(&log.mu);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if a capture takes a call it cannot replay, or a misuse is let
+ * through: a second begin, a synchronization or an event on a capturing
+ * stream (which spoils the capture: its end reports the first error and
+ * makes no graph), an end without a begin, a launch on a capturing stream
+ * or on another device's stream, a copy from pageable memory.
+ */
+START_TEST(test_graph_misuse_refused)
+{
+	struct pp_device *dev = open_device(_i), *other = open_device(_i);
+	struct pp_stream *s, *s_other;
+	struct pp_event *e;
+	struct pp_graph *g = NULL, *g2 = NULL;
+	uint8_t *pageable;
+	void *d;
+
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_stream_create(other, &s_other), 0);
+	ck_assert_int_eq(pp_event_create(dev, &e), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 4096, &d), 0);
+	ck_assert_int_eq(pp_host_alloc(dev, 4096, false, (void **)&pageable, NULL), 0);
+
+	ck_assert_int_eq(pp_stream_end_capture(s, &g), -EINVAL);
+	ck_assert_int_eq(pp_stream_begin_capture(NULL), -EINVAL);
+	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(pp_stream_begin_capture(s), -EBUSY);
+	ck_assert_int_eq(pp_stream_synchronize(s), -EBUSY);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "capturing"));
+	ck_assert_int_eq(pp_stream_end_capture(s, &g), -EBUSY);
+	ck_assert_ptr_null(g);
+
+	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(pp_event_record(e, s), -ENOTSUP);
+	ck_assert_int_eq(pp_stream_wait_event(s, e), -ENOTSUP);
+	ck_assert_int_eq(pp_graph_launch(g2, s), -EINVAL);
+	ck_assert_int_eq(pp_stream_end_capture(s, &g), -ENOTSUP);
+	ck_assert_ptr_null(g);
+
+	if (!pp_device_get_props(dev)->host_is_device) {
+		ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+		ck_assert_int_eq(pp_memcpy_async(d, pageable, 4096, PP_COPY_H2D, s), -ENOTSUP);
+		ck_assert_int_eq(pp_stream_end_capture(s, &g), -ENOTSUP);
+	}
+
+	/* A good capture still works after the spoiled ones. */
+	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, (uint8_t *)d + 2048, 2048, PP_COPY_D2D, s), 0);
+	ck_assert_int_eq(pp_stream_begin_capture(s_other), 0);
+	ck_assert_int_eq(pp_stream_end_capture(s_other, &g2), 0);
+	ck_assert_uint_eq(pp_graph_calls(g2), 0);
+	pp_graph_destroy(g2);
+	ck_assert_int_eq(pp_stream_end_capture(s, &g), 0);
+	ck_assert_int_eq(pp_graph_launch(g, s_other), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "captured on device"));
+	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(pp_graph_launch(g, s), -EBUSY);
+	ck_assert_int_eq(pp_stream_end_capture(s, &g2), 0);
+	pp_graph_destroy(g2);
+	ck_assert_int_eq(pp_graph_launch(g, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	pp_graph_destroy(g);
+
+	/* A stream destroyed while capturing lets its capture go. */
+	ck_assert_int_eq(pp_stream_begin_capture(s_other), 0);
+	pp_stream_destroy(s_other);
+
+	pp_host_free(dev, pageable);
+	pp_event_destroy(e);
+	pp_device_close(other);
+	pp_device_close(dev);
+}
+END_TEST
+
 void pp_device_cases_add(Suite *s, const char *tcase_name, const char *const *names, int n)
 {
 	TCase *tc = tcase_create(tcase_name);
@@ -539,5 +677,7 @@ void pp_device_cases_add(Suite *s, const char *tcase_name, const char *const *na
 	tcase_add_loop_test(tc, test_close_with_work_in_flight, 0, n);
 	tcase_add_loop_test(tc, test_event_elapsed, 0, n);
 	tcase_add_loop_test(tc, test_free_waits_for_copies, 0, n);
+	tcase_add_loop_test(tc, test_graph_replays, 0, n);
+	tcase_add_loop_test(tc, test_graph_misuse_refused, 0, n);
 	suite_add_tcase(s, tc);
 }

@@ -242,6 +242,81 @@ static void count_run(void *arg)
 	(*(int *)arg)++;
 }
 
+static void count_up(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/*
+ * Fails if the cpu device runs a captured call at once (it has no queue:
+ * outside a capture host functions and copies run in the call), if a
+ * launch does not run the calls in the caller, or if a capture that
+ * fails (the "graph" fault site, as a CUDA capture that is invalidated)
+ * still gives a graph.  The sim's call cost is paid once a launch.
+ */
+START_TEST(test_graph_cpu_and_faults)
+{
+	struct pp_device *dev = open_ok("cpu");
+	struct pp_device_stats st0, st1;
+	struct pp_fault_plan plan;
+	struct pp_stream *s;
+	struct pp_graph *g = NULL;
+	uint8_t src[64], *dst;
+	int count = 0;
+
+	memset(src, 7, sizeof(src));
+	ck_assert_int_eq(pp_device_alloc(dev, sizeof(src), (void **)&dst), 0);
+	memset(dst, 0, sizeof(src));
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(pp_stream_launch_host(s, count_up, &count), 0);
+	ck_assert_int_eq(pp_memcpy_async(dst, src, sizeof(src), PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_stream_spin(s, 1000), 0);
+	ck_assert_int_eq(count, 0);
+	ck_assert_uint_eq(dst[0], 0);
+	ck_assert_int_eq(pp_stream_end_capture(s, &g), 0);
+	ck_assert_uint_eq(pp_graph_calls(g), 3);
+	ck_assert_int_eq(pp_graph_launch(g, s), 0);
+	ck_assert_int_eq(count, 1);
+	ck_assert_uint_eq(dst[63], 7);
+	ck_assert_int_eq(pp_graph_launch(g, s), 0);
+	ck_assert_int_eq(count, 2);
+	pp_graph_destroy(g);
+	g = NULL;
+
+	ck_assert_int_eq(pp_fault_init(&plan), 0);
+	pp_fault_arm(&plan, PP_FAULT_GRAPH, -EIO, 0, 1);
+	pp_fault_set(&plan);
+	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(pp_stream_launch_host(s, count_up, &count), 0);
+	ck_assert_int_eq(pp_stream_end_capture(s, &g), -EIO);
+	ck_assert_ptr_null(g);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "capture failed"));
+	ck_assert_int_eq(count, 2);
+	pp_fault_set(NULL);
+	pp_fault_fini(&plan);
+	pp_stream_destroy(s);
+	pp_device_free(dev, dst);
+	pp_device_close(dev);
+
+	/* sim with a call cost: a launch of ten host functions is one call */
+	dev = open_ok("sim:call_us=50");
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(pp_stream_launch_host(s, count_up, &count), 0);
+	ck_assert_int_eq(pp_stream_end_capture(s, &g), 0);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st0), 0);
+	ck_assert_int_eq(pp_graph_launch(g, s), 0);
+	ck_assert_int_eq(pp_device_get_stats(dev, &st1), 0);
+	ck_assert_uint_eq(st1.calls - st0.calls, 1);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	ck_assert_int_eq(count, 12);
+	pp_graph_destroy(g);
+	pp_device_close(dev);
+}
+END_TEST
+
 /*
  * Fails if the cpu backend copies lazily or out of order: with no queue,
  * a copy is done when the call returns, events are complete at once, and
@@ -817,6 +892,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_mixed_devices_refused);
 	tcase_add_test(tc, test_event_no_timing);
 	tcase_add_test(tc, test_query_reports_failure);
+	tcase_add_test(tc, test_graph_cpu_and_faults);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("timing");

@@ -4,7 +4,9 @@
  * overlapping and plain max-pools, ReLU, flatten, Linear, the loss, the
  * u8 normalisation, SGD and Adam; the last specs are single layers)
  * forward, backward and in whole training steps, compared with a
- * tolerance on cuda:0.  CUDA does not survive
+ * tolerance on cuda:0; and the kernels of nn/cuda/fused.cu one by one
+ * (conv + ReLU + max-pool forward and backward, the sums, the loss)
+ * against the CPU layers, each run twice for the same bits.  CUDA does not survive
  * fork(), so this program runs its tests without forking, and it has its
  * own main: with no usable GPU it says why and exits 77 (SKIP).
  */
@@ -17,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/cuda/fused.h"
+#include "nn/cuda/kernels.h"
+#include "nn/nn_internal.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
 #include "tests/testutil.h"
@@ -31,6 +36,8 @@ static const struct {
 	{ "cnn", 1, 28, 28 },
 	{ "mlp", 1, 28, 28 },
 	{ "conv:5:1,relu,maxpool:2,fc:10", 3, 8, 8 },
+	/* fused without a ReLU (pool stride 3 > window), then with stride 2 and padding */
+	{ "conv:4:3:1:1,maxpool:2:3,conv:3:3:2:1,relu,maxpool:2,flatten,fc:10", 2, 11, 11 },
 	/* single layers, to tell a faulty op from the others */
 	{ "fc:10", 1, 4, 4 },
 	{ "conv:10:3", 2, 3, 3 },
@@ -179,6 +186,80 @@ START_TEST(test_train_steps_match_cpu)
 }
 END_TEST
 
+/*
+ * Runs steps of 24, 7 (the first samples: a partial batch, after the
+ * scratch was reserved for 24) and 24 samples on the GPU model of pair
+ * ci, and on the CPU model too when cpu_p is not NULL; returns the GPU's
+ * parameters (malloc'd) and its loss sum.
+ */
+static float *run_mixed_steps(size_t ci, float **cpu_p, double *loss_p)
+{
+	const size_t shape[4] = { 7, cases[ci].c, cases[ci].h, cases[ci].w };
+	struct pp_tensor *part_cpu, *part_gpu;
+	struct pp_model_metrics mg;
+	struct pair p;
+	float *pg;
+
+	pair_open(&p, ci, PP_OPTIM_ADAM);
+	ck_assert_int_eq(pp_tensor_wrap(NULL, pp_tensor_data(p.x_cpu), PP_DTYPE_U8, 4, shape,
+					&part_cpu), 0);
+	ck_assert_int_eq(pp_tensor_wrap(p.gpu, pp_tensor_data(p.x_gpu), PP_DTYPE_U8, 4, shape,
+					&part_gpu), 0);
+	for (int s = 0; s < 3; s++) {
+		ck_assert_int_eq(pp_model_train_step(p.gpu_model, s == 1 ? part_gpu : p.x_gpu,
+						     p.labels_gpu), 0);
+		if (cpu_p)
+			ck_assert_int_eq(pp_model_train_step(p.cpu_model, s == 1 ? part_cpu : p.x_cpu,
+							     p.labels), 0);
+	}
+	ck_assert_int_eq(pp_model_metrics(p.gpu_model, true, &mg), 0);
+	*loss_p = mg.loss_sum;
+	pg = malloc(p.n * sizeof(float));
+	ck_assert_ptr_nonnull(pg);
+	ck_assert_int_eq(pp_model_params_read(p.gpu_model, pg, p.n), 0);
+	if (cpu_p) {
+		*cpu_p = malloc(p.n * sizeof(float));
+		ck_assert_ptr_nonnull(*cpu_p);
+		ck_assert_int_eq(pp_model_params_read(p.cpu_model, *cpu_p, p.n), 0);
+	}
+	pp_tensor_destroy(part_cpu);
+	pp_tensor_destroy(part_gpu);
+	pair_close(&p);
+	return pg;
+}
+
+/*
+ * Fails if two runs of the same steps on the GPU (full, partial, full
+ * batches) end with other bits in the parameters or the loss sum (a
+ * reduction whose order depends on timing: float atomics), or if they
+ * leave the CPU's parameters by more than 1e-3 (a partial batch reading
+ * past its samples in the scratch reserved for the full one).
+ */
+START_TEST(test_steps_deterministic)
+{
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		float *pc, *p1, *p2;
+		double l1, l2;
+		size_t n;
+		struct pair p;
+
+		pair_open(&p, ci, PP_OPTIM_ADAM);
+		n = p.n;
+		pair_close(&p);
+		p1 = run_mixed_steps(ci, &pc, &l1);
+		p2 = run_mixed_steps(ci, NULL, &l2);
+		ck_assert_msg(memcmp(p1, p2, n * sizeof(float)) == 0, "%s: two runs differ", cases[ci].spec);
+		ck_assert_msg(memcmp(&l1, &l2, sizeof(l1)) == 0, "%s: loss sums %.17g and %.17g",
+			      cases[ci].spec, l1, l2);
+		ck_assert_msg(max_rel_diff(p1, pc, n) < 1e-3, "%s: parameters differ from the CPU's by %g",
+			      cases[ci].spec, max_rel_diff(p1, pc, n));
+		free(pc);
+		free(p1);
+		free(p2);
+	}
+}
+END_TEST
+
 /* Fails if a label out of range on the GPU is not reported, or inputs from the host are accepted. */
 START_TEST(test_bad_label_and_device)
 {
@@ -197,6 +278,385 @@ START_TEST(test_bad_label_and_device)
 }
 END_TEST
 
+/*
+ * Fails if a step launched as a CUDA graph differs from the same step
+ * launched kernel by kernel (beyond 1e-6 relative: the same kernels on the
+ * same data), if a capture fails on a real GPU (the fallback must stay
+ * empty: every call of a step must be capturable), if the optimizer's
+ * step count frozen in a graph is used (Adam's bias correction would then
+ * stay that of step 2), or if a new learning rate does not reach a
+ * captured step.  Two input buffers in turn, as the transfer stage's slots.
+ */
+START_TEST(test_graph_matches_eager)
+{
+	struct pair p;
+	struct pp_model *graphed;
+	struct pp_model_config cfg;
+	struct pp_model_graph_stats gs;
+	struct pp_tensor *x2;
+	float *pe, *pg;
+	const size_t shape[4] = { BATCH, 1, 28, 28 };
+
+	pair_open(&p, 1, PP_OPTIM_ADAM);
+	pp_model_config_init(&cfg);
+	cfg.seed = 11;
+	cfg.optim.lr = 0.01f;
+	cfg.optim.eps = 1e-3f;
+	cfg.optim.weight_decay = 0.001f;
+	cfg.stream = p.stream;
+	cfg.graph = PP_MODEL_GRAPH_OFF;
+	pp_model_destroy(p.gpu_model);
+	ck_assert_int_eq(pp_model_create("cnn", p.gpu, &cfg, &p.gpu_model), 0);
+	cfg.graph = PP_MODEL_GRAPH_ON;
+	ck_assert_int_eq(pp_model_create("cnn", p.gpu, &cfg, &graphed), 0);
+	ck_assert_int_eq(pp_tensor_create(p.gpu, PP_DTYPE_U8, 4, shape, &x2), 0);
+	ck_assert_int_eq(pp_tensor_copy(x2, p.x_cpu), 0);
+	for (int s = 0; s < 10; s++) {
+		struct pp_tensor *x = s % 2 ? x2 : p.x_gpu;
+
+		if (s == 6) {
+			ck_assert_int_eq(pp_model_set_lr(p.gpu_model, 0.002f), 0);
+			ck_assert_int_eq(pp_model_set_lr(graphed, 0.002f), 0);
+		}
+		ck_assert_int_eq(pp_model_train_step(p.gpu_model, x, p.labels_gpu), 0);
+		ck_assert_int_eq(pp_model_train_step(graphed, x, p.labels_gpu), 0);
+	}
+	pe = malloc(p.n * sizeof(float));
+	pg = malloc(p.n * sizeof(float));
+	ck_assert(pe && pg);
+	ck_assert_int_eq(pp_model_params_read(p.gpu_model, pe, p.n), 0);
+	ck_assert_int_eq(pp_model_params_read(graphed, pg, p.n), 0);
+	ck_assert_msg(max_rel_diff(pg, pe, p.n) < 1e-6, "graphed and eager differ by %g",
+		      max_rel_diff(pg, pe, p.n));
+	ck_assert_uint_eq(pp_model_steps(graphed), 10);
+	pp_model_get_graph_stats(graphed, &gs);
+	ck_assert_msg(gs.fallback[0] == '\0', "%s", gs.fallback);
+	ck_assert(gs.enabled);
+	ck_assert_uint_eq(gs.captures, 4);
+	ck_assert_uint_eq(gs.launches, 6);
+	free(pe);
+	free(pg);
+	pp_tensor_destroy(x2);
+	pp_model_destroy(graphed);
+	pair_close(&p);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ the kernels one by one */
+
+/* Device memory holding a copy of host (bytes; zeros where host is NULL), on g's stream. */
+static void *dev_put(struct pp_device *gpu, struct pp_stream *st, const void *host, size_t bytes)
+{
+	void *d;
+
+	ck_assert_int_eq(pp_device_alloc(gpu, bytes, &d), 0);
+	if (host)
+		ck_assert_int_eq(pp_memcpy_async(d, host, bytes, PP_COPY_H2D, st), 0);
+	else
+		ck_assert_int_eq(pp_cuda_zero(d, bytes, pp_nn_cuda_stream(st)), 0);
+	ck_assert_int_eq(pp_stream_synchronize(st), 0);
+	return d;
+}
+
+static void dev_get(void *host, const void *d, size_t bytes, struct pp_stream *st)
+{
+	ck_assert_int_eq(pp_memcpy_async(host, d, bytes, PP_COPY_D2H, st), 0);
+	ck_assert_int_eq(pp_stream_synchronize(st), 0);
+}
+
+static float *host_floats(size_t n, uint64_t seed)
+{
+	float *p = malloc((n + 1) * sizeof(float));
+	uint64_t x = seed;
+
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < n; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		p[i] = (float)(x >> 40) / 16777216.0f * 2.0f - 1.0f;
+	}
+	return p;
+}
+
+static void expect_close(const char *what, const char *where, const float *want, const float *got,
+			 size_t n, float tol)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(fabsf(want[i] - got[i]) <= tol * (1.0f + fabsf(want[i])),
+			      "%s: %s[%zu]: %g, expected %g", where, what, i, (double)got[i],
+			      (double)want[i]);
+}
+
+/*
+ * Fails if the fused kernels on the GPU differ from the CPU's convolution,
+ * ReLU and pool forward (the pooled output by more than 1e-5, a window's
+ * maximum taken at a position whose value is not the maximum) or its
+ * pooled backward (input, weight and bias gradients by more than 1e-4),
+ * or if a second backward gives other bits than the first: the CNN's two
+ * convolutions at batch 100 (a reduction of many parts) and an odd case
+ * with padding, stride 2, a pool with gaps and no ReLU, batch 1.
+ */
+START_TEST(test_fused_kernels_match_cpu)
+{
+	static const int shapes[][11] = {
+		/* n, c, h, w, oc, k, stride, pad, pk, ps, relu */
+		{ 100, 1, 28, 28, 6, 5, 1, 0, 2, 2, 1 },
+		{ 100, 6, 12, 12, 12, 5, 1, 0, 2, 2, 1 },
+		{ 1, 3, 11, 10, 5, 3, 2, 1, 2, 3, 0 },
+	};
+	struct pp_device *gpu;
+	struct pp_stream *st;
+
+	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
+	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
+	for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++) {
+		const int *sh = shapes[c];
+		const int n = sh[0];
+		struct nn_layer l = { .kind = NN_CONV, .in_c = sh[1], .in_h = sh[2], .in_w = sh[3],
+				      .out_c = sh[4], .k = sh[5], .stride = sh[6], .pad = sh[7],
+				      .sparse_dout = true };
+		struct nn_layer pool = { .kind = NN_MAXPOOL, .in_c = sh[4], .out_c = sh[4], .k = sh[8],
+					 .stride = sh[9] };
+		struct pp_cuda_pool_geom g;
+		size_t ins, outs, convs, jn, red;
+		float *x, *w, *b, *conv, *pooled, *col, *dcol, *dpool, *din, *dw, *db;
+		float *out_g, *din_g, *dw_g, *db_g, *dw_g2, *db_g2;
+		int32_t *idx, *idx_g;
+		void *dx, *dwt, *dbt, *dout, *didx, *ddp, *ddin, *ddw, *ddb, *dred;
+
+		l.out_h = (l.in_h + 2 * l.pad - l.k) / l.stride + 1;
+		l.out_w = (l.in_w + 2 * l.pad - l.k) / l.stride + 1;
+		l.in_size = (size_t)l.in_c * l.in_h * l.in_w;
+		l.out_size = (size_t)l.out_c * l.out_h * l.out_w;
+		l.n_w = (size_t)l.out_c * l.in_c * l.k * l.k;
+		l.n_b = (size_t)l.out_c;
+		pool.in_h = l.out_h;
+		pool.in_w = l.out_w;
+		pool.out_h = (l.out_h - pool.k) / pool.stride + 1;
+		pool.out_w = (l.out_w - pool.k) / pool.stride + 1;
+		pool.in_size = l.out_size;
+		pool.out_size = (size_t)pool.out_c * pool.out_h * pool.out_w;
+		g = (struct pp_cuda_pool_geom){
+			.conv = { .c = l.in_c, .h = l.in_h, .w = l.in_w, .oc = l.out_c, .oh = l.out_h,
+				  .ow = l.out_w, .k = l.k, .stride = l.stride, .pad = l.pad },
+			.pk = pool.k, .ps = pool.stride, .ph = pool.out_h, .pw = pool.out_w,
+			.relu = sh[10] != 0,
+		};
+		ins = (size_t)n * l.in_size;
+		outs = (size_t)n * pool.out_size;
+		convs = (size_t)n * l.out_size;
+		jn = (size_t)pp_fused_param_count(&g);
+		red = pp_red_floats((int)jn, (size_t)n * g.ph * g.pw);
+		x = host_floats(ins, 1 + c);
+		w = host_floats(l.n_w, 2 + c);
+		b = host_floats(l.n_b, 3 + c);
+		dpool = host_floats(outs, 4 + c);
+		conv = calloc(convs + 1, sizeof(float));
+		pooled = calloc(outs + 1, sizeof(float));
+		idx = calloc(outs + 1, sizeof(int32_t));
+		idx_g = calloc(outs + 1, sizeof(int32_t));
+		col = calloc((size_t)n * l.out_h * l.out_w * l.in_c * l.k * l.k + 1, sizeof(float));
+		dcol = calloc(pp_nn_conv2d_backward_pooled_scratch(&l, &pool) + 1, sizeof(float));
+		din = calloc(ins + 1, sizeof(float));
+		dw = calloc(l.n_w + 1, sizeof(float));
+		db = calloc(l.n_b + 1, sizeof(float));
+		out_g = calloc(outs + 1, sizeof(float));
+		din_g = calloc(ins + 1, sizeof(float));
+		dw_g = calloc(l.n_w + 1, sizeof(float));
+		db_g = calloc(l.n_b + 1, sizeof(float));
+		dw_g2 = calloc(l.n_w + 1, sizeof(float));
+		db_g2 = calloc(l.n_b + 1, sizeof(float));
+		ck_assert(conv && pooled && idx && idx_g && col && dcol && din && dw && db && out_g &&
+			  din_g && dw_g && db_g && dw_g2 && db_g2);
+		for (size_t i = 0; i < outs; i += 7)
+			dpool[i] = 0.0f;
+
+		/* the CPU */
+		pp_nn_conv2d_forward(&l, conv, x, w, b, col, n);
+		if (g.relu)
+			pp_nn_maxpool_relu_forward(&pool, pooled, idx, conv, n);
+		else
+			pp_nn_maxpool_forward(&pool, pooled, idx, conv, n);
+		pp_nn_conv2d_backward_pooled(&l, &pool, din, dw, db, dpool, idx, g.relu ? conv : NULL, w,
+					     col, dcol, n);
+
+		/* the GPU's forward */
+		dx = dev_put(gpu, st, x, ins * sizeof(float));
+		dwt = dev_put(gpu, st, w, l.n_w * sizeof(float));
+		dbt = dev_put(gpu, st, b, l.n_b * sizeof(float));
+		dout = dev_put(gpu, st, NULL, outs * sizeof(float));
+		didx = dev_put(gpu, st, NULL, outs * sizeof(int32_t));
+		ck_assert_int_eq(pp_cuda_conv_pool_forward(dx, dwt, dbt, dout, didx, n, &g,
+							   pp_nn_cuda_stream(st)), 0);
+		dev_get(out_g, dout, outs * sizeof(float), st);
+		dev_get(idx_g, didx, outs * sizeof(int32_t), st);
+		expect_close("pooled output", "forward", pooled, out_g, outs, 1e-5f);
+		for (size_t i = 0; i < outs; i++) {
+			const float *cs = conv + i / pool.out_size * l.out_size;
+
+			ck_assert_msg(idx_g[i] >= 0 && (size_t)idx_g[i] < l.out_size &&
+					      fabsf(cs[idx_g[i]] - cs[idx[i]]) <= 1e-5f * (1.0f + fabsf(cs[idx[i]])),
+				      "case %zu: output %zu: the GPU picked %d, the CPU %d", c, i, idx_g[i], idx[i]);
+		}
+
+		/* the GPU's backward, from the CPU's pool (indices and output), twice */
+		ddp = dev_put(gpu, st, dpool, outs * sizeof(float));
+		ddin = dev_put(gpu, st, NULL, ins * sizeof(float));
+		ck_assert_int_eq(pp_memcpy_async(didx, idx, outs * sizeof(int32_t), PP_COPY_H2D, st), 0);
+		ck_assert_int_eq(pp_memcpy_async(dout, pooled, outs * sizeof(float), PP_COPY_H2D, st), 0);
+		for (int run = 0; run < 2; run++) {
+			ddw = dev_put(gpu, st, NULL, l.n_w * sizeof(float));
+			ddb = dev_put(gpu, st, NULL, l.n_b * sizeof(float));
+			dred = dev_put(gpu, st, NULL, red * sizeof(float));
+			ck_assert_int_eq(pp_cuda_conv_pool_backward(ddin, ddw, ddb, ddp, didx, dout, dx, dwt,
+								    n, &g, dred, pp_nn_cuda_stream(st)), 0);
+			dev_get(run ? dw_g2 : dw_g, ddw, l.n_w * sizeof(float), st);
+			dev_get(run ? db_g2 : db_g, ddb, l.n_b * sizeof(float), st);
+			pp_device_free(gpu, ddw);
+			pp_device_free(gpu, ddb);
+			pp_device_free(gpu, dred);
+		}
+		dev_get(din_g, ddin, ins * sizeof(float), st);
+		expect_close("input gradient", "backward", din, din_g, ins, 1e-4f);
+		expect_close("weight gradient", "backward", dw, dw_g, l.n_w, 1e-4f);
+		expect_close("bias gradient", "backward", db, db_g, l.n_b, 1e-4f);
+		ck_assert_mem_eq(dw_g, dw_g2, l.n_w * sizeof(float));
+		ck_assert_mem_eq(db_g, db_g2, l.n_b * sizeof(float));
+
+		pp_device_free(gpu, dx);
+		pp_device_free(gpu, dwt);
+		pp_device_free(gpu, dbt);
+		pp_device_free(gpu, dout);
+		pp_device_free(gpu, didx);
+		pp_device_free(gpu, ddp);
+		pp_device_free(gpu, ddin);
+		free(x);
+		free(w);
+		free(b);
+		free(dpool);
+		free(conv);
+		free(pooled);
+		free(idx);
+		free(idx_g);
+		free(col);
+		free(dcol);
+		free(din);
+		free(dw);
+		free(db);
+		free(out_g);
+		free(din_g);
+		free(dw_g);
+		free(db_g);
+		free(dw_g2);
+		free(db_g2);
+	}
+	pp_stream_destroy(st);
+	pp_device_close(gpu);
+}
+END_TEST
+
+/*
+ * Fails if the GPU's sums of d (S, J, P) differ from sums in double by
+ * more than 1e-5 of the sum of magnitudes, or two runs give other bits;
+ * or if the GPU's softmax cross-entropy (1, 257 and 70000 samples: one
+ * block, two, more blocks than lanes) gives another loss sum, correct
+ * count or gradient than the CPU's, or another loss sum in a second run.
+ */
+START_TEST(test_sums_and_loss_match_cpu)
+{
+	static const int sums[][3] = { { 1, 1, 1 }, { 100, 120, 1 }, { 1000, 6, 576 }, { 3, 2000, 5 } };
+	static const int xents[][2] = { { 1, 10 }, { 257, 10 }, { 70000, 10 } };
+	struct pp_device *gpu;
+	struct pp_stream *st;
+
+	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
+	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
+	for (size_t c = 0; c < sizeof(sums) / sizeof(sums[0]); c++) {
+		const int s = sums[c][0], jn = sums[c][1], p = sums[c][2];
+		const size_t n = (size_t)s * jn * p;
+		float *d = host_floats(n, 10 + c), *got[2];
+		double *want = calloc((size_t)jn, sizeof(double)), *mag = calloc((size_t)jn, sizeof(double));
+		void *dd = dev_put(gpu, st, d, n * sizeof(float));
+		void *red = dev_put(gpu, st, NULL, pp_red_floats(jn, (size_t)s * p) * sizeof(float));
+
+		ck_assert(want && mag);
+		for (size_t i = 0; i < n; i++) {
+			want[i / p % jn] += d[i];
+			mag[i / p % jn] += fabs((double)d[i]);
+		}
+		for (int run = 0; run < 2; run++) {
+			void *out = dev_put(gpu, st, NULL, (size_t)jn * sizeof(float));
+
+			got[run] = calloc((size_t)jn, sizeof(float));
+			ck_assert_ptr_nonnull(got[run]);
+			ck_assert_int_eq(pp_cuda_sum_channels(out, dd, s, jn, p, red, pp_nn_cuda_stream(st)), 0);
+			dev_get(got[run], out, (size_t)jn * sizeof(float), st);
+			pp_device_free(gpu, out);
+		}
+		for (int j = 0; j < jn; j++)
+			ck_assert_msg(fabs(got[0][j] - want[j]) <= 1e-5 * (1.0 + mag[j]),
+				      "sum case %zu: output %d: %g, expected %g", c, j, (double)got[0][j], want[j]);
+		ck_assert_mem_eq(got[0], got[1], (size_t)jn * sizeof(float));
+		pp_device_free(gpu, dd);
+		pp_device_free(gpu, red);
+		free(d);
+		free(got[0]);
+		free(got[1]);
+		free(want);
+		free(mag);
+	}
+	for (size_t c = 0; c < sizeof(xents) / sizeof(xents[0]); c++) {
+		const int n = xents[c][0], k = xents[c][1];
+		float *z = host_floats((size_t)n * k, 20 + c), *d1 = calloc((size_t)n * k, sizeof(float));
+		float *d2 = calloc((size_t)n * k, sizeof(float));
+		double *losses = calloc((size_t)n, sizeof(double)), want = 0.0;
+		int32_t *labels = malloc((size_t)n * sizeof(int32_t));
+		struct nn_cuda_acc acc[2];
+		uint64_t right = 0;
+		void *dz, *dl, *dd, *dacc, *scratch;
+
+		ck_assert(d1 && d2 && losses && labels);
+		for (int i = 0; i < n; i++)
+			labels[i] = (i * 7 + 3) % k;
+		ck_assert_int_eq(pp_nn_softmax_xent(z, labels, n, k, 1.0f / (float)n, d1, losses, &right), 0);
+		for (int i = 0; i < n; i++)
+			want += losses[i];
+		dz = dev_put(gpu, st, z, (size_t)n * k * sizeof(float));
+		dl = dev_put(gpu, st, labels, (size_t)n * sizeof(int32_t));
+		dd = dev_put(gpu, st, NULL, (size_t)n * k * sizeof(float));
+		scratch = dev_put(gpu, st, NULL, pp_xent_scratch_bytes(n));
+		for (int run = 0; run < 2; run++) {
+			struct nn_cuda_acc *a;
+
+			dacc = dev_put(gpu, st, NULL, sizeof(*a));
+			a = dacc;
+			ck_assert_int_eq(pp_cuda_softmax_xent(dz, dl, n, k, 1.0f / (float)n, dd, &a->loss_sum,
+							      &a->correct, &a->bad_label, scratch,
+							      pp_nn_cuda_stream(st)), 0);
+			dev_get(&acc[run], dacc, sizeof(acc[run]), st);
+			pp_device_free(gpu, dacc);
+		}
+		dev_get(d2, dd, (size_t)n * k * sizeof(float), st);
+		ck_assert_msg(fabs(acc[0].loss_sum - want) <= 1e-9 * (1.0 + fabs(want)),
+			      "loss case %zu: %.17g, expected %.17g", c, acc[0].loss_sum, want);
+		ck_assert_uint_eq(acc[0].correct, right);
+		ck_assert_int_eq(acc[0].bad_label, 0);
+		ck_assert_mem_eq(&acc[0].loss_sum, &acc[1].loss_sum, sizeof(double));
+		expect_close("gradient", "loss", d1, d2, (size_t)n * k, 1e-6f);
+		pp_device_free(gpu, dz);
+		pp_device_free(gpu, dl);
+		pp_device_free(gpu, dd);
+		pp_device_free(gpu, scratch);
+		free(z);
+		free(d1);
+		free(d2);
+		free(losses);
+		free(labels);
+	}
+	pp_stream_destroy(st);
+	pp_device_close(gpu);
+}
+END_TEST
+
 int main(void)
 {
 	const char *const *gpu_names;
@@ -209,6 +669,10 @@ int main(void)
 	tcase_add_test(tc, test_forward_matches_cpu);
 	tcase_add_test(tc, test_train_steps_match_cpu);
 	tcase_add_test(tc, test_bad_label_and_device);
+	tcase_add_test(tc, test_graph_matches_eager);
+	tcase_add_test(tc, test_steps_deterministic);
+	tcase_add_test(tc, test_fused_kernels_match_cpu);
+	tcase_add_test(tc, test_sums_and_loss_match_cpu);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
 	return pp_test_run_nofork(s);

@@ -18,6 +18,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "pinpipe/dataset.h"
 #include "nn/nn_internal.h"
@@ -312,7 +313,8 @@ static int halve_grads(void *arg, float *grads, size_t offset, size_t count, str
  * Fails if the gradient hook is not called once a step for the whole
  * gradient before the update (SGD at lr 0.1 with the gradient halved must
  * equal SGD at 0.05 bit for bit, and the gradient read back is the halved
- * one), if a hook that keeps the gradient lets the step update, or if a
+ * one), if a model with a hook takes graphs (a replay would skip the
+ * hook), if a hook that keeps the gradient lets the step update, or if a
  * failing hook does not fail the step with the parameters left unchanged.
  */
 START_TEST(test_grad_hook)
@@ -351,6 +353,27 @@ START_TEST(test_grad_hook)
 	ck_assert_int_eq(pp_model_grads_read(b, gb, n), 0);
 	for (size_t i = 0; i < n; i++)
 		ck_assert(ga[i] == 0.5f * gb[i]);
+	/* Graphs asked for on a device with a stream: none, the hook runs every step. */
+	{
+		struct pp_model_graph_stats gs;
+		struct pp_device *dev;
+		struct pp_stream *s;
+		struct pp_model *c;
+
+		ck_assert_int_eq(pp_device_open("cpu", &dev), 0);
+		ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+		cfg.stream = s;
+		cfg.graph = PP_MODEL_GRAPH_ON;
+		ck_assert_int_eq(pp_model_create("cnn", dev, &cfg, &c), 0);
+		pp_model_get_graph_stats(c, &gs);
+		ck_assert(!gs.enabled);
+		log.calls = 0;
+		pp_test_train(c, 3, 7);
+		ck_assert_int_eq(log.calls, 3);
+		pp_model_destroy(c);
+		pp_stream_destroy(s);
+		pp_device_close(dev);
+	}
 	/* A hook that keeps the gradient: no update, the step not counted, the gradient there. */
 	log.fail = PP_MODEL_GRAD_KEEP;
 	in = pp_test_synth_batch(16, 98, labels);
@@ -923,6 +946,249 @@ START_TEST(test_flatten_in_place)
 }
 END_TEST
 
+/* Two device slots of 16 samples (as the transfer stage's), a partial batch and a large one. */
+struct graph_bufs {
+	struct pp_tensor *x[2], *partial, *large, *logits;
+	int32_t *lab[2], *lab_partial, *lab_large;
+};
+
+static void graph_bufs_init(struct graph_bufs *b, struct pp_device *dev)
+{
+	const size_t s16[4] = { 16, 1, 28, 28 }, s8[4] = { 8, 1, 28, 28 }, s32[4] = { 32, 1, 28, 28 };
+	const size_t ls[2] = { 16, 10 };
+
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(pp_tensor_create(dev, PP_DTYPE_U8, 4, s16, &b->x[k]), 0);
+		ck_assert_int_eq(pp_device_alloc(dev, 16 * sizeof(int32_t), (void **)&b->lab[k]), 0);
+	}
+	ck_assert_int_eq(pp_tensor_create(dev, PP_DTYPE_U8, 4, s8, &b->partial), 0);
+	ck_assert_int_eq(pp_tensor_create(dev, PP_DTYPE_U8, 4, s32, &b->large), 0);
+	ck_assert_int_eq(pp_tensor_create(dev, PP_DTYPE_F32, 2, ls, &b->logits), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 8 * sizeof(int32_t), (void **)&b->lab_partial), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, 32 * sizeof(int32_t), (void **)&b->lab_large), 0);
+}
+
+static void graph_bufs_fini(struct graph_bufs *b, struct pp_device *dev)
+{
+	for (int k = 0; k < 2; k++) {
+		pp_tensor_destroy(b->x[k]);
+		pp_device_free(dev, b->lab[k]);
+	}
+	pp_tensor_destroy(b->partial);
+	pp_tensor_destroy(b->large);
+	pp_tensor_destroy(b->logits);
+	pp_device_free(dev, b->lab_partial);
+	pp_device_free(dev, b->lab_large);
+}
+
+/* Fills x (a tensor on a host-addressable device) and its labels from 'seed'. */
+static void graph_fill(struct pp_tensor *x, int32_t *labels, uint64_t seed)
+{
+	size_t n = pp_tensor_dim(x, 0);
+	int32_t host_labels[32];
+	struct pp_tensor *h = pp_test_synth_batch(n, seed, host_labels);
+
+	memcpy(pp_tensor_data(x), pp_tensor_data(h), n * 784);
+	memcpy(labels, host_labels, n * sizeof(int32_t));
+	pp_tensor_destroy(h);
+}
+
+/*
+ * The schedule of test_graph_steps: training on two slots in turn,
+ * evaluations with logits, a new learning rate, a partial batch, a larger
+ * batch than any before (new buffers), each slot refilled before its step.
+ * Writes the logits of the two evaluations to z (2 x 160).
+ */
+static void graph_schedule(struct pp_model *m, struct graph_bufs *b, float *z)
+{
+	uint64_t seed = 100;
+	int evals = 0;
+
+	for (int i = 0; i < 16; i++) {
+		struct pp_tensor *x;
+		int32_t *lab;
+		int k = i % 2;
+		bool eval = i == 6 || i == 7;
+
+		if (i == 8)
+			ck_assert_int_eq(pp_model_set_lr(m, 0.003f), 0);
+		x = i == 12 ? b->partial : i == 13 ? b->large : b->x[k];
+		lab = i == 12 ? b->lab_partial : i == 13 ? b->lab_large : b->lab[k];
+		if (eval)
+			x = b->x[0], lab = b->lab[0];
+		graph_fill(x, lab, seed++);
+		if (eval) {
+			ck_assert_int_eq(pp_model_evaluate(m, x, lab, b->logits), 0);
+			ck_assert_int_eq(pp_tensor_copy_to_host(b->logits, z + 160 * evals, 160 * sizeof(float)), 0);
+			evals++;
+		} else {
+			ck_assert_msg(pp_model_train_step(m, x, lab) == 0, "step %d: %s", i, pp_last_error());
+		}
+	}
+}
+
+/*
+ * Fails if a step launched as a graph computes anything else than the same
+ * step launched op by op (parameters, logits and running totals bit for
+ * bit, on cpu and on sim), if a graph outlives what it captured (a new
+ * learning rate, new buffers: the CPU's recorded step keeps the settings it
+ * was captured with, as a CUDA graph keeps its arguments, so a graph not
+ * dropped would train with the old rate), or if the counters lie: each key
+ * runs op by op when first seen, is captured the second time, launched
+ * from then on.
+ */
+START_TEST(test_graph_steps)
+{
+	static const char *const names[2] = { "cpu", "sim" };
+	struct pp_device *dev;
+	struct pp_stream *stream;
+	struct graph_bufs b;
+	struct pp_model *m[2];
+	struct pp_model_metrics mt[2];
+	struct pp_model_graph_stats gs;
+	float z[2][2 * 160], *p[2];
+
+	ck_assert_int_eq(pp_device_open(names[_i], &dev), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &stream), 0);
+	graph_bufs_init(&b, dev);
+	for (int g = 0; g < 2; g++) {
+		struct pp_model_config cfg;
+
+		pp_model_config_init(&cfg);
+		cfg.seed = 11;
+		cfg.threads = 2;
+		cfg.stream = stream;
+		cfg.graph = g ? PP_MODEL_GRAPH_ON : PP_MODEL_GRAPH_OFF;
+		ck_assert_int_eq(pp_model_create("cnn", dev, &cfg, &m[g]), 0);
+		graph_schedule(m[g], &b, z[g]);
+		ck_assert_int_eq(pp_model_metrics(m[g], false, &mt[g]), 0);
+		p[g] = pp_test_read_params(m[g]);
+	}
+	ck_assert_mem_eq(p[0], p[1], pp_model_param_count(m[0]) * sizeof(float));
+	ck_assert_mem_eq(z[0], z[1], sizeof(z[0]));
+	ck_assert(mt[0].loss_sum == mt[1].loss_sum);
+	ck_assert_uint_eq(mt[0].correct, mt[1].correct);
+	ck_assert_uint_eq(mt[0].samples, mt[1].samples);
+	ck_assert_uint_eq(pp_model_steps(m[0]), pp_model_steps(m[1]));
+
+	pp_model_get_graph_stats(m[0], &gs);
+	ck_assert(!gs.enabled);
+	ck_assert_uint_eq(gs.captures + gs.launches, 0);
+	pp_model_get_graph_stats(m[1], &gs);
+	ck_assert(gs.enabled);
+	ck_assert_str_eq(gs.fallback, "");
+	/* steps 0-5: two slots, each seen, captured, launched twice;
+	 * 6-7: the evaluation seen, then captured; set_lr drops them all (1);
+	 * 8-11: each slot seen again, then captured; 12: partial, seen;
+	 * 13: larger, new buffers (drop 2), seen; 14-15: each slot seen anew. */
+	ck_assert_uint_eq(gs.eager, 2 + 1 + 2 + 1 + 1 + 2);
+	ck_assert_uint_eq(gs.captures, 2 + 1 + 2);
+	ck_assert_uint_eq(gs.launches, 4 + 1 + 2);
+	ck_assert_uint_eq(gs.drops, 2);
+
+	for (int g = 0; g < 2; g++) {
+		free(p[g]);
+		pp_model_destroy(m[g]);
+	}
+	graph_bufs_fini(&b, dev);
+	pp_stream_destroy(stream);
+	pp_device_close(dev);
+}
+END_TEST
+
+/*
+ * Fails if a failed capture loses a step or stops training (the model must
+ * go on op by op, say why once, and give the bits of a model without
+ * graphs), if a bad label in a launched step is not reported as it is op by
+ * op (-ERANGE, the parameters left as they were), or if graphs are allowed
+ * without a stream.
+ */
+START_TEST(test_graph_fallback_and_errors)
+{
+	struct pp_device *dev;
+	struct pp_stream *stream;
+	struct pp_fault_plan plan;
+	struct pp_model_config cfg;
+	struct pp_model *m, *ref;
+	struct pp_model_graph_stats gs;
+	struct graph_bufs b;
+	float *p, *q;
+	size_t n;
+
+	ck_assert_int_eq(pp_device_open("sim", &dev), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &stream), 0);
+	graph_bufs_init(&b, dev);
+	pp_model_config_init(&cfg);
+	cfg.seed = 4;
+	cfg.graph = PP_MODEL_GRAPH_ON;
+	ck_assert_int_eq(pp_model_create("mlp", dev, &cfg, &m), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "stream"));
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), -EINVAL);
+	cfg.graph = (enum pp_model_graph)7;
+	cfg.stream = stream;
+	ck_assert_int_eq(pp_model_create("mlp", dev, &cfg, &m), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "graph mode 7"));
+	cfg.graph = PP_MODEL_GRAPH_ON;
+
+	/* the first capture fails (as a CUDA capture that is invalidated) */
+	ck_assert_int_eq(pp_fault_init(&plan), 0);
+	pp_fault_arm(&plan, PP_FAULT_GRAPH, -EIO, 0, 1);
+	pp_fault_set(&plan);
+	ck_assert_int_eq(pp_model_create("mlp", dev, &cfg, &m), 0);
+	cfg.graph = PP_MODEL_GRAPH_OFF;
+	ck_assert_int_eq(pp_model_create("mlp", dev, &cfg, &ref), 0);
+	for (int i = 0; i < 4; i++) {
+		graph_fill(b.x[0], b.lab[0], (uint64_t)i);
+		ck_assert_int_eq(pp_model_train_step(m, b.x[0], b.lab[0]), 0);
+		ck_assert_int_eq(pp_model_train_step(ref, b.x[0], b.lab[0]), 0);
+	}
+	pp_fault_set(NULL);
+	pp_fault_fini(&plan);
+	pp_model_get_graph_stats(m, &gs);
+	ck_assert(!gs.enabled);
+	ck_assert_uint_eq(gs.captures, 0);
+	ck_assert_uint_eq(gs.eager, 4);
+	ck_assert_ptr_nonnull(strstr(gs.fallback, "capture failed"));
+	ck_assert_ptr_nonnull(strstr(gs.fallback, "op by op"));
+	n = pp_model_param_count(m);
+	p = pp_test_read_params(m);
+	q = pp_test_read_params(ref);
+	ck_assert_mem_eq(p, q, n * sizeof(float));
+	free(q);
+	pp_model_destroy(ref);
+	pp_model_destroy(m);
+
+	/* a bad label in a launched step: -ERANGE, nothing changed */
+	cfg.graph = PP_MODEL_GRAPH_ON;
+	ck_assert_int_eq(pp_model_create("mlp", dev, &cfg, &m), 0);
+	for (int i = 0; i < 3; i++) {
+		graph_fill(b.x[0], b.lab[0], (uint64_t)i);
+		ck_assert_int_eq(pp_model_train_step(m, b.x[0], b.lab[0]), 0);
+	}
+	pp_model_get_graph_stats(m, &gs);
+	ck_assert_uint_eq(gs.launches, 2);
+	free(p);
+	p = pp_test_read_params(m);
+	b.lab[0][5] = 10;
+	ck_assert_int_eq(pp_model_train_step(m, b.x[0], b.lab[0]), -ERANGE);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "label"));
+	q = pp_test_read_params(m);
+	ck_assert_mem_eq(p, q, n * sizeof(float));
+	b.lab[0][5] = 3;
+	ck_assert_int_eq(pp_model_train_step(m, b.x[0], b.lab[0]), 0);
+	pp_model_get_graph_stats(m, &gs);
+	ck_assert_uint_eq(gs.launches, 4);
+	ck_assert_int_eq(pp_model_set_lr(m, 0.0f), -EINVAL);
+	ck_assert_int_eq(pp_model_set_lr(m, NAN), -EINVAL);
+	free(q);
+	free(p);
+	pp_model_destroy(m);
+	graph_bufs_fini(&b, dev);
+	pp_stream_destroy(stream);
+	pp_device_close(dev);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_model");
@@ -944,6 +1210,8 @@ Suite *pp_test_suite(void)
 	tcase_add_test(model, test_tensors);
 	tcase_add_test(model, test_sim_device);
 	tcase_add_test(model, test_flatten_in_place);
+	tcase_add_loop_test(model, test_graph_steps, 0, 2);
+	tcase_add_test(model, test_graph_fallback_and_errors);
 	tcase_set_timeout(model, 30);
 	suite_add_tcase(s, ref);
 	suite_add_tcase(s, model);

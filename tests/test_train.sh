@@ -96,6 +96,29 @@ for k in ("train_loss", "train_acc", "test_loss", "test_acc"):
 '
 check den "$tmp/denk.csv"
 
+# 3c. --graph=on (each step captured once, launched as one call; on cpu and
+# sim the recorded step is a host function) gives the results of --graph=off,
+# through the transfer stage, with evaluation and a partial last batch.
+for g in off on; do
+	"$train" --data=synthetic:1250 --device=cpu,sim --model=cnn --batch-size=100 --epochs=2 -q \
+		--graph=$g --csv="$tmp/graph$g.csv" >/dev/null 2>"$tmp/err" ||
+		{ echo "FAIL: run with --graph=$g:"; cat "$tmp/err"; fail=1; }
+done
+CHECK='
+other = list(csv.DictReader(open(sys.argv[2])))
+assert len(rows) == 4 and len(other) == 4, (rows, other)
+key = lambda r: (r["device"], int(r["epoch"]))
+for a, b in zip(sorted(rows, key=key), sorted(other, key=key)):
+    for k in ("device", "epoch", "train_loss", "train_acc", "test_loss", "test_acc"):
+        assert a[k] == b[k], (k, a, b)
+'
+check graphoff "$tmp/graphon.csv"
+if "$train" --graph=sometimes >/dev/null 2>"$tmp/err"; then
+	echo "FAIL: --graph=sometimes accepted"; fail=1
+elif ! grep -q "auto, on or off" "$tmp/err"; then
+	echo "FAIL: --graph=sometimes: no reason given:"; cat "$tmp/err"; fail=1
+fi
+
 # 4. Resume: 3 epochs straight against 1 epoch, then resumed to 3; and
 # against a run stopped mid-epoch by --max-steps, then resumed.  The last
 # epoch's results and the final checkpoints must be identical.

@@ -81,6 +81,10 @@ static const char usage[] =
 "      --keep-denormals    compute with subnormal floats as IEEE has them, as\n"
 "                          PyTorch does, instead of flushing them to zero (slow\n"
 "                          on x86 once training makes them)     [flush, cpu]\n"
+"      --graph=MODE        capture each step once as a graph and launch it as\n"
+"                          one call: auto (on a GPU), on (sim and cpu too),\n"
+"                          off; a capture that fails says why once and the run\n"
+"                          goes on without                               [auto]\n"
 "\n"
 "Output:\n"
 "      --sort=COLUMN       sort the final table's rows by COLUMN, ties in run\n"
@@ -110,7 +114,7 @@ static const char usage[] =
 enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
 	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
-	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_KEEP_DENORMALS, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
+	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_KEEP_DENORMALS, OPT_GRAPH, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
 	OPT_COMM, OPT_COMM_TIMEOUT, OPT_DETERMINISTIC, OPT_MICRO_BATCHES,
 };
 
@@ -140,6 +144,7 @@ static const struct option long_options[] = {
 	{ "memory-budget", required_argument, NULL, OPT_MEMORY_BUDGET },
 	{ "threads", required_argument, NULL, 't' },
 	{ "keep-denormals", no_argument, NULL, OPT_KEEP_DENORMALS },
+	{ "graph", required_argument, NULL, OPT_GRAPH },
 	{ "sort", required_argument, NULL, OPT_SORT },
 	{ "csv", required_argument, NULL, OPT_CSV },
 	{ "jsonl", required_argument, NULL, OPT_JSONL },
@@ -358,6 +363,16 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		case OPT_DROP_LAST: opt->drop_last = true; break;
 		case OPT_NO_EVAL: opt->eval = false; break;
 		case OPT_KEEP_DENORMALS: opt->keep_denormals = true; break;
+		case OPT_GRAPH:
+			if (strcmp(optarg, "auto") == 0)
+				opt->graph = PP_MODEL_GRAPH_AUTO;
+			else if (strcmp(optarg, "on") == 0)
+				opt->graph = PP_MODEL_GRAPH_ON;
+			else if (strcmp(optarg, "off") == 0)
+				opt->graph = PP_MODEL_GRAPH_OFF;
+			else
+				ret = bad(name, optarg, "not a graph mode (auto, on or off)");
+			break;
 		case OPT_CHECKPOINT:
 			ret = copy_path(opt->checkpoint, sizeof(opt->checkpoint), name, optarg);
 			break;

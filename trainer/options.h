@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pinpipe/nn.h"
 #include "trainer/results.h"
 
 #define TR_MAX_VALUES 16
@@ -44,6 +45,7 @@ struct tr_options {
 	uint64_t max_steps;       /* 0: no limit */
 	unsigned threads;         /* compute threads; 0: the cores the workers leave */
 	bool keep_denormals;      /* pp_model_config.keep_denormals */
+	enum pp_model_graph graph; /* pp_model_config.graph */
 	char sort[32];            /* column, "-column", or "": runs by mean epoch_s, epochs in order */
 	char csv[4096];
 	char jsonl[4096];

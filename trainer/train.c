@@ -454,6 +454,7 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	mc.mean = NORM_MEAN;
 	mc.std = NORM_STD;
 	mc.keep_denormals = opt->keep_denormals;
+	mc.graph = opt->graph;
 	mc.stream = r->compute;
 	if (dist->size > 1 || dist->deterministic) {
 		mc.grad_hook = tr_dist_grad_hook;
@@ -789,6 +790,19 @@ static int begin_epoch(struct run *r, unsigned epoch, bool resuming, uint64_t st
  * copies, and evaluation.  Returns 0, -EINTR when Ctrl-C stopped it (the
  * row then holds what was trained), or another -errno.
  */
+/* A capture that failed turned the model's graphs off: said once; the run goes on without. */
+static void say_graph_fallback(const struct pp_model *model)
+{
+	static bool said;
+	struct pp_model_graph_stats gs;
+
+	pp_model_get_graph_stats(model, &gs);
+	if (gs.fallback[0] != '\0' && !said) {
+		fprintf(stderr, "pinpipe-train: %s\n", gs.fallback);
+		said = true;
+	}
+}
+
 static int train_epoch(const struct tr_options *opt, struct run *r, const struct pp_sample_info *info,
 		       uint64_t *steps, uint64_t batches, struct tr_row *row)
 {
@@ -951,6 +965,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 				"resume it with the options it was written with\n", opt->checkpoint);
 		if (ret == 0)
 			ret = train_epoch(opt, &r, info, &steps, batches, &row);
+		say_graph_fallback(r.model);
 		if (ret < 0 && ret != -EINTR)
 			goto fail;
 		/* Stopped before a step of this epoch: no row of NaNs, and the

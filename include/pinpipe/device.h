@@ -67,6 +67,7 @@ struct pp_device_props {
 
 struct pp_device;
 struct pp_stream;
+struct pp_graph;
 struct pp_event;
 
 /*
@@ -276,6 +277,53 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
  */
 PP_API int pp_stream_spin(struct pp_stream *stream, uint64_t ns);
 
+/* ------------------------------------------------------------------ graphs */
+
+/*
+ * A graph is the work issued on a stream between pp_stream_begin_capture()
+ * and pp_stream_end_capture(), kept to be issued again with one call
+ * (pp_graph_launch()): on cuda a CUDA graph made by stream capture, so that
+ * the kernels and cuBLAS calls a caller launches on the stream
+ * (pp_stream_cuda_handle()) are in it too; on sim and cpu the host
+ * functions, copies and spins issued through pinpipe, recorded and issued
+ * again in order.  A graph keeps the arguments it was captured with: the
+ * same pointers, sizes and values at every launch.
+ */
+
+/*
+ * Starts capturing the work issued on the stream: from now until
+ * pp_stream_end_capture() that work is recorded, not run.  While a stream
+ * captures, pp_stream_synchronize() on it returns -EBUSY, and an event
+ * recorded on it or waited for by it -ENOTSUP (a graph holds no events).
+ * Returns 0, -EINVAL (NULL), -EBUSY (already capturing), -ENOMEM, or the
+ * device's error.
+ */
+PP_API int pp_stream_begin_capture(struct pp_stream *stream);
+
+/*
+ * Ends the capture and writes the graph to *graph_p.  When something
+ * issued during the capture failed or could not be captured, no graph is
+ * made and that error is returned (the work was not run either): a caller
+ * can then issue it again without a graph.  Returns 0, -EINVAL (NULL, or
+ * the stream was not capturing), or the capture's error.
+ */
+PP_API int pp_stream_end_capture(struct pp_stream *stream, struct pp_graph **graph_p);
+
+/*
+ * Issues the graph's work on the stream (a stream of the device it was
+ * captured on, not capturing), in stream order, as one call.  Returns 0,
+ * -EINVAL, -EBUSY (the stream is capturing) or the first error of the
+ * work issued (its message says which).
+ */
+PP_API int pp_graph_launch(struct pp_graph *graph, struct pp_stream *stream);
+
+/* The calls recorded in the graph: host functions and copies (on cuda, kernels launched
+ * on the stream directly are in the graph but not counted here). */
+PP_API size_t pp_graph_calls(const struct pp_graph *graph);
+
+/* Destroys a graph, after its launches in flight have completed.  NULL is allowed. */
+PP_API void pp_graph_destroy(struct pp_graph *graph);
+
 /* ------------------------------------------------------------------ statistics */
 
 /* Counters of a device since it was opened; the same fields on every backend. */
@@ -294,8 +342,10 @@ struct pp_device_stats {
 	uint64_t pageable_copies;  /* copies from or to pageable host memory (the slow path) */
 	uint64_t calls;            /* calls that reach the device's queues: copies, event
 				    * records, queries and synchronizations, stream waits and
-				    * synchronizations, host functions (each costs the host
-				    * time on a GPU: what a per-batch budget counts) */
+				    * synchronizations, host functions, graph launches (each
+				    * costs the host time on a GPU: what a per-batch budget
+				    * counts; the work inside a graph is not counted) */
+	uint64_t graph_launches;   /* pp_graph_launch() calls that succeeded */
 };
 
 /* Writes the device's counters to *stats_p. */

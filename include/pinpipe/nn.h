@@ -113,6 +113,14 @@ struct pp_optimizer_config {
 
 /* A gradient hook's return that ends the step without an update (pp_model_config.grad_hook). */
 #define PP_MODEL_GRAD_KEEP 1
+/* Whether a model's steps are captured as graphs (pp_model_config.graph). */
+enum pp_model_graph {
+	PP_MODEL_GRAPH_AUTO = 0, /* on where it pays: a device with a queue of its own (cuda) */
+	PP_MODEL_GRAPH_OFF = 1,  /* every step launched op by op */
+	PP_MODEL_GRAPH_ON = 2,   /* wherever the model has a stream (cfg.stream): on cpu and
+				  * sim too, where the step is recorded as one host function
+				  * and replayed (for tests of the logic) */
+};
 
 /* How to build a model. */
 struct pp_model_config {
@@ -158,11 +166,27 @@ struct pp_model_config {
 	 * batches, as fixed micro-batches do); or a negative errno, which
 	 * fails the step with that error (its message is the hook's) and
 	 * leaves the parameters as they were.  NULL: no hook.  Kept by
-	 * pp_model_load() from the caller's config, as the stream is.
+	 * pp_model_load() from the caller's config, as the stream is.  A
+	 * model with a hook takes no graphs (the field 'graph' below), as a
+	 * replayed step would not call it: its steps are launched op by op.
 	 */
 	int (*grad_hook)(void *arg, float *grads, size_t offset, size_t count,
 			 struct pp_stream *stream);
 	void *grad_hook_arg;   /* the hook's first argument */
+	/*
+	 * Steps as graphs: the second time a step of the same kind (training or
+	 * evaluation) comes with the same input, label and logits pointers and
+	 * batch size (the transfer stage's device slots, each reused batch
+	 * after batch), the whole step is captured once as a graph
+	 * (pp_stream_begin_capture()) and from then on launched as one call:
+	 * some 50 kernel launches a step become one.  Up to 16 such graphs are
+	 * kept, the least recently used replaced.  A larger batch than any
+	 * before (new buffers) or pp_model_set_lr() drops them.  When a
+	 * capture fails, the model goes on without graphs and says why in
+	 * pp_model_get_graph_stats().fallback.  Results are those of the steps
+	 * launched op by op.
+	 */
+	enum pp_model_graph graph;
 	struct pp_optimizer_config optim;
 };
 
@@ -287,6 +311,27 @@ PP_API int pp_model_train_step(struct pp_model *model, const struct pp_tensor *i
  */
 PP_API int pp_model_evaluate(struct pp_model *model, const struct pp_tensor *inputs,
 			     const int32_t *labels, struct pp_tensor *logits);
+
+/*
+ * Sets the optimizer's learning rate (> 0, finite) for the next steps, as a
+ * scheduler would; the graphs captured with the old one are dropped.
+ * Returns 0 or -EINVAL.
+ */
+PP_API int pp_model_set_lr(struct pp_model *model, float lr);
+
+/* How a model's steps ran (pp_model_config.graph). */
+struct pp_model_graph_stats {
+	bool enabled;            /* steps are captured as graphs */
+	uint64_t captures;       /* graphs captured */
+	uint64_t launches;       /* steps run by launching a graph */
+	uint64_t eager;          /* steps launched op by op */
+	uint64_t drops;          /* times all graphs were dropped (new buffers, new learning rate) */
+	char fallback[256];      /* why capturing stopped (the capture's error), or "" */
+};
+
+/* Writes the model's graph counters to *stats_p. */
+PP_API void pp_model_get_graph_stats(const struct pp_model *model,
+				     struct pp_model_graph_stats *stats_p);
 
 /* Running totals since the last reset. */
 struct pp_model_metrics {

@@ -27,6 +27,18 @@ struct pp_cuda_geom {
 	int k, stride, pad; /* kernel size, stride, zero padding (pixels) */
 };
 
+/*
+ * A convolution followed by a max-pool whose stride is at least its
+ * window (no padding), with a ReLU between them or not: the layers that
+ * the fused kernels (nn/cuda/fused.cu) take as one.
+ */
+struct pp_cuda_pool_geom {
+	struct pp_cuda_geom conv; /* the convolution */
+	int pk, ps;               /* the pool's window and stride (pixels), ps >= pk */
+	int ph, pw;               /* the pool's output rows, columns */
+	bool relu;                /* a ReLU between the two */
+};
+
 /* Column-major SGEMM parameters, as cublasSgemm takes them. */
 struct pp_cuda_gemm {
 	bool ta, tb;      /* transpose A, B */
@@ -67,10 +79,35 @@ int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
 
 /* out (rows, cols) = b (cols) on every row */
 int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols, void *stream);
-/* db (cols) += column sums of d (rows, cols) */
-int pp_cuda_sum_rows(float *db, const float *d, int rows, int cols, void *stream);
-/* db (rows) += row sums of d (rows, cols) */
-int pp_cuda_sum_cols(float *db, const float *d, int rows, int cols, void *stream);
+/*
+ * out (J) += the sums of d (S, J, P) over S and P (a Linear's bias
+ * gradient with P = 1, a convolution's with S the samples), in the
+ * deterministic order of nn/cuda/fused.h; scratch: pp_red_floats(J, S P)
+ * (nn/cuda/fused.h) floats of device memory.
+ */
+int pp_cuda_sum_channels(float *out, const float *d, int s, int j, int p, float *scratch,
+			 void *stream);
+
+/*
+ * Conv + bias (+ ReLU) + max-pool of n samples x (n, C, H, W) with weights
+ * w (OC, C, K, K) and bias b (OC), without columns: out (n, OC, PH, PW),
+ * idx the index of each window's first maximum in the sample's
+ * convolution output (OC, OH, OW), as pp_nn_conv2d_forward() then
+ * pp_nn_maxpool_relu_forward() (or pp_nn_maxpool_forward()).
+ */
+int pp_cuda_conv_pool_forward(const float *x, const float *w, const float *b, float *out,
+			      int32_t *idx, int n, const struct pp_cuda_pool_geom *g, void *stream);
+/*
+ * Its backward from the pool's output gradient dpool, indices idx and
+ * output pooled (n, OC, PH, PW), as pp_nn_conv2d_backward_pooled(): dw
+ * (OC, C, K, K) and db (OC) += the gradients (deterministic, see
+ * nn/cuda/fused.h), din (n, C, H, W) = the input gradient unless NULL.
+ * scratch: pp_red_floats(pp_fused_param_count(g), n PH PW) floats.
+ */
+int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, const float *dpool,
+			       const int32_t *idx, const float *pooled, const float *x,
+			       const float *w, int n, const struct pp_cuda_pool_geom *g,
+			       float *scratch, void *stream);
 
 /* col (n OH OW, C K K) from x (n, C, H, W) */
 int pp_cuda_im2col(const float *x, float *col, int n, const struct pp_cuda_geom *g, void *stream);
@@ -89,27 +126,24 @@ int pp_cuda_relu_backward(float *din, const float *dout, const float *out, size_
 /* idx: the index within the sample's input of each maximum (the first one) */
 int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in, int n,
 			    const struct pp_cuda_geom *g, void *stream);
+/* din (n, C, H, W) = the gradients of the windows that selected each pixel, gathered (no atomics) */
 int pp_cuda_maxpool_backward(float *din, const float *dout, const int32_t *idx, int n,
 			     const struct pp_cuda_geom *g, void *stream);
 
 /*
- * Softmax cross-entropy of n samples of c logits: adds the losses to
- * *loss_sum and the correct predictions to *correct (device memory), sets
- * *bad_label to 1 when a label is outside 0..c-1 (that sample is left out,
- * its gradient zero),
- * and writes (softmax - onehot) * scale to dlogits unless it is NULL.
+ * Softmax cross-entropy of n samples of c logits, in one kernel: adds the
+ * losses to *loss_sum and the correct predictions to *correct (device
+ * memory), sets *bad_label to 1 when a label is outside 0..c-1 (that
+ * sample is left out, its gradient zero), and writes (softmax - onehot)
+ * * scale to dlogits unless it is NULL.  The blocks' sums are added by the
+ * last block to finish, in block order (deterministic); scratch:
+ * pp_xent_scratch_bytes(n) (nn/cuda/fused.h) bytes of device memory, zeroed before its
+ * first use, which each call leaves zeroed where it needs it.
  */
 int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
 			 float *dlogits, double *loss_sum, unsigned long long *correct,
-			 int *bad_label, void *stream);
+			 int *bad_label, void *scratch, void *stream);
 
-/* SGD as nn/optim.c; 'first' is true on the first step (the momentum buffer takes g). */
-int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr, float weight_decay,
-		float momentum, float dampening, bool nesterov, bool first, void *stream);
-/* Adam as nn/optim.c, with step = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t). */
-int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n, float step,
-		 float bc2_sqrt, float beta1, float beta2, float eps, float weight_decay,
-		 void *stream);
 
 #else /* !PP_HAVE_CUDA */
 
@@ -126,10 +160,16 @@ static inline void pp_cuda_blas_destroy(void *handle) {}
 static inline int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g) PP_CUDA_STUB
 static inline int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols,
 				    void *stream) PP_CUDA_STUB
-static inline int pp_cuda_sum_rows(float *db, const float *d, int rows, int cols,
-				   void *stream) PP_CUDA_STUB
-static inline int pp_cuda_sum_cols(float *db, const float *d, int rows, int cols,
-				   void *stream) PP_CUDA_STUB
+static inline int pp_cuda_sum_channels(float *out, const float *d, int s, int j, int p,
+				       float *scratch, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_conv_pool_forward(const float *x, const float *w, const float *b,
+					    float *out, int32_t *idx, int n,
+					    const struct pp_cuda_pool_geom *g, void *stream) PP_CUDA_STUB
+static inline int pp_cuda_conv_pool_backward(float *din, float *dw, float *db,
+					     const float *dpool, const int32_t *idx,
+					     const float *pooled, const float *x, const float *w,
+					     int n, const struct pp_cuda_pool_geom *g, float *scratch,
+					     void *stream) PP_CUDA_STUB
 static inline int pp_cuda_im2col(const float *x, float *col, int n, const struct pp_cuda_geom *g,
 				 void *stream) PP_CUDA_STUB
 static inline int pp_cuda_col2im(const float *dcol, float *dx, int n,
@@ -150,13 +190,7 @@ static inline int pp_cuda_maxpool_backward(float *din, const float *dout, const 
 static inline int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c,
 				       float scale, float *dlogits, double *loss_sum,
 				       unsigned long long *correct, int *bad_label,
-				       void *stream) PP_CUDA_STUB
-static inline int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
-			      float weight_decay, float momentum, float dampening, bool nesterov,
-			      bool first, void *stream) PP_CUDA_STUB
-static inline int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n,
-			       float step, float bc2_sqrt, float beta1, float beta2, float eps,
-			       float weight_decay, void *stream) PP_CUDA_STUB
+				       void *scratch, void *stream) PP_CUDA_STUB
 #undef PP_CUDA_STUB
 
 #endif /* PP_HAVE_CUDA */

@@ -1,10 +1,10 @@
 /*
- * nn/cuda/ops.cu: the layers, the loss and the optimizers on the GPU,
- * mirroring the CPU kernels of nn/ op by op: element-wise work, pooling,
- * im2col and its inverse, reductions, softmax cross-entropy, SGD and Adam
- * as small kernels, and the matrix products through cuBLAS, loaded at run
- * time.  One thread per
- * output element unless said otherwise; grid-stride loops.
+ * nn/cuda/ops.cu: the layers on the GPU, mirroring the CPU kernels of nn/
+ * op by op: element-wise work, pooling, im2col and its inverse as small
+ * kernels, and the matrix products through cuBLAS, loaded at run time.
+ * One thread per output element unless said otherwise; grid-stride loops.
+ * The fused convolution and pooling, the reductions and the loss are in
+ * nn/cuda/fused.cu, the optimizers in nn/cuda/optim.cu.
  */
 #include "config.h"
 
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
 
 #define THREADS 256
@@ -170,51 +171,6 @@ extern "C" int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols,
 	fill_rows_kernel<<<blocks_for((size_t)rows * cols), THREADS, 0, (cudaStream_t)stream>>>(
 		out, b, rows, cols);
 	return launched("fill_rows");
-}
-
-/* one thread per column */
-static __global__ void sum_rows_kernel(float *db, const float *d, int rows, int cols)
-{
-	GRID_STRIDE(j, (size_t)cols) {
-		float s = 0.0f;
-
-		for (int r = 0; r < rows; r++)
-			s += d[(size_t)r * cols + j];
-		db[j] += s;
-	}
-}
-
-extern "C" int pp_cuda_sum_rows(float *db, const float *d, int rows, int cols, void *stream)
-{
-	sum_rows_kernel<<<blocks_for((size_t)cols), THREADS, 0, (cudaStream_t)stream>>>(db, d, rows,
-										       cols);
-	return launched("sum_rows");
-}
-
-/* one block per row, a shared-memory tree reduction */
-static __global__ void sum_cols_kernel(float *db, const float *d, int cols)
-{
-	__shared__ float part[THREADS];
-	const float *row = d + (size_t)blockIdx.x * cols;
-	float s = 0.0f;
-
-	for (int j = threadIdx.x; j < cols; j += blockDim.x)
-		s += row[j];
-	part[threadIdx.x] = s;
-	__syncthreads();
-	for (int half = blockDim.x / 2; half > 0; half /= 2) {
-		if ((int)threadIdx.x < half)
-			part[threadIdx.x] += part[threadIdx.x + half];
-		__syncthreads();
-	}
-	if (threadIdx.x == 0)
-		db[blockIdx.x] += part[0];
-}
-
-extern "C" int pp_cuda_sum_cols(float *db, const float *d, int rows, int cols, void *stream)
-{
-	sum_cols_kernel<<<(unsigned)rows, THREADS, 0, (cudaStream_t)stream>>>(db, d, cols);
-	return launched("sum_cols");
 }
 
 /* ------------------------------------------------------------------ convolution layout */
@@ -374,123 +330,20 @@ extern "C" int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in
 	return launched("pp_nn_maxpool_forward");
 }
 
-/* overlapping windows may pick the same pixel: atomicAdd */
+/* a thread per input pixel, gathering from the windows that selected it (pp_pool_din()) */
 static __global__ void maxpool_backward_kernel(float *din, const float *dout, const int32_t *idx,
-					       int n, size_t in_size, size_t out_size)
+					       size_t total, struct pp_cuda_geom g)
 {
-	GRID_STRIDE(i, (size_t)n * out_size)
-		atomicAdd(&din[i / out_size * in_size + (size_t)idx[i]], dout[i]);
+	GRID_STRIDE(i, total)
+		din[i] = pp_pool_din(&g, dout, idx, i);
 }
 
 extern "C" int pp_cuda_maxpool_backward(float *din, const float *dout, const int32_t *idx, int n,
 					const struct pp_cuda_geom *g, void *stream)
 {
-	size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)g->c * g->oh * g->ow;
-	cudaError_t err = cudaMemsetAsync(din, 0, (size_t)n * in_size * sizeof(float),
-					  (cudaStream_t)stream);
+	const size_t total = (size_t)n * g->c * g->h * g->w;
 
-	if (err != cudaSuccess)
-		return pp_error(-EIO, "pp_nn_maxpool_backward: cudaMemsetAsync: %s", cudaGetErrorString(err));
-	maxpool_backward_kernel<<<blocks_for((size_t)n * out_size), THREADS, 0,
-				  (cudaStream_t)stream>>>(din, dout, idx, n, in_size, out_size);
+	maxpool_backward_kernel<<<blocks_for(total), THREADS, 0, (cudaStream_t)stream>>>(din, dout, idx,
+											total, *g);
 	return launched("pp_nn_maxpool_backward");
-}
-
-/* ------------------------------------------------------------------ loss */
-
-/* one thread per sample; c is small (the classes) */
-static __global__ void softmax_xent_kernel(const float *logits, const int32_t *labels, int n,
-					   int c, float scale, float *dlogits, double *loss_sum,
-					   unsigned long long *correct, int *bad_label)
-{
-	GRID_STRIDE(i, (size_t)n) {
-		const float *z = logits + i * c;
-		int y = labels[i], arg = 0;
-		float m = z[0];
-		double sum = 0.0;
-
-		if (y < 0 || y >= c) {
-			*bad_label = 1;
-			for (int j = 0; dlogits && j < c; j++)
-				dlogits[i * c + j] = 0.0f;
-			continue;
-		}
-		for (int j = 1; j < c; j++)
-			if (z[j] > m) {
-				m = z[j];
-				arg = j;
-			}
-		for (int j = 0; j < c; j++)
-			sum += exp((double)z[j] - m);
-		atomicAdd(loss_sum, log(sum) - ((double)z[y] - m));
-		if (arg == y)
-			atomicAdd(correct, 1ull);
-		if (dlogits) {
-			float *d = dlogits + i * c;
-
-			for (int j = 0; j < c; j++)
-				d[j] = (float)(exp((double)z[j] - m) / sum) * scale;
-			d[y] -= scale;
-		}
-	}
-}
-
-extern "C" int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c,
-				    float scale, float *dlogits, double *loss_sum,
-				    unsigned long long *correct, int *bad_label, void *stream)
-{
-	softmax_xent_kernel<<<blocks_for((size_t)n), THREADS, 0, (cudaStream_t)stream>>>(
-		logits, labels, n, c, scale, dlogits, loss_sum, correct, bad_label);
-	return launched("pp_nn_softmax_xent");
-}
-
-/* ------------------------------------------------------------------ optimizers */
-
-static __global__ void sgd_kernel(float *p, const float *grad, float *b, size_t n, float lr,
-				  float wd, float mom, float damp, bool nesterov, bool first)
-{
-	GRID_STRIDE(i, n) {
-		float g = grad[i];
-
-		if (wd != 0.0f)
-			g += wd * p[i];
-		if (mom != 0.0f) {
-			b[i] = first ? g : mom * b[i] + damp * g;
-			g = nesterov ? g + mom * b[i] : b[i];
-		}
-		p[i] -= lr * g;
-	}
-}
-
-extern "C" int pp_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
-			   float weight_decay, float momentum, float dampening, bool nesterov,
-			   bool first, void *stream)
-{
-	sgd_kernel<<<blocks_for(n), THREADS, 0, (cudaStream_t)stream>>>(
-		p, g, buf, n, lr, weight_decay, momentum, 1.0f - dampening, nesterov, first);
-	return launched("sgd");
-}
-
-static __global__ void adam_kernel(float *p, const float *grad, float *m, float *v, size_t n,
-				   float step, float bc2_sqrt, float b1, float b2, float eps,
-				   float wd)
-{
-	GRID_STRIDE(i, n) {
-		float g = grad[i];
-
-		if (wd != 0.0f)
-			g += wd * p[i];
-		m[i] = b1 * m[i] + (1.0f - b1) * g;
-		v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-		p[i] -= step * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
-	}
-}
-
-extern "C" int pp_cuda_adam(float *p, const float *g, float *m, float *v, size_t n, float step,
-			    float bc2_sqrt, float beta1, float beta2, float eps, float weight_decay,
-			    void *stream)
-{
-	adam_kernel<<<blocks_for(n), THREADS, 0, (cudaStream_t)stream>>>(
-		p, g, m, v, n, step, bc2_sqrt, beta1, beta2, eps, weight_decay);
-	return launched("adam");
 }

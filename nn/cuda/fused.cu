@@ -1,0 +1,236 @@
+/*
+ * nn/cuda/fused.cu: the kernels whose per-thread arithmetic is in
+ * nn/cuda/fused.h: conv + bias + ReLU + max-pool forward and its pooled
+ * backward without im2col columns, the deterministic sums (bias gradients)
+ * spread over the whole GPU, and softmax cross-entropy in one kernel.
+ * Each kernel calls the header's function for its thread; the blocks'
+ * trees run here, in shared memory, in the header's order.
+ */
+#include "config.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+
+#include "common/internal.h"
+#include "nn/cuda/fused.h"
+
+/* threads of the kernels that take a thread per output */
+#define THREADS 256
+
+static unsigned blocks_of(size_t n, unsigned threads)
+{
+	size_t b = (n + threads - 1) / threads;
+
+	return (unsigned)(b == 0 ? 1 : b);
+}
+
+static int launched(const char *kernel)
+{
+	cudaError_t err = cudaGetLastError();
+
+	if (err != cudaSuccess)
+		return pp_error(-EIO, "%s kernel launch: %s", kernel, cudaGetErrorString(err));
+	return 0;
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+/* First pass of a sum of d (S, J, P): a thread per (j, part), j fastest. */
+static __global__ void sum_partial_kernel(float *partial, const float *d, int s, int jn, int p,
+					  int parts)
+{
+	const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i < (size_t)jn * parts)
+		partial[i] = pp_red_sum_partial(d, s, jn, p, parts, (int)(i % jn), (int)(i / jn));
+}
+
+/*
+ * Second pass: block j adds the parts of output j and adds the sum to
+ * out0[j] (j < split) or out1[j - split].
+ */
+static __global__ void sum_finish_kernel(float *out0, float *out1, int split, const float *partial,
+					 int jn, int parts)
+{
+	__shared__ float lanes[PP_RED_THREADS];
+	const int j = blockIdx.x, t = threadIdx.x;
+
+	lanes[t] = pp_red_lane(partial, jn, parts, j, t);
+	__syncthreads();
+	for (int half = PP_RED_THREADS / 2; half > 0; half /= 2) {
+		if (t < half)
+			pp_red_tree_step(lanes, t, half);
+		__syncthreads();
+	}
+	if (t == 0) {
+		if (j < split)
+			out0[j] += lanes[0];
+		else
+			out1[j - split] += lanes[0];
+	}
+}
+
+static int sum_finish(float *out0, float *out1, int split, const float *partial, int jn, int parts,
+		      cudaStream_t stream)
+{
+	sum_finish_kernel<<<(unsigned)jn, PP_RED_THREADS, 0, stream>>>(out0, out1, split, partial, jn,
+								      parts);
+	return launched("sum_finish");
+}
+
+extern "C" int pp_cuda_sum_channels(float *out, const float *d, int s, int j, int p,
+				    float *scratch, void *stream)
+{
+	const int parts = pp_red_parts(j, (size_t)s * p);
+	int ret;
+
+	sum_partial_kernel<<<blocks_of((size_t)j * parts, THREADS), THREADS, 0,
+			     (cudaStream_t)stream>>>(scratch, d, s, j, p, parts);
+	ret = launched("sum_partial");
+	return ret ? ret : sum_finish(out, out, j, scratch, j, parts, (cudaStream_t)stream);
+}
+
+/* ------------------------------------------------------------------ conv + ReLU + max-pool */
+
+static __global__ void conv_pool_forward_kernel(const float *__restrict__ x,
+						const float *__restrict__ w,
+						const float *__restrict__ b, float *out, int32_t *idx,
+						size_t total, struct pp_cuda_pool_geom g)
+{
+	const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i < total)
+		pp_fused_forward(&g, x, w, b, out, idx, i);
+}
+
+extern "C" int pp_cuda_conv_pool_forward(const float *x, const float *w, const float *b, float *out,
+					 int32_t *idx, int n, const struct pp_cuda_pool_geom *g,
+					 void *stream)
+{
+	const size_t total = (size_t)n * g->conv.oc * g->ph * g->pw;
+
+	conv_pool_forward_kernel<<<blocks_of(total, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+		x, w, b, out, idx, total, *g);
+	return launched("conv_pool_forward");
+}
+
+static __global__ void conv_pool_din_kernel(float *din, const float *__restrict__ dpool,
+					    const int32_t *__restrict__ idx,
+					    const float *__restrict__ pooled,
+					    const float *__restrict__ w, size_t total,
+					    struct pp_cuda_pool_geom g)
+{
+	const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i < total)
+		din[i] = pp_fused_din(&g, dpool, idx, pooled, w, i);
+}
+
+/* First pass of the weight and bias gradients: a thread per (j, part), j fastest. */
+static __global__ void conv_pool_params_kernel(float *partial, const float *__restrict__ dpool,
+					       const int32_t *__restrict__ idx,
+					       const float *__restrict__ pooled,
+					       const float *__restrict__ x, int n, int jn, int parts,
+					       struct pp_cuda_pool_geom g)
+{
+	const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i < (size_t)jn * parts)
+		partial[i] = pp_fused_param_partial(&g, dpool, idx, pooled, x, n, parts, (int)(i % jn),
+						    (int)(i / jn));
+}
+
+extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, const float *dpool,
+					  const int32_t *idx, const float *pooled, const float *x,
+					  const float *w, int n, const struct pp_cuda_pool_geom *g,
+					  float *scratch, void *stream)
+{
+	const cudaStream_t st = (cudaStream_t)stream;
+	const int jn = pp_fused_param_count(g), nw = jn - g->conv.oc;
+	const int parts = pp_red_parts(jn, (size_t)n * g->ph * g->pw);
+	int ret = 0;
+
+	if (din) {
+		const size_t total = (size_t)n * g->conv.c * g->conv.h * g->conv.w;
+
+		conv_pool_din_kernel<<<blocks_of(total, THREADS), THREADS, 0, st>>>(din, dpool, idx,
+										    pooled, w, total, *g);
+		ret = launched("conv_pool_din");
+	}
+	if (ret)
+		return ret;
+	conv_pool_params_kernel<<<blocks_of((size_t)jn * parts, THREADS), THREADS, 0, st>>>(
+		scratch, dpool, idx, pooled, x, n, jn, parts, *g);
+	ret = launched("conv_pool_params");
+	return ret ? ret : sum_finish(dw, db, nw, scratch, jn, parts, st);
+}
+
+/* ------------------------------------------------------------------ loss */
+
+/*
+ * A thread per sample; each block adds its samples' losses and counts in
+ * a tree and stores them as its part; the last block to finish (a ticket
+ * taken after a fence, so that it sees every part) adds the parts in
+ * block order, adds the result to the running totals, and puts the ticket
+ * back to 0 for the next call.
+ */
+static __global__ void softmax_xent_kernel(const float *logits, const int32_t *labels, int n, int c,
+					   float scale, float *dlogits, double *loss_sum,
+					   unsigned long long *correct, int *bad_label,
+					   unsigned *ticket, struct pp_xent_part *parts)
+{
+	__shared__ struct pp_xent_part lanes[PP_RED_THREADS];
+	__shared__ bool last;
+	const int t = threadIdx.x;
+	const size_t i = (size_t)blockIdx.x * PP_RED_THREADS + t;
+	struct pp_xent_part mine = { 0.0, 0 };
+
+	if (i < (size_t)n) {
+		unsigned right;
+		int bad;
+
+		mine.loss = pp_xent_sample(logits, labels, c, scale, dlogits, i, &right, &bad);
+		mine.correct = right;
+		if (bad)
+			*bad_label = 1;
+	}
+	lanes[t] = mine;
+	__syncthreads();
+	for (int half = PP_RED_THREADS / 2; half > 0; half /= 2) {
+		if (t < half)
+			pp_xent_tree_step(lanes, t, half);
+		__syncthreads();
+	}
+	if (t == 0) {
+		parts[blockIdx.x] = lanes[0];
+		__threadfence();
+		last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+	}
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	lanes[t] = pp_xent_lane(parts, (int)gridDim.x, t);
+	__syncthreads();
+	for (int half = PP_RED_THREADS / 2; half > 0; half /= 2) {
+		if (t < half)
+			pp_xent_tree_step(lanes, t, half);
+		__syncthreads();
+	}
+	if (t == 0) {
+		*loss_sum += lanes[0].loss;
+		*correct += lanes[0].correct;
+		*ticket = 0;
+	}
+}
+
+extern "C" int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int c,
+				    float scale, float *dlogits, double *loss_sum,
+				    unsigned long long *correct, int *bad_label, void *scratch,
+				    void *stream)
+{
+	softmax_xent_kernel<<<(unsigned)pp_xent_blocks(n), PP_RED_THREADS, 0, (cudaStream_t)stream>>>(
+		logits, labels, n, c, scale, dlogits, loss_sum, correct, bad_label, (unsigned *)scratch,
+		(struct pp_xent_part *)((char *)scratch + PP_XENT_PARTS_AT));
+	return launched("pp_nn_softmax_xent");
+}

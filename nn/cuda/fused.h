@@ -1,0 +1,403 @@
+/*
+ * nn/cuda/fused.h: the per-thread arithmetic of the kernels of
+ * nn/cuda/fused.cu, compiled by nvcc for the GPU and by the C compiler
+ * for the CPU tests (tests/test_nn_gpu_math.c), which run it for every
+ * thread and block index and compare it with the CPU layers of nn/.  Each
+ * function is what one thread computes, from its index; the kernels only
+ * add the launch and the block's shared memory.
+ *
+ * The kernels:
+ *  - a convolution, its bias, a ReLU (or none) and a max-pool of stride >=
+ *    its window in one pass: a thread per pooled output computes the
+ *    convolution's outputs of its window only, from the input (no im2col
+ *    columns), and keeps the first maximum as pp_nn_maxpool_relu_forward();
+ *  - their backward, as pp_nn_conv2d_backward_pooled(): the gradient
+ *    passes only where the pool selected and the ReLU let through (the pooled
+ *    output > 0, which is the sign of the convolution's output there); the
+ *    input gradient gathered by a thread per input pixel from the selected
+ *    windows that cover it, the weight and bias gradients by the reduction
+ *    below;
+ *  - sums of d (S, J, P) over S and P (the bias gradients);
+ *  - a max-pool's backward as a gather (a thread per input pixel), for
+ *    the pools that are not fused;
+ *  - softmax cross-entropy, its loss and correct count summed by the blocks.
+ *
+ * Reductions are deterministic: a sum of T terms for each of J outputs is
+ * cut into 'parts' by a rule of (J, T) alone, never of the GPU, part p
+ * taking the terms p, p + parts, p + 2 parts, ... in order (first pass: a
+ * thread per (output, part), the threads of a warp on adjacent outputs);
+ * then a block of PP_RED_THREADS lanes per output adds the parts, lane t
+ * those at t, t + PP_RED_THREADS, ... in order, and the lanes in a fixed
+ * tree (second pass).  No atomics on floats: two runs give the same bits.
+ */
+#ifndef PP_NN_CUDA_FUSED_H
+#define PP_NN_CUDA_FUSED_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/cuda/kernels.h"
+
+#ifdef __CUDACC__
+#define PP_HD __host__ __device__
+#else
+#define PP_HD
+#endif
+
+/* Lanes of a block of a reduction's second pass, and of the softmax's blocks. */
+#define PP_RED_THREADS 256
+/* Terms a thread of a first pass sums, at least (where there are that many). */
+#define PP_RED_MIN_TERMS 8
+/* Threads of a first pass aimed at: about as many as an H100 holds at once. */
+#define PP_RED_TARGET_THREADS (1L << 17)
+/* Parts of a sum, at most: the second pass's lanes add at most 16 each. */
+#define PP_RED_MAX_PARTS (16 * PP_RED_THREADS)
+/* Conv outputs of a pool window computed together, sharing each weight's load. */
+#define PP_FUSED_GROUP 4
+
+/* The parts of each of J sums of T terms: enough threads for the GPU, few terms each. */
+PP_HD static inline int pp_red_parts(int outputs, size_t terms)
+{
+	size_t cap = (size_t)PP_RED_TARGET_THREADS / (size_t)(outputs > 0 ? outputs : 1);
+	size_t p = (terms + PP_RED_MIN_TERMS - 1) / PP_RED_MIN_TERMS;
+
+	cap = cap < 1 ? 1 : cap > PP_RED_MAX_PARTS ? PP_RED_MAX_PARTS : cap;
+	return (int)(p < 1 ? 1 : p > cap ? cap : p);
+}
+
+/* The floats of partial sums that J sums of T terms take (the scratch of a first pass). */
+PP_HD static inline size_t pp_red_floats(int outputs, size_t terms)
+{
+	return (size_t)outputs * (size_t)pp_red_parts(outputs, terms);
+}
+
+/* floor(a / b) and ceil(a / b) for b > 0, a of either sign */
+PP_HD static inline int pp_floor_div(int a, int b)
+{
+	return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+PP_HD static inline int pp_ceil_div(int a, int b)
+{
+	return -pp_floor_div(-a, b);
+}
+
+/* ------------------------------------------------------------------ sums of d (S, J, P) */
+
+/*
+ * First pass, thread (j, part): the sum of d[s, j, p] over the terms
+ * t = s P + p of its part, in order.
+ */
+PP_HD static inline float pp_red_sum_partial(const float *d, int s, int j_count, int p_count,
+					     int parts, int j, int part)
+{
+	const size_t terms = (size_t)s * (size_t)p_count;
+	float sum = 0.0f;
+
+	for (size_t t = (size_t)part; t < terms; t += (size_t)parts) {
+		const size_t si = t / (size_t)p_count, pi = t % (size_t)p_count;
+
+		sum += d[(si * (size_t)j_count + (size_t)j) * (size_t)p_count + pi];
+	}
+	return sum;
+}
+
+/* Second pass, lane t of output j's block: the parts t, t + PP_RED_THREADS, ... of partial (parts, J). */
+PP_HD static inline float pp_red_lane(const float *partial, int j_count, int parts, int j, int t)
+{
+	float sum = 0.0f;
+
+	for (int q = t; q < parts; q += PP_RED_THREADS)
+		sum += partial[(size_t)q * (size_t)j_count + (size_t)j];
+	return sum;
+}
+
+/* One step of a block's tree: lane t (< half) takes lane t + half; half = PP_RED_THREADS / 2, ..., 1. */
+PP_HD static inline void pp_red_tree_step(float *lanes, int t, int half)
+{
+	lanes[t] += lanes[t + half];
+}
+
+/* ------------------------------------------------------------------ conv + bias + ReLU + max-pool */
+
+/* The gradient that reaches the pool's output 'at': none where the ReLU (pooled output <= 0) blocked it. */
+PP_HD static inline float pp_fused_grad(const struct pp_cuda_pool_geom *g, const float *dpool,
+					const float *pooled, size_t at)
+{
+	return g->relu && !(pooled[at] > 0.0f) ? 0.0f : dpool[at];
+}
+
+/*
+ * Forward, thread i of n OC PH PW (a pooled output (s, o, py, px)): the
+ * convolution's outputs of its window, PP_FUSED_GROUP at a time, each
+ * the sum over the taps (c, ky, kx) in order plus the bias; out[i] the
+ * first maximum in the window's order (rows, then columns), through the
+ * ReLU when g->relu; idx[i] its index in the sample's convolution output
+ * (OC, OH, OW).
+ */
+PP_HD static inline void pp_fused_forward(const struct pp_cuda_pool_geom *g, const float *x,
+					  const float *w, const float *b, float *out, int32_t *idx,
+					  size_t i)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int px = (int)(i % (size_t)g->pw), py = (int)(i / (size_t)g->pw % (size_t)g->ph);
+	const int o = (int)(i / ((size_t)g->pw * g->ph) % (size_t)cg->oc);
+	const size_t s = i / ((size_t)g->pw * g->ph * cg->oc);
+	const float *xs = x + s * (size_t)cg->c * cg->h * cg->w;
+	const float *wo = w + (size_t)o * cg->c * cg->k * cg->k;
+	const int win = g->pk * g->pk;
+	float best = 0.0f;
+	int32_t best_at = 0;
+
+	for (int w0 = 0; w0 < win; w0 += PP_FUSED_GROUP) {
+		int oy[PP_FUSED_GROUP], ox[PP_FUSED_GROUP];
+		float acc[PP_FUSED_GROUP];
+		const int nv = win - w0 < PP_FUSED_GROUP ? win - w0 : PP_FUSED_GROUP;
+
+		for (int v = 0; v < PP_FUSED_GROUP; v++) {
+			oy[v] = py * g->ps + (w0 + v) / g->pk;
+			ox[v] = px * g->ps + (w0 + v) % g->pk;
+			acc[v] = 0.0f;
+		}
+		for (int c = 0; c < cg->c; c++)
+			for (int ky = 0; ky < cg->k; ky++)
+				for (int kx = 0; kx < cg->k; kx++) {
+					const float wv = wo[((size_t)c * cg->k + ky) * cg->k + kx];
+
+					for (int v = 0; v < PP_FUSED_GROUP; v++) {
+						const int iy = oy[v] * cg->stride - cg->pad + ky;
+						const int ix = ox[v] * cg->stride - cg->pad + kx;
+
+						if (v < nv && iy >= 0 && iy < cg->h && ix >= 0 && ix < cg->w)
+							acc[v] += wv * xs[((size_t)c * cg->h + iy) * cg->w + ix];
+					}
+				}
+		for (int v = 0; v < nv; v++) {
+			const float val = acc[v] + b[o];
+
+			if (w0 + v == 0 || val > best) {
+				best = val;
+				best_at = (int32_t)(((size_t)o * cg->oh + oy[v]) * cg->ow + ox[v]);
+			}
+		}
+	}
+	out[i] = g->relu && !(best > 0.0f) ? 0.0f : best;
+	idx[i] = best_at;
+}
+
+/*
+ * Backward, the input gradient, thread i of n C H W (an input pixel (s, c,
+ * iy, ix)): for each output channel, pool row and pool column (in that
+ * order) whose window may hold a convolution output that read the pixel,
+ * the selected output's gradient times the weight of the tap that joined
+ * them.  dpool, idx, pooled: the pool's output gradient, indices (as
+ * pp_fused_forward()) and output, (n, OC, PH, PW).
+ */
+PP_HD static inline float pp_fused_din(const struct pp_cuda_pool_geom *g, const float *dpool,
+				       const int32_t *idx, const float *pooled, const float *w,
+				       size_t i)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int ix = (int)(i % (size_t)cg->w), iy = (int)(i / (size_t)cg->w % (size_t)cg->h);
+	const int ch = (int)(i / ((size_t)cg->w * cg->h) % (size_t)cg->c);
+	const size_t s = i / ((size_t)cg->w * cg->h * cg->c);
+	const int k = cg->k, st = cg->stride, pad = cg->pad;
+	/* the convolution outputs whose windows cover the pixel, then the pool windows holding them */
+	const int oy0 = pp_ceil_div(iy + pad - k + 1, st) > 0 ? pp_ceil_div(iy + pad - k + 1, st) : 0;
+	const int ox0 = pp_ceil_div(ix + pad - k + 1, st) > 0 ? pp_ceil_div(ix + pad - k + 1, st) : 0;
+	const int oy1 = pp_floor_div(iy + pad, st), ox1 = pp_floor_div(ix + pad, st);
+	const int py0 = pp_ceil_div(oy0 - g->pk + 1, g->ps) > 0 ? pp_ceil_div(oy0 - g->pk + 1, g->ps) : 0;
+	const int px0 = pp_ceil_div(ox0 - g->pk + 1, g->ps) > 0 ? pp_ceil_div(ox0 - g->pk + 1, g->ps) : 0;
+	const int py1 = oy1 < 0 ? -1 : pp_floor_div(oy1, g->ps) < g->ph - 1 ? pp_floor_div(oy1, g->ps) : g->ph - 1;
+	const int px1 = ox1 < 0 ? -1 : pp_floor_div(ox1, g->ps) < g->pw - 1 ? pp_floor_div(ox1, g->ps) : g->pw - 1;
+	const size_t plane = (size_t)cg->oh * cg->ow;
+	float sum = 0.0f;
+
+	for (int o = 0; o < cg->oc; o++)
+		for (int py = py0; py <= py1; py++)
+			for (int px = px0; px <= px1; px++) {
+				const size_t at = ((s * cg->oc + o) * g->ph + py) * g->pw + px;
+				size_t r;
+				int ky, kx;
+
+				/* the ReLU's mask first: it stops about half the windows with one load */
+				if (g->relu && !(pooled[at] > 0.0f))
+					continue;
+				r = (size_t)idx[at] - o * plane;
+				ky = iy + pad - (int)(r / (size_t)cg->ow) * st;
+				kx = ix + pad - (int)(r % (size_t)cg->ow) * st;
+				if (ky >= 0 && ky < k && kx >= 0 && kx < k)
+					sum += dpool[at] * w[(((size_t)o * cg->c + ch) * k + ky) * k + kx];
+			}
+	return sum;
+}
+
+/*
+ * Backward, the weight and bias gradients as one reduction: output j <
+ * OC C K K is the weight (o, c, ky, kx), the OC after it the biases;
+ * term t = s PH PW + q of the n PH PW is sample s's pooled output q of
+ * channel o: its gradient (pp_fused_grad()), times, for a weight, the
+ * input the tap read at the selected position (0 in the padding).
+ */
+PP_HD static inline float pp_fused_param_term(const struct pp_cuda_pool_geom *g, const float *dpool,
+					      const int32_t *idx, const float *pooled,
+					      const float *x, int j, size_t t)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int kk = cg->c * cg->k * cg->k, pp = g->ph * g->pw;
+	const int o = j < cg->oc * kk ? j / kk : j - cg->oc * kk;
+	const size_t s = t / (size_t)pp;
+	const size_t at = (s * cg->oc + o) * pp + t % (size_t)pp;
+	const float gr = pp_fused_grad(g, dpool, pooled, at);
+
+	if (j >= cg->oc * kk || gr == 0.0f)
+		return gr;
+
+	const int q = j % kk, c = q / (cg->k * cg->k), ky = q / cg->k % cg->k, kx = q % cg->k;
+	const size_t r = (size_t)idx[at] - (size_t)o * cg->oh * cg->ow;
+	const int iy = (int)(r / (size_t)cg->ow) * cg->stride - cg->pad + ky;
+	const int ix = (int)(r % (size_t)cg->ow) * cg->stride - cg->pad + kx;
+
+	if (iy < 0 || iy >= cg->h || ix < 0 || ix >= cg->w)
+		return 0.0f;
+	return gr * x[((s * cg->c + c) * cg->h + iy) * cg->w + ix];
+}
+
+/* The outputs of that reduction: OC C K K weights, then OC biases. */
+PP_HD static inline int pp_fused_param_count(const struct pp_cuda_pool_geom *g)
+{
+	return g->conv.oc * (g->conv.c * g->conv.k * g->conv.k + 1);
+}
+
+/* First pass, thread (j, part) of that reduction over n samples. */
+PP_HD static inline float pp_fused_param_partial(const struct pp_cuda_pool_geom *g,
+						 const float *dpool, const int32_t *idx,
+						 const float *pooled, const float *x, int n,
+						 int parts, int j, int part)
+{
+	const size_t terms = (size_t)n * g->ph * g->pw;
+	float sum = 0.0f;
+
+	for (size_t t = (size_t)part; t < terms; t += (size_t)parts)
+		sum += pp_fused_param_term(g, dpool, idx, pooled, x, j, t);
+	return sum;
+}
+
+/* ------------------------------------------------------------------ max-pool backward */
+
+/*
+ * A max-pool's input gradient (no padding), thread i of n C H W (an input
+ * pixel): the sum of the output gradients of the windows that cover the
+ * pixel and selected it (idx, as pp_nn_maxpool_forward()), in output
+ * order, as pp_nn_maxpool_backward() adds them: overlapping windows need
+ * no atomics.  g: the pool's geometry (c channels, h x w in, oh x ow out).
+ */
+PP_HD static inline float pp_pool_din(const struct pp_cuda_geom *g, const float *dout,
+				      const int32_t *idx, size_t i)
+{
+	const int ix = (int)(i % (size_t)g->w), iy = (int)(i / (size_t)g->w % (size_t)g->h);
+	const size_t sc = i / ((size_t)g->w * g->h); /* sample s, channel ch: s C + ch */
+	const int32_t at = (int32_t)((sc % (size_t)g->c * g->h + iy) * g->w + ix);
+	const int oy0 = pp_ceil_div(iy - g->k + 1, g->stride) > 0 ? pp_ceil_div(iy - g->k + 1, g->stride) : 0;
+	const int ox0 = pp_ceil_div(ix - g->k + 1, g->stride) > 0 ? pp_ceil_div(ix - g->k + 1, g->stride) : 0;
+	const int oy1 = iy / g->stride < g->oh - 1 ? iy / g->stride : g->oh - 1;
+	const int ox1 = ix / g->stride < g->ow - 1 ? ix / g->stride : g->ow - 1;
+	float sum = 0.0f;
+
+	for (int oy = oy0; oy <= oy1; oy++)
+		for (int ox = ox0; ox <= ox1; ox++) {
+			const size_t o = (sc * g->oh + oy) * g->ow + ox;
+
+			if (idx[o] == at)
+				sum += dout[o];
+		}
+	return sum;
+}
+
+/* ------------------------------------------------------------------ softmax cross-entropy */
+
+/* What a block of the softmax adds up: its samples' losses and correct predictions. */
+struct pp_xent_part {
+	double loss;                /* the sum of the block's losses */
+	unsigned long long correct; /* its samples whose largest logit was their label */
+};
+
+/*
+ * Sample i of n (c logits each): writes (softmax - onehot) * scale to
+ * its row of dlogits unless that is NULL, and returns its loss, as
+ * pp_nn_softmax_xent(); *right = 1 when its first largest logit is its
+ * label.  A label outside 0..c-1 sets *bad = 1: the sample's loss is 0, it
+ * is not counted right, its gradient is zero.
+ */
+PP_HD static inline double pp_xent_sample(const float *logits, const int32_t *labels, int c,
+					  float scale, float *dlogits, size_t i, unsigned *right,
+					  int *bad)
+{
+	const float *z = logits + i * (size_t)c;
+	float *d = dlogits ? dlogits + i * (size_t)c : NULL;
+	const int y = labels[i];
+	int arg = 0;
+	float m = z[0];
+	double sum = 0.0;
+
+	*right = 0;
+	*bad = 0;
+	if (y < 0 || y >= c) {
+		*bad = 1;
+		for (int j = 0; d && j < c; j++)
+			d[j] = 0.0f;
+		return 0.0;
+	}
+	for (int j = 1; j < c; j++)
+		if (z[j] > m) {
+			m = z[j];
+			arg = j;
+		}
+	for (int j = 0; j < c; j++)
+		sum += exp((double)z[j] - m);
+	*right = arg == y;
+	if (d) {
+		for (int j = 0; j < c; j++)
+			d[j] = (float)(exp((double)z[j] - m) / sum) * scale;
+		d[y] -= scale;
+	}
+	return log(sum) - ((double)z[y] - m);
+}
+
+/* One step of a softmax block's tree, as pp_red_tree_step(). */
+PP_HD static inline void pp_xent_tree_step(struct pp_xent_part *lanes, int t, int half)
+{
+	lanes[t].loss += lanes[t + half].loss;
+	lanes[t].correct += lanes[t + half].correct;
+}
+
+/* The last block's lane t: the blocks' parts t, t + PP_RED_THREADS, ... in order. */
+PP_HD static inline struct pp_xent_part pp_xent_lane(const struct pp_xent_part *parts, int blocks,
+						     int t)
+{
+	struct pp_xent_part sum = { 0.0, 0 };
+
+	for (int q = t; q < blocks; q += PP_RED_THREADS) {
+		sum.loss += parts[q].loss;
+		sum.correct += parts[q].correct;
+	}
+	return sum;
+}
+
+/* Blocks of the softmax of n samples: PP_RED_THREADS samples each. */
+PP_HD static inline int pp_xent_blocks(int n)
+{
+	return n > 0 ? (n + PP_RED_THREADS - 1) / PP_RED_THREADS : 1;
+}
+
+/* Where the blocks' parts start in the softmax's scratch, after its ticket (an unsigned int). */
+#define PP_XENT_PARTS_AT 16
+
+/* The bytes of the softmax's scratch for n samples: the ticket, then a part per block. */
+PP_HD static inline size_t pp_xent_scratch_bytes(int n)
+{
+	return PP_XENT_PARTS_AT + (size_t)pp_xent_blocks(n) * sizeof(struct pp_xent_part);
+}
+
+#endif

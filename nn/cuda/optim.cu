@@ -1,0 +1,111 @@
+/*
+ * nn/cuda/optim.cu: SGD and Adam over the flat parameter vector, reading
+ * the step count and Adam's factors from device memory (nn/cuda/optim.h).
+ * The element-wise arithmetic is nn/optim.c's.
+ */
+#include "config.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+
+#include "common/internal.h"
+#include "nn/cuda/optim.h"
+
+#define THREADS 256
+
+static unsigned blocks_for(size_t n)
+{
+	size_t b = (n + THREADS - 1) / THREADS;
+
+	return (unsigned)(b == 0 ? 1 : b > 65535 ? 65535 : b);
+}
+
+static int launched(const char *kernel)
+{
+	cudaError_t err = cudaGetLastError();
+
+	if (err != cudaSuccess)
+		return pp_error(-EIO, "%s kernel launch: %s", kernel, cudaGetErrorString(err));
+	return 0;
+}
+
+static __global__ void set_kernel(struct pp_cuda_optim_state *st, unsigned long long t)
+{
+	st->t = t;
+}
+
+/* Step t + 1 and its factors, in double as nn/optim.c (PyTorch computes them in Python floats). */
+static __global__ void tick_kernel(struct pp_cuda_optim_state *st, float lr, float b1, float b2)
+{
+	const unsigned long long t = st->t + 1;
+
+	st->t = t;
+	st->step = (float)((double)lr / (1.0 - pow((double)b1, (double)t)));
+	st->bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, (double)t));
+}
+
+static __global__ void sgd_kernel(float *p, const float *grad, float *b, size_t n, float lr,
+				  float wd, float mom, float damp, bool nesterov,
+				  const struct pp_cuda_optim_state *st)
+{
+	const bool first = st->t == 1;
+
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float g = grad[i];
+
+		if (wd != 0.0f)
+			g += wd * p[i];
+		if (mom != 0.0f) {
+			b[i] = first ? g : mom * b[i] + damp * g;
+			g = nesterov ? g + mom * b[i] : b[i];
+		}
+		p[i] -= lr * g;
+	}
+}
+
+static __global__ void adam_kernel(float *p, const float *grad, float *m, float *v, size_t n,
+				   float b1, float b2, float eps, float wd,
+				   const struct pp_cuda_optim_state *st)
+{
+	const float step = st->step, bc2_sqrt = st->bc2_sqrt;
+
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float g = grad[i];
+
+		if (wd != 0.0f)
+			g += wd * p[i];
+		m[i] = b1 * m[i] + (1.0f - b1) * g;
+		v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+		p[i] -= step * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
+	}
+}
+
+extern "C" int pp_cuda_optim_set(struct pp_cuda_optim_state *st, unsigned long long t, void *stream)
+{
+	set_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(st, t);
+	return launched("optimizer step count");
+}
+
+extern "C" int pp_cuda_optim_step(struct pp_cuda_optim_state *st, const struct pp_cuda_optim_args *a,
+				  float *p, const float *g, float *buf1, float *buf2, size_t n,
+				  void *stream)
+{
+	cudaStream_t s = (cudaStream_t)stream;
+	int ret;
+
+	tick_kernel<<<1, 1, 0, s>>>(st, a->lr, a->beta1, a->beta2);
+	ret = launched("optimizer step factors");
+	if (ret)
+		return ret;
+	if (a->adam) {
+		adam_kernel<<<blocks_for(n), THREADS, 0, s>>>(p, g, buf1, buf2, n, a->beta1, a->beta2,
+							     a->eps, a->weight_decay, st);
+		return launched("adam");
+	}
+	sgd_kernel<<<blocks_for(n), THREADS, 0, s>>>(p, g, buf1, n, a->lr, a->weight_decay,
+						    a->momentum, 1.0f - a->dampening, a->nesterov, st);
+	return launched("sgd");
+}

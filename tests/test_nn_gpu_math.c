@@ -1,0 +1,544 @@
+/*
+ * tests/test_nn_gpu_math.c: the per-thread arithmetic of the CUDA kernels
+ * of nn/cuda/fused.cu (nn/cuda/fused.h) run on the CPU for every thread
+ * and block index, the blocks' trees step by step in the kernels' order,
+ * and compared with the CPU layers of nn/: the fused conv + bias + ReLU +
+ * max-pool forward with pp_nn_conv2d_forward() then
+ * pp_nn_maxpool_relu_forward(), its backward with
+ * pp_nn_conv2d_backward_pooled(), the max-pool's gathered backward with
+ * pp_nn_maxpool_backward(), the deterministic sums with plain sums,
+ * the softmax cross-entropy with pp_nn_softmax_xent().  Shapes: the CNN's
+ * two convolutions, batch 1, odd sizes, padding, stride 2, pools that
+ * leave rows out or leave gaps, windows of more than one group, sums over
+ * more and fewer terms than a block has lanes.  Runs without a GPU; the
+ * kernels themselves are compared on a GPU by tests/test_nn_cuda.c.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "nn/cuda/fused.h"
+#include "nn/nn_internal.h"
+#include "tests/nn_testutil.h"
+#include "tests/testutil.h"
+
+static float *rand_floats(size_t n)
+{
+	float *p = malloc((n + 1) * sizeof(float));
+
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = pp_test_frand();
+	return p;
+}
+
+static float *zero_floats(size_t n)
+{
+	float *p = calloc(n + 1, sizeof(float));
+
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+/* ------------------------------------------------------------------ the blocks, emulated */
+
+/*
+ * The second pass of a reduction (sum_finish_kernel): for each output j,
+ * the block's lanes from pp_red_lane(), the tree, the sum added to out0[j]
+ * (j < split) or out1[j - split].
+ */
+static void emu_finish(float *out0, float *out1, int split, const float *partial, int jn, int parts)
+{
+	float lanes[PP_RED_THREADS];
+
+	for (int j = 0; j < jn; j++) {
+		for (int t = 0; t < PP_RED_THREADS; t++)
+			lanes[t] = pp_red_lane(partial, jn, parts, j, t);
+		for (int half = PP_RED_THREADS / 2; half > 0; half /= 2)
+			for (int t = 0; t < half; t++)
+				pp_red_tree_step(lanes, t, half);
+		if (j < split)
+			out0[j] += lanes[0];
+		else
+			out1[j - split] += lanes[0];
+	}
+}
+
+/* pp_cuda_sum_channels(): out (J) += the sums of d (S, J, P) */
+static void emu_sum_channels(float *out, const float *d, int s, int jn, int p)
+{
+	const int parts = pp_red_parts(jn, (size_t)s * p);
+	float *partial = zero_floats(pp_red_floats(jn, (size_t)s * p));
+
+	for (size_t i = 0; i < (size_t)jn * parts; i++)
+		partial[i] = pp_red_sum_partial(d, s, jn, p, parts, (int)(i % jn), (int)(i / jn));
+	emu_finish(out, out, jn, partial, jn, parts);
+	free(partial);
+}
+
+/* ------------------------------------------------------------------ conv + ReLU + max-pool */
+
+/* A convolution and its pool; the layers as nn/spec.c makes them. */
+struct fused_case {
+	int n, c, h, w, oc, k, stride, pad, pk, ps;
+	bool relu;
+};
+
+static const struct fused_case fused_cases[] = {
+	{ 3, 1, 28, 28, 6, 5, 1, 0, 2, 2, true },   /* the CNN's first convolution */
+	{ 2, 6, 12, 12, 12, 5, 1, 0, 2, 2, true },  /* its second */
+	{ 1, 3, 9, 7, 5, 3, 1, 1, 2, 2, true },     /* batch 1; 9 x 7: the last row out of the pool */
+	{ 2, 2, 11, 10, 3, 3, 2, 2, 3, 3, false },  /* stride 2, padding 2; 9 taps: groups 4, 4, 1 */
+	{ 2, 1, 13, 13, 3, 4, 1, 0, 2, 3, true },   /* pool stride 3 > window: gaps */
+	{ 3, 4, 5, 5, 2, 1, 1, 0, 2, 2, false },    /* 1 x 1 kernel, odd output */
+	{ 2, 2, 10, 9, 3, 2, 3, 1, 2, 2, true },    /* stride 3 > kernel 2: pixels no tap reads */
+};
+
+struct fused {
+	struct nn_layer l, pool;
+	struct pp_cuda_pool_geom g;
+	int n;
+	float *x, *w, *b;
+	float *conv;      /* the CPU's convolution output (n, OC, OH, OW) */
+	float *pooled;    /* the CPU's pool output (n, OC, PH, PW) */
+	int32_t *idx;     /* the CPU's pool indices */
+	float *col;       /* im2col columns of the n samples */
+};
+
+static struct fused fused_make(const struct fused_case *fc)
+{
+	struct fused f = { .n = fc->n };
+	struct nn_layer *l = &f.l, *p = &f.pool;
+
+	l->kind = NN_CONV;
+	l->in_c = fc->c;
+	l->in_h = fc->h;
+	l->in_w = fc->w;
+	l->out_c = fc->oc;
+	l->k = fc->k;
+	l->stride = fc->stride;
+	l->pad = fc->pad;
+	l->out_h = (fc->h + 2 * fc->pad - fc->k) / fc->stride + 1;
+	l->out_w = (fc->w + 2 * fc->pad - fc->k) / fc->stride + 1;
+	l->in_size = (size_t)fc->c * fc->h * fc->w;
+	l->out_size = (size_t)fc->oc * l->out_h * l->out_w;
+	l->n_w = (size_t)fc->oc * fc->c * fc->k * fc->k;
+	l->n_b = (size_t)fc->oc;
+	l->sparse_dout = true;
+	p->kind = NN_MAXPOOL;
+	p->in_c = p->out_c = fc->oc;
+	p->in_h = l->out_h;
+	p->in_w = l->out_w;
+	p->k = fc->pk;
+	p->stride = fc->ps;
+	p->out_h = (l->out_h - fc->pk) / fc->ps + 1;
+	p->out_w = (l->out_w - fc->pk) / fc->ps + 1;
+	p->in_size = l->out_size;
+	p->out_size = (size_t)fc->oc * p->out_h * p->out_w;
+	f.g = (struct pp_cuda_pool_geom){
+		.conv = { .c = fc->c, .h = fc->h, .w = fc->w, .oc = fc->oc, .oh = l->out_h,
+			  .ow = l->out_w, .k = fc->k, .stride = fc->stride, .pad = fc->pad },
+		.pk = fc->pk, .ps = fc->ps, .ph = p->out_h, .pw = p->out_w, .relu = fc->relu,
+	};
+	f.x = rand_floats((size_t)fc->n * l->in_size);
+	f.w = rand_floats(l->n_w);
+	f.b = rand_floats(l->n_b);
+	f.conv = zero_floats((size_t)fc->n * l->out_size);
+	f.pooled = zero_floats((size_t)fc->n * p->out_size);
+	f.idx = calloc((size_t)fc->n * p->out_size + 1, sizeof(int32_t));
+	ck_assert_ptr_nonnull(f.idx);
+	f.col = zero_floats((size_t)fc->n * l->out_h * l->out_w * fc->c * fc->k * fc->k);
+	pp_nn_conv2d_forward(l, f.conv, f.x, f.w, f.b, f.col, fc->n);
+	if (fc->relu)
+		pp_nn_maxpool_relu_forward(p, f.pooled, f.idx, f.conv, fc->n);
+	else
+		pp_nn_maxpool_forward(p, f.pooled, f.idx, f.conv, fc->n);
+	return f;
+}
+
+static void fused_free(struct fused *f)
+{
+	free(f->x);
+	free(f->w);
+	free(f->b);
+	free(f->conv);
+	free(f->pooled);
+	free(f->idx);
+	free(f->col);
+}
+
+static void expect_close(const char *what, int c, const float *want, const float *got, size_t n,
+			 float tol)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(fabsf(want[i] - got[i]) <= tol * (1.0f + fabsf(want[i])),
+			      "case %d: %s[%zu]: %g, expected %g", c, what, i, (double)got[i],
+			      (double)want[i]);
+}
+
+/*
+ * Fails if a thread of the fused forward computes a pooled output other
+ * than the CPU's convolution then pool (a tap, channel, bias or padding
+ * wrong, a window position missed or taken from the next window, the ReLU
+ * not applied), or picks as maximum a position outside its window or one
+ * whose value is not the window's maximum (the CPU may pick another only
+ * where two values tie to rounding), or, where all tie (an input of
+ * zeros), not the first.
+ */
+START_TEST(test_fused_forward)
+{
+	for (int c = 0; c < (int)(sizeof(fused_cases) / sizeof(fused_cases[0])); c++) {
+		struct fused f = fused_make(&fused_cases[c]);
+		const struct pp_cuda_pool_geom *g = &f.g;
+		const size_t outs = (size_t)f.n * f.pool.out_size, plane = (size_t)g->conv.oh * g->conv.ow;
+		float *out = zero_floats(outs);
+		int32_t *idx = calloc(outs, sizeof(int32_t));
+
+		ck_assert_ptr_nonnull(idx);
+		for (size_t i = 0; i < outs; i++)
+			pp_fused_forward(g, f.x, f.w, f.b, out, idx, i);
+		expect_close("pooled output", c, f.pooled, out, outs, 1e-5f);
+		for (size_t i = 0; i < outs; i++) {
+			const size_t s = i / f.pool.out_size, q = i % f.pool.out_size;
+			const size_t o = q / ((size_t)g->ph * g->pw);
+			const int py = (int)(q / g->pw % g->ph), px = (int)(q % g->pw);
+			const size_t r = (size_t)idx[i] - o * plane;
+			const int oy = (int)(r / g->conv.ow), ox = (int)(r % g->conv.ow);
+			const float *cs = f.conv + s * f.l.out_size;
+
+			ck_assert_msg((size_t)idx[i] >= o * plane && r < plane && oy >= py * g->ps &&
+					      oy < py * g->ps + g->pk && ox >= px * g->ps &&
+					      ox < px * g->ps + g->pk,
+				      "case %d: output %zu picked %d, outside its window", c, i, idx[i]);
+			ck_assert_msg(fabsf(cs[idx[i]] - cs[f.idx[i]]) <= 1e-5f * (1.0f + fabsf(cs[f.idx[i]])),
+				      "case %d: output %zu picked %d (%g), the CPU %d (%g)", c, i, idx[i],
+				      (double)cs[idx[i]], f.idx[i], (double)cs[f.idx[i]]);
+		}
+		/* an input of zeros: every output of a channel ties at its bias; the first is taken */
+		memset(f.x, 0, (size_t)f.n * f.l.in_size * sizeof(float));
+		pp_nn_conv2d_forward(&f.l, f.conv, f.x, f.w, f.b, f.col, f.n);
+		if (g->relu)
+			pp_nn_maxpool_relu_forward(&f.pool, f.pooled, f.idx, f.conv, f.n);
+		else
+			pp_nn_maxpool_forward(&f.pool, f.pooled, f.idx, f.conv, f.n);
+		for (size_t i = 0; i < outs; i++)
+			pp_fused_forward(g, f.x, f.w, f.b, out, idx, i);
+		ck_assert_mem_eq(idx, f.idx, outs * sizeof(int32_t));
+		ck_assert_mem_eq(out, f.pooled, outs * sizeof(float));
+		free(out);
+		free(idx);
+		fused_free(&f);
+	}
+}
+END_TEST
+
+/*
+ * Fails if the fused backward's threads (the input gradient, a thread per
+ * pixel) and its reduction (first pass per (weight or bias, part), second
+ * pass per block) differ from pp_nn_conv2d_backward_pooled() on the same
+ * pool output, indices and gradient: a gradient sent to a position the
+ * pool did not select or the ReLU blocked, a window that covers a pixel
+ * missed (padding, stride, the first and last pool rows), a term counted
+ * twice or not at all, a bias mixed with a weight.
+ */
+START_TEST(test_fused_backward)
+{
+	for (int c = 0; c < (int)(sizeof(fused_cases) / sizeof(fused_cases[0])); c++) {
+		struct fused f = fused_make(&fused_cases[c]);
+		const struct pp_cuda_pool_geom *g = &f.g;
+		const size_t outs = (size_t)f.n * f.pool.out_size, ins = (size_t)f.n * f.l.in_size;
+		const int jn = pp_fused_param_count(g);
+		const int parts = pp_red_parts(jn, (size_t)f.n * g->ph * g->pw);
+		float *dpool = rand_floats(outs);
+		float *dcol = zero_floats(pp_nn_conv2d_backward_pooled_scratch(&f.l, &f.pool));
+		float *din1 = zero_floats(ins), *din2 = zero_floats(ins);
+		float *dw1 = zero_floats(f.l.n_w), *dw2 = zero_floats(f.l.n_w);
+		float *db1 = zero_floats(f.l.n_b), *db2 = zero_floats(f.l.n_b);
+		float *partial = zero_floats(pp_red_floats(jn, (size_t)f.n * g->ph * g->pw));
+
+		for (size_t i = 0; i < outs; i += 5)
+			dpool[i] = 0.0f;
+		pp_nn_conv2d_backward_pooled(&f.l, &f.pool, din1, dw1, db1, dpool, f.idx,
+					     g->relu ? f.conv : NULL, f.w, f.col, dcol, f.n);
+		for (size_t i = 0; i < ins; i++)
+			din2[i] = pp_fused_din(g, dpool, f.idx, f.pooled, f.w, i);
+		for (size_t i = 0; i < (size_t)jn * parts; i++)
+			partial[i] = pp_fused_param_partial(g, dpool, f.idx, f.pooled, f.x, f.n, parts,
+							    (int)(i % jn), (int)(i / jn));
+		emu_finish(dw2, db2, jn - g->conv.oc, partial, jn, parts);
+		expect_close("input gradient", c, din1, din2, ins, 1e-4f);
+		expect_close("weight gradient", c, dw1, dw2, f.l.n_w, 1e-4f);
+		expect_close("bias gradient", c, db1, db2, f.l.n_b, 1e-4f);
+		free(dpool);
+		free(dcol);
+		free(din1);
+		free(din2);
+		free(dw1);
+		free(dw2);
+		free(db1);
+		free(db2);
+		free(partial);
+		fused_free(&f);
+	}
+}
+END_TEST
+
+/*
+ * Fails if the max-pool backward's threads (a gather per input pixel)
+ * give other bits than pp_nn_maxpool_backward() (the same additions in
+ * the same order): a window that covers a pixel missed (overlapping
+ * windows of stride 1 and 2, the edges, a last row outside every
+ * window), a gradient sent to a pixel the window did not select.
+ */
+START_TEST(test_pool_backward)
+{
+	static const int shapes[][6] = {
+		/* n, c, h, w, k, stride */
+		{ 2, 3, 9, 9, 3, 2 }, { 1, 2, 7, 6, 3, 1 }, { 3, 6, 24, 24, 2, 2 }, { 2, 1, 11, 8, 4, 3 },
+	};
+
+	for (int c = 0; c < (int)(sizeof(shapes) / sizeof(shapes[0])); c++) {
+		const int *sh = shapes[c];
+		struct nn_layer l = { .kind = NN_MAXPOOL, .in_c = sh[1], .out_c = sh[1], .in_h = sh[2],
+				      .in_w = sh[3], .k = sh[4], .stride = sh[5] };
+		struct pp_cuda_geom g;
+		size_t ins, outs;
+		float *x, *y, *dy, *din1, *din2;
+		int32_t *idx;
+
+		l.out_h = (l.in_h - l.k) / l.stride + 1;
+		l.out_w = (l.in_w - l.k) / l.stride + 1;
+		l.in_size = (size_t)l.in_c * l.in_h * l.in_w;
+		l.out_size = (size_t)l.out_c * l.out_h * l.out_w;
+		g = (struct pp_cuda_geom){ .c = l.in_c, .h = l.in_h, .w = l.in_w, .oc = l.out_c,
+					   .oh = l.out_h, .ow = l.out_w, .k = l.k, .stride = l.stride };
+		ins = (size_t)sh[0] * l.in_size;
+		outs = (size_t)sh[0] * l.out_size;
+		x = rand_floats(ins);
+		y = zero_floats(outs);
+		dy = rand_floats(outs);
+		din1 = zero_floats(ins);
+		din2 = zero_floats(ins);
+		idx = calloc(outs + 1, sizeof(int32_t));
+		ck_assert_ptr_nonnull(idx);
+		/* ties, so that overlapping windows select the same pixel */
+		for (size_t i = 0; i < ins; i += 4)
+			x[i] = 0.5f;
+		pp_nn_maxpool_forward(&l, y, idx, x, sh[0]);
+		pp_nn_maxpool_backward(&l, din1, dy, idx, sh[0]);
+		for (size_t i = 0; i < ins; i++)
+			din2[i] = pp_pool_din(&g, dy, idx, i);
+		ck_assert_mem_eq(din1, din2, ins * sizeof(float));
+		free(x);
+		free(y);
+		free(dy);
+		free(din1);
+		free(din2);
+		free(idx);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------------ sums and their parts */
+
+/*
+ * Fails if the partition of a sum loses or repeats a term (all ones: the
+ * sums are exact integers) or adds the wrong elements (random values
+ * against a sum in double), for sums of 1 term, fewer terms than a
+ * block's lanes, more parts than lanes (the strided lanes), many outputs
+ * (few parts each) and a Linear's and the CNN's bias gradients.
+ */
+START_TEST(test_sums)
+{
+	static const int shapes[][3] = {
+		/* S, J, P */
+		{ 1, 1, 1 }, { 3, 7, 1 }, { 100, 120, 1 }, { 1000, 10, 1 }, { 5, 6, 577 },
+		{ 2, 12, 64 }, { 1, 3, 100000 }, { 4, 2000, 3 }, { 100, 6, 576 },
+	};
+
+	for (int c = 0; c < (int)(sizeof(shapes) / sizeof(shapes[0])); c++) {
+		const int s = shapes[c][0], jn = shapes[c][1], p = shapes[c][2];
+		const size_t n = (size_t)s * jn * p;
+		float *d = rand_floats(n), *ones = zero_floats(n);
+		float *out = zero_floats((size_t)jn), *count = zero_floats((size_t)jn);
+		double *want = calloc((size_t)jn, sizeof(double)), *mag = calloc((size_t)jn, sizeof(double));
+
+		ck_assert(want && mag);
+		for (size_t i = 0; i < n; i++) {
+			const size_t j = i / (size_t)p % (size_t)jn;
+
+			ones[i] = 1.0f;
+			want[j] += d[i];
+			mag[j] += fabs((double)d[i]);
+		}
+		emu_sum_channels(count, ones, s, jn, p);
+		emu_sum_channels(out, d, s, jn, p);
+		for (int j = 0; j < jn; j++) {
+			ck_assert_msg(count[j] == (float)s * (float)p, "case %d: output %d summed %g terms of %d",
+				      c, j, (double)count[j], s * p);
+			ck_assert_msg(fabs(out[j] - want[j]) <= 1e-6 * (1.0 + mag[j]),
+				      "case %d: output %d: %g, expected %g", c, j, (double)out[j], want[j]);
+		}
+		free(d);
+		free(ones);
+		free(out);
+		free(count);
+		free(want);
+		free(mag);
+	}
+}
+END_TEST
+
+/*
+ * Fails if the rule of the parts gives no part, more than the second pass
+ * takes, more partial sums than the scratch the model reserves for its
+ * largest batch (the rule must not decrease with the terms), or a number
+ * that depends on anything but the outputs and terms.
+ */
+START_TEST(test_red_parts)
+{
+	static const int outputs[] = { 1, 6, 10, 120, 156, 1812, 200000 };
+
+	for (size_t o = 0; o < sizeof(outputs) / sizeof(outputs[0]); o++) {
+		int prev = 0;
+
+		for (size_t t = 1; t < 50000000; t = t * 3 + 1) {
+			const int parts = pp_red_parts(outputs[o], t);
+
+			ck_assert_int_ge(parts, 1);
+			ck_assert_int_le(parts, PP_RED_MAX_PARTS);
+			ck_assert_int_ge(parts, prev);
+			ck_assert_uint_le((size_t)parts, t);
+			ck_assert_uint_le(pp_red_floats(outputs[o], t),
+					  PP_MAX((size_t)outputs[o], (size_t)PP_RED_TARGET_THREADS));
+			ck_assert_int_eq(parts, pp_red_parts(outputs[o], t));
+			prev = parts;
+		}
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------------ softmax cross-entropy */
+
+/*
+ * The softmax kernel of n samples emulated: each block's lanes and tree,
+ * then the last block's.  Returns the loss; *correct, *bad as the kernel
+ * adds and sets them.
+ */
+static double emu_xent(const float *logits, const int32_t *labels, int n, int c, float scale,
+		       float *dlogits, unsigned long long *correct, int *bad)
+{
+	const int blocks = pp_xent_blocks(n);
+	struct pp_xent_part *parts = calloc((size_t)blocks, sizeof(*parts));
+	struct pp_xent_part lanes[PP_RED_THREADS];
+	double loss;
+
+	ck_assert_ptr_nonnull(parts);
+	*bad = 0;
+	for (int b = 0; b < blocks; b++) {
+		for (int t = 0; t < PP_RED_THREADS; t++) {
+			const size_t i = (size_t)b * PP_RED_THREADS + t;
+			unsigned right = 0;
+			int bad_one = 0;
+
+			lanes[t].loss = i < (size_t)n ? pp_xent_sample(logits, labels, c, scale, dlogits,
+								      i, &right, &bad_one) : 0.0;
+			lanes[t].correct = right;
+			*bad |= bad_one;
+		}
+		for (int half = PP_RED_THREADS / 2; half > 0; half /= 2)
+			for (int t = 0; t < half; t++)
+				pp_xent_tree_step(lanes, t, half);
+		parts[b] = lanes[0];
+	}
+	for (int t = 0; t < PP_RED_THREADS; t++)
+		lanes[t] = pp_xent_lane(parts, blocks, t);
+	for (int half = PP_RED_THREADS / 2; half > 0; half /= 2)
+		for (int t = 0; t < half; t++)
+			pp_xent_tree_step(lanes, t, half);
+	*correct = lanes[0].correct;
+	loss = lanes[0].loss;
+	free(parts);
+	return loss;
+}
+
+/*
+ * Fails if the softmax kernel's threads and blocks give another loss sum,
+ * correct count or gradient than pp_nn_softmax_xent(), for batch 1, a
+ * block and one more sample (a second, nearly empty block), and more
+ * blocks than lanes (the last block's strided lanes); or if a label
+ * outside the classes is not flagged, its loss not left out, its gradient
+ * row not zero.
+ */
+START_TEST(test_xent)
+{
+	static const int shapes[][2] = { { 1, 10 }, { 7, 3 }, { 256, 10 }, { 257, 10 }, { 1000, 10 },
+					 { 70000, 4 }, { 5, 1 } };
+
+	for (int k = 0; k < (int)(sizeof(shapes) / sizeof(shapes[0])); k++) {
+		const int n = shapes[k][0], c = shapes[k][1];
+		float *z = rand_floats((size_t)n * c);
+		float *d1 = zero_floats((size_t)n * c), *d2 = zero_floats((size_t)n * c);
+		double *losses = calloc((size_t)n, sizeof(double)), want = 0.0;
+		int32_t *labels = malloc((size_t)n * sizeof(int32_t));
+		const float scale = 1.0f / (float)n;
+		uint64_t right1 = 0;
+		unsigned long long right2;
+		double got;
+		int bad;
+
+		ck_assert(losses && labels);
+		for (int i = 0; i < n; i++) {
+			labels[i] = (i * 7 + 3) % c;
+			for (int j = 0; j < c; j++)
+				z[(size_t)i * c + j] *= 6.0f;
+		}
+		ck_assert_int_eq(pp_nn_softmax_xent(z, labels, n, c, scale, d1, losses, &right1), 0);
+		for (int i = 0; i < n; i++)
+			want += losses[i];
+		got = emu_xent(z, labels, n, c, scale, d2, &right2, &bad);
+		ck_assert_int_eq(bad, 0);
+		ck_assert_msg(fabs(got - want) <= 1e-12 * (1.0 + fabs(want)), "case %d: loss %.17g, expected %.17g",
+			      k, got, want);
+		ck_assert_uint_eq(right2, right1);
+		expect_close("gradient", k, d1, d2, (size_t)n * c, 1e-6f);
+
+		/* the last sample's label out of range */
+		labels[n - 1] = c;
+		got = emu_xent(z, labels, n, c, scale, d2, &right2, &bad);
+		ck_assert_int_eq(bad, 1);
+		ck_assert_msg(fabs(got - (want - losses[n - 1])) <= 1e-12 * (1.0 + fabs(want)),
+			      "case %d: loss with a bad label %.17g, expected %.17g", k, got,
+			      want - losses[n - 1]);
+		for (int j = 0; j < c; j++)
+			ck_assert(d2[(size_t)(n - 1) * c + j] == 0.0f);
+		ck_assert_int_eq(pp_nn_softmax_xent(z, labels, n, c, scale, d1, losses, &right1), -ERANGE);
+		free(z);
+		free(d1);
+		free(d2);
+		free(losses);
+		free(labels);
+	}
+}
+END_TEST
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("nn_gpu_math");
+	TCase *tc = tcase_create("per-thread");
+
+	tcase_add_test(tc, test_fused_forward);
+	tcase_add_test(tc, test_fused_backward);
+	tcase_add_test(tc, test_pool_backward);
+	tcase_add_test(tc, test_sums);
+	tcase_add_test(tc, test_red_parts);
+	tcase_add_test(tc, test_xent);
+	tcase_set_timeout(tc, 60);
+	suite_add_tcase(s, tc);
+	return s;
+}
