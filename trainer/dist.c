@@ -62,16 +62,19 @@ int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev)
 	int ret;
 
 	d->grads = d->comm;
-	if (!d->nccl)
+	/* The gradients of a device the host cannot address are staged through
+	 * pinned memory of that device: by a communicator of the run's own,
+	 * destroyed before the device is closed. */
+	if (!d->nccl && (d->size < 2 || pp_device_get_props(dev)->host_addressable))
 		return 0;
 	pp_comm_config_init(&cfg);
-	cfg.backend = "nccl";
+	cfg.backend = d->nccl ? "nccl" : pp_comm_backend(d->comm);
 	cfg.timeout_s = d->timeout_s;
 	cfg.device = dev;
 	ret = pp_comm_create(&cfg, &d->grads);
 	if (ret < 0) {
 		d->grads = NULL;
-		fprintf(stderr, "pinpipe-train: --comm=nccl: %s\n", pp_last_error());
+		fprintf(stderr, "pinpipe-train: --comm=%s: %s\n", cfg.backend, pp_last_error());
 	}
 	return ret;
 }

@@ -17,8 +17,9 @@
 
 struct tr_dist {
 	struct pp_comm *comm;     /* the ranks, host buffers: parameters, metrics, the stop */
-	struct pp_comm *grads;    /* the run's communicator of gradients: comm, or with
-				     --comm=nccl one on the run's GPU (tr_dist_run_begin()) */
+	struct pp_comm *grads;    /* the run's communicator of gradients: comm, or one of
+				     the run's own on its GPU (nccl, or mpi staging through
+				     pinned memory: tr_dist_run_begin()) */
 	bool nccl;                /* --comm=nccl */
 	double timeout_s;         /* --comm-timeout */
 	int rank, size;           /* in the job */
@@ -51,8 +52,10 @@ int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size);
 
 /*
  * Sets up the run's communicator of gradients for its device 'dev': the
- * job's, or with --comm=nccl an NCCL communicator on 'dev' (prints why
- * not).  0 or -errno; tr_dist_run_end() undoes it.
+ * job's, or one of the run's own (--comm=nccl: NCCL on 'dev'; several
+ * ranks on a device the host cannot address: the job's backend, whose
+ * staging memory is pinned for 'dev'); prints why not.  0 or -errno;
+ * tr_dist_run_end() undoes it, before the device is closed.
  */
 int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev);
 void tr_dist_run_end(struct tr_dist *d);

@@ -114,7 +114,10 @@ PP_API double pp_comm_timeout(const struct pp_comm *comm);
  * (pp_device_alloc()): the reduction comes after the work queued on the
  * stream before it, and work queued after it sees the result; mpi waits
  * for the stream and returns when done, nccl queues it on the stream.
- * Every rank calls it with the same count, dtype and op.  Returns 0, or
+ * Every rank calls it with the same count, dtype and op.  mpi stages the
+ * buffers of a device the host cannot address (cuda) through pinned host
+ * memory of that device, kept for the next call: destroy the communicator
+ * before closing the device.  Returns 0, or
  * -EINVAL (NULL buf with count > 0, an unknown dtype or op; count 0 does
  * nothing), -ETIMEDOUT (not done within the timeout), -EIO (MPI or NCCL
  * failed, with its message), -ENOMEM.
