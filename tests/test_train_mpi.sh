@@ -100,6 +100,10 @@ if a["test_acc"] != b["test_acc"]:
 EOPY
 done
 
+# Micro-batches that do not divide the global batch: refused, saying why.
+expect 1 "global batch of 60 samples in 7 micro-batches: the micro-batches must divide" \
+	"$train" $common --deterministic --micro-batches=7 --batch-size=60 --no-eval -q
+
 # 4. Resume at another N with the same global batch; another global batch refused.
 det="$common --deterministic --no-eval -q"
 expect 0 "" $mpi -np 2 "$train" $det --batch-size=30 --max-steps=10 --checkpoint="$tmp/r.ckpt"

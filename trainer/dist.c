@@ -117,7 +117,7 @@ static unsigned gcd(unsigned a, unsigned b)
 	return a;
 }
 
-int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size)
+int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_t len)
 {
 	const unsigned long long global = (unsigned long long)batch_size * (unsigned)d->size;
 	unsigned micro = d->micro;
@@ -128,10 +128,10 @@ int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size)
 	if (micro == 0)
 		micro = gcd(12, (unsigned)(global % 12));
 	if (global % micro != 0 || micro % (unsigned)d->size != 0) {
-		fprintf(stderr, "pinpipe-train: --deterministic: %d ranks x --batch-size=%u = a global "
-			"batch of %llu samples in %u micro-batches: the micro-batches must divide the "
-			"global batch, and the ranks the micro-batches (--micro-batches)\n", d->size,
-			batch_size, global, micro);
+		snprintf(why, len, "--deterministic: %d ranks x --batch-size=%u = a global batch of "
+			 "%llu samples in %u micro-batches: the micro-batches must divide the global "
+			 "batch, and the ranks the micro-batches (--micro-batches)", d->size, batch_size,
+			 global, micro);
 		return -EINVAL;
 	}
 	d->local_count = micro / (unsigned)d->size;

@@ -45,10 +45,10 @@ void tr_dist_close(struct tr_dist *d);
 void tr_dist_device(const struct tr_dist *d, const char *name, char *buf, size_t len);
 
 /*
- * Checks a run's batch size against the ranks and micro-batches (prints
- * why not); fills the per-run state of --deterministic.  0 or -EINVAL.
+ * Checks a run's batch size against the ranks and micro-batches (why not
+ * in why[0..len)); fills the per-run state of --deterministic.  0 or -EINVAL.
  */
-int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size);
+int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_t len);
 
 /*
  * Sets up the run's communicator of gradients for its device 'dev': the

@@ -405,9 +405,6 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 
 	memset(r, 0, sizeof(*r));
 	r->dist = dist;
-	ret = tr_dist_check_batch(dist, p->batch_size);
-	if (ret < 0)
-		return ret;
 	/* The ranks of a machine share its cores, and its GPUs by local rank. */
 	cores = cores / (unsigned)pp_comm_local_size(dist->comm) ?
 		cores / (unsigned)pp_comm_local_size(dist->comm) : 1;
@@ -871,7 +868,10 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	char why[sizeof(opt->checkpoint) + 256] = "";  /* why the run failed, when the trainer knows */
 	int ret;
 
-	ret = run_open(opt, p, run, d, dist, &r);
+	memset(&r, 0, sizeof(r));
+	ret = tr_dist_check_batch(dist, p->batch_size, why, sizeof(why));
+	if (ret == 0)
+		ret = run_open(opt, p, run, d, dist, &r);
 	if (ret < 0)
 		goto fail;
 	/* Rows name the device that ran ("auto" opens cpu or cuda:0). */
