@@ -122,8 +122,10 @@ expect 1 "comm mpi: rank 0 of 2: allreduce: .*not done within the timeout of 1 s
 expect 1 "$tmp/none: no such directory" \
 	timeout 120 $mpi -np 1 "$train" $job : -np 1 "$train" $job --data="$tmp/none"
 
-# 6. Ctrl-C on mpirun, once rank 0 has written a row.
-$mpi -np 2 "$train" --data=synthetic:1200 --device=cpu --epochs=1000 -t 1 -w 0 --no-progress \
+# 6. Ctrl-C on mpirun, once rank 0 has written a row.  mpirun passes it on
+# as SIGTERM, and kills the ranks odls_base_sigkill_timeout seconds later
+# (default 1): 30 here, for a loaded machine.
+$mpi --mca odls_base_sigkill_timeout 30 -np 2 "$train" --data=synthetic:1200 --device=cpu --epochs=1000 -t 1 -w 0 --no-progress \
 	--no-eval --batch-size=30 --jsonl="$tmp/i.jsonl" --checkpoint="$tmp/i.ckpt" >"$tmp/i.out" 2>&1 &
 job=$!
 i=0
