@@ -735,8 +735,11 @@ static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, 
 {
 	tr_results_add(res, row);
 	print_row(row, progress);
-	if (jsonl)
+	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
+	if (jsonl) {
 		tr_results_write_row_jsonl(row, jsonl);
+		fflush(jsonl);
+	}
 	if (r->tb == NULL)
 		return;
 	pp_summary_writer_add_scalar(r->tb, "loss/train", (int64_t)steps, row->train_loss);
@@ -1126,6 +1129,11 @@ int main(int argc, char **argv)
 	}
 	tr_results_free(&res);
 	data_free(&d);
+	/* mpirun ends the job when a rank exits non-zero (130 after Ctrl-C): no rank
+	 * leaves before rank 0 has written everything. */
+	fflush(stdout);
+	if (dist.size > 1 && pp_comm_barrier(dist.comm) < 0)
+		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
 	tr_dist_close(&dist);
 	if (interrupted)
 		return 130;
