@@ -539,12 +539,10 @@ static int cuda_graph_launch(void *graph, struct pp_stream *stream)
 	return err == cudaSuccess ? 0 : cuda_fail(err, CUDA_NAME(stream->dev), "cudaGraphLaunch");
 }
 
-/* After the launches in flight: the documentation does not say an executing graph may go. */
+/* A graph destroyed with launches in flight is freed once they complete (the driver's rule). */
 static void cuda_graph_destroy(struct pp_device *dev, void *graph)
 {
 	(void)dev;
-	cudaDeviceSynchronize();
-	cudaGetLastError();
 	cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 

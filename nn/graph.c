@@ -125,7 +125,22 @@ static bool entry_is(const struct nn_graph_entry *e, const struct nn_job *job)
 	       e->logits == job->logits;
 }
 
-/* The key's entry, or a new one in place of the least recently used. */
+/* True when entry a is to be replaced before b: free first, then seen once, then the oldest. */
+static bool replace_before(const struct nn_graph_entry *a, const struct nn_graph_entry *b)
+{
+	if (a->used != b->used)
+		return !a->used;
+	if ((a->graph == NULL) != (b->graph == NULL))
+		return a->graph == NULL;
+	return a->last_use < b->last_use;
+}
+
+/*
+ * The key's entry, or a new one in place of a free entry, else of the least
+ * recently used key seen once (one-off keys, such as an epoch's last batch
+ * in a slot of its own, do not push captured graphs out), else of the
+ * least recently used graph.
+ */
 static struct nn_graph_entry *entry_for(struct nn_graphs *gs, const struct nn_job *job,
 					bool *new_p)
 {
@@ -138,7 +153,7 @@ static struct nn_graph_entry *entry_for(struct nn_graphs *gs, const struct nn_jo
 			*new_p = false;
 			return e;
 		}
-		if (!e->used || (lru->used && e->last_use < lru->last_use))
+		if (replace_before(e, lru))
 			lru = e;
 	}
 	entry_clear(lru);
@@ -218,7 +233,9 @@ static int launch(struct pp_model *m, struct nn_graph_entry *e, const struct nn_
 	int ret;
 
 	e->err = 0; /* before the launch: the recorded step may run on the stream's thread */
-	ret = pp_graph_launch(e->graph, m->cfg.stream);
+	ret = m->backend->queued && m->backend->prepare ? m->backend->prepare(m) : 0;
+	if (!ret)
+		ret = pp_graph_launch(e->graph, m->cfg.stream);
 	if (ret)
 		return ret;
 	m->graphs->stats.launches++;
@@ -267,6 +284,8 @@ int pp_model_set_lr(struct pp_model *m, float lr)
 {
 	if (!(lr > 0.0f) || !isfinite(lr))
 		return pp_error(-EINVAL, "model: learning rate %g (expected finite, > 0)", (double)lr);
+	if (lr == m->optim.cfg.lr)
+		return 0;
 	m->optim.cfg.lr = lr;
 	m->cfg.optim.lr = lr;
 	pp_nn_graph_drop(m);

@@ -429,6 +429,9 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		m->metrics.samples += job->batch; /* the hook kept the gradient: no step taken */
 	else if (!ret && !m->capturing)
 		cuda_account(m, job);
+	/* a step that failed after its step count was taken on the device: set it again */
+	if (ret < 0 && job->train && !m->capturing)
+		m->optim_state_stale = true;
 	return ret < 0 ? ret : 0;
 }
 

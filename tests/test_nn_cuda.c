@@ -284,61 +284,81 @@ END_TEST
  * same data), if a capture fails on a real GPU (the fallback must stay
  * empty: every call of a step must be capturable), if the optimizer's
  * step count frozen in a graph is used (Adam's bias correction would then
- * stay that of step 2), or if a new learning rate does not reach a
- * captured step.  Two input buffers in turn, as the transfer stage's slots.
+ * stay that of step 2, SGD's momentum buffer be restarted), if a new
+ * learning rate does not reach a captured step, or if an evaluation
+ * launched as a graph gives other logits.  Two input buffers in turn, as
+ * the transfer stage's slots; SGD with momentum and Adam.
  */
 START_TEST(test_graph_matches_eager)
 {
-	struct pair p;
-	struct pp_model *graphed;
-	struct pp_model_config cfg;
-	struct pp_model_graph_stats gs;
-	struct pp_tensor *x2;
-	float *pe, *pg;
-	const size_t shape[4] = { BATCH, 1, 28, 28 };
+	for (int opt = PP_OPTIM_SGD; opt <= PP_OPTIM_ADAM; opt++) {
+		struct pair p;
+		struct pp_model *graphed;
+		struct pp_model_config cfg;
+		struct pp_model_graph_stats gs;
+		struct pp_tensor *x2, *lg[2];
+		const size_t shape[4] = { BATCH, 1, 28, 28 }, lshape[2] = { BATCH, 10 };
+		float *pe, *pg, ze[BATCH * 10], zg[BATCH * 10];
 
-	pair_open(&p, 1, PP_OPTIM_ADAM);
-	pp_model_config_init(&cfg);
-	cfg.seed = 11;
-	cfg.optim.lr = 0.01f;
-	cfg.optim.eps = 1e-3f;
-	cfg.optim.weight_decay = 0.001f;
-	cfg.stream = p.stream;
-	cfg.graph = PP_MODEL_GRAPH_OFF;
-	pp_model_destroy(p.gpu_model);
-	ck_assert_int_eq(pp_model_create("cnn", p.gpu, &cfg, &p.gpu_model), 0);
-	cfg.graph = PP_MODEL_GRAPH_ON;
-	ck_assert_int_eq(pp_model_create("cnn", p.gpu, &cfg, &graphed), 0);
-	ck_assert_int_eq(pp_tensor_create(p.gpu, PP_DTYPE_U8, 4, shape, &x2), 0);
-	ck_assert_int_eq(pp_tensor_copy(x2, p.x_cpu), 0);
-	for (int s = 0; s < 10; s++) {
-		struct pp_tensor *x = s % 2 ? x2 : p.x_gpu;
+		pair_open(&p, 1, (enum pp_optimizer_kind)opt);
+		pp_model_config_init(&cfg);
+		cfg.seed = 11;
+		cfg.optim.kind = (enum pp_optimizer_kind)opt;
+		cfg.optim.lr = opt == PP_OPTIM_SGD ? 0.05f : 0.01f;
+		cfg.optim.momentum = opt == PP_OPTIM_SGD ? 0.9f : 0.0f;
+		cfg.optim.eps = 1e-3f;
+		cfg.optim.weight_decay = 0.001f;
+		cfg.stream = p.stream;
+		cfg.graph = PP_MODEL_GRAPH_OFF;
+		pp_model_destroy(p.gpu_model);
+		ck_assert_int_eq(pp_model_create("cnn", p.gpu, &cfg, &p.gpu_model), 0);
+		cfg.graph = PP_MODEL_GRAPH_ON;
+		ck_assert_int_eq(pp_model_create("cnn", p.gpu, &cfg, &graphed), 0);
+		ck_assert_int_eq(pp_tensor_create(p.gpu, PP_DTYPE_U8, 4, shape, &x2), 0);
+		ck_assert_int_eq(pp_tensor_copy(x2, p.x_cpu), 0);
+		for (int k = 0; k < 2; k++)
+			ck_assert_int_eq(pp_tensor_create(p.gpu, PP_DTYPE_F32, 2, lshape, &lg[k]), 0);
+		for (int s = 0; s < 10; s++) {
+			struct pp_tensor *x = s % 2 ? x2 : p.x_gpu;
 
-		if (s == 6) {
-			ck_assert_int_eq(pp_model_set_lr(p.gpu_model, 0.002f), 0);
-			ck_assert_int_eq(pp_model_set_lr(graphed, 0.002f), 0);
+			if (s == 6) {
+				ck_assert_int_eq(pp_model_set_lr(p.gpu_model, cfg.optim.lr / 5), 0);
+				ck_assert_int_eq(pp_model_set_lr(graphed, cfg.optim.lr / 5), 0);
+			}
+			ck_assert_int_eq(pp_model_train_step(p.gpu_model, x, p.labels_gpu), 0);
+			ck_assert_int_eq(pp_model_train_step(graphed, x, p.labels_gpu), 0);
 		}
-		ck_assert_int_eq(pp_model_train_step(p.gpu_model, x, p.labels_gpu), 0);
-		ck_assert_int_eq(pp_model_train_step(graphed, x, p.labels_gpu), 0);
+		/* evaluations: seen, captured, launched */
+		for (int e = 0; e < 3; e++) {
+			ck_assert_int_eq(pp_model_evaluate(p.gpu_model, x2, p.labels_gpu, lg[0]), 0);
+			ck_assert_int_eq(pp_model_evaluate(graphed, x2, p.labels_gpu, lg[1]), 0);
+		}
+		ck_assert_int_eq(pp_tensor_copy_to_host(lg[0], ze, sizeof(ze)), 0);
+		ck_assert_int_eq(pp_tensor_copy_to_host(lg[1], zg, sizeof(zg)), 0);
+		ck_assert_msg(max_rel_diff(zg, ze, BATCH * 10) < 1e-6, "graphed logits differ by %g",
+			      max_rel_diff(zg, ze, BATCH * 10));
+		pe = malloc(p.n * sizeof(float));
+		pg = malloc(p.n * sizeof(float));
+		ck_assert(pe && pg);
+		ck_assert_int_eq(pp_model_params_read(p.gpu_model, pe, p.n), 0);
+		ck_assert_int_eq(pp_model_params_read(graphed, pg, p.n), 0);
+		ck_assert_msg(max_rel_diff(pg, pe, p.n) < 1e-6, "optimizer %d: graphed and eager differ by %g",
+			      opt, max_rel_diff(pg, pe, p.n));
+		ck_assert_uint_eq(pp_model_steps(graphed), 10);
+		pp_model_get_graph_stats(graphed, &gs);
+		ck_assert_msg(gs.fallback[0] == '\0', "%s", gs.fallback);
+		ck_assert(gs.enabled);
+		/* training: two keys captured twice (before and after the new rate); evaluation once */
+		ck_assert_uint_eq(gs.captures, 4 + 1);
+		ck_assert_uint_eq(gs.launches, 6 + 2);
+		free(pe);
+		free(pg);
+		pp_tensor_destroy(lg[0]);
+		pp_tensor_destroy(lg[1]);
+		pp_tensor_destroy(x2);
+		pp_model_destroy(graphed);
+		pair_close(&p);
 	}
-	pe = malloc(p.n * sizeof(float));
-	pg = malloc(p.n * sizeof(float));
-	ck_assert(pe && pg);
-	ck_assert_int_eq(pp_model_params_read(p.gpu_model, pe, p.n), 0);
-	ck_assert_int_eq(pp_model_params_read(graphed, pg, p.n), 0);
-	ck_assert_msg(max_rel_diff(pg, pe, p.n) < 1e-6, "graphed and eager differ by %g",
-		      max_rel_diff(pg, pe, p.n));
-	ck_assert_uint_eq(pp_model_steps(graphed), 10);
-	pp_model_get_graph_stats(graphed, &gs);
-	ck_assert_msg(gs.fallback[0] == '\0', "%s", gs.fallback);
-	ck_assert(gs.enabled);
-	ck_assert_uint_eq(gs.captures, 4);
-	ck_assert_uint_eq(gs.launches, 6);
-	free(pe);
-	free(pg);
-	pp_tensor_destroy(x2);
-	pp_model_destroy(graphed);
-	pair_close(&p);
 }
 END_TEST
 

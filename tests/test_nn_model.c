@@ -1189,6 +1189,56 @@ START_TEST(test_graph_fallback_and_errors)
 }
 END_TEST
 
+/*
+ * Fails if keys seen once push captured graphs out: after a slot's step is
+ * captured, twenty steps of other batch sizes (one-off keys, more than the
+ * model keeps) come, and the slot's next step must still be a launch.
+ */
+START_TEST(test_graph_one_offs_keep_graphs)
+{
+	struct pp_device *dev;
+	struct pp_stream *stream;
+	struct pp_model_config cfg;
+	struct pp_model *m;
+	struct pp_model_graph_stats gs;
+	struct graph_bufs b;
+
+	ck_assert_int_eq(pp_device_open("cpu", &dev), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &stream), 0);
+	graph_bufs_init(&b, dev);
+	pp_model_config_init(&cfg);
+	cfg.stream = stream;
+	cfg.graph = PP_MODEL_GRAPH_ON;
+	ck_assert_int_eq(pp_model_create("mlp", dev, &cfg, &m), 0);
+	graph_fill(b.large, b.lab_large, 1);
+	graph_fill(b.x[0], b.lab[0], 2);
+	/* the largest batch first: the one-offs below need no new buffers */
+	ck_assert_int_eq(pp_model_evaluate(m, b.large, b.lab_large, NULL), 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(pp_model_train_step(m, b.x[0], b.lab[0]), 0);
+	for (size_t n = 1; n <= 20; n++) {
+		struct pp_tensor *view;
+
+		ck_assert_int_eq(pp_tensor_wrap(dev, pp_tensor_data(b.large), PP_DTYPE_U8, 4,
+						(const size_t[]){ n, 1, 28, 28 }, &view), 0);
+		ck_assert_int_eq(pp_model_evaluate(m, view, b.lab_large, NULL), 0);
+		pp_tensor_destroy(view);
+	}
+	pp_model_get_graph_stats(m, &gs);
+	ck_assert_uint_eq(gs.launches, 2);
+	ck_assert_int_eq(pp_model_train_step(m, b.x[0], b.lab[0]), 0);
+	pp_model_get_graph_stats(m, &gs);
+	ck_assert_uint_eq(gs.launches, 3);
+	ck_assert_uint_eq(gs.captures, 1);
+	ck_assert_uint_eq(gs.eager, 1 + 1 + 20);
+	ck_assert_uint_eq(gs.drops, 0);
+	pp_model_destroy(m);
+	graph_bufs_fini(&b, dev);
+	pp_stream_destroy(stream);
+	pp_device_close(dev);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_model");
@@ -1212,6 +1262,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(model, test_flatten_in_place);
 	tcase_add_loop_test(model, test_graph_steps, 0, 2);
 	tcase_add_test(model, test_graph_fallback_and_errors);
+	tcase_add_test(model, test_graph_one_offs_keep_graphs);
 	tcase_set_timeout(model, 30);
 	suite_add_tcase(s, ref);
 	suite_add_tcase(s, model);

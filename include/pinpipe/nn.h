@@ -314,8 +314,10 @@ PP_API int pp_model_evaluate(struct pp_model *model, const struct pp_tensor *inp
 
 /*
  * Sets the optimizer's learning rate (> 0, finite) for the next steps, as a
- * scheduler would; the graphs captured with the old one are dropped.
- * Returns 0 or -EINVAL.
+ * scheduler would; a new rate drops the graphs captured with the old one
+ * (each key is then captured again on its second step), so a schedule
+ * that changes the rate every step runs without graphs.  Returns 0 or
+ * -EINVAL.
  */
 PP_API int pp_model_set_lr(struct pp_model *model, float lr);
 

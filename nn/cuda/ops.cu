@@ -22,6 +22,9 @@
 
 #define THREADS 256
 
+/* cuBLAS's workspace: its own default on Hopper (32 MiB; 4 MiB on older GPUs). */
+#define PP_CUBLAS_WORKSPACE (32 << 20)
+
 static unsigned blocks_for(size_t n)
 {
 	size_t b = (n + THREADS - 1) / THREADS;
@@ -54,9 +57,11 @@ static int launched(const char *kernel)
 struct pp_cuda_blas {
 	void *lib;          /* dlopen() handle of cuBLAS */
 	cublasHandle_t h;
+	void *workspace;    /* PP_CUBLAS_WORKSPACE bytes of device memory, the handle's own */
 	decltype(&cublasCreate_v2) create;
 	decltype(&cublasDestroy_v2) destroy;
 	decltype(&cublasSetStream_v2) set_stream;
+	decltype(&cublasSetWorkspace_v2) set_workspace;
 	decltype(&cublasSgemm_v2) sgemm;
 	decltype(&cublasGetStatusString) status_string;
 };
@@ -77,6 +82,7 @@ extern "C" int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p)
 {
 	struct pp_cuda_blas *b = (struct pp_cuda_blas *)calloc(1, sizeof(*b));
 	cublasStatus_t st;
+	cudaError_t err;
 	int ret;
 
 	if (b == NULL)
@@ -96,6 +102,8 @@ extern "C" int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p)
 	if (ret == 0)
 		ret = blas_sym(b, lib, "cublasSetStream_v2", (void **)&b->set_stream);
 	if (ret == 0)
+		ret = blas_sym(b, lib, "cublasSetWorkspace_v2", (void **)&b->set_workspace);
+	if (ret == 0)
 		ret = blas_sym(b, lib, "cublasSgemm_v2", (void **)&b->sgemm);
 	if (ret == 0)
 		ret = blas_sym(b, lib, "cublasGetStatusString", (void **)&b->status_string);
@@ -111,9 +119,25 @@ extern "C" int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p)
 		ret = pp_error(-EIO, "cublasSetStream: %s", b->status_string(st));
 		goto fail_destroy;
 	}
+	/* After the stream, which resets it: a workspace of its own, so that a
+	 * step captured as a graph holds no allocation of cuBLAS's. */
+	err = cudaMalloc(&b->workspace, PP_CUBLAS_WORKSPACE);
+	if (err != cudaSuccess) {
+		cudaGetLastError();
+		ret = pp_error(-ENOMEM, "cuBLAS: cudaMalloc of a %d MiB workspace: %s",
+			       PP_CUBLAS_WORKSPACE >> 20, cudaGetErrorString(err));
+		goto fail_destroy;
+	}
+	st = b->set_workspace(b->h, b->workspace, PP_CUBLAS_WORKSPACE);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		ret = pp_error(-EIO, "cublasSetWorkspace: %s", b->status_string(st));
+		goto fail_free_workspace;
+	}
 	*handle_p = b;
 	return 0;
 
+fail_free_workspace:
+	cudaFree(b->workspace);
 fail_destroy:
 	b->destroy(b->h);
 fail_close:
@@ -140,6 +164,7 @@ extern "C" void pp_cuda_blas_destroy(void *handle)
 	if (b == NULL)
 		return;
 	b->destroy(b->h);
+	cudaFree(b->workspace);
 	dlclose(b->lib);
 	free(b);
 }
