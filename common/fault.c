@@ -17,6 +17,7 @@ _Thread_local struct pp_fault_plan *pp_fault_thread;
 
 static const char *const site_names[PP_FAULT_NSITES] = {
 	"alloc", "read", "uring_setup", "uring_read", "uring_submit", "write", "pin", "cuda_start", "graph",
+	"comm",
 };
 
 static const struct {
@@ -95,7 +96,7 @@ static int parse_one(struct pp_fault_plan *p, const char *s, size_t len)
 			site = (int)i;
 	if (site < 0)
 		return pp_error(-EINVAL, "PP_FAULTS: unknown site in '%.*s' (expected alloc, read, "
-				"uring_setup, uring_read, uring_submit, write, pin, cuda_start or graph)", (int)len, s);
+				"uring_setup, uring_read, uring_submit, write, pin, cuda_start, graph or comm)", (int)len, s);
 	tok = strtok_r(NULL, ":", &save);
 	for (size_t i = 0; tok != NULL && i < PP_ARRAY_SIZE(mode_names); i++)
 		if (strcmp(tok, mode_names[i].name) == 0)

@@ -15,7 +15,8 @@
  *     path has no object yet to carry a plan.
  *   - the PP_FAULTS environment variable, read once when a shard writer is
  *     created (pinpipe-pack's tests) and when "auto" opens a device (the
- *     tools' tests of a broken GPU driver), in the syntax of pp_fault_parse().
+ *     tools' tests of a broken GPU driver) and when a communicator is created
+ *     (the tests of a failing rank), in the syntax of pp_fault_parse().
  * With no plan, a site costs one predictable branch on a NULL pointer.
  */
 #ifndef PP_COMMON_FAULT_H
@@ -37,7 +38,8 @@ enum pp_fault_site {
 	PP_FAULT_PIN = 6,          /* pinning host memory: -errno (pageable fallback) */
 	PP_FAULT_CUDA_START = 7,   /* "auto" finding a GPU driver whose CUDA fails to start: -errno */
 	PP_FAULT_GRAPH = 8,        /* the end of a graph capture: -errno (the capture failed) */
-	PP_FAULT_NSITES = 9,
+	PP_FAULT_COMM = 9,         /* a communicator's collectives: -errno, or stall until the timeout */
+	PP_FAULT_NSITES = 10,
 };
 
 /* Modes besides a negative errno. */
@@ -75,7 +77,7 @@ void pp_fault_set(struct pp_fault_plan *p);
 /*
  * Arms p from a specification such as "write:ENOSPC" or
  * "read:EIO:after=3:count=1;uring_setup:ENOSYS": sites alloc, read,
- * uring_setup, uring_read, uring_submit, write, pin, cuda_start, graph; modes an errno name
+ * uring_setup, uring_read, uring_submit, write, pin, cuda_start, graph, comm; modes an errno name
  * (EIO, EINTR, EAGAIN, ENOSPC, ENOSYS, EPERM, ENOMEM), "short" or "stall".
  * Returns 0, or -EINVAL with a message naming what was not understood.
  */

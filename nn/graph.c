@@ -61,8 +61,10 @@ struct nn_graphs {
 
 int pp_nn_graph_init(struct pp_model *m)
 {
-	const bool on = m->cfg.graph == PP_MODEL_GRAPH_ON ||
-			(m->cfg.graph == PP_MODEL_GRAPH_AUTO && m->backend->queued);
+	/* A gradient hook runs on the host in every step: a replay would skip it. */
+	const bool on = m->cfg.grad_hook == NULL &&
+			(m->cfg.graph == PP_MODEL_GRAPH_ON ||
+			 (m->cfg.graph == PP_MODEL_GRAPH_AUTO && m->backend->queued));
 
 	if (m->cfg.graph != PP_MODEL_GRAPH_AUTO && m->cfg.graph != PP_MODEL_GRAPH_OFF &&
 	    m->cfg.graph != PP_MODEL_GRAPH_ON)

@@ -319,6 +319,14 @@ int pp_nn_model_wait(struct pp_model *m)
 	return m->backend->queued ? pp_stream_synchronize(m->cfg.stream) : 0;
 }
 
+int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count)
+{
+	if (m->cfg.grad_hook == NULL || count == 0)
+		return 0;
+	return m->cfg.grad_hook(m->cfg.grad_hook_arg, m->grads + offset, offset, count,
+				m->backend->queued ? m->cfg.stream : NULL);
+}
+
 int pp_model_params_read(struct pp_model *m, float *dst, size_t count)
 {
 	int ret;

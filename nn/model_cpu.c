@@ -614,6 +614,10 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 		return 0;
 	m->next_dw_task = 0;
 	run_workers(m, run_dw_tasks);
+	/* the gradient is whole: the trainer's hook (an average over ranks), then the update */
+	ret = pp_nn_model_grads_ready(m, 0, m->n_params);
+	if (ret)
+		return ret < 0 ? ret : 0;
 	m->next_dw_task = 0;
 	run_workers(m, run_updates);
 	m->optim.t++; /* the slices' updates were step t + 1 (run_updates()) */

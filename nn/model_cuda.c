@@ -301,8 +301,10 @@ static int forward(struct pp_model *m, const float *x, int n)
 	return ret;
 }
 
+/* Queues the backward pass; returns 0, PP_MODEL_GRAD_KEEP (the gradient hook asked for no update) or -errno. */
 static int backward(struct pp_model *m, const float *input, int n)
 {
+	bool keep = false;
 	int ret = 0;
 
 	for (size_t i = m->n_layers; i-- > 0 && !ret && (m->layers[i].n_w || m->layers[i].need_din);) {
@@ -346,8 +348,13 @@ static int backward(struct pp_model *m, const float *input, int n)
 			ret = linear_backward_cuda(m, l, dx, dy, x, n);
 			break;
 		}
+		if (!ret && l->n_w) {
+			ret = pp_nn_model_grads_ready(m, l->w_off, l->n_w + l->n_b);
+			keep |= ret == PP_MODEL_GRAD_KEEP;
+			ret = ret < 0 ? ret : 0;
+		}
 	}
-	return ret;
+	return ret < 0 ? ret : keep ? PP_MODEL_GRAD_KEEP : 0;
 }
 
 /* The device's step count from the host's (a new model, a checkpoint's), in stream order. */
@@ -418,12 +425,14 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		ret = backward(m, x, n);
 	if (!ret && job->train)
 		ret = update(m);
-	if (!ret && !m->capturing)
+	if (ret == PP_MODEL_GRAD_KEEP && !m->capturing)
+		m->metrics.samples += job->batch; /* the hook kept the gradient: no step taken */
+	else if (!ret && !m->capturing)
 		cuda_account(m, job);
 	/* a step that failed after its step count was taken on the device: set it again */
-	if (ret && job->train && !m->capturing)
+	if (ret < 0 && job->train && !m->capturing)
 		m->optim_state_stale = true;
-	return ret;
+	return ret < 0 ? ret : 0;
 }
 
 static int cuda_metrics(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p)

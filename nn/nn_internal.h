@@ -378,6 +378,13 @@ int pp_nn_model_check_runtime(const struct pp_model_config *cfg);
 /* Waits for the model's queued work (nn_backend.queued); 0 or -errno. */
 int pp_nn_model_wait(struct pp_model *m);
 
+/*
+ * Hands the gradient's range [offset, offset + count) to the model's
+ * gradient hook (pp_model_config.grad_hook), if any: 0, PP_MODEL_GRAD_KEEP
+ * (no update this step) or its error.
+ */
+int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count);
+
 /* Activations and per-batch buffers for 'batch' samples (nn/model.c). */
 int pp_nn_model_reserve(struct pp_model *m, size_t batch);
 

@@ -2,7 +2,7 @@
  * tests/test_nn_model.c: nn's models on the CPU: forward outputs and
  * optimizer steps against values computed by PyTorch (tests/nn_reference.py
  * -> tests/nn_reference.h), determinism whatever the seed's use and the
- * thread count, subnormal numbers, the rejection of bad specs and bad
+ * thread count, the gradient hook, subnormal numbers, the rejection of bad specs and bad
  * inputs, tensors, a model on the sim device, Flatten in place, and
  * learning Fashion-MNIST.
  */
@@ -282,6 +282,124 @@ START_TEST(test_same_seed_bit_identical)
 	pp_model_destroy(a);
 	pp_model_destroy(b);
 	pp_model_destroy(c);
+}
+END_TEST
+
+/* What the gradient hook of test_grad_hook saw, and what it does. */
+struct hook_log {
+	int calls;
+	size_t offset, count;   /* of the last call */
+	bool stream_null;       /* every call had no stream (the CPU backend) */
+	int fail;               /* returned: 0, PP_MODEL_GRAD_KEEP, or -errno (the hook fails) */
+};
+
+/* Halves the gradient (exact in binary): the step is SGD's with half the rate. */
+static int halve_grads(void *arg, float *grads, size_t offset, size_t count, struct pp_stream *stream)
+{
+	struct hook_log *log = arg;
+
+	log->calls++;
+	log->offset = offset;
+	log->count = count;
+	log->stream_null &= stream == NULL;
+	if (log->fail < 0)
+		return pp_error(log->fail, "hook: refused");
+	for (size_t i = 0; i < count; i++)
+		grads[i] *= 0.5f;
+	return log->fail;
+}
+
+/*
+ * Fails if the gradient hook is not called once a step for the whole
+ * gradient before the update (SGD at lr 0.1 with the gradient halved must
+ * equal SGD at 0.05 bit for bit, and the gradient read back is the halved
+ * one), if a model with a hook takes graphs (a replay would skip the
+ * hook), if a hook that keeps the gradient lets the step update, or if a
+ * failing hook does not fail the step with the parameters left unchanged.
+ */
+START_TEST(test_grad_hook)
+{
+	struct pp_model_config cfg;
+	struct hook_log log = { .stream_null = true };
+	struct pp_model *a, *b;
+	float *pa, *pb, *ga, *gb;
+	struct pp_tensor *in;
+	int32_t labels[16];
+	size_t n;
+
+	pp_model_config_init(&cfg);
+	cfg.seed = 5;
+	cfg.threads = 2;
+	cfg.optim.kind = PP_OPTIM_SGD;
+	cfg.optim.lr = 0.05f;
+	ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &b), 0);
+	cfg.optim.lr = 0.1f;
+	cfg.grad_hook = halve_grads;
+	cfg.grad_hook_arg = &log;
+	ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &a), 0);
+	n = pp_model_param_count(a);
+	pp_test_train(a, 3, 7);
+	pp_test_train(b, 3, 7);
+	ck_assert_int_eq(log.calls, 3);
+	ck_assert_uint_eq(log.offset, 0);
+	ck_assert_uint_eq(log.count, n);
+	ck_assert(log.stream_null);
+	pa = pp_test_read_params(a);
+	pb = pp_test_read_params(b);
+	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	ga = malloc(n * sizeof(float));
+	gb = malloc(n * sizeof(float));
+	ck_assert_int_eq(pp_model_grads_read(a, ga, n), 0);
+	ck_assert_int_eq(pp_model_grads_read(b, gb, n), 0);
+	for (size_t i = 0; i < n; i++)
+		ck_assert(ga[i] == 0.5f * gb[i]);
+	/* Graphs asked for on a device with a stream: none, the hook runs every step. */
+	{
+		struct pp_model_graph_stats gs;
+		struct pp_device *dev;
+		struct pp_stream *s;
+		struct pp_model *c;
+
+		ck_assert_int_eq(pp_device_open("cpu", &dev), 0);
+		ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+		cfg.stream = s;
+		cfg.graph = PP_MODEL_GRAPH_ON;
+		ck_assert_int_eq(pp_model_create("cnn", dev, &cfg, &c), 0);
+		pp_model_get_graph_stats(c, &gs);
+		ck_assert(!gs.enabled);
+		log.calls = 0;
+		pp_test_train(c, 3, 7);
+		ck_assert_int_eq(log.calls, 3);
+		pp_model_destroy(c);
+		pp_stream_destroy(s);
+		pp_device_close(dev);
+	}
+	/* A hook that keeps the gradient: no update, the step not counted, the gradient there. */
+	log.fail = PP_MODEL_GRAD_KEEP;
+	in = pp_test_synth_batch(16, 98, labels);
+	ck_assert_int_eq(pp_model_train_step(a, in, labels), 0);
+	pp_tensor_destroy(in);
+	ck_assert_uint_eq(pp_model_steps(a), 3);
+	free(pb);
+	pb = pp_test_read_params(a);
+	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	ck_assert_int_eq(pp_model_grads_read(a, gb, n), 0);
+	ck_assert(memcmp(ga, gb, n * sizeof(float)) != 0);
+	/* A hook that fails: the step fails with its error, nothing updated. */
+	log.fail = -EIO;
+	in = pp_test_synth_batch(16, 99, labels);
+	ck_assert_int_eq(pp_model_train_step(a, in, labels), -EIO);
+	ck_assert_str_eq(pp_last_error(), "hook: refused");
+	free(pb);
+	pb = pp_test_read_params(a);
+	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	pp_tensor_destroy(in);
+	free(ga);
+	free(gb);
+	free(pa);
+	free(pb);
+	pp_model_destroy(a);
+	pp_model_destroy(b);
 }
 END_TEST
 
@@ -1169,6 +1287,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(ref, test_reference_sparse_conv);
 	tcase_add_test(model, test_same_seed_bit_identical);
 	tcase_add_test(model, test_grads_and_param_list);
+	tcase_add_test(model, test_grad_hook);
 	tcase_add_test(model, test_threads_bit_identical);
 	tcase_add_test(model, test_cpu_threads);
 	tcase_add_test(model, test_denormals);

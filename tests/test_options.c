@@ -50,6 +50,24 @@ START_TEST(test_defaults)
 	ck_assert(opt.shuffle && opt.eval && !opt.drop_last && !opt.keep_denormals);
 	ck_assert(!opt.stream && opt.window_chunks == 0 && opt.memory_budget == 0);
 	ck_assert_str_eq(opt.sort, ""); /* runs by mean epoch_s, each in epoch order */
+	ck_assert_str_eq(opt.comm, "auto");
+	ck_assert(opt.comm_timeout == 300.0 && !opt.deterministic && opt.micro_batches == 0);
+}
+END_TEST
+
+/* Fails if the options of several ranks do not reach the options as given. */
+START_TEST(test_ranks)
+{
+	static const char *const args[] = { "--comm=mpi", "--comm-timeout=2.5", "--deterministic",
+					    "--micro-batches=6", NULL };
+	static const char *const nccl[] = { "--comm=nccl", NULL };
+	struct tr_options opt;
+
+	ck_assert_int_eq(parse(&opt, args), 0);
+	ck_assert_str_eq(opt.comm, "mpi");
+	ck_assert(opt.comm_timeout == 2.5 && opt.deterministic && opt.micro_batches == 6);
+	ck_assert_int_eq(parse(&opt, nccl), 0);
+	ck_assert_str_eq(opt.comm, "nccl");
 }
 END_TEST
 
@@ -165,6 +183,9 @@ START_TEST(test_bad_input)
 		{ "--memory-budget", NULL }, { "--stream", "--val-split=100" },
 		{ "--stream", "--data=synthetic:600" }, { "--data=synthetic", "--stream=4" },
 		{ "--threads=0", NULL }, { "--threads=257", NULL }, { "--threads=1,many", NULL },
+		{ "--comm=tcp", NULL }, { "--comm-timeout=0", NULL }, { "--comm-timeout=-1", NULL },
+		{ "--comm-timeout=x", NULL }, { "--micro-batches=4", NULL },
+		{ "--deterministic", "--micro-batches=0" }, { "--deterministic", "--stream" },
 	};
 	struct tr_options opt;
 
@@ -208,6 +229,7 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_stream);
+	tcase_add_test(tc, test_ranks);
 	tcase_add_test(tc, test_grid);
 	tcase_add_test(tc, test_threads);
 	tcase_add_test(tc, test_model_lists);

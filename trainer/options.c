@@ -76,6 +76,20 @@ static const char usage[] =
 "                          off; a capture that fails says why once and the run\n"
 "                          goes on without                               [auto]\n"
 "\n"
+"Several processes (mpirun -np N pinpipe-train ...: one model, N ranks):\n"
+"      --comm=NAME         auto (mpi under mpirun, else local), local, mpi, nccl\n"
+"                          (gradients on the GPU through NCCL)       [auto]\n"
+"      --comm-timeout=S    seconds a collective may take before the job is\n"
+"                          ended with the reason of the rank that waited [300]\n"
+"      --deterministic     N ranks give the parameters of one process with the\n"
+"                          same global batch (N x --batch-size) bit for bit:\n"
+"                          fixed micro-batches reduced in a fixed order, the\n"
+"                          epoch's last partial global batch dropped (cpu, sim)\n"
+"      --micro-batches=M   --deterministic: micro-batches of a global batch, a\n"
+"                          multiple of N dividing it   [gcd(global batch, 12)]\n"
+"  --batch-size is per rank; rank 0 alone prints and writes the files; each\n"
+"  rank reads --data and --resume's checkpoint itself.\n"
+"\n"
 "Output:\n"
 "      --sort=COLUMN       sort the final table's rows by COLUMN, ties in run\n"
 "                          order (prefix - to reverse)  [the runs by their mean\n"
@@ -105,6 +119,7 @@ enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
 	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
 	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_KEEP_DENORMALS, OPT_GRAPH, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
+	OPT_COMM, OPT_COMM_TIMEOUT, OPT_DETERMINISTIC, OPT_MICRO_BATCHES,
 };
 
 static const struct option long_options[] = {
@@ -140,6 +155,10 @@ static const struct option long_options[] = {
 	{ "logdir", required_argument, NULL, OPT_LOGDIR },
 	{ "progress", no_argument, NULL, OPT_PROGRESS },
 	{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
+	{ "comm", required_argument, NULL, OPT_COMM },
+	{ "comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT },
+	{ "deterministic", no_argument, NULL, OPT_DETERMINISTIC },
+	{ "micro-batches", required_argument, NULL, OPT_MICRO_BATCHES },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
@@ -294,6 +313,8 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	opt->shuffle = true;
 	opt->eval = true;
 	opt->progress = isatty(2) ? 1 : 0;
+	snprintf(opt->comm, sizeof(opt->comm), "auto");
+	opt->comm_timeout = PP_COMM_DEFAULT_TIMEOUT_S;
 
 	optind = 1;
 	opterr = 0;
@@ -395,6 +416,24 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		/* -q wins, before or after these: it means only the final table. */
 		case OPT_PROGRESS: opt->progress = opt->progress < 0 ? -1 : 1; break;
 		case OPT_NO_PROGRESS: opt->progress = opt->progress < 0 ? -1 : 0; break;
+		case OPT_COMM:
+			if (strcmp(optarg, "auto") && strcmp(optarg, "local") && strcmp(optarg, "mpi") &&
+			    strcmp(optarg, "nccl"))
+				ret = bad(name, optarg, "not a communicator (auto, local, mpi, nccl)");
+			else
+				snprintf(opt->comm, sizeof(opt->comm), "%s", optarg);
+			break;
+		case OPT_COMM_TIMEOUT:
+			if (parse_real(optarg, 0, &opt->comm_timeout) < 0 || opt->comm_timeout <= 0 ||
+			    opt->comm_timeout > 1e6)
+				ret = bad(name, optarg, "not a timeout in seconds (> 0, at most 1e6)");
+			break;
+		case OPT_DETERMINISTIC: opt->deterministic = true; break;
+		case OPT_MICRO_BATCHES:
+			if (parse_u64(optarg, 1, 1u << 20, &u) < 0)
+				ret = bad(name, optarg, "not a micro-batch count (1..1048576)");
+			opt->micro_batches = (unsigned)u;
+			break;
 		case 'q': opt->progress = -1; break;
 		case 'h': fputs(usage, stdout); return 1;
 		case 'V': printf("pinpipe-train %s\n", pp_version()); return 1;
@@ -424,6 +463,15 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	if (opt->stream && opt->val_split > 0) {
 		fprintf(stderr, "pinpipe-train: --stream and --val-split exclude each other: the "
 			"validation split is drawn from the samples in memory\n");
+		return 2;
+	}
+	if (opt->deterministic && opt->stream) {
+		fprintf(stderr, "pinpipe-train: --deterministic and --stream exclude each other: the "
+			"ranks' micro-batches are positions of the order of the data in memory\n");
+		return 2;
+	}
+	if (opt->micro_batches && !opt->deterministic) {
+		fprintf(stderr, "pinpipe-train: --micro-batches needs --deterministic (see --help)\n");
 		return 2;
 	}
 	set_default(&opt->device, "auto");

@@ -50,6 +50,10 @@ struct tr_options {
 	char jsonl[4096];
 	char logdir[4096];
 	int progress;             /* 1 bar, 0 plain lines, -1 quiet */
+	char comm[16];            /* the communicator: auto, local, mpi, nccl */
+	double comm_timeout;      /* seconds each collective may take */
+	bool deterministic;       /* N ranks give one process's parameters bit for bit */
+	unsigned micro_batches;   /* --deterministic: micro-batches per global batch; 0: default */
 };
 
 /*

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "pinpipe/pinpipe.h"
+#include "trainer/dist.h"
 #include "trainer/grid.h"
 #include "trainer/options.h"
 #include "trainer/results.h"
@@ -37,6 +38,9 @@ static atomic_bool interrupted;
 
 /* The fallback of "auto" to the cpu with a GPU driver there was said on stderr. */
 static bool auto_fallback_said;
+
+/* Set once the ranks agreed to stop (trainer/dist.h): a stop that every rank makes at the same step. */
+static atomic_bool stop_agreed;
 
 static void on_sigint(int sig)
 {
@@ -263,6 +267,7 @@ struct run {
 	bool tb_image_done;        /* the grid of the run's first batch is written */
 	bool host_compute_on_copy; /* the CPU kernels read device memory that copies reach
 				    * asynchronously (sim): wait for each batch on the host */
+	struct tr_dist *dist;      /* the ranks of the job (one, without mpirun) */
 };
 
 static void run_close(struct run *r)
@@ -276,17 +281,18 @@ static void run_close(struct run *r)
 	pp_loader_destroy(r->val_loader);
 	pp_loader_destroy(r->train_loader);
 	pp_stream_destroy(r->compute);
+	if (r->dist != NULL)
+		tr_dist_run_end(r->dist);
 	pp_device_close(r->dev);
 	memset(r, 0, sizeof(*r));
 }
 
-static int make_pipeline(const struct tr_options *opt, const struct tr_params *p,
-			 const struct split *s, bool train, struct run *r,
-			 struct pp_loader **loader_p, struct pp_transfer **xfer_p)
+/* The loader of a split for this rank (its share of each epoch: rank, world size). */
+static void loader_config(const struct tr_options *opt, const struct tr_params *p,
+			  const struct split *s, bool train, const struct run *r,
+			  struct pp_loader_config *lc_p)
 {
 	struct pp_loader_config lc;
-	struct pp_transfer_config tc;
-	int ret;
 
 	memset(&lc, 0, sizeof(lc));
 	if (s->ds != NULL) {
@@ -306,6 +312,23 @@ static int make_pipeline(const struct tr_options *opt, const struct tr_params *p
 	lc.prefetch = opt->prefetch;
 	lc.device = r->dev;
 	lc.pin_memory = p->pin_memory;
+	lc.rank = (uint32_t)r->dist->rank;
+	lc.world_size = (uint32_t)r->dist->size;
+	/* --deterministic: full global batches of whole positions, as one process's */
+	if (train && opt->deterministic)
+		lc.drop_last = lc.rank_drop = true;
+	*lc_p = lc;
+}
+
+static int make_pipeline(const struct tr_options *opt, const struct tr_params *p,
+			 const struct split *s, bool train, struct run *r,
+			 struct pp_loader **loader_p, struct pp_transfer **xfer_p)
+{
+	struct pp_loader_config lc;
+	struct pp_transfer_config tc;
+	int ret;
+
+	loader_config(opt, p, s, train, r, &lc);
 	ret = pp_loader_create(&lc, loader_p);
 	if (ret < 0)
 		return ret;
@@ -319,6 +342,39 @@ static int make_pipeline(const struct tr_options *opt, const struct tr_params *p
 		tc.time_every = every < 1 ? 1 : every > 16 ? 16 : (uint32_t)every;
 	}
 	return pp_transfer_create(&tc, xfer_p);
+}
+
+/*
+ * The plan key of the job's training data with several ranks: that of one
+ * process's loader with the global batch (ranks x --batch-size), so that a
+ * checkpoint resumes at any number of ranks with the same global batch.
+ * A loader of rank 0 of 1 is made for it and begins epoch 0.
+ */
+static int job_plan_key(const struct tr_options *opt, const struct tr_params *p,
+			const struct split *s, const struct run *r, uint64_t *key_p)
+{
+	struct pp_loader_config lc;
+	struct pp_loader_position pos;
+	struct pp_loader *l;
+	int ret;
+
+	loader_config(opt, p, s, true, r, &lc);
+	lc.rank = 0;
+	lc.world_size = 1;
+	lc.batch_size = p->batch_size * (uint32_t)r->dist->size;
+	lc.workers = 0;
+	lc.pin_memory = false;
+	lc.prefetch = 1;
+	ret = pp_loader_create(&lc, &l);
+	if (ret < 0)
+		return ret;
+	ret = pp_loader_begin_epoch(l, 0);
+	if (ret == 0)
+		ret = pp_loader_get_position(l, &pos);
+	pp_loader_destroy(l);
+	if (ret == 0)
+		*key_p = pos.plan_key;
+	return ret;
 }
 
 /* Makes the TensorBoard directory name of a run from its parameters. */
@@ -339,14 +395,17 @@ static void run_dirname(const struct tr_params *p, unsigned run, char *buf, size
 }
 
 static int run_open(const struct tr_options *opt, const struct tr_params *p, unsigned run,
-		    const struct data *d, struct run *r)
+		    const struct data *d, struct tr_dist *dist, struct run *r)
 {
 	const struct pp_sample_info *info;
 	struct pp_model_config mc;
+	char device[sizeof(p->device)];
 	int ret;
 
 	memset(r, 0, sizeof(*r));
-	ret = pp_device_open(p->device, &r->dev);
+	r->dist = dist;
+	tr_dist_device(dist, p->device, device, sizeof(device));
+	ret = pp_device_open(device, &r->dev);
 	if (ret < 0)
 		return ret;
 	/* "auto" fell back to the cpu although a GPU driver is there: say so, once a process. */
@@ -355,6 +414,9 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 			pp_device_get_props(r->dev)->fallback);
 		auto_fallback_said = true;
 	}
+	ret = tr_dist_run_begin(dist, r->dev);
+	if (ret < 0)
+		return ret;
 	r->host_compute_on_copy = pp_device_get_props(r->dev)->host_addressable &&
 				  !pp_device_get_props(r->dev)->host_is_device;
 	ret = pp_stream_create(r->dev, &r->compute);
@@ -386,6 +448,10 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	mc.keep_denormals = opt->keep_denormals;
 	mc.graph = opt->graph;
 	mc.stream = r->compute;
+	if (dist->size > 1 || dist->deterministic) {
+		mc.grad_hook = tr_dist_grad_hook;
+		mc.grad_hook_arg = dist;
+	}
 	mc.optim.kind = strcmp(p->optimizer, "sgd") == 0 ? PP_OPTIM_SGD : PP_OPTIM_ADAM;
 	mc.optim.lr = (float)p->lr;
 	mc.optim.momentum = (float)opt->momentum;
@@ -395,6 +461,13 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 		ret = pp_model_load(opt->checkpoint, r->dev, &mc, &r->model);
 	else
 		ret = pp_model_create(p->model, r->dev, &mc, &r->model);
+	if (ret == 0 && opt->deterministic && !pp_device_get_props(r->dev)->host_addressable) {
+		fprintf(stderr, "pinpipe-train: --deterministic runs on cpu or sim, not on %s\n",
+			pp_device_get_props(r->dev)->name);
+		ret = -EINVAL;
+	}
+	if (ret == 0)
+		ret = tr_dist_start_model(dist, r->model);
 	if (ret < 0)
 		return ret;
 	if (opt->logdir[0] != '\0') {
@@ -489,6 +562,27 @@ out:
 	free(list);
 }
 
+/*
+ * Whether training stops before the next step: Ctrl-C here, or on any
+ * other rank (trainer/dist.h), so that every rank stops at the same step.
+ * A failed collective stops with its error in *err_p.
+ */
+static bool ranks_stop(struct run *r, int *err_p)
+{
+	int err;
+
+	if (tr_dist_any(r->dist, interrupted, &err)) {
+		if (err < 0) {
+			*err_p = err;
+		} else {
+			atomic_store(&stop_agreed, true);
+			atomic_store(&interrupted, true);
+		}
+		return true;
+	}
+	return false;
+}
+
 /* Runs one pass over a transfer stage's epoch: training when 'train', else evaluation. */
 static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
 		    uint64_t max_steps, const struct pp_sample_info *info, int progress,
@@ -498,22 +592,28 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 	uint64_t done = 0, samples = 0;
 	int ret = 0, released;
 
-	while (!interrupted && (ret = pp_transfer_next(xfer, r->compute, &b)) == 1) {
-		size_t shape[4] = { b->size, 1, 1, 1 };
-		struct pp_tensor *in;
+	/* Several ranks evaluate to the end: their sums are reduced together. */
+	while (!(train ? ranks_stop(r, &ret) : interrupted && r->dist->size == 1) &&
+	       (ret = pp_transfer_next(xfer, r->compute, &b)) == 1) {
+		/* Evaluation leaves out the repeats that pad this rank to the others' count. */
+		size_t shape[4] = { train ? b->size : b->size - b->padding, 1, 1, 1 };
+		struct pp_tensor *in = NULL;
 		int ndim = 1 + (int)info->ndim;
 
 		for (uint32_t k = 0; k < info->ndim && k < 3; k++)
 			shape[1 + k] = info->shape[k];
 		if (r->host_compute_on_copy)
 			ret = pp_event_synchronize(b->ready);
-		if (ret >= 0)
+		if (ret >= 0 && shape[0] > 0)
 			ret = pp_tensor_wrap(r->dev, b->samples, b->dtype, ndim, shape, &in);
 		if (ret >= 0 && train && r->tb && !r->tb_image_done)
 			tb_image_grid(r, b, in, info, *steps);
-		if (ret >= 0) {
-			ret = train ? pp_model_train_step(r->model, in, b->labels)
-				    : pp_model_evaluate(r->model, in, b->labels, NULL);
+		if (ret >= 0 && in != NULL) {
+			ret = !train ? pp_model_evaluate(r->model, in, b->labels, NULL)
+			      : r->dist->deterministic
+			      ? tr_dist_deterministic_step(r->dist, r->dev, b->samples, b->labels, b->size,
+							   b->dtype, b->sample_bytes, ndim, shape + 1)
+			      : pp_model_train_step(r->model, in, b->labels);
 			pp_tensor_destroy(in);
 		}
 		samples += b->size;
@@ -550,7 +650,9 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 	}
 	if (progress > 0)
 		fprintf(stderr, "\r%80s\r", "");
-	return interrupted ? -EINTR : (ret < 0 ? ret : 0);
+	if (ret < 0)
+		return ret;
+	return (train ? stop_agreed : interrupted && r->dist->size == 1) ? -EINTR : 0;
 }
 
 /* Evaluates the model on one pass of a transfer stage; NaN results when there is none. */
@@ -572,6 +674,8 @@ static int evaluate(struct run *r, struct pp_transfer *xfer, struct pp_loader *l
 			       pp_loader_batches_per_epoch(loader), now_s(), what);
 	if (ret == 0)
 		ret = pp_model_metrics(r->model, true, &m);
+	if (ret == 0)
+		ret = tr_dist_sum_metrics(r->dist, &m);
 	if (ret < 0)
 		return ret;
 	*loss_p = m.samples ? m.loss_sum / (double)m.samples : NAN;
@@ -626,8 +730,11 @@ static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, 
 {
 	tr_results_add(res, row);
 	print_row(row, progress);
-	if (jsonl)
+	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
+	if (jsonl) {
 		tr_results_write_row_jsonl(row, jsonl);
+		fflush(jsonl);
+	}
 	if (r->tb == NULL)
 		return;
 	pp_summary_writer_add_scalar(r->tb, "loss/train", (int64_t)steps, row->train_loss);
@@ -714,6 +821,10 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
 		return ret;
 	row->epoch_s = now_s() - t0;
 	pp_model_metrics(r->model, true, &m);
+	/* The whole job's figures: every rank's samples. */
+	ret = tr_dist_sum_metrics(r->dist, &m);
+	if (ret < 0)
+		return ret;
 	pp_transfer_get_stats(r->train_xfer, &s1);
 	row->train_loss = m.samples ? m.loss_sum / (double)m.samples : NAN;
 	row->train_acc = m.samples ? (double)m.correct / (double)m.samples : NAN;
@@ -760,7 +871,7 @@ static void blas_note(struct tr_params *p)
 
 /* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
-		     const struct data *d, struct tr_results *res, FILE *jsonl)
+		     const struct data *d, struct tr_dist *dist, struct tr_results *res, FILE *jsonl)
 {
 	struct tr_params params = *p;
 	const struct pp_sample_info *info;
@@ -771,10 +882,16 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	struct pp_loader_position pos;
 	uint64_t resumed_key;
 	char why[sizeof(opt->checkpoint) + 256] = "";  /* why the run failed, when the trainer knows */
+	unsigned cores;
 	int ret;
 
-	params.threads = tr_options_threads(opt, p, (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
-	ret = run_open(opt, &params, run, d, &r);
+	memset(&r, 0, sizeof(r));
+	/* The ranks of a machine share its cores (and its GPUs, by local rank). */
+	cores = (unsigned)sysconf(_SC_NPROCESSORS_ONLN) / (unsigned)pp_comm_local_size(dist->comm);
+	params.threads = tr_options_threads(opt, p, cores ? cores : 1);
+	ret = tr_dist_check_batch(dist, p->batch_size, why, sizeof(why));
+	if (ret == 0)
+		ret = run_open(opt, &params, run, d, dist, &r);
 	if (ret < 0)
 		goto fail;
 	/* Rows name the device that ran ("auto" opens cpu or cuda:0), a CPU step's threads and BLAS. */
@@ -829,8 +946,24 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	ret = pp_loader_get_position(r.train_loader, &pos);
 	if (ret < 0)
 		goto fail;
+	if (dist->size > 1)
+		ret = job_plan_key(opt, p, &d->train, &r, &pos.plan_key);
+	if (ret < 0)
+		goto fail;
 	resumed_key = steps ? pp_model_tag(r.model) : 0;
 	pp_model_set_tag(r.model, pos.plan_key);
+	/* Several ranks: the job's key is checked here, and each rank's loader
+	 * resumes its own share of the same position. */
+	if (dist->size > 1 && resumed_key != 0 && resumed_key != pos.plan_key) {
+		snprintf(why, sizeof(why), "--resume: %s was written by a run whose training data "
+			 "came in another order (a global batch of ranks x --batch-size, --data, "
+			 "--seed, --val-split, --no-shuffle, --drop-last or --deterministic differ)",
+			 opt->checkpoint);
+		ret = -EINVAL;
+		goto fail;
+	}
+	if (dist->size > 1)
+		resumed_key = 0;
 	if (opt->progress >= 0)
 		printf("run %u: device=%s batch_size=%u workers=%u pin_memory=%s lr=%g model=%s "
 		       "optimizer=%s, %zu parameters%s\n", run, p->device, p->batch_size, p->workers,
@@ -867,7 +1000,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		snprintf(row.status, sizeof(row.status), "%s", ret == -EINTR ? "interrupted" : "ok");
 		report_row(&r, &row, steps, opt->progress, res, jsonl);
 		/* An interrupted epoch's steps are whole: its checkpoint resumes exactly. */
-		if (opt->checkpoint[0] != '\0') {
+		if (opt->checkpoint[0] != '\0' && dist->rank == 0) {
 			int saved = pp_model_save(r.model, opt->checkpoint);
 
 			if (saved < 0) {
@@ -878,12 +1011,13 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		if (ret == -EINTR)
 			break;
 	}
-	if (ret == -EINTR && steps == resumed_steps)
+	/* Rank 0 speaks for the job. */
+	if (dist->rank == 0 && ret == -EINTR && steps == resumed_steps)
 		fprintf(stderr, "pinpipe-train: interrupted before the first step of run %u: nothing "
 			"trained%s%s%s\n", run, opt->checkpoint[0] == '\0' ? "" : steps ? ", " :
 			", no checkpoint written", steps ? opt->checkpoint : "",
 			steps ? " left as it was" : "");
-	else if (ret == -EINTR)
+	else if (dist->rank == 0 && ret == -EINTR)
 		fprintf(stderr, "pinpipe-train: interrupted after %llu steps%s\n",
 			(unsigned long long)steps,
 			opt->checkpoint[0] ? "; the checkpoint resumes from there" : "");
@@ -894,6 +1028,36 @@ fail:
 	fail_row(res, run, p, ret, why[0] ? why : NULL, jsonl);
 	run_close(&r);
 	return ret;
+}
+
+/*
+ * Several ranks: rank 0 alone prints and writes the files (the others run
+ * quiet); Ctrl-C and the SIGTERM that mpirun sends its ranks on Ctrl-C
+ * both stop at the next step that every rank agrees on.
+ */
+static void ranks_setup(struct tr_options *opt, const struct tr_dist *dist)
+{
+	if (dist->size > 1)
+		signal(SIGTERM, on_sigint);
+	if (dist->rank == 0)
+		return;
+	opt->progress = -1;
+	opt->csv[0] = opt->jsonl[0] = opt->logdir[0] = '\0';
+}
+
+/*
+ * A rank failed (its reason is on stderr): with other ranks, which may
+ * wait for it in a collective, the whole job ends with status 1.
+ */
+static int rank_failed(struct tr_dist *dist)
+{
+	if (dist->size > 1) {
+		fprintf(stderr, "pinpipe-train: rank %d of %d failed (the reason is above): ending the "
+			"job\n", dist->rank, dist->size);
+		pp_comm_abort(dist->comm, 1);
+	}
+	tr_dist_close(dist);
+	return 1;
 }
 
 /*
@@ -923,6 +1087,7 @@ int main(int argc, char **argv)
 {
 	struct tr_options opt;
 	struct tr_results res = { 0 };
+	struct tr_dist dist;
 	struct data d;
 	FILE *jsonl = NULL;
 	size_t runs, started = 0;
@@ -933,12 +1098,15 @@ int main(int argc, char **argv)
 	if (ret != 0)
 		return ret == 1 ? 0 : 2;
 	signal(SIGINT, on_sigint);
-	if (data_open(&opt, &d) < 0)
+	if (tr_dist_open(&opt, &dist) < 0)
 		return 1;
+	ranks_setup(&opt, &dist);
+	if (data_open(&opt, &d) < 0)
+		return rank_failed(&dist);
 	if (opt.jsonl[0] != '\0' && (jsonl = fopen(opt.jsonl, "w")) == NULL) {
 		fprintf(stderr, "pinpipe-train: %s: %s\n", opt.jsonl, strerror(errno));
 		data_free(&d);
-		return 1;
+		return rank_failed(&dist);
 	}
 	runs = tr_options_runs(&opt);
 	for (size_t i = 0; i < runs && !interrupted; i++) {
@@ -946,22 +1114,28 @@ int main(int argc, char **argv)
 
 		tr_options_run_params(&opt, i, &p);
 		started++;
-		ret = train_run(&opt, &p, (unsigned)i + 1, &d, &res, jsonl);
+		ret = train_run(&opt, &p, (unsigned)i + 1, &d, &dist, &res, jsonl);
 		told = ret == -EINTR;
 		if (ret < 0)
 			failed++;
+		/* The other ranks may be waiting for this one: end them, with this reason said. */
+		if (ret < 0 && ret != -EINTR && dist.size > 1) {
+			data_free(&d);
+			return rank_failed(&dist);
+		}
 	}
-	if (interrupted && !told && started == 0)
+	if (dist.rank == 0 && interrupted && !told && started == 0)
 		fprintf(stderr, "pinpipe-train: interrupted before the first step: nothing trained%s%s%s\n",
 			opt.checkpoint[0] == '\0' ? "" : opt.resume ? ", " : ", no checkpoint written",
 			opt.resume ? opt.checkpoint : "", opt.resume ? " left as it was" : "");
-	else if (interrupted && !told && started < runs)
+	else if (dist.rank == 0 && interrupted && !told && started < runs)
 		fprintf(stderr, "pinpipe-train: interrupted after run %zu: runs %zu to %zu not started\n",
 			started, started + 1, runs);
 	tr_results_sort(&res, opt.sort);
 	if (opt.progress >= 0)
 		printf("\n");
-	tr_results_print_table(&res, opt.sort, table_width(), stdout);
+	if (dist.rank == 0)
+		tr_results_print_table(&res, opt.sort, table_width(), stdout);
 	if (opt.csv[0] != '\0') {
 		FILE *f = fopen(opt.csv, "w");
 
@@ -976,6 +1150,12 @@ int main(int argc, char **argv)
 	}
 	tr_results_free(&res);
 	data_free(&d);
+	/* mpirun ends the job when a rank exits non-zero (130 after Ctrl-C): no rank
+	 * leaves before rank 0 has written everything. */
+	fflush(stdout);
+	if (dist.size > 1 && pp_comm_barrier(dist.comm) < 0)
+		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
+	tr_dist_close(&dist);
 	if (interrupted)
 		return 130;
 	return failed ? 1 : 0;

@@ -111,6 +111,8 @@ struct pp_optimizer_config {
 	float eps;          /* Adam: term added to the denominator, > 0 */
 };
 
+/* A gradient hook's return that ends the step without an update (pp_model_config.grad_hook). */
+#define PP_MODEL_GRAD_KEEP 1
 /* Whether a model's steps are captured as graphs (pp_model_config.graph). */
 enum pp_model_graph {
 	PP_MODEL_GRAPH_AUTO = 0, /* on where it pays: a device with a queue of its own (cuda) */
@@ -143,6 +145,34 @@ struct pp_model_config {
 	 * where subnormals occur.
 	 */
 	bool keep_denormals;
+	/*
+	 * Called by each training step once the backward pass has produced
+	 * the gradient of the step's loss (before the optimizer's weight
+	 * decay) and before the optimizer reads it, once for each range of
+	 * the gradient vector (the layout of pp_model_params_read()), the last
+	 * layers' first, so that a trainer can average gradients across
+	 * processes (pinpipe/comm.h) while the backward pass goes on.
+	 * 'grads' is the range's first float in the model's device memory,
+	 * 'offset' its index in the vector and 'count' its floats (> 0).
+	 * The CPU backend calls it once, for the whole vector, with 'stream'
+	 * NULL: the gradient is complete and the host may use it in place.  On
+	 * cuda it is called once per layer with parameters, as soon as that
+	 * layer's backward is queued on the model's stream, which is passed:
+	 * work the hook queues there comes before the rest of the backward.
+	 * The hook may change the gradient in place.  It returns 0 to go on;
+	 * PP_MODEL_GRAD_KEEP to end the step without an update (the rest of
+	 * the backward runs, the running totals count the batch, the step
+	 * count does not change: for gradients the caller gathers over several
+	 * batches, as fixed micro-batches do); or a negative errno, which
+	 * fails the step with that error (its message is the hook's) and
+	 * leaves the parameters as they were.  NULL: no hook.  Kept by
+	 * pp_model_load() from the caller's config, as the stream is.  A
+	 * model with a hook takes no graphs (the field 'graph' below), as a
+	 * replayed step would not call it: its steps are launched op by op.
+	 */
+	int (*grad_hook)(void *arg, float *grads, size_t offset, size_t count,
+			 struct pp_stream *stream);
+	void *grad_hook_arg;   /* the hook's first argument */
 	/*
 	 * Steps as graphs: the second time a step of the same kind (training or
 	 * evaluation) comes with the same input, label and logits pointers and

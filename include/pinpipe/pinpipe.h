@@ -10,6 +10,7 @@
 #define PINPIPE_H
 
 #include "pinpipe/common.h"
+#include "pinpipe/comm.h"
 #include "pinpipe/dataset.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"

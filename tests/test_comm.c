@@ -1,0 +1,291 @@
+/*
+ * tests/test_comm.c: the communicator: the local backend (every call),
+ * argument errors and their messages, injected faults (a failing and a
+ * stalled collective), "auto" outside a launcher, and the mpi backend in a
+ * world of one (MPI started as a singleton, without mpirun) where the
+ * build has MPI.  Several ranks are tested by tests/test_train_mpi.sh.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fault.h"
+#include "common/internal.h"
+#include "pinpipe/comm.h"
+#include "tests/testutil.h"
+
+/*
+ * LeakSanitizer's options for this program (it reads them when it runs;
+ * other builds never call this): no leak check.  Open MPI's components,
+ * loaded at MPI_Init and unloaded at exit, leave allocations that
+ * LeakSanitizer can no longer name by module, so no suppression reaches
+ * them.  valgrind's leak check covers the local case (.ci/run); ASan still
+ * checks every access here.
+ */
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void)
+{
+	return "detect_leaks=0";
+}
+
+/* As a launcher's rank would see it: none of its variables, so "auto" is local. */
+static void leave_launcher(void)
+{
+	unsetenv("OMPI_COMM_WORLD_SIZE");
+	unsetenv("PMI_SIZE");
+	unsetenv("PMIX_SIZE");
+	unsetenv("MPI_LOCALNRANKS");
+	unsetenv("SLURM_NTASKS");
+	unsetenv("PP_FAULTS");
+}
+
+static struct pp_comm *make(const char *backend, double timeout_s)
+{
+	struct pp_comm_config cfg;
+	struct pp_comm *c = NULL;
+
+	pp_comm_config_init(&cfg);
+	cfg.backend = backend;
+	cfg.timeout_s = timeout_s;
+	ck_assert_msg(pp_comm_create(&cfg, &c) == 0, "%s: %s", backend, pp_last_error());
+	return c;
+}
+
+/* Checks every collective of a world of one: each leaves the buffers as they are. */
+static void check_world_of_one(struct pp_comm *c)
+{
+	float f[3] = { 1.5f, -2.0f, 3.25f };
+	double d[2] = { 1e300, -0.5 };
+	char bytes[5] = "abcd";
+
+	ck_assert_int_eq(pp_comm_rank(c), 0);
+	ck_assert_int_eq(pp_comm_size(c), 1);
+	ck_assert_int_eq(pp_comm_local_rank(c), 0);
+	ck_assert_int_eq(pp_comm_local_size(c), 1);
+	ck_assert_int_eq(pp_comm_allreduce(c, f, 3, PP_COMM_F32, PP_COMM_SUM, NULL), 0);
+	ck_assert(f[0] == 1.5f && f[1] == -2.0f && f[2] == 3.25f);
+	ck_assert_int_eq(pp_comm_allreduce(c, f, 3, PP_COMM_F32, PP_COMM_MEAN, NULL), 0);
+	ck_assert(f[0] == 1.5f && f[1] == -2.0f && f[2] == 3.25f);
+	ck_assert_int_eq(pp_comm_allreduce(c, d, 2, PP_COMM_F64, PP_COMM_SUM, NULL), 0);
+	ck_assert(d[0] == 1e300 && d[1] == -0.5);
+	ck_assert_int_eq(pp_comm_allreduce(c, d, 2, PP_COMM_F64, PP_COMM_MEAN, NULL), 0);
+	ck_assert(d[0] == 1e300 && d[1] == -0.5);
+	ck_assert_int_eq(pp_comm_broadcast(c, bytes, sizeof(bytes), 0, NULL), 0);
+	ck_assert_str_eq(bytes, "abcd");
+	ck_assert_int_eq(pp_comm_barrier(c), 0);
+	/* A world of one has no other rank to end: abort returns. */
+	ck_assert_int_eq(pp_comm_abort(c, 3), 0);
+}
+
+/* Fails if the local backend is not rank 0 of 1 or changes a buffer. */
+START_TEST(test_local_every_call)
+{
+	struct pp_comm *c = make("local", 0);
+
+	ck_assert_str_eq(pp_comm_backend(c), "local");
+	ck_assert(pp_comm_timeout(c) == PP_COMM_DEFAULT_TIMEOUT_S);
+	check_world_of_one(c);
+	pp_comm_destroy(c);
+	pp_comm_destroy(NULL);
+}
+END_TEST
+
+/* Fails if a device buffer on a stream is refused or changed by a world of one. */
+START_TEST(test_local_device_buffer)
+{
+	struct pp_device *dev;
+	struct pp_stream *s;
+	struct pp_comm *c = make("local", 5);
+	float host[4] = { 1, 2, 3, 4 }, back[4] = { 0 };
+	void *buf;
+
+	ck_assert(pp_comm_timeout(c) == 5.0);
+	ck_assert_int_eq(pp_device_open("sim", &dev), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, sizeof(host), &buf), 0);
+	ck_assert_int_eq(pp_memcpy_async(buf, host, sizeof(host), PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_comm_allreduce(c, buf, 4, PP_COMM_F32, PP_COMM_MEAN, s), 0);
+	ck_assert_int_eq(pp_comm_broadcast(c, buf, sizeof(host), 0, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(back, buf, sizeof(back), PP_COPY_D2H, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	ck_assert(memcmp(host, back, sizeof(host)) == 0);
+	pp_device_free(dev, buf);
+	pp_stream_destroy(s);
+	pp_device_close(dev);
+	pp_comm_destroy(c);
+}
+END_TEST
+
+/* Fails if "auto" outside a launcher is not local, or the defaults are not those documented. */
+START_TEST(test_auto_is_local)
+{
+	struct pp_comm *c = NULL;
+
+	leave_launcher();
+	ck_assert_int_eq(pp_comm_create(NULL, &c), 0);
+	ck_assert_str_eq(pp_comm_backend(c), "local");
+	ck_assert(pp_comm_timeout(c) == PP_COMM_DEFAULT_TIMEOUT_S);
+	pp_comm_destroy(c);
+	c = make("auto", 0);
+	ck_assert_str_eq(pp_comm_backend(c), "local");
+	pp_comm_destroy(c);
+}
+END_TEST
+
+/* Fails if a bad argument is accepted, or its message does not name the rank and the call. */
+START_TEST(test_argument_errors)
+{
+	struct pp_comm_config cfg;
+	struct pp_comm *c = NULL;
+	struct pp_device *dev;
+	float f[2] = { 0 };
+
+	pp_comm_config_init(&cfg);
+	cfg.backend = "tcp";
+	ck_assert_int_eq(pp_comm_create(&cfg, &c), -EINVAL);
+	ck_assert_ptr_null(c);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "unknown backend 'tcp'"));
+	cfg.backend = "local";
+	cfg.timeout_s = -1;
+	ck_assert_int_eq(pp_comm_create(&cfg, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "timeout -1"));
+	ck_assert_int_eq(pp_comm_create(NULL, NULL), -EINVAL);
+	/* nccl needs a cuda device, whether or not the build has NCCL. */
+	cfg.backend = "nccl";
+	cfg.timeout_s = 0;
+	ck_assert_int_eq(pp_comm_create(&cfg, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "needs a cuda device (got none)"));
+	ck_assert_int_eq(pp_device_open("sim", &dev), 0);
+	cfg.device = dev;
+	ck_assert_int_eq(pp_comm_create(&cfg, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "needs a cuda device (got sim)"));
+	pp_device_close(dev);
+
+	c = make("local", 0);
+	ck_assert_int_eq(pp_comm_allreduce(c, f, 2, (enum pp_comm_dtype)7, PP_COMM_SUM, NULL), -EINVAL);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: allreduce: unknown dtype 7");
+	ck_assert_int_eq(pp_comm_allreduce(c, f, 2, PP_COMM_F32, (enum pp_comm_op)9, NULL), -EINVAL);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: allreduce: unknown op 9");
+	ck_assert_int_eq(pp_comm_allreduce(c, NULL, 2, PP_COMM_F32, PP_COMM_SUM, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no buffer for 2 elements"));
+	ck_assert_int_eq(pp_comm_allreduce(c, NULL, 0, PP_COMM_F32, PP_COMM_SUM, NULL), 0);
+	ck_assert_int_eq(pp_comm_allreduce(c, f, SIZE_MAX / 2, PP_COMM_F32, PP_COMM_SUM, NULL),
+			 -EINVAL);
+	ck_assert_int_eq(pp_comm_broadcast(c, f, sizeof(f), 1, NULL), -EINVAL);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: broadcast: root 1 (expected 0..0)");
+	ck_assert_int_eq(pp_comm_broadcast(c, f, sizeof(f), -1, NULL), -EINVAL);
+	ck_assert_int_eq(pp_comm_broadcast(c, NULL, 4, 0, NULL), -EINVAL);
+	ck_assert_int_eq(pp_comm_broadcast(c, NULL, 0, 0, NULL), 0);
+	pp_comm_destroy(c);
+}
+END_TEST
+
+/* Fails if an injected fault does not fail the collective it names, with the rank and the call. */
+START_TEST(test_fault_fails_a_collective)
+{
+	struct pp_fault_plan plan;
+	struct pp_comm *c;
+	float f = 1;
+
+	leave_launcher();
+	ck_assert_int_eq(pp_fault_init(&plan), 0);
+	pp_fault_arm(&plan, PP_FAULT_COMM, -EIO, 2, 1);
+	pp_fault_set(&plan);
+	c = make("local", 0);
+	pp_fault_set(NULL);
+	ck_assert_int_eq(pp_comm_allreduce(c, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL), 0);
+	ck_assert_int_eq(pp_comm_barrier(c), 0);
+	ck_assert_int_eq(pp_comm_allreduce(c, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL), -EIO);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: allreduce: Input/output error "
+			 "(injected fault)");
+	ck_assert_int_eq(pp_comm_allreduce(c, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL), 0);
+	pp_comm_destroy(c);
+	pp_fault_fini(&plan);
+
+	/* The same through PP_FAULTS, as the shell tests give it to one rank. */
+	setenv("PP_FAULTS", "comm:ENOSPC", 1);
+	c = make("local", 0);
+	ck_assert_int_eq(pp_comm_barrier(c), -ENOSPC);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "rank 0 of 1: barrier"));
+	pp_comm_destroy(c);
+	setenv("PP_FAULTS", "comm:nonsense", 1);
+	ck_assert_int_eq(pp_comm_create(NULL, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "PP_FAULTS"));
+	unsetenv("PP_FAULTS");
+}
+END_TEST
+
+/*
+ * Fails if a stalled collective does not end in -ETIMEDOUT naming the
+ * timeout, or ends before the twice the timeout that a stall waits.
+ */
+START_TEST(test_fault_stall_times_out)
+{
+	struct pp_comm *c;
+	float f = 1;
+	uint64_t t0;
+
+	leave_launcher();
+	setenv("PP_FAULTS", "comm:stall", 1);
+	c = make("local", 0.05);
+	unsetenv("PP_FAULTS");
+	t0 = pp_now_ns();
+	ck_assert_int_eq(pp_comm_allreduce(c, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL), -ETIMEDOUT);
+	ck_assert_uint_ge(pp_now_ns() - t0, 100 * 1000 * 1000);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "allreduce: stalled for twice the timeout of 0.05 s"));
+	pp_comm_destroy(c);
+}
+END_TEST
+
+/*
+ * Fails if the mpi backend, where the build has it, is not a world of one
+ * outside mpirun that passes every call; or, where the build lacks it,
+ * if the error does not say how to build it.
+ */
+START_TEST(test_mpi_world_of_one)
+{
+	struct pp_comm_config cfg;
+	struct pp_comm *c = NULL, *c2 = NULL;
+	int ret;
+
+	leave_launcher();
+	pp_comm_config_init(&cfg);
+	cfg.backend = "mpi";
+	ret = pp_comm_create(&cfg, &c);
+	if (ret == -ENOTSUP) {
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "--with-mpi"));
+		return;
+	}
+	ck_assert_msg(ret == 0, "%s", pp_last_error());
+	ck_assert_str_eq(pp_comm_backend(c), "mpi");
+	check_world_of_one(c);
+	/* A second communicator in the same process: MPI is started once. */
+	ck_assert_int_eq(pp_comm_create(&cfg, &c2), 0);
+	check_world_of_one(c2);
+	pp_comm_destroy(c2);
+	pp_comm_destroy(c);
+}
+END_TEST
+
+Suite *pp_test_suite(void)
+{
+	Suite *s = suite_create("comm");
+	TCase *tc = tcase_create("local");
+
+	tcase_add_test(tc, test_local_every_call);
+	tcase_add_test(tc, test_local_device_buffer);
+	tcase_add_test(tc, test_auto_is_local);
+	tcase_add_test(tc, test_argument_errors);
+	tcase_add_test(tc, test_fault_fails_a_collective);
+	tcase_add_test(tc, test_fault_stall_times_out);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("mpi");
+	/* MPI's singleton start takes a while on a loaded machine. */
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_mpi_world_of_one);
+	suite_add_tcase(s, tc);
+	return s;
+}

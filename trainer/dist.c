@@ -1,0 +1,283 @@
+/*
+ * trainer/dist.c: pinpipe-train on several ranks (trainer/dist.h).
+ *
+ * Averaging: the model's gradient hook averages each gradient range over
+ * the ranks (pp_comm_allreduce, mean) before the optimizer reads it, so
+ * that every rank applies the same update to the same parameters: one
+ * model on the global batch of N x --batch-size samples, to float
+ * tolerance (the sum's order depends on N).
+ *
+ * --deterministic: the global batch of B samples (positions q = 0..B-1 of
+ * the epoch's order) is cut into M fixed micro-batches, micro-batch k
+ * holding the positions q = k (mod M) in increasing order.  Rank r of N
+ * holds the positions q = r (mod N) (the loader's plan), that is the
+ * micro-batches k = r + N j, and finds micro-batch j's samples at its local
+ * indices j, j + M/N, j + 2M/N...  Each micro-batch's gradient is computed
+ * alone (its arithmetic depends on its samples only: the CPU step is
+ * bit-identical whatever the thread count) and kept in slot k; the slots
+ * of all ranks are summed by an allreduce in which every slot has a single
+ * non-zero contributor, which is exact in any order; each rank then adds
+ * the M slots from k = 0 up and divides by M.  The result depends on
+ * neither N nor which rank computed what, so N ranks and one process with
+ * the same global batch hold the same parameters bit for bit, for every N
+ * that divides M.  It costs M forward and backward passes of B/M samples
+ * in place of one, and an allreduce of M gradients in place of one.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/dist.h"
+
+int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
+{
+	struct pp_comm_config cfg;
+	int ret;
+
+	memset(d, 0, sizeof(*d));
+	pp_comm_config_init(&cfg);
+	/* nccl reduces device buffers of a run's GPU: the job's ranks are MPI's (or one). */
+	d->nccl = strcmp(opt->comm, "nccl") == 0;
+	cfg.backend = d->nccl ? "auto" : opt->comm;
+	cfg.timeout_s = opt->comm_timeout;
+	d->timeout_s = opt->comm_timeout;
+	ret = pp_comm_create(&cfg, &d->comm);
+	if (ret < 0) {
+		fprintf(stderr, "pinpipe-train: --comm=%s: %s\n", opt->comm, pp_last_error());
+		return ret;
+	}
+	d->rank = pp_comm_rank(d->comm);
+	d->size = pp_comm_size(d->comm);
+	d->deterministic = opt->deterministic;
+	d->micro = opt->micro_batches;
+	return 0;
+}
+
+int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev)
+{
+	struct pp_comm_config cfg;
+	int ret;
+
+	d->grads = d->comm;
+	/* The gradients of a device the host cannot address are staged through
+	 * pinned memory of that device: by a communicator of the run's own,
+	 * destroyed before the device is closed. */
+	if (!d->nccl && (d->size < 2 || pp_device_get_props(dev)->host_addressable))
+		return 0;
+	pp_comm_config_init(&cfg);
+	cfg.backend = d->nccl ? "nccl" : pp_comm_backend(d->comm);
+	cfg.timeout_s = d->timeout_s;
+	cfg.device = dev;
+	ret = pp_comm_create(&cfg, &d->grads);
+	if (ret < 0) {
+		d->grads = NULL;
+		fprintf(stderr, "pinpipe-train: --comm=%s: %s\n", cfg.backend, pp_last_error());
+	}
+	return ret;
+}
+
+void tr_dist_run_end(struct tr_dist *d)
+{
+	if (d->grads != d->comm)
+		pp_comm_destroy(d->grads);
+	d->grads = NULL;
+}
+
+void tr_dist_close(struct tr_dist *d)
+{
+	tr_dist_run_end(d);
+	free(d->slots);
+	pp_comm_destroy(d->comm);
+	memset(d, 0, sizeof(*d));
+}
+
+void tr_dist_device(const struct tr_dist *d, const char *name, char *buf, size_t len)
+{
+	int gpus;
+
+	snprintf(buf, len, "%s", name);
+	if (d->size < 2 || (strcmp(name, "cuda") != 0 && strcmp(name, "auto") != 0))
+		return;
+	gpus = pp_device_cuda_count();
+	if (gpus > 0)
+		snprintf(buf, len, "cuda:%d", pp_comm_local_rank(d->comm) % gpus);
+}
+
+static unsigned gcd(unsigned a, unsigned b)
+{
+	while (b != 0) {
+		unsigned t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_t len)
+{
+	const unsigned long long global = (unsigned long long)batch_size * (unsigned)d->size;
+	unsigned micro = d->micro;
+
+	if (!d->deterministic)
+		return 0;
+	/* The default: the global batch's common divisor with 12 (1, 2, 3, 4, 6 or 12). */
+	if (micro == 0)
+		micro = gcd(12, (unsigned)(global % 12));
+	if (global % micro != 0 || micro % (unsigned)d->size != 0) {
+		snprintf(why, len, "--deterministic: %d ranks x --batch-size=%u = a global batch of "
+			 "%llu samples in %u micro-batches: the micro-batches must divide the global "
+			 "batch, and the ranks the micro-batches (--micro-batches)", d->size, batch_size,
+			 global, micro);
+		return -EINVAL;
+	}
+	d->local_count = micro / (unsigned)d->size;
+	d->local_done = 0;
+	d->micro = micro;
+	return 0;
+}
+
+/* --deterministic: keeps a micro-batch's gradient; after this rank's last, reduces them all. */
+static int keep_micro(struct tr_dist *d, float *grads, size_t count)
+{
+	const size_t p = d->n_params;
+	const unsigned k = (unsigned)d->rank + (unsigned)d->size * d->local_done;
+	int ret;
+
+	if (count != p || d->slots == NULL) {
+		fprintf(stderr, "pinpipe-train: --deterministic: a gradient of %zu floats, expected %zu\n",
+			count, p);
+		return -EINVAL;
+	}
+	memcpy(d->slots + (size_t)k * p, grads, p * sizeof(float));
+	if (++d->local_done < d->local_count)
+		return PP_MODEL_GRAD_KEEP;
+	d->local_done = 0;
+	ret = pp_comm_allreduce(d->comm, d->slots, (size_t)d->micro * p, PP_COMM_F32, PP_COMM_SUM, NULL);
+	if (ret < 0)
+		return ret;
+	for (size_t i = 0; i < p; i++) {
+		float s = 0.0f;
+
+		for (unsigned m = 0; m < d->micro; m++)
+			s += d->slots[(size_t)m * p + i];
+		grads[i] = s / (float)d->micro;
+	}
+	return 0;
+}
+
+int tr_dist_grad_hook(void *arg, float *grads, size_t offset, size_t count, struct pp_stream *stream)
+{
+	struct tr_dist *d = arg;
+
+	if (d->deterministic)
+		return keep_micro(d, grads, count);
+	return pp_comm_allreduce(d->grads, grads, count, PP_COMM_F32, PP_COMM_MEAN, stream);
+}
+
+int tr_dist_start_model(struct tr_dist *d, struct pp_model *model)
+{
+	size_t n = pp_model_param_count(model);
+	float *params;
+	int ret;
+
+	d->model = model;
+	d->n_params = n;
+	free(d->slots);
+	d->slots = NULL;
+	if (d->deterministic) {
+		d->slots = calloc((size_t)d->micro * (n ? n : 1), sizeof(float));
+		if (d->slots == NULL) {
+			fprintf(stderr, "pinpipe-train: --deterministic: no memory for %u gradients of "
+				"%zu floats\n", d->micro, n);
+			return -ENOMEM;
+		}
+	}
+	if (d->size < 2)
+		return 0;
+	params = malloc((n ? n : 1) * sizeof(float));
+	if (params == NULL) {
+		fprintf(stderr, "pinpipe-train: out of memory for %zu parameters\n", n);
+		return -ENOMEM;
+	}
+	ret = pp_model_params_read(model, params, n);
+	if (ret == 0)
+		ret = pp_comm_broadcast(d->comm, params, n * sizeof(float), 0, NULL);
+	if (ret == 0)
+		ret = pp_model_params_write(model, params, n);
+	free(params);
+	return ret;
+}
+
+int tr_dist_deterministic_step(struct tr_dist *d, struct pp_device *dev, const void *samples,
+			       const int32_t *labels, size_t n, enum pp_dtype dtype,
+			       size_t sample_bytes, int ndim, const size_t *sample_shape)
+{
+	const size_t local = d->local_count, per = n / local;
+	size_t shape[PP_TENSOR_MAX_DIMS];
+	struct pp_tensor *in = NULL;
+	int32_t *lab = NULL;
+	int ret;
+
+	if (n == 0 || n % local != 0) {
+		fprintf(stderr, "pinpipe-train: --deterministic: a batch of %zu samples is not %zu "
+			"micro-batches\n", n, local);
+		return -EINVAL;
+	}
+	shape[0] = per;
+	for (int i = 1; i < ndim && i < PP_TENSOR_MAX_DIMS; i++)
+		shape[i] = sample_shape[i - 1];
+	ret = pp_tensor_create(dev, dtype, ndim, shape, &in);
+	if (ret == 0)
+		ret = pp_device_alloc(dev, per * sizeof(int32_t), (void **)&lab);
+	memset(d->slots, 0, (size_t)d->micro * d->n_params * sizeof(float));
+	d->local_done = 0;
+	for (size_t j = 0; j < local && ret == 0; j++) {
+		char *dst = pp_tensor_data(in);
+
+		for (size_t i = 0; i < per; i++) {
+			memcpy(dst + i * sample_bytes, (const char *)samples + (j + local * i) * sample_bytes,
+			       sample_bytes);
+			lab[i] = labels[j + local * i];
+		}
+		ret = pp_model_train_step(d->model, in, lab);
+	}
+	pp_device_free(dev, lab);
+	pp_tensor_destroy(in);
+	return ret;
+}
+
+int tr_dist_sum_metrics(struct tr_dist *d, struct pp_model_metrics *m)
+{
+	double v[3] = { m->loss_sum, (double)m->correct, (double)m->samples };
+	int ret;
+
+	if (d->size < 2)
+		return 0;
+	ret = pp_comm_allreduce(d->comm, v, 3, PP_COMM_F64, PP_COMM_SUM, NULL);
+	if (ret < 0)
+		return ret;
+	m->loss_sum = v[0];
+	m->correct = (uint64_t)v[1];
+	m->samples = (uint64_t)v[2];
+	return 0;
+}
+
+bool tr_dist_any(struct tr_dist *d, bool stop, int *err_p)
+{
+	float f = stop ? 1.0f : 0.0f;
+	int ret;
+
+	*err_p = 0;
+	if (d->size < 2)
+		return stop;
+	ret = pp_comm_allreduce(d->comm, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL);
+	if (ret < 0) {
+		*err_p = ret;
+		return true;
+	}
+	return f > 0.0f;
+}
