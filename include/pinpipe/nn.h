@@ -179,8 +179,9 @@ struct pp_model_config {
 	 * batch size (the transfer stage's device slots, each reused batch
 	 * after batch), the whole step is captured once as a graph
 	 * (pp_stream_begin_capture()) and from then on launched as one call:
-	 * some 50 kernel launches a step become one.  Up to 16 such graphs are
-	 * kept, the least recently used replaced.  A larger batch than any
+	 * some 50 kernel launches a step become one.  Up to 16 keys are kept:
+	 * a new one replaces a key seen only once before a captured graph, the
+	 * least recently used first.  A larger batch than any
 	 * before (new buffers) or pp_model_set_lr() drops them.  When a
 	 * capture fails, the model goes on without graphs and says why in
 	 * pp_model_get_graph_stats().fallback.  Results are those of the steps
