@@ -1037,8 +1037,17 @@ fail:
  */
 static void ranks_setup(struct tr_options *opt, const struct tr_dist *dist)
 {
-	if (dist->size > 1)
-		signal(SIGTERM, on_sigint);
+	if (dist->size > 1) {
+		/* Without SA_RESTART: on Ctrl-C mpirun stops reading the ranks'
+		 * output, seconds before its SIGTERM, so rank 0 may be blocked
+		 * writing a progress line to a full pipe; the signal must end
+		 * that write (the line is lost) for the rank to stop and write
+		 * its rows and checkpoint before mpirun's SIGKILL. */
+		struct sigaction sa = { .sa_handler = on_sigint };
+
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGTERM, &sa, NULL);
+	}
 	if (dist->rank == 0)
 		return;
 	opt->progress = -1;
