@@ -77,7 +77,9 @@ void pp_blas_get_info(struct pp_blas_info *info)
 		return;
 	snprintf(info->library, sizeof(info->library), "OpenBLAS");
 	snprintf(info->core, sizeof(info->core), "%s", corename());
-	chosen = env != NULL && env[0] != '\0';
+	/* chosen: the core OpenBLAS runs is the one named (it takes an unknown name, or an
+	 * empty one, silently, and then picks a core of its own) */
+	chosen = env != NULL && env[0] != '\0' && strcasecmp(env, info->core) == 0;
 	better = pp_blas_better_core(info->core, chosen, isa);
 	if (better == NULL)
 		return;
@@ -86,6 +88,8 @@ void pp_blas_get_info(struct pp_blas_info *info)
 		 "OpenBLAS runs its %s kernels (%s) on this processor, which has %s: its matrix "
 		 "products run several times slower than they can (%s); run with %s in the "
 		 "environment", info->core, core_level(info->core), info->cpu_isa,
-		 chosen ? "OPENBLAS_CORETYPE chose them" : "this OpenBLAS does not know the processor",
+		 chosen ? "OPENBLAS_CORETYPE chose them" :
+		 env != NULL ? "this OpenBLAS does not know the core OPENBLAS_CORETYPE names" :
+			       "this OpenBLAS does not know the processor",
 		 info->fix);
 }

@@ -386,6 +386,7 @@ static void *worker_main(void *arg)
 		if (m->quit)
 			break;
 		seen = m->generation;
+		nn_fp_follow(m->fp_csr);
 		pthread_mutex_unlock(&m->lock);
 		m->work(wk);
 		pthread_mutex_lock(&m->lock);
@@ -402,6 +403,7 @@ static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
 	m->work = work;
 	if (m->threads > 1) {
 		pthread_mutex_lock(&m->lock);
+		m->fp_csr = nn_fp_get();
 		m->pending = m->threads - 1;
 		m->generation++;
 		pthread_cond_broadcast(&m->go);
@@ -589,9 +591,13 @@ static int cpu_reserve(struct pp_model *m)
 	pp_nn_mem_free(m->dev, m->losses);
 	m->losses = NULL;
 	ret = pp_nn_mem_alloc(m->dev, m->capacity * sizeof(double), (void **)&m->losses);
-	for (; !ret && m->chunks_ready < chunks; m->chunks_ready++)
+	/* counted once allocated: a failure leaves no slot counted without its buffer */
+	while (!ret && m->chunks_ready < chunks) {
 		ret = pp_nn_mem_alloc(m->dev, end * sizeof(float),
 				      (void **)&m->chunks[m->chunks_ready].grads);
+		if (!ret)
+			m->chunks_ready++;
+	}
 	return ret;
 }
 

@@ -90,20 +90,42 @@ int pp_nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **la
  * costs a microcode assist of a hundred cycles or more, and training makes
  * them (Adam's first moment of a parameter whose gradient stays zero decays
  * by beta1 a step, subnormal after some 800 steps).  nn_fp_enter() sets the
- * bits when 'flush' and returns the caller's MXCSR; nn_fp_leave() puts its
- * two bits back as they were, and keeps the exception flags that the work
- * raised, as any other call would.  Nothing is done on other processors.
+ * bits when 'flush', clears them when not (keep_denormals: IEEE whatever the
+ * caller had), and returns the caller's MXCSR; nn_fp_leave() puts its two
+ * bits back as they were, and keeps the exception flags that the work
+ * raised, as any other call would.  The model's own threads take the
+ * caller's controls (rounding mode included) at each job, nn_fp_follow(),
+ * so that which thread ran a part changes nothing in its arithmetic.
+ * Nothing is done on other processors.
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #define NN_MXCSR_FTZ_DAZ 0x8040u /* bit 15 flush to zero, bit 6 denormals are zero */
+#define NN_MXCSR_FLAGS 0x3fu     /* bits 0-5: the exception flags, each thread's own */
 static inline unsigned nn_fp_enter(bool flush)
 {
 	const unsigned old = _mm_getcsr();
+	const unsigned want = flush ? old | NN_MXCSR_FTZ_DAZ : old & ~NN_MXCSR_FTZ_DAZ;
 
-	if (flush && (old & NN_MXCSR_FTZ_DAZ) != NN_MXCSR_FTZ_DAZ)
-		_mm_setcsr(old | NN_MXCSR_FTZ_DAZ);
+	if (want != old)
+		_mm_setcsr(want);
 	return old;
+}
+
+/* The controls of 'csr' (another thread's MXCSR) in this thread, its own flags kept. */
+static inline void nn_fp_follow(unsigned csr)
+{
+	const unsigned now = _mm_getcsr();
+	const unsigned want = (now & NN_MXCSR_FLAGS) | (csr & ~NN_MXCSR_FLAGS);
+
+	if (now != want)
+		_mm_setcsr(want);
+}
+
+/* This thread's MXCSR, for nn_fp_follow() in another. */
+static inline unsigned nn_fp_get(void)
+{
+	return _mm_getcsr();
 }
 
 static inline void nn_fp_leave(unsigned old)
@@ -124,6 +146,16 @@ static inline unsigned nn_fp_enter(bool flush)
 static inline void nn_fp_leave(unsigned old)
 {
 	(void)old;
+}
+
+static inline void nn_fp_follow(unsigned csr)
+{
+	(void)csr;
+}
+
+static inline unsigned nn_fp_get(void)
+{
+	return 0;
 }
 #endif
 
@@ -443,6 +475,7 @@ struct pp_model {
 	pthread_cond_t done;       /* signalled when the last worker finishes a job */
 	uint64_t generation;       /* bumped for each job */
 	int pending;               /* workers still running the job */
+	unsigned fp_csr;           /* the caller's floating-point controls for the job (x86 MXCSR) */
 	bool quit;                 /* the workers are to exit */
 	struct pp_model_metrics metrics; /* cuda: samples only; the sums are in 'acc' */
 	struct nn_graphs *graphs;  /* the captured steps (nn/graph.c), NULL without graphs */

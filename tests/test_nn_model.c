@@ -10,6 +10,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fenv.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "common/fault.h"
 #include "common/internal.h"
 #include "pinpipe/dataset.h"
+#include "device/device_impl.h"
 #include "nn/nn_internal.h"
 #include "tests/nn_reference.h"
 #include "tests/nn_testutil.h"
@@ -1275,6 +1277,96 @@ START_TEST(test_graph_one_offs_keep_graphs)
 }
 END_TEST
 
+/*
+ * Fails if a model's threads compute in another floating-point mode than
+ * its caller: with the rounding mode set upward after the models were made
+ * (their threads started in the default mode), one thread and three must
+ * still give the same bits, and those must differ from round-to-nearest's.
+ */
+START_TEST(test_threads_follow_caller_rounding)
+{
+	float *p[3];
+	size_t n = 0;
+
+	for (int k = 0; k < 3; k++) {
+		struct pp_model_config cfg;
+		struct pp_model *m;
+
+		pp_model_config_init(&cfg);
+		cfg.seed = 5;
+		cfg.threads = k == 1 ? 3 : 1;
+		ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &m), 0);
+		if (k < 2)
+			fesetround(FE_UPWARD);
+		pp_test_train(m, 3, 40);
+		fesetround(FE_TONEAREST);
+		n = pp_model_param_count(m);
+		p[k] = pp_test_read_params(m);
+		pp_model_destroy(m);
+	}
+	ck_assert_mem_eq(p[0], p[1], n * sizeof(float));
+	ck_assert(memcmp(p[0], p[2], n * sizeof(float)) != 0);
+	for (int k = 0; k < 3; k++)
+		free(p[k]);
+}
+END_TEST
+
+/*
+ * Fails (or crashes) if a step whose buffers could not all be allocated
+ * leaves the model believing it has one it has not: for every point at
+ * which the sim's allocations of a larger batch start failing, the step
+ * fails with -ENOMEM, and a smaller step after it must train normally,
+ * to the bits of a model that never failed.
+ */
+START_TEST(test_reserve_failure_recovers)
+{
+	struct pp_device *dev;
+	struct graph_bufs b;
+	float *ref = NULL;
+	size_t n = 0;
+	int ret = -ENOMEM;
+
+	ck_assert_int_eq(pp_device_open("sim", &dev), 0);
+	graph_bufs_init(&b, dev);
+	graph_fill(b.large, b.lab_large, 3);
+	graph_fill(b.x[0], b.lab[0], 4);
+	for (long long k = -1; ret != 0; k++) {
+		struct pp_model_config cfg;
+		struct pp_model *m;
+		float *p;
+
+		pp_model_config_init(&cfg);
+		cfg.seed = 8;
+		ck_assert_int_eq(pp_model_create("conv:6:5,relu,maxpool:2,fc:10", dev, &cfg, &m), 0);
+		if (k >= 0) {
+			ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_ALLOC, k), 0);
+			ret = pp_model_train_step(m, b.large, b.lab_large);
+			ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_ALLOC, -1), 0);
+			ck_assert_msg(ret == 0 || ret == -ENOMEM, "step of 32 after %lld allocations: %d", k,
+				      ret);
+			if (ret == 0) {
+				pp_model_destroy(m);
+				break;
+			}
+		}
+		ck_assert_int_eq(pp_model_train_step(m, b.x[0], b.lab[0]), 0);
+		n = pp_model_param_count(m);
+		p = pp_test_read_params(m);
+		if (ref == NULL)
+			ref = p;
+		else {
+			ck_assert_mem_eq(p, ref, n * sizeof(float));
+			free(p);
+		}
+		pp_model_destroy(m);
+		ck_assert_int_lt(k, 1000);
+	}
+	free(ref);
+	graph_bufs_fini(&b, dev);
+	pp_device_close(dev);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_model");
@@ -1300,6 +1392,8 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(model, test_graph_steps, 0, 2);
 	tcase_add_test(model, test_graph_fallback_and_errors);
 	tcase_add_test(model, test_graph_one_offs_keep_graphs);
+	tcase_add_test(model, test_threads_follow_caller_rounding);
+	tcase_add_test(model, test_reserve_failure_recovers);
 	tcase_set_timeout(model, 30);
 	suite_add_tcase(s, ref);
 	suite_add_tcase(s, model);

@@ -49,7 +49,7 @@ fi
 # 2. --threads as an axis: the same results at every count; auto from the batch and the cores.
 "$train" $small --device=cpu --model=cnn --threads=1,2,3,auto --batch-size=100,37 \
 	--csv="$tmp/t.csv" >/dev/null 2>"$tmp/err" || { echo "FAIL: thread grid:"; cat "$tmp/err"; fail=1; }
-if ! python3 - "$tmp/t.csv" "$(getconf _NPROCESSORS_ONLN)" >"$tmp/py" 2>&1 <<'EOPY'
+if ! python3 - "$tmp/t.csv" "$(nproc)" >"$tmp/py" 2>&1 <<'EOPY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 cores = int(sys.argv[2])

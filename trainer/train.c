@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -723,6 +724,20 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 		tr_results_write_row_jsonl(&row, jsonl);
 }
 
+/*
+ * The cores this process may run on: those of its affinity mask (taskset,
+ * a container's cpuset), else the online ones.
+ */
+static unsigned usable_cores(void)
+{
+	cpu_set_t set;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return (unsigned)CPU_COUNT(&set);
+	return online > 0 ? (unsigned)online : 1;
+}
+
 /* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
 /* Appends a finished row to the results, the terminal, the JSON lines and TensorBoard. */
 static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, int progress,
@@ -856,7 +871,7 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
  * once a process, on stderr, when the processor has better ones and how
  * to choose them (pp_blas_get_info()).
  */
-static void blas_note(struct tr_params *p)
+static void blas_note(struct tr_params *p, bool say)
 {
 	static bool said;
 	struct pp_blas_info info;
@@ -864,7 +879,7 @@ static void blas_note(struct tr_params *p)
 	pp_blas_get_info(&info);
 	if (info.library[0] != '\0')
 		snprintf(p->blas, sizeof(p->blas), "%s %s", info.library, info.core);
-	if (info.warning[0] != '\0' && !said)
+	if (info.warning[0] != '\0' && !said && say)
 		fprintf(stderr, "pinpipe-train: warning: %s\n", info.warning);
 	said = said || info.warning[0] != '\0';
 }
@@ -887,7 +902,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 
 	memset(&r, 0, sizeof(r));
 	/* The ranks of a machine share its cores (and its GPUs, by local rank). */
-	cores = (unsigned)sysconf(_SC_NPROCESSORS_ONLN) / (unsigned)pp_comm_local_size(dist->comm);
+	cores = usable_cores() / (unsigned)pp_comm_local_size(dist->comm);
 	params.threads = tr_options_threads(opt, p, cores ? cores : 1);
 	ret = tr_dist_check_batch(dist, p->batch_size, why, sizeof(why));
 	if (ret == 0)
@@ -897,7 +912,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	/* Rows name the device that ran ("auto" opens cpu or cuda:0), a CPU step's threads and BLAS. */
 	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
 	if (pp_device_get_props(r.dev)->host_addressable)
-		blas_note(&params);
+		blas_note(&params, dist->rank == 0);
 	else
 		params.threads = 0;
 	p = &params;
