@@ -104,6 +104,22 @@ if a["test_acc"] != b["test_acc"]:
 EOPY
 done
 
+# A grid of batch sizes: each run's default micro-batch count is its own
+# (gcd(global batch, 12): 12 for 120 samples, 4 for 100), so the second
+# run neither fails nor differs from a single run of its batch size.
+grid="$common --deterministic --max-steps=4 -q"
+expect 0 "" timeout 300 $mpi -np 2 "$train" $grid --batch-size=60,50 --jsonl="$tmp/g2.jsonl"
+expect 0 "" "$train" $grid --batch-size=100 --jsonl="$tmp/g1.jsonl"
+python3 - "$tmp/g2.jsonl" "$tmp/g1.jsonl" <<'EOPY' || fail=1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+one = json.loads(open(sys.argv[2]).readline())
+keys = ("train_loss", "train_acc", "test_loss", "test_acc")
+if len(rows) != 2 or [rows[1][k] for k in keys] != [one[k] for k in keys]:
+    sys.exit("FAIL: --deterministic grid --batch-size=60,50 on 2 ranks: run 2 %r, one process "
+             "of 100 samples %r" % ([r[k] for r in rows[1:] for k in keys], [one[k] for k in keys]))
+EOPY
+
 # Micro-batches that do not divide the global batch: refused, saying why.
 expect 1 "global batch of 60 samples in 7 micro-batches: the micro-batches must divide" \
 	"$train" $common --deterministic --micro-batches=7 --batch-size=60 --no-eval -q

@@ -52,7 +52,7 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 	d->rank = pp_comm_rank(d->comm);
 	d->size = pp_comm_size(d->comm);
 	d->deterministic = opt->deterministic;
-	d->micro = opt->micro_batches;
+	d->micro_opt = opt->micro_batches;
 	return 0;
 }
 
@@ -120,11 +120,12 @@ static unsigned gcd(unsigned a, unsigned b)
 int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_t len)
 {
 	const unsigned long long global = (unsigned long long)batch_size * (unsigned)d->size;
-	unsigned micro = d->micro;
+	unsigned micro = d->micro_opt;
 
 	if (!d->deterministic)
 		return 0;
-	/* The default: the global batch's common divisor with 12 (1, 2, 3, 4, 6 or 12). */
+	/* The default, computed for each run of a grid from its own global batch:
+	 * the global batch's common divisor with 12 (1, 2, 3, 4, 6 or 12). */
 	if (micro == 0)
 		micro = gcd(12, (unsigned)(global % 12));
 	if (global % micro != 0 || micro % (unsigned)d->size != 0) {

@@ -24,7 +24,8 @@ struct tr_dist {
 	double timeout_s;         /* --comm-timeout */
 	int rank, size;           /* in the job */
 	bool deterministic;       /* --deterministic: fixed micro-batches, fixed order */
-	unsigned micro;           /* --deterministic: micro-batches per global batch (M) */
+	unsigned micro_opt;       /* --micro-batches as given (0: each run's default) */
+	unsigned micro;           /* --deterministic: the run's micro-batches per global batch (M) */
 	/* --deterministic, per run: */
 	struct pp_model *model;   /* the run's model, whose gradient the slots hold */
 	size_t n_params;          /* floats of one gradient */
