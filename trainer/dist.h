@@ -32,6 +32,7 @@ struct tr_dist {
 	float *slots;             /* (micro, n_params) each micro-batch's gradient, host */
 	unsigned local_done;      /* this step's micro-batches computed on this rank */
 	unsigned local_count;     /* micro-batches of a step on this rank (micro / size) */
+	char why[512];            /* the run's failure found here ("rank R of N: ..."), or "" */
 };
 
 /* Makes the communicator of --comm and --comm-timeout; prints why not.  0 or -errno. */

@@ -715,7 +715,7 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 	row.epoch_s = row.run_s = row.samples_per_s = row.wait_s = row.copy_s = row.hidden_pct = NAN;
 	row.copy_host_s = row.exposed_s = NAN;
 	row.p = *p;
-	snprintf(row.status, sizeof(row.status), "failed: %s",
+	snprintf(row.status, sizeof(row.status), "failed: %.*s", (int)sizeof(row.status) - 9,
 		 why ? why : pp_last_error()[0] ? pp_last_error() : pp_strerror(err));
 	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, row.status + 8);
 	tr_results_add(res, &row);
@@ -1025,7 +1025,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	return ret == -EINTR ? ret : 0;
 
 fail:
-	fail_row(res, run, p, ret, why[0] ? why : NULL, jsonl);
+	fail_row(res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, jsonl);
 	run_close(&r);
 	return ret;
 }
@@ -1118,8 +1118,21 @@ int main(int argc, char **argv)
 		return rank_failed(&dist);
 	}
 	runs = tr_options_runs(&opt);
-	for (size_t i = 0; i < runs && !interrupted; i++) {
+	for (size_t i = 0; i < runs; i++) {
 		struct tr_params p;
+		int err;
+
+		/* Several ranks agree on Ctrl-C before each run, so that all start it
+		 * (and its broadcast) or none does. */
+		if (tr_dist_any(&dist, interrupted, &err)) {
+			if (err < 0) {
+				fprintf(stderr, "pinpipe-train: before run %zu: %s\n", i + 1, pp_last_error());
+				data_free(&d);
+				return rank_failed(&dist);
+			}
+			atomic_store(&interrupted, true);
+			break;
+		}
 
 		tr_options_run_params(&opt, i, &p);
 		started++;
@@ -1162,8 +1175,12 @@ int main(int argc, char **argv)
 	/* mpirun ends the job when a rank exits non-zero (130 after Ctrl-C): no rank
 	 * leaves before rank 0 has written everything. */
 	fflush(stdout);
-	if (dist.size > 1 && pp_comm_barrier(dist.comm) < 0)
-		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
+	/* A failed barrier leaves a request pending, and ranks that may never come:
+	 * the job ends here (no MPI_Finalize), failed. */
+	if (dist.size > 1 && pp_comm_barrier(dist.comm) < 0) {
+		fprintf(stderr, "pinpipe-train: the final barrier: %s\n", pp_last_error());
+		return rank_failed(&dist);
+	}
 	tr_dist_close(&dist);
 	if (interrupted)
 		return 130;
