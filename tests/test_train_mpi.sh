@@ -13,7 +13,8 @@
 #     accuracy as one process, which counts each sample once.
 #  4. Resume at another N: 10 steps on 2 ranks, then to 20 on 3 ranks,
 #     equals 20 steps of one process byte for byte; a checkpoint of
-#     another global batch is refused.
+#     another global batch is refused, and with --drop-last one of another
+#     number of ranks that do not divide the samples.
 #  5. A failing rank ends the job with exit 1 and its reason: a collective
 #     failing on rank 1 (PP_FAULTS=comm:EIO), a rank that stalls (rank 0
 #     times out after --comm-timeout=1 and says so), bad data on rank 1.
@@ -142,6 +143,16 @@ cmp -s "$tmp/d1.ckpt" "$tmp/r.ckpt" ||
 	{ echo "FAIL: 10 steps on 2 ranks resumed to 20 on 3 differ from 20 on one process"; fail=1; }
 expect 1 "was written by a run whose training data came in another order" \
 	$mpi -np 2 "$train" $det --batch-size=20 --checkpoint="$tmp/r.ckpt" --resume --max-steps=30
+
+# --drop-last with ranks that do not divide the 1201 training samples: the
+# plan depends on their number, so a resume at another number is refused,
+# and one at the same number accepted.
+dl="--data=synthetic:1201 --device=cpu --epochs=1 -t 1 -w 0 --no-progress --no-eval -q --drop-last"
+expect 0 "" $mpi -np 2 "$train" $dl --batch-size=30 --max-steps=10 --checkpoint="$tmp/dl.ckpt"
+cp "$tmp/dl.ckpt" "$tmp/dl2.ckpt"
+expect 1 "came in another order .*the number of ranks" \
+	$mpi -np 3 "$train" $dl --batch-size=20 --checkpoint="$tmp/dl.ckpt" --resume
+expect 0 "" $mpi -np 2 "$train" $dl --batch-size=30 --checkpoint="$tmp/dl2.ckpt" --resume
 
 # 5. A failing rank: exit 1 and its reason, never a hang (timeout(1) guards the test).
 job="$common --batch-size=30 --no-eval -q --comm-timeout=1"
