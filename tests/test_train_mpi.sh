@@ -8,7 +8,9 @@
 #     process's, relative to each parameter (or to 1e-3 for smaller ones).
 #  2. --deterministic, 20 steps: the checkpoints of 1, 2 and 3 ranks equal
 #     byte for byte (parameters, optimizer state, step count, plan key):
-#     every sample of the epoch trained on once, in the same micro-batch.
+#     every sample of the epoch trained on once, in the same micro-batch;
+#     a grid of batch sizes takes each run's own default micro-batches.
+#  0. --comm=local under mpirun with several ranks is refused.
 #  3. The test split, 200 samples over 3 ranks (padded to 201): the same
 #     accuracy as one process, which counts each sample once.
 #  4. Resume at another N: 10 steps on 2 ranks, then to 20 on 3 ranks,
@@ -17,7 +19,8 @@
 #     number of ranks that do not divide the samples.
 #  5. A failing rank ends the job with exit 1 and its reason: a collective
 #     failing on rank 1 (PP_FAULTS=comm:EIO), a rank that stalls (rank 0
-#     times out after --comm-timeout=1 and says so), bad data on rank 1.
+#     times out after --comm-timeout=1 and says so), bad data on rank 1,
+#     the final barrier failing on rank 1.
 #  6. Ctrl-C on mpirun: every rank stops at the same step, rank 0 alone
 #     says which, and writes the rows so far (the last one "interrupted"
 #     when the stop fell inside an epoch) and the checkpoint of that step.
@@ -162,6 +165,13 @@ expect 1 "comm mpi: rank 0 of 2: allreduce: .*not done within the timeout of 1 s
 	timeout 120 $mpirun -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:stall:after=5 "$train" $job
 expect 1 "$tmp/none: no such directory" \
 	timeout 120 $mpirun -np 1 "$train" $job : -np 1 "$train" $job --data="$tmp/none"
+
+# The final barrier failing on rank 1 (its 5th collective, after the
+# broadcast, the step's stop agreement, gradient and metrics): the job
+# ends failed, never exit 0 nor a hang in MPI_Finalize.
+one="$common --batch-size=30 --max-steps=1 --no-eval -q --comm-timeout=1"
+expect 1 "rank 1 of 2: barrier: Input/output error \(injected fault\)" \
+	timeout 120 $mpirun -np 1 "$train" $one : -np 1 env PP_FAULTS=comm:EIO:after=5 "$train" $one
 
 # 6. Ctrl-C on mpirun, once rank 0 has written a row.  mpirun passes it on
 # as SIGTERM odls_base_sigkill_timeout seconds later (default 1), and kills
