@@ -83,12 +83,15 @@ struct pp_comm;
 
 /*
  * Makes a communicator ('cfg' NULL: the defaults).  mpi initialises MPI
- * when the process has not (and finalises it at exit), and works on its
- * own duplicate of MPI_COMM_WORLD.  Returns 0 and the communicator in
- * *comm_p, or -EINVAL (an unknown backend, a bad timeout, nccl without a
- * cuda device), -ENOTSUP (a backend this build lacks: the message says
- * which configure option builds it), -EIO (MPI or NCCL failed to start,
- * with its message), -ENOMEM.  The environment variable PP_FAULTS (see
+ * when the process has not (and finalises it at exit, unless a collective
+ * timed out or failed, or the job was aborted: a pending request would
+ * hang MPI_Finalize), and works on its own duplicate of MPI_COMM_WORLD;
+ * every rank of the world must call it, within the timeout.  Returns 0
+ * and the communicator in *comm_p, or -EINVAL (an unknown backend, a bad
+ * timeout, nccl without a cuda device), -ENOTSUP (a backend this build
+ * lacks: the message says which configure option builds it), -EIO (MPI or
+ * NCCL failed to start, with its message), -ETIMEDOUT (another rank did
+ * not join within the timeout), -ENOMEM.  The environment variable PP_FAULTS (see
  * the tests) may make its collectives fail, for the tests of a failing rank.
  */
 PP_API int pp_comm_create(const struct pp_comm_config *cfg, struct pp_comm **comm_p);
