@@ -10,7 +10,7 @@
 #     byte for byte (parameters, optimizer state, step count, plan key):
 #     every sample of the epoch trained on once, in the same micro-batch;
 #     a grid of batch sizes takes each run's own default micro-batches.
-#  0. --comm=local under mpirun with several ranks is refused.
+# Also: --comm=local under mpirun with several ranks is refused.
 #  3. The test split, 200 samples over 3 ranks (padded to 201): the same
 #     accuracy as one process, which counts each sample once.
 #  4. Resume at another N: 10 steps on 2 ranks, then to 20 on 3 ranks,
