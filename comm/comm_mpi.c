@@ -7,7 +7,11 @@
  * communicator's timeout has passed; after a while of polling the rank
  * sleeps between polls, so that ranks sharing cores leave them to the
  * ranks still computing.  MPI is initialised here when the process has not done it,
- * and then finalised at exit.
+ * and then finalised at exit, unless a collective of any communicator timed
+ * out or failed, or the job was aborted: a request left pending would make
+ * MPI_Finalize wait for ranks that never come.  Creating a communicator is
+ * bounded by the timeout too: MPI_Comm_idup, polled, and a polled barrier
+ * before the split into the machine's ranks.
  */
 #include "config.h"
 
@@ -42,10 +46,15 @@ struct mpi_ctx {
 /* MPI was initialised by pinpipe: MPI_Finalize is registered with atexit() once. */
 static atomic_bool finalize_registered;
 
+/* A collective timed out or failed, or the job was aborted: no MPI_Finalize at exit. */
+static atomic_bool finalize_unsafe;
+
 static void finalize_at_exit(void)
 {
 	int finalized = 0;
 
+	if (atomic_load(&finalize_unsafe))
+		return;
 	MPI_Finalized(&finalized);
 	if (!finalized)
 		MPI_Finalize();
@@ -57,6 +66,7 @@ static int mpi_fail(const struct pp_comm *c, int rc, const char *call)
 	char msg[MPI_MAX_ERROR_STRING];
 	int len = 0;
 
+	atomic_store(&finalize_unsafe, true);
 	if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
 		len = snprintf(msg, sizeof(msg), "MPI error %d", rc);
 	msg[len < (int)sizeof(msg) ? len : (int)sizeof(msg) - 1] = '\0';
@@ -78,10 +88,16 @@ static int wait_request(struct pp_comm *c, MPI_Request *req, const char *call, s
 			return 0;
 		const uint64_t now = pp_now_ns();
 
-		if (now >= deadline)
+		if (now >= deadline) {
+			atomic_store(&finalize_unsafe, true);
+			if (bytes == 0)
+				return pp_comm_fail(c, -ETIMEDOUT, call, "not done within the timeout of "
+						    "%g s: another rank failed, stalled or was killed",
+						    c->timeout_s);
 			return pp_comm_fail(c, -ETIMEDOUT, call, "%zu bytes not done within the timeout "
 					    "of %g s: another rank failed, stalled or was killed",
 					    bytes, c->timeout_s);
+		}
 		if (now - start >= MPI_SPIN_NS)
 			nanosleep(&nap, NULL);
 	}
@@ -159,7 +175,8 @@ static void mpi_abort(struct pp_comm *c, int code)
 {
 	struct mpi_ctx *x = c->ctx;
 
-	MPI_Abort(x->comm, code);
+	atomic_store(&finalize_unsafe, true);
+	MPI_Abort(x->comm != MPI_COMM_NULL ? x->comm : MPI_COMM_WORLD, code);
 }
 
 static void mpi_close(struct pp_comm *c)
@@ -208,7 +225,8 @@ static int mpi_start(struct pp_comm *c)
 int pp_comm_mpi_open(struct pp_comm *c)
 {
 	struct mpi_ctx *x;
-	MPI_Comm node;
+	MPI_Comm node, dup = MPI_COMM_NULL;
+	MPI_Request req;
 	int rc, ret;
 
 	c->ops = &mpi_ops;
@@ -220,15 +238,35 @@ int pp_comm_mpi_open(struct pp_comm *c)
 		return pp_comm_fail(c, -ENOMEM, "create", "out of memory");
 	x->comm = MPI_COMM_NULL;
 	c->ctx = x;
-	rc = MPI_Comm_dup(MPI_COMM_WORLD, &x->comm);
+	/* The world's rank and size name this rank in the messages of create. */
+	rc = MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
 	if (rc == MPI_SUCCESS)
-		rc = MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
+		rc = MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(c, rc, "create: the rank in MPI_COMM_WORLD");
+	/* Non-blocking, polled until the timeout: a rank that never comes fails it. */
+	rc = MPI_Comm_idup(MPI_COMM_WORLD, &dup, &req);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(c, rc, "create: MPI_Comm_idup");
+	ret = wait_request(c, &req, "create: MPI_Comm_idup", 0);
+	if (ret < 0)
+		return ret;
+	x->comm = dup;
+	rc = MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
 	if (rc == MPI_SUCCESS)
 		rc = MPI_Comm_rank(x->comm, &c->rank);
 	if (rc == MPI_SUCCESS)
 		rc = MPI_Comm_size(x->comm, &c->size);
 	if (rc != MPI_SUCCESS)
 		return mpi_fail(c, rc, "create");
+	/* MPI_Comm_split_type blocks until every rank calls it: a polled barrier
+	 * first, so that a missing rank fails within the timeout. */
+	rc = MPI_Ibarrier(x->comm, &req);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(c, rc, "create: the barrier before MPI_Comm_split_type");
+	ret = wait_request(c, &req, "create: the barrier before MPI_Comm_split_type", 0);
+	if (ret < 0)
+		return ret;
 	/* The ranks that share this machine's memory: the node-local rank. */
 	rc = MPI_Comm_split_type(x->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
 	if (rc == MPI_SUCCESS) {
@@ -238,6 +276,6 @@ int pp_comm_mpi_open(struct pp_comm *c)
 		MPI_Comm_free(&node);
 	}
 	if (rc != MPI_SUCCESS)
-		return mpi_fail(c, rc, "create: the ranks of this machine");
+		return mpi_fail(c, rc, "create: MPI_Comm_split_type (the ranks of this machine)");
 	return 0;
 }

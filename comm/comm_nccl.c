@@ -6,8 +6,13 @@
  * a world of one).  The NCCL communicator is non-blocking
  * (ncclConfig_t.blocking = 0), so that its creation and each enqueue are
  * polled with ncclCommGetAsyncError until done or the timeout, and a rank
- * that never joins ends in an error rather than a hang; the error aborts
- * the NCCL communicator (ncclCommAbort).
+ * that never joins ends in an error rather than a hang.  A collective's
+ * completion is bounded too: once queued, an event recorded after it on
+ * the stream is polled (cudaEventQuery, with ncclCommGetAsyncError) until
+ * the same deadline, so the caller returns when the stream has reached the
+ * collective's end (the work queued before it included).  Any NCCL error
+ * or timeout aborts the NCCL communicator (ncclCommAbort) at once; the
+ * calls that follow fail, and it is never destroyed in an errored state.
  *
  * NCCL is opened with dlopen() when an nccl communicator is made, not
  * linked (as cuBLAS in nn/cuda/ops.cu): libnccl maps some 200 MB into
@@ -49,15 +54,29 @@ struct nccl_api {
 
 struct nccl_ctx {
 	struct nccl_api api;     /* NCCL's entry points */
-	ncclComm_t nc;           /* NULL until made */
+	ncclComm_t nc;           /* NULL until made, and once aborted */
+	cudaEvent_t done;        /* recorded after each collective: its completion, or NULL */
+	bool aborted;            /* an error aborted nc */
 	struct pp_comm *host;    /* the communicator of host buffers */
 };
 
+/* Aborts the NCCL communicator after an error: ncclCommAbort, never a destroy. */
+static void nccl_abort_comm(struct nccl_ctx *x)
+{
+	if (x->nc != NULL)
+		x->api.abort(x->nc);
+	x->nc = NULL;
+	x->aborted = true;
+}
+
+/* An NCCL error of 'call': the communicator is aborted. */
 static int nccl_fail(const struct pp_comm *c, ncclResult_t r, const char *call)
 {
-	const struct nccl_ctx *x = c->ctx;
+	struct nccl_ctx *x = c->ctx;
+	const char *msg = x->api.error_string(r);
 
-	return pp_comm_fail(c, -EIO, call, "%s", x->api.error_string(r));
+	nccl_abort_comm(x);
+	return pp_comm_fail(c, -EIO, call, "%s", msg);
 }
 
 /* Loads NCCL (by its soname, then from the toolkit configure found) and resolves the API. */
@@ -88,24 +107,74 @@ static int nccl_load(struct pp_comm *c, struct nccl_api *api)
 	return 0;
 }
 
-/* Waits until the NCCL communicator's pending call has left ncclInProgress, or the timeout. */
-static int nccl_settle(struct pp_comm *c, ncclResult_t r, const char *call)
+static int nccl_timed_out(struct pp_comm *c, const char *call)
+{
+	nccl_abort_comm(c->ctx);
+	return pp_comm_fail(c, -ETIMEDOUT, call, "not done within the timeout of %g s: another "
+			    "rank failed, stalled or was killed", c->timeout_s);
+}
+
+/* A collective after an error: the communicator was aborted. */
+static int nccl_usable(struct pp_comm *c, const char *call)
+{
+	const struct nccl_ctx *x = c->ctx;
+
+	if (x->nc == NULL)
+		return pp_comm_fail(c, -EIO, call, "the NCCL communicator was %s", x->aborted ?
+				    "aborted after an earlier error" : "never made");
+	return 0;
+}
+
+/* Waits until the NCCL communicator's pending call has left ncclInProgress, or the deadline. */
+static int nccl_settle(struct pp_comm *c, ncclResult_t r, const char *call, uint64_t deadline)
 {
 	struct nccl_ctx *x = c->ctx;
-	const uint64_t deadline = pp_now_ns() + (uint64_t)(c->timeout_s * 1e9);
 
 	while (r == ncclInProgress) {
-		if (pp_now_ns() >= deadline) {
-			x->api.abort(x->nc);
-			x->nc = NULL;
-			return pp_comm_fail(c, -ETIMEDOUT, call, "not done within the timeout of %g s: "
-					    "another rank failed, stalled or was killed", c->timeout_s);
-		}
+		if (pp_now_ns() >= deadline)
+			return nccl_timed_out(c, call);
 		sched_yield();
 		if (x->api.get_async_error(x->nc, &r) != ncclSuccess)
 			break;
 	}
 	return r == ncclSuccess ? 0 : nccl_fail(c, r, call);
+}
+
+/*
+ * Waits until the stream has run the collective just queued on it (an
+ * event recorded after it), or the deadline: an error of NCCL's or the
+ * stream's, or the deadline, aborts the communicator.
+ */
+static int nccl_complete(struct pp_comm *c, cudaStream_t stream, const char *call, uint64_t deadline)
+{
+	struct nccl_ctx *x = c->ctx;
+	cudaError_t e = cudaEventRecord(x->done, stream);
+	ncclResult_t r;
+
+	if (e != cudaSuccess) {
+		nccl_abort_comm(x);
+		return pp_comm_fail(c, -EIO, call, "cudaEventRecord: %s", cudaGetErrorString(e));
+	}
+	for (;;) {
+		e = cudaEventQuery(x->done);
+		if (e == cudaSuccess)
+			return 0;
+		if (e != cudaErrorNotReady) {
+			nccl_abort_comm(x);
+			return pp_comm_fail(c, -EIO, call, "cudaEventQuery: %s", cudaGetErrorString(e));
+		}
+		if (x->api.get_async_error(x->nc, &r) == ncclSuccess && r != ncclSuccess &&
+		    r != ncclInProgress)
+			return nccl_fail(c, r, call);
+		if (pp_now_ns() >= deadline)
+			return nccl_timed_out(c, call);
+		sched_yield();
+	}
+}
+
+static uint64_t nccl_deadline(const struct pp_comm *c)
+{
+	return pp_now_ns() + (uint64_t)(c->timeout_s * 1e9);
 }
 
 static int nccl_allreduce(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
@@ -119,11 +188,16 @@ static int nccl_allreduce(struct pp_comm *c, void *buf, size_t count, enum pp_co
 		return pp_comm_fail(c, -EINVAL, "allreduce", "a stream of %s, the communicator's "
 				    "device is %s", pp_device_get_props(stream->dev)->name,
 				    pp_device_get_props(c->device)->name);
-	return nccl_settle(c, x->api.all_reduce(buf, buf, count,
-					    dtype == PP_COMM_F64 ? ncclFloat64 : ncclFloat32,
-					    op == PP_COMM_MEAN ? ncclAvg : ncclSum, x->nc,
-					    (cudaStream_t)pp_stream_cuda_handle(stream)),
-			   "allreduce");
+	const uint64_t deadline = nccl_deadline(c);
+	cudaStream_t s = (cudaStream_t)pp_stream_cuda_handle(stream);
+	int ret = nccl_usable(c, "allreduce");
+
+	if (ret == 0)
+		ret = nccl_settle(c, x->api.all_reduce(buf, buf, count,
+						       dtype == PP_COMM_F64 ? ncclFloat64 : ncclFloat32,
+						       op == PP_COMM_MEAN ? ncclAvg : ncclSum, x->nc, s),
+				  "allreduce", deadline);
+	return ret < 0 ? ret : nccl_complete(c, s, "allreduce", deadline);
 }
 
 static int nccl_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root,
@@ -137,9 +211,14 @@ static int nccl_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root,
 		return pp_comm_fail(c, -EINVAL, "broadcast", "a stream of %s, the communicator's "
 				    "device is %s", pp_device_get_props(stream->dev)->name,
 				    pp_device_get_props(c->device)->name);
-	return nccl_settle(c, x->api.broadcast(buf, buf, bytes, ncclUint8, root, x->nc,
-					    (cudaStream_t)pp_stream_cuda_handle(stream)),
-			   "broadcast");
+	const uint64_t deadline = nccl_deadline(c);
+	cudaStream_t s = (cudaStream_t)pp_stream_cuda_handle(stream);
+	int ret = nccl_usable(c, "broadcast");
+
+	if (ret == 0)
+		ret = nccl_settle(c, x->api.broadcast(buf, buf, bytes, ncclUint8, root, x->nc, s),
+				  "broadcast", deadline);
+	return ret < 0 ? ret : nccl_complete(c, s, "broadcast", deadline);
 }
 
 static int nccl_barrier(struct pp_comm *c)
@@ -153,9 +232,7 @@ static void nccl_abort(struct pp_comm *c, int code)
 {
 	struct nccl_ctx *x = c->ctx;
 
-	if (x->nc != NULL)
-		x->api.abort(x->nc);
-	x->nc = NULL;
+	nccl_abort_comm(x);
 	pp_comm_abort(x->host, code);
 }
 
@@ -165,8 +242,11 @@ static void nccl_close(struct pp_comm *c)
 
 	if (x == NULL)
 		return;
+	/* An errored communicator was aborted (NULL): only a sound one is destroyed. */
 	if (x->nc != NULL)
 		x->api.destroy(x->nc);
+	if (x->done != NULL)
+		cudaEventDestroy(x->done);
 	pp_comm_destroy(x->host);
 	free(x);
 	c->ctx = NULL;
@@ -217,9 +297,13 @@ int pp_comm_nccl_open(struct pp_comm *c)
 	if (cudaSetDevice(pp_device_get_props(c->device)->index) != cudaSuccess)
 		return pp_comm_fail(c, -EIO, "create", "cudaSetDevice(%d) failed",
 				    pp_device_get_props(c->device)->index);
+	if (cudaEventCreateWithFlags(&x->done, cudaEventDisableTiming) != cudaSuccess) {
+		x->done = NULL;
+		return pp_comm_fail(c, -EIO, "create", "cudaEventCreateWithFlags failed");
+	}
 	config.blocking = 0;
 	r = x->api.init_rank_config(&x->nc, c->size, id, c->rank, &config);
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_fail(c, r, "ncclCommInitRankConfig");
-	return nccl_settle(c, r, "ncclCommInitRankConfig");
+	return nccl_settle(c, r, "ncclCommInitRankConfig", nccl_deadline(c));
 }

@@ -8,15 +8,19 @@
 #     process's, relative to each parameter (or to 1e-3 for smaller ones).
 #  2. --deterministic, 20 steps: the checkpoints of 1, 2 and 3 ranks equal
 #     byte for byte (parameters, optimizer state, step count, plan key):
-#     every sample of the epoch trained on once, in the same micro-batch.
+#     every sample of the epoch trained on once, in the same micro-batch;
+#     a grid of batch sizes takes each run's own default micro-batches.
+# Also: --comm=local under mpirun with several ranks is refused.
 #  3. The test split, 200 samples over 3 ranks (padded to 201): the same
 #     accuracy as one process, which counts each sample once.
 #  4. Resume at another N: 10 steps on 2 ranks, then to 20 on 3 ranks,
 #     equals 20 steps of one process byte for byte; a checkpoint of
-#     another global batch is refused.
+#     another global batch is refused, and with --drop-last one of another
+#     number of ranks that do not divide the samples.
 #  5. A failing rank ends the job with exit 1 and its reason: a collective
 #     failing on rank 1 (PP_FAULTS=comm:EIO), a rank that stalls (rank 0
-#     times out after --comm-timeout=1 and says so), bad data on rank 1.
+#     times out after --comm-timeout=1 and says so), bad data on rank 1,
+#     the final barrier failing on rank 1.
 #  6. Ctrl-C on mpirun: every rank stops at the same step, rank 0 alone
 #     says which, and writes the rows so far (the last one "interrupted"
 #     when the stop fell inside an epoch) and the checkpoint of that step.
@@ -45,13 +49,19 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/tsan_mpi.supp"
-mpi="mpirun --oversubscribe"
+# A hang fails the test (timeout's status 124) instead of stalling it.
+mpirun="mpirun --oversubscribe"
+mpi="timeout 300 $mpirun"
 
 "$train" --comm=mpi --data=synthetic:60 --epochs=1 --max-steps=1 --no-eval -q >"$tmp/probe" 2>&1
 if grep -q "this build has no MPI" "$tmp/probe"; then
 	echo "test_train_mpi: the build has no MPI (configure --with-mpi), skipped"
 	exit 77
 fi
+
+# --comm=local under mpirun with several ranks: refused (each would train alone).
+expect 1 "comm=local: started by an MPI launcher with several ranks" \
+	$mpi -np 2 "$train" --comm=local --data=synthetic:60 --epochs=1 --no-eval -q
 
 # --comm=nccl needs a GPU: a run on the cpu fails, saying so.
 expect 1 "comm nccl: needs a cuda device \(got cpu\)" \
@@ -101,8 +111,28 @@ a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
 if a["test_acc"] != b["test_acc"]:
     sys.exit("FAIL: test accuracy %r on one process, %r on the ranks of %s" %
              (a["test_acc"], b["test_acc"], sys.argv[2]))
+# The loss too: a padded sample counted twice would move it far more than the sum's order.
+if abs(a["test_loss"] - b["test_loss"]) > 1e-6 * abs(a["test_loss"]):
+    sys.exit("FAIL: test loss %r on one process, %r on the ranks of %s (1e-6 relative)" %
+             (a["test_loss"], b["test_loss"], sys.argv[2]))
 EOPY
 done
+
+# A grid of batch sizes: each run's default micro-batch count is its own
+# (gcd(global batch, 12): 12 for 120 samples, 4 for 100), so the second
+# run neither fails nor differs from a single run of its batch size.
+grid="$common --deterministic --max-steps=4 -q"
+expect 0 "" $mpi -np 2 "$train" $grid --batch-size=60,50 --jsonl="$tmp/g2.jsonl"
+expect 0 "" "$train" $grid --batch-size=100 --jsonl="$tmp/g1.jsonl"
+python3 - "$tmp/g2.jsonl" "$tmp/g1.jsonl" <<'EOPY' || fail=1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+one = json.loads(open(sys.argv[2]).readline())
+keys = ("train_loss", "train_acc", "test_loss", "test_acc")
+if len(rows) != 2 or [rows[1][k] for k in keys] != [one[k] for k in keys]:
+    sys.exit("FAIL: --deterministic grid --batch-size=60,50 on 2 ranks: run 2 %r, one process "
+             "of 100 samples %r" % ([r[k] for r in rows[1:] for k in keys], [one[k] for k in keys]))
+EOPY
 
 # Micro-batches that do not divide the global batch: refused, saying why.
 expect 1 "global batch of 60 samples in 7 micro-batches: the micro-batches must divide" \
@@ -117,20 +147,39 @@ cmp -s "$tmp/d1.ckpt" "$tmp/r.ckpt" ||
 expect 1 "was written by a run whose training data came in another order" \
 	$mpi -np 2 "$train" $det --batch-size=20 --checkpoint="$tmp/r.ckpt" --resume --max-steps=30
 
+# --drop-last with ranks that do not divide the 1201 training samples: the
+# plan depends on their number, so a resume at another number is refused,
+# and one at the same number accepted.
+dl="--data=synthetic:1201 --device=cpu --epochs=1 -t 1 -w 0 --no-progress --no-eval -q --drop-last"
+expect 0 "" $mpi -np 2 "$train" $dl --batch-size=30 --max-steps=10 --checkpoint="$tmp/dl.ckpt"
+cp "$tmp/dl.ckpt" "$tmp/dl2.ckpt"
+expect 1 "came in another order .*the number of ranks" \
+	$mpi -np 3 "$train" $dl --batch-size=20 --checkpoint="$tmp/dl.ckpt" --resume
+expect 0 "" $mpi -np 2 "$train" $dl --batch-size=30 --checkpoint="$tmp/dl2.ckpt" --resume
+
 # 5. A failing rank: exit 1 and its reason, never a hang (timeout(1) guards the test).
 job="$common --batch-size=30 --no-eval -q --comm-timeout=1"
 expect 1 "comm mpi: rank 1 of 2: allreduce: Input/output error \(injected fault\)" \
-	timeout 120 $mpi -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:EIO:after=5 "$train" $job
+	timeout 120 $mpirun -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:EIO:after=5 "$train" $job
 expect 1 "comm mpi: rank 0 of 2: allreduce: .*not done within the timeout of 1 s" \
-	timeout 120 $mpi -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:stall:after=5 "$train" $job
+	timeout 120 $mpirun -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:stall:after=5 "$train" $job
 expect 1 "$tmp/none: no such directory" \
-	timeout 120 $mpi -np 1 "$train" $job : -np 1 "$train" $job --data="$tmp/none"
+	timeout 120 $mpirun -np 1 "$train" $job : -np 1 "$train" $job --data="$tmp/none"
+
+# The final barrier failing on rank 1 (its 5th collective, after the
+# broadcast, the step's stop agreement, gradient and metrics): the job
+# ends failed, never exit 0 nor a hang in MPI_Finalize.
+one="$common --batch-size=30 --max-steps=1 --no-eval -q --comm-timeout=1"
+expect 1 "rank 1 of 2: barrier: Input/output error \(injected fault\)" \
+	timeout 120 $mpirun -np 1 "$train" $one : -np 1 env PP_FAULTS=comm:EIO:after=5 "$train" $one
 
 # 6. Ctrl-C on mpirun, once rank 0 has written a row.  mpirun passes it on
 # as SIGTERM odls_base_sigkill_timeout seconds later (default 1), and kills
 # a rank still running the same time after that: 5 s here, for a loaded
 # machine (measured: a second without it, too short under a sanitizer).
-$mpi --mca odls_base_sigkill_timeout 5 -np 2 "$train" --data=synthetic:1200 --device=cpu \
+# In a session of its own, so that mpirun and its ranks can be killed as
+# a group should they outlive the wait.
+setsid $mpirun --mca odls_base_sigkill_timeout 5 -np 2 "$train" --data=synthetic:1200 --device=cpu \
 	--epochs=100000 -t 1 -w 0 --no-progress \
 	--no-eval --batch-size=30 --jsonl="$tmp/i.jsonl" --checkpoint="$tmp/i.ckpt" >"$tmp/i.out" 2>&1 &
 job=$!
@@ -146,7 +195,7 @@ while kill -0 $job 2>/dev/null && [ $i -lt 600 ]; do
 	i=$((i + 1))
 done
 if kill -0 $job 2>/dev/null; then
-	echo "FAIL: mpirun still runs 60 s after Ctrl-C"; kill -9 $job; fail=1
+	echo "FAIL: mpirun still runs 60 s after Ctrl-C"; kill -9 -- -$job; fail=1
 fi
 wait $job
 python3 - "$tmp/i.jsonl" "$tmp/i.ckpt" "$tmp/i.out" <<'EOPY' || { cat "$tmp/i.out"; fail=1; }
@@ -159,7 +208,9 @@ steps = int(said[0])
 ckpt = struct.unpack_from("<Q", open(sys.argv[2], "rb").read(), 40)[0]
 # 20 steps an epoch (600 samples a rank, 30 a batch); a stop at an epoch's start writes no row for it.
 want = ["ok"] * (steps // 20) + (["interrupted"] if steps % 20 else [])
-if [r["status"] for r in rows] != want or ckpt != steps:
+# A stop agreed after an epoch's last step, before its end was seen, ends that epoch "interrupted".
+also = ["ok"] * (steps // 20 - 1) + ["interrupted"] if steps % 20 == 0 and steps else want
+if [r["status"] for r in rows] not in (want, also) or ckpt != steps:
     sys.exit("FAIL: after Ctrl-C on mpirun at step %d: rows ending %r, checkpoint at step %d" %
              (steps, [r["status"] for r in rows][-3:], ckpt))
 EOPY

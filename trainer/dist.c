@@ -26,11 +26,46 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trainer/dist.h"
+
+/*
+ * A failure of this rank: "rank R of N: " and the message, kept in d->why
+ * (the failed run's row says it: the library's last error may be another's)
+ * and said on stderr.  Returns err.
+ */
+static int __attribute__((format(printf, 3, 4))) dist_fail(struct tr_dist *d, int err, const char *fmt, ...)
+{
+	char msg[sizeof(d->why)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	snprintf(d->why, sizeof(d->why), "rank %d of %d: %.*s", d->rank, d->size,
+		 (int)(sizeof(d->why) - 32), msg);
+	fprintf(stderr, "pinpipe-train: %s\n", d->why);
+	return err;
+}
+
+/* Whether an MPI launcher started this process as one of several ranks (its environment). */
+static bool launched_ranks(void)
+{
+	static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+					    "MPI_LOCALNRANKS", "SLURM_NTASKS" };
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+
+		if (v != NULL && strtol(v, NULL, 10) > 1)
+			return true;
+	}
+	return false;
+}
 
 int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 {
@@ -38,6 +73,13 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 	int ret;
 
 	memset(d, 0, sizeof(*d));
+	/* Each rank of a launch would train alone, and all write the same files. */
+	if (strcmp(opt->comm, "local") == 0 && launched_ranks()) {
+		fprintf(stderr, "pinpipe-train: --comm=local: started by an MPI launcher with several "
+			"ranks, each of which would train alone and write the same files: use "
+			"--comm=auto or --comm=mpi, or run one process\n");
+		return -EINVAL;
+	}
 	pp_comm_config_init(&cfg);
 	/* nccl reduces device buffers of a run's GPU: the job's ranks are MPI's (or one). */
 	d->nccl = strcmp(opt->comm, "nccl") == 0;
@@ -52,7 +94,7 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 	d->rank = pp_comm_rank(d->comm);
 	d->size = pp_comm_size(d->comm);
 	d->deterministic = opt->deterministic;
-	d->micro = opt->micro_batches;
+	d->micro_opt = opt->micro_batches;
 	return 0;
 }
 
@@ -120,11 +162,13 @@ static unsigned gcd(unsigned a, unsigned b)
 int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_t len)
 {
 	const unsigned long long global = (unsigned long long)batch_size * (unsigned)d->size;
-	unsigned micro = d->micro;
+	unsigned micro = d->micro_opt;
 
+	d->why[0] = '\0';
 	if (!d->deterministic)
 		return 0;
-	/* The default: the global batch's common divisor with 12 (1, 2, 3, 4, 6 or 12). */
+	/* The default, computed for each run of a grid from its own global batch:
+	 * the global batch's common divisor with 12 (1, 2, 3, 4, 6 or 12). */
 	if (micro == 0)
 		micro = gcd(12, (unsigned)(global % 12));
 	if (global % micro != 0 || micro % (unsigned)d->size != 0) {
@@ -147,11 +191,10 @@ static int keep_micro(struct tr_dist *d, float *grads, size_t count)
 	const unsigned k = (unsigned)d->rank + (unsigned)d->size * d->local_done;
 	int ret;
 
-	if (count != p || d->slots == NULL) {
-		fprintf(stderr, "pinpipe-train: --deterministic: a gradient of %zu floats, expected %zu\n",
-			count, p);
-		return -EINVAL;
-	}
+	if (count != p || d->slots == NULL)
+		return dist_fail(d, -EINVAL, "--deterministic: the gradient hook: a gradient of %zu "
+				 "floats, expected %zu%s", count, p,
+				 d->slots == NULL ? " (no micro-batch slots)" : "");
 	memcpy(d->slots + (size_t)k * p, grads, p * sizeof(float));
 	if (++d->local_done < d->local_count)
 		return PP_MODEL_GRAD_KEEP;
@@ -190,19 +233,15 @@ int tr_dist_start_model(struct tr_dist *d, struct pp_model *model)
 	d->slots = NULL;
 	if (d->deterministic) {
 		d->slots = calloc((size_t)d->micro * (n ? n : 1), sizeof(float));
-		if (d->slots == NULL) {
-			fprintf(stderr, "pinpipe-train: --deterministic: no memory for %u gradients of "
-				"%zu floats\n", d->micro, n);
-			return -ENOMEM;
-		}
+		if (d->slots == NULL)
+			return dist_fail(d, -ENOMEM, "--deterministic: starting the model: no memory "
+					 "for %u gradients of %zu floats", d->micro, n);
 	}
 	if (d->size < 2)
 		return 0;
 	params = malloc((n ? n : 1) * sizeof(float));
-	if (params == NULL) {
-		fprintf(stderr, "pinpipe-train: out of memory for %zu parameters\n", n);
-		return -ENOMEM;
-	}
+	if (params == NULL)
+		return dist_fail(d, -ENOMEM, "broadcasting the model: no memory for %zu parameters", n);
 	ret = pp_model_params_read(model, params, n);
 	if (ret == 0)
 		ret = pp_comm_broadcast(d->comm, params, n * sizeof(float), 0, NULL);
@@ -222,11 +261,9 @@ int tr_dist_deterministic_step(struct tr_dist *d, struct pp_device *dev, const v
 	int32_t *lab = NULL;
 	int ret;
 
-	if (n == 0 || n % local != 0) {
-		fprintf(stderr, "pinpipe-train: --deterministic: a batch of %zu samples is not %zu "
-			"micro-batches\n", n, local);
-		return -EINVAL;
-	}
+	if (n == 0 || n % local != 0)
+		return dist_fail(d, -EINVAL, "--deterministic: a step: a batch of %zu samples is not "
+				 "%zu micro-batches of this rank", n, local);
 	shape[0] = per;
 	for (int i = 1; i < ndim && i < PP_TENSOR_MAX_DIMS; i++)
 		shape[i] = sample_shape[i - 1];

@@ -24,13 +24,15 @@ struct tr_dist {
 	double timeout_s;         /* --comm-timeout */
 	int rank, size;           /* in the job */
 	bool deterministic;       /* --deterministic: fixed micro-batches, fixed order */
-	unsigned micro;           /* --deterministic: micro-batches per global batch (M) */
+	unsigned micro_opt;       /* --micro-batches as given (0: each run's default) */
+	unsigned micro;           /* --deterministic: the run's micro-batches per global batch (M) */
 	/* --deterministic, per run: */
 	struct pp_model *model;   /* the run's model, whose gradient the slots hold */
 	size_t n_params;          /* floats of one gradient */
 	float *slots;             /* (micro, n_params) each micro-batch's gradient, host */
 	unsigned local_done;      /* this step's micro-batches computed on this rank */
 	unsigned local_count;     /* micro-batches of a step on this rank (micro / size) */
+	char why[512];            /* the run's failure found here ("rank R of N: ..."), or "" */
 };
 
 /* Makes the communicator of --comm and --comm-timeout; prints why not.  0 or -errno. */

@@ -349,7 +349,11 @@ static int make_pipeline(const struct tr_options *opt, const struct tr_params *p
  * The plan key of the job's training data with several ranks: that of one
  * process's loader with the global batch (ranks x --batch-size), so that a
  * checkpoint resumes at any number of ranks with the same global batch.
- * A loader of rank 0 of 1 is made for it and begins epoch 0.
+ * A loader of rank 0 of 1 is made for it and begins epoch 0.  Where the
+ * ranks' plan depends on their number, the key holds it too, so that a
+ * resume at another number is refused: --stream (chunks dealt to the ranks,
+ * each padded to the largest share), and --drop-last (without
+ * --deterministic) when the ranks do not divide the training samples.
  */
 static int job_plan_key(const struct tr_options *opt, const struct tr_params *p,
 			const struct split *s, const struct run *r, uint64_t *key_p)
@@ -372,6 +376,9 @@ static int job_plan_key(const struct tr_options *opt, const struct tr_params *p,
 	ret = pp_loader_begin_epoch(l, 0);
 	if (ret == 0)
 		ret = pp_loader_get_position(l, &pos);
+	if (ret == 0 && (s->ds == NULL || (opt->drop_last && !opt->deterministic &&
+					   pp_loader_info(l)->count % (uint64_t)r->dist->size != 0)))
+		pos.plan_key = (pos.plan_key ^ (uint64_t)r->dist->size) * 0x9e3779b97f4a7c15ull;
 	pp_loader_destroy(l);
 	if (ret == 0)
 		*key_p = pos.plan_key;
@@ -716,9 +723,11 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 	row.epoch_s = row.run_s = row.samples_per_s = row.wait_s = row.copy_s = row.hidden_pct = NAN;
 	row.copy_host_s = row.exposed_s = NAN;
 	row.p = *p;
-	snprintf(row.status, sizeof(row.status), "failed: %s",
-		 why ? why : pp_last_error()[0] ? pp_last_error() : pp_strerror(err));
-	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, row.status + 8);
+	const char *reason = why ? why : pp_last_error()[0] ? pp_last_error() : pp_strerror(err);
+
+	/* The row's status holds the reason's start; stderr has it whole. */
+	snprintf(row.status, sizeof(row.status), "failed: %.*s", (int)sizeof(row.status) - 9, reason);
+	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, reason);
 	tr_results_add(res, &row);
 	if (jsonl)
 		tr_results_write_row_jsonl(&row, jsonl);
@@ -972,7 +981,8 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	if (dist->size > 1 && resumed_key != 0 && resumed_key != pos.plan_key) {
 		snprintf(why, sizeof(why), "--resume: %s was written by a run whose training data "
 			 "came in another order (a global batch of ranks x --batch-size, --data, "
-			 "--seed, --val-split, --no-shuffle, --drop-last or --deterministic differ)",
+			 "--seed, --val-split, --no-shuffle, --drop-last or --deterministic differ, "
+			 "or, with --stream or --drop-last, the number of ranks)",
 			 opt->checkpoint);
 		ret = -EINVAL;
 		goto fail;
@@ -1040,7 +1050,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	return ret == -EINTR ? ret : 0;
 
 fail:
-	fail_row(res, run, p, ret, why[0] ? why : NULL, jsonl);
+	fail_row(res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, jsonl);
 	run_close(&r);
 	return ret;
 }
@@ -1133,8 +1143,21 @@ int main(int argc, char **argv)
 		return rank_failed(&dist);
 	}
 	runs = tr_options_runs(&opt);
-	for (size_t i = 0; i < runs && !interrupted; i++) {
+	for (size_t i = 0; i < runs; i++) {
 		struct tr_params p;
+		int err;
+
+		/* Several ranks agree on Ctrl-C before each run, so that all start it
+		 * (and its broadcast) or none does. */
+		if (tr_dist_any(&dist, interrupted, &err)) {
+			if (err < 0) {
+				fprintf(stderr, "pinpipe-train: before run %zu: %s\n", i + 1, pp_last_error());
+				data_free(&d);
+				return rank_failed(&dist);
+			}
+			atomic_store(&interrupted, true);
+			break;
+		}
 
 		tr_options_run_params(&opt, i, &p);
 		started++;
@@ -1177,8 +1200,12 @@ int main(int argc, char **argv)
 	/* mpirun ends the job when a rank exits non-zero (130 after Ctrl-C): no rank
 	 * leaves before rank 0 has written everything. */
 	fflush(stdout);
-	if (dist.size > 1 && pp_comm_barrier(dist.comm) < 0)
-		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
+	/* A failed barrier leaves a request pending, and ranks that may never come:
+	 * the job ends here (no MPI_Finalize), failed. */
+	if (dist.size > 1 && pp_comm_barrier(dist.comm) < 0) {
+		fprintf(stderr, "pinpipe-train: the final barrier: %s\n", pp_last_error());
+		return rank_failed(&dist);
+	}
 	tr_dist_close(&dist);
 	if (interrupted)
 		return 130;

@@ -15,13 +15,20 @@
  *   nccl   NCCL: device buffers of a cuda device, on the caller's stream;
  *          host buffers and the barrier through MPI.  The unique id is
  *          broadcast over MPI, or made in-process for a world of one.
- *          Built when configure finds CUDA, NCCL and MPI (a world of one
- *          needs no MPI at run time).
+ *          Built when configure finds CUDA and NCCL in its toolkit; MPI
+ *          is not needed to build it, only for a world of several ranks
+ *          (without MPI, nccl runs in a world of one).
  *   auto   mpi when the process was started by mpirun (or another MPI
  *          launcher) in a world of more than one rank, else local.
  *
- * Timeouts: every collective is bounded by the communicator's timeout.
- * MPI's are issued non-blocking and polled until done or the deadline;
+ * Timeouts: every collective is bounded by the communicator's timeout,
+ * and so is creating a communicator (mpi: MPI_Comm_idup and a barrier,
+ * polled; nccl: ncclCommInitRankConfig, non-blocking, polled).  MPI's
+ * collectives are issued non-blocking and polled until done or the
+ * deadline; nccl's are queued on the stream and then waited for, queueing
+ * and completion together within the timeout (the wait covers the work
+ * queued on the stream before the collective too), and any NCCL error or
+ * timeout aborts the NCCL communicator (ncclCommAbort);
  * a collective that misses it fails with -ETIMEDOUT and a message naming
  * the rank, the call and the timeout.  A collective that failed or timed
  * out leaves the ranks out of step: the caller ends the job with
@@ -76,12 +83,15 @@ struct pp_comm;
 
 /*
  * Makes a communicator ('cfg' NULL: the defaults).  mpi initialises MPI
- * when the process has not (and finalises it at exit), and works on its
- * own duplicate of MPI_COMM_WORLD.  Returns 0 and the communicator in
- * *comm_p, or -EINVAL (an unknown backend, a bad timeout, nccl without a
- * cuda device), -ENOTSUP (a backend this build lacks: the message says
- * which configure option builds it), -EIO (MPI or NCCL failed to start,
- * with its message), -ENOMEM.  The environment variable PP_FAULTS (see
+ * when the process has not (and finalises it at exit, unless a collective
+ * timed out or failed, or the job was aborted: a pending request would
+ * hang MPI_Finalize), and works on its own duplicate of MPI_COMM_WORLD;
+ * every rank of the world must call it, within the timeout.  Returns 0
+ * and the communicator in *comm_p, or -EINVAL (an unknown backend, a bad
+ * timeout, nccl without a cuda device), -ENOTSUP (a backend this build
+ * lacks: the message says which configure option builds it), -EIO (MPI or
+ * NCCL failed to start, with its message), -ETIMEDOUT (another rank did
+ * not join within the timeout), -ENOMEM.  The environment variable PP_FAULTS (see
  * the tests) may make its collectives fail, for the tests of a failing rank.
  */
 PP_API int pp_comm_create(const struct pp_comm_config *cfg, struct pp_comm **comm_p);
@@ -113,7 +123,9 @@ PP_API double pp_comm_timeout(const struct pp_comm *comm);
  * call returns when done.  Otherwise 'buf' is memory of the stream's device
  * (pp_device_alloc()): the reduction comes after the work queued on the
  * stream before it, and work queued after it sees the result; mpi waits
- * for the stream and returns when done, nccl queues it on the stream.
+ * for the stream and returns when done, nccl queues it on the stream and
+ * returns once the stream has run it (its host thread waits: no overlap
+ * with the work queued after it).
  * Every rank calls it with the same count, dtype and op.  mpi stages the
  * buffers of a device the host cannot address (cuda) through pinned host
  * memory of that device, kept for the next call: destroy the communicator
