@@ -39,7 +39,9 @@ void pp_test_fill_random(void *buf, size_t len, uint64_t seed);
  * that test 'test' did not check it: valgrind runs every thread of the
  * process on one core, one at a time, so relations between the times of
  * threads that a test measures (a copy hidden behind compute) do not hold
- * there.  The test checks the rest all the same.
+ * there; nor in a ThreadSanitizer build, whose instrumentation slows the
+ * threads unevenly (its stage looks for races).  The test checks the rest
+ * all the same.
  */
 const char *pp_test_timing_failure(const char *test, const char *why);
 
