@@ -12,25 +12,14 @@
 #include <errno.h>
 
 #include "common/internal.h"
+#include "nn/cuda/launch.h"
 #include "nn/cuda/fused.h"
-
-/* threads of the kernels that take a thread per output */
-#define THREADS 256
 
 static unsigned blocks_of(size_t n, unsigned threads)
 {
 	size_t b = (n + threads - 1) / threads;
 
 	return (unsigned)(b == 0 ? 1 : b);
-}
-
-static int launched(const char *kernel)
-{
-	cudaError_t err = cudaGetLastError();
-
-	if (err != cudaSuccess)
-		return pp_error(-EIO, "%s kernel launch: %s", kernel, cudaGetErrorString(err));
-	return 0;
 }
 
 /* ------------------------------------------------------------------ reductions */
@@ -75,7 +64,7 @@ static int sum_finish(float *out0, float *out1, int split, const float *partial,
 {
 	sum_finish_kernel<<<(unsigned)jn, PP_RED_THREADS, 0, stream>>>(out0, out1, split, partial, jn,
 								      parts);
-	return launched("sum_finish");
+	return pp_cuda_launched("sum_finish");
 }
 
 extern "C" int pp_cuda_sum_channels(float *out, const float *d, int s, int j, int p,
@@ -84,9 +73,9 @@ extern "C" int pp_cuda_sum_channels(float *out, const float *d, int s, int j, in
 	const int parts = pp_red_parts(j, (size_t)s * p);
 	int ret;
 
-	sum_partial_kernel<<<blocks_of((size_t)j * parts, THREADS), THREADS, 0,
+	sum_partial_kernel<<<blocks_of((size_t)j * parts, PP_CUDA_THREADS), PP_CUDA_THREADS, 0,
 			     (cudaStream_t)stream>>>(scratch, d, s, j, p, parts);
-	ret = launched("sum_partial");
+	ret = pp_cuda_launched("sum_partial");
 	return ret ? ret : sum_finish(out, out, j, scratch, j, parts, (cudaStream_t)stream);
 }
 
@@ -109,9 +98,9 @@ extern "C" int pp_cuda_conv_pool_forward(const float *x, const float *w, const f
 {
 	const size_t total = (size_t)n * g->conv.oc * g->ph * g->pw;
 
-	conv_pool_forward_kernel<<<blocks_of(total, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+	conv_pool_forward_kernel<<<blocks_of(total, PP_CUDA_THREADS), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
 		x, w, b, out, idx, total, *g);
-	return launched("conv_pool_forward");
+	return pp_cuda_launched("conv_pool_forward");
 }
 
 static __global__ void conv_pool_din_kernel(float *din, const float *__restrict__ dpool,
@@ -153,15 +142,15 @@ extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, cons
 	if (din) {
 		const size_t total = (size_t)n * g->conv.c * g->conv.h * g->conv.w;
 
-		conv_pool_din_kernel<<<blocks_of(total, THREADS), THREADS, 0, st>>>(din, dpool, idx,
+		conv_pool_din_kernel<<<blocks_of(total, PP_CUDA_THREADS), PP_CUDA_THREADS, 0, st>>>(din, dpool, idx,
 										    pooled, w, total, *g);
-		ret = launched("conv_pool_din");
+		ret = pp_cuda_launched("conv_pool_din");
 	}
 	if (ret)
 		return ret;
-	conv_pool_params_kernel<<<blocks_of((size_t)jn * parts, THREADS), THREADS, 0, st>>>(
+	conv_pool_params_kernel<<<blocks_of((size_t)jn * parts, PP_CUDA_THREADS), PP_CUDA_THREADS, 0, st>>>(
 		scratch, dpool, idx, pooled, x, n, jn, parts, *g);
-	ret = launched("conv_pool_params");
+	ret = pp_cuda_launched("conv_pool_params");
 	return ret ? ret : sum_finish(dw, db, nw, scratch, jn, parts, st);
 }
 
@@ -232,5 +221,5 @@ extern "C" int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, 
 	softmax_xent_kernel<<<(unsigned)pp_xent_blocks(n), PP_RED_THREADS, 0, (cudaStream_t)stream>>>(
 		logits, labels, n, c, scale, dlogits, loss_sum, correct, bad_label, (unsigned *)scratch,
 		(struct pp_xent_part *)((char *)scratch + PP_XENT_PARTS_AT));
-	return launched("pp_nn_softmax_xent");
+	return pp_cuda_launched("pp_nn_softmax_xent");
 }

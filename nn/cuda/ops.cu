@@ -17,29 +17,13 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "nn/cuda/launch.h"
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
 
-#define THREADS 256
 
 /* cuBLAS's workspace: its own default on Hopper (32 MiB; 4 MiB on older GPUs). */
 #define PP_CUBLAS_WORKSPACE (32 << 20)
-
-static unsigned blocks_for(size_t n)
-{
-	size_t b = (n + THREADS - 1) / THREADS;
-
-	return (unsigned)(b == 0 ? 1 : b > 65535 ? 65535 : b);
-}
-
-static int launched(const char *kernel)
-{
-	cudaError_t err = cudaGetLastError();
-
-	if (err != cudaSuccess)
-		return pp_error(-EIO, "%s kernel launch: %s", kernel, cudaGetErrorString(err));
-	return 0;
-}
 
 #define GRID_STRIDE(i, n) \
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
@@ -193,9 +177,9 @@ static __global__ void fill_rows_kernel(float *out, const float *b, int rows, in
 
 extern "C" int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols, void *stream)
 {
-	fill_rows_kernel<<<blocks_for((size_t)rows * cols), THREADS, 0, (cudaStream_t)stream>>>(
+	fill_rows_kernel<<<pp_cuda_blocks_for((size_t)rows * cols), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
 		out, b, rows, cols);
-	return launched("fill_rows");
+	return pp_cuda_launched("fill_rows");
 }
 
 /* ------------------------------------------------------------------ convolution layout */
@@ -219,8 +203,8 @@ extern "C" int pp_cuda_im2col(const float *x, float *col, int n, const struct pp
 {
 	size_t total = (size_t)n * g->oh * g->ow * g->c * g->k * g->k;
 
-	im2col_kernel<<<blocks_for(total), THREADS, 0, (cudaStream_t)stream>>>(x, col, n, *g);
-	return launched("im2col");
+	im2col_kernel<<<pp_cuda_blocks_for(total), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(x, col, n, *g);
+	return pp_cuda_launched("im2col");
 }
 
 /* one thread per input pixel, gathering from every (position, tap) that read it */
@@ -254,9 +238,9 @@ static __global__ void col2im_kernel(const float *dcol, float *dx, int n, struct
 extern "C" int pp_cuda_col2im(const float *dcol, float *dx, int n, const struct pp_cuda_geom *g,
 			      void *stream)
 {
-	col2im_kernel<<<blocks_for((size_t)n * g->c * g->h * g->w), THREADS, 0,
+	col2im_kernel<<<pp_cuda_blocks_for((size_t)n * g->c * g->h * g->w), PP_CUDA_THREADS, 0,
 			(cudaStream_t)stream>>>(dcol, dx, n, *g);
-	return launched("col2im");
+	return pp_cuda_launched("col2im");
 }
 
 static __global__ void to_cbp_kernel(const float *y, float *yp, int n, int c, int p)
@@ -270,9 +254,9 @@ static __global__ void to_cbp_kernel(const float *y, float *yp, int n, int c, in
 
 extern "C" int pp_cuda_to_cbp(const float *y, float *yp, int n, int c, int p, void *stream)
 {
-	to_cbp_kernel<<<blocks_for((size_t)n * c * p), THREADS, 0, (cudaStream_t)stream>>>(y, yp, n,
+	to_cbp_kernel<<<pp_cuda_blocks_for((size_t)n * c * p), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(y, yp, n,
 											    c, p);
-	return launched("to_cbp");
+	return pp_cuda_launched("to_cbp");
 }
 
 static __global__ void from_cbp_kernel(const float *yp, const float *bias, float *y, int n, int c,
@@ -288,9 +272,9 @@ static __global__ void from_cbp_kernel(const float *yp, const float *bias, float
 extern "C" int pp_cuda_from_cbp(const float *yp, const float *bias, float *y, int n, int c, int p,
 				void *stream)
 {
-	from_cbp_kernel<<<blocks_for((size_t)n * c * p), THREADS, 0, (cudaStream_t)stream>>>(
+	from_cbp_kernel<<<pp_cuda_blocks_for((size_t)n * c * p), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
 		yp, bias, y, n, c, p);
-	return launched("from_cbp");
+	return pp_cuda_launched("from_cbp");
 }
 
 /* ------------------------------------------------------------------ ReLU and max-pool */
@@ -303,8 +287,8 @@ static __global__ void relu_forward_kernel(float *out, const float *in, size_t c
 
 extern "C" int pp_cuda_relu_forward(float *out, const float *in, size_t count, void *stream)
 {
-	relu_forward_kernel<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(out, in, count);
-	return launched("pp_nn_relu_forward");
+	relu_forward_kernel<<<pp_cuda_blocks_for(count), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(out, in, count);
+	return pp_cuda_launched("pp_nn_relu_forward");
 }
 
 static __global__ void relu_backward_kernel(float *din, const float *dout, const float *out,
@@ -317,9 +301,9 @@ static __global__ void relu_backward_kernel(float *din, const float *dout, const
 extern "C" int pp_cuda_relu_backward(float *din, const float *dout, const float *out,
 				     size_t count, void *stream)
 {
-	relu_backward_kernel<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(din, dout, out,
+	relu_backward_kernel<<<pp_cuda_blocks_for(count), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(din, dout, out,
 										     count);
-	return launched("pp_nn_relu_backward");
+	return pp_cuda_launched("pp_nn_relu_backward");
 }
 
 static __global__ void maxpool_forward_kernel(float *out, int32_t *idx, const float *in, int n,
@@ -350,9 +334,9 @@ static __global__ void maxpool_forward_kernel(float *out, int32_t *idx, const fl
 extern "C" int pp_cuda_maxpool_forward(float *out, int32_t *idx, const float *in, int n,
 				       const struct pp_cuda_geom *g, void *stream)
 {
-	maxpool_forward_kernel<<<blocks_for((size_t)n * g->c * g->oh * g->ow), THREADS, 0,
+	maxpool_forward_kernel<<<pp_cuda_blocks_for((size_t)n * g->c * g->oh * g->ow), PP_CUDA_THREADS, 0,
 				 (cudaStream_t)stream>>>(out, idx, in, n, *g);
-	return launched("pp_nn_maxpool_forward");
+	return pp_cuda_launched("pp_nn_maxpool_forward");
 }
 
 /* a thread per input pixel, gathering from the windows that selected it (pp_pool_din()) */
@@ -368,7 +352,7 @@ extern "C" int pp_cuda_maxpool_backward(float *din, const float *dout, const int
 {
 	const size_t total = (size_t)n * g->c * g->h * g->w;
 
-	maxpool_backward_kernel<<<blocks_for(total), THREADS, 0, (cudaStream_t)stream>>>(din, dout, idx,
+	maxpool_backward_kernel<<<pp_cuda_blocks_for(total), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(din, dout, idx,
 											total, *g);
-	return launched("pp_nn_maxpool_backward");
+	return pp_cuda_launched("pp_nn_maxpool_backward");
 }

@@ -10,25 +10,9 @@
 #include <math.h>
 
 #include "common/internal.h"
+#include "nn/cuda/launch.h"
 #include "nn/cuda/optim.h"
 
-#define THREADS 256
-
-static unsigned blocks_for(size_t n)
-{
-	size_t b = (n + THREADS - 1) / THREADS;
-
-	return (unsigned)(b == 0 ? 1 : b > 65535 ? 65535 : b);
-}
-
-static int launched(const char *kernel)
-{
-	cudaError_t err = cudaGetLastError();
-
-	if (err != cudaSuccess)
-		return pp_error(-EIO, "%s kernel launch: %s", kernel, cudaGetErrorString(err));
-	return 0;
-}
 
 static __global__ void set_kernel(struct pp_cuda_optim_state *st, unsigned long long t)
 {
@@ -86,7 +70,7 @@ static __global__ void adam_kernel(float *p, const float *grad, float *m, float 
 extern "C" int pp_cuda_optim_set(struct pp_cuda_optim_state *st, unsigned long long t, void *stream)
 {
 	set_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(st, t);
-	return launched("optimizer step count");
+	return pp_cuda_launched("optimizer step count");
 }
 
 extern "C" int pp_cuda_optim_step(struct pp_cuda_optim_state *st, const struct pp_cuda_optim_args *a,
@@ -97,15 +81,15 @@ extern "C" int pp_cuda_optim_step(struct pp_cuda_optim_state *st, const struct p
 	int ret;
 
 	tick_kernel<<<1, 1, 0, s>>>(st, a->lr, a->beta1, a->beta2);
-	ret = launched("optimizer step factors");
+	ret = pp_cuda_launched("optimizer step factors");
 	if (ret)
 		return ret;
 	if (a->adam) {
-		adam_kernel<<<blocks_for(n), THREADS, 0, s>>>(p, g, buf1, buf2, n, a->beta1, a->beta2,
+		adam_kernel<<<pp_cuda_blocks_for(n), PP_CUDA_THREADS, 0, s>>>(p, g, buf1, buf2, n, a->beta1, a->beta2,
 							     a->eps, a->weight_decay, st);
-		return launched("adam");
+		return pp_cuda_launched("adam");
 	}
-	sgd_kernel<<<blocks_for(n), THREADS, 0, s>>>(p, g, buf1, n, a->lr, a->weight_decay,
+	sgd_kernel<<<pp_cuda_blocks_for(n), PP_CUDA_THREADS, 0, s>>>(p, g, buf1, n, a->lr, a->weight_decay,
 						    a->momentum, 1.0f - a->dampening, a->nesterov, st);
-	return launched("sgd");
+	return pp_cuda_launched("sgd");
 }
