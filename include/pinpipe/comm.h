@@ -137,6 +137,53 @@ PP_API double pp_comm_timeout(const struct pp_comm *comm);
 PP_API int pp_comm_allreduce(struct pp_comm *comm, void *buf, size_t count,
 			     enum pp_comm_dtype dtype, enum pp_comm_op op, struct pp_stream *stream);
 
+/* An allreduce in flight (pp_comm_iallreduce()), ended by pp_comm_wait(). */
+struct pp_comm_request;
+
+/*
+ * Starts the allreduce of pp_comm_allreduce() and returns with it in
+ * flight in *req_p, so that the caller goes on computing (the rest of a
+ * backward pass) while the ranks reduce: pp_comm_wait() ends it.  Every
+ * rank starts the same allreduces (count, dtype, op) in the same order;
+ * several may be in flight at once and be waited for in any order.  The
+ * caller neither reads nor writes buf[0..count) until the wait.
+ * With 'stream' NULL, 'buf' is host memory.  Otherwise it is memory of
+ * the stream's device, taken as the work queued on the stream before this
+ * call leaves it: mpi on a device the host addresses (cpu, sim) waits for
+ * the stream here, then MPI reduces in the background; mpi on a device it
+ * does not address (cuda) stages and reduces it all here, the host
+ * waiting (no overlap: nccl is the backend of GPUs); nccl queues it on a
+ * stream of the communicator's own, behind an event of 'stream', so that
+ * it runs beside the work queued on 'stream' after it.  MPI moves a
+ * collective on only inside its calls: pp_comm_progress() between pieces
+ * of work keeps the requests going.  count 0 gives a request already done.
+ * Returns 0, or the errors of pp_comm_allreduce(); *req_p is then NULL.
+ */
+PP_API int pp_comm_iallreduce(struct pp_comm *comm, void *buf, size_t count,
+			      enum pp_comm_dtype dtype, enum pp_comm_op op, struct pp_stream *stream,
+			      struct pp_comm_request **req_p);
+
+/*
+ * Moves the communicator's requests in flight on, without waiting for
+ * any: 0, or -EIO (MPI or NCCL failed, with its message; the failed
+ * request's wait fails too).
+ */
+PP_API int pp_comm_progress(struct pp_comm *comm);
+
+/*
+ * Ends a request and frees it, whatever it returns.  With 'stream' NULL
+ * it returns once the result is in buf; with a stream of the buffer's
+ * device, once the work queued on 'stream' after this call will see the
+ * result (nccl: the host waits until the communicator's stream has run the
+ * reduction, and 'stream' waits for it on the device too).  Bounded by
+ * the communicator's timeout, counted from the start.  Returns 0, or
+ * -ETIMEDOUT, -EIO, -ENOMEM; as after a failed pp_comm_allreduce(), the
+ * ranks are then out of step (pp_comm_abort()).  NULL: 0.  A request never
+ * waited for is freed by pp_comm_destroy(), its reduction abandoned (MPI
+ * is then not finalised at exit).
+ */
+PP_API int pp_comm_wait(struct pp_comm_request *req, struct pp_stream *stream);
+
 /*
  * Copies 'bytes' of buf from rank 'root' to every other rank's buf;
  * 'stream' as for pp_comm_allreduce().  Returns 0, or -EINVAL (root out
