@@ -62,7 +62,7 @@ struct nn_graphs {
 int pp_nn_graph_init(struct pp_model *m)
 {
 	/* A gradient hook runs on the host in every step: a replay would skip it. */
-	const bool on = m->cfg.grad_hook == NULL &&
+	const bool on = m->cfg.grad_hook == NULL && m->cfg.grad_sync == NULL &&
 			(m->cfg.graph == PP_MODEL_GRAPH_ON ||
 			 (m->cfg.graph == PP_MODEL_GRAPH_AUTO && m->backend->queued));
 

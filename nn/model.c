@@ -327,6 +327,13 @@ int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count)
 				m->backend->queued ? m->cfg.stream : NULL);
 }
 
+int pp_nn_model_grads_sync(struct pp_model *m)
+{
+	if (m->cfg.grad_sync == NULL)
+		return 0;
+	return m->cfg.grad_sync(m->cfg.grad_hook_arg, m->backend->queued ? m->cfg.stream : NULL);
+}
+
 int pp_model_params_read(struct pp_model *m, float *dst, size_t count)
 {
 	int ret;

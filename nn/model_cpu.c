@@ -8,7 +8,10 @@
  * come free.  Then the parameters' gradients are finished in tasks of
  * fixed slices, which the threads take in the same way (the convolutions'
  * are the chunks' added in chunk order, the linear layers' a GEMM over the
- * whole batch for a block of columns), and the optimizer updates the
+ * whole batch for a block of columns), layer by layer from the last; the
+ * calling thread hands each layer's range to the gradient hook as soon as
+ * its tasks are done (the trainer starts its allreduce while the threads
+ * finish the layers below), and the optimizer updates the
  * parameters in fixed slices, also taken by the threads.  The samples'
  * losses (double) are added in sample order.  Which thread ran a chunk or
  * a task changes nothing in its arithmetic.
@@ -71,7 +74,18 @@ struct nn_worker {
  */
 struct nn_dw_task {
 	size_t layer;       /* index in the model's layers */
+	size_t range;       /* its layer's range (struct nn_grad_range) */
 	int j0, j1;         /* linear: columns (input features); conv: offsets in the parameters */
+};
+
+/*
+ * A layer with parameters: its range of the gradient, whole once its
+ * tasks are done, and then handed to the gradient hook by worker 0.
+ */
+struct nn_grad_range {
+	size_t off, count;  /* floats of the parameter vector: weight, then bias */
+	size_t n_tasks;     /* its tasks */
+	size_t done;        /* of them, done in the step (atomic) */
 };
 
 /* A run of consecutive samples of a step, and what it produced. */
@@ -334,10 +348,37 @@ static void finish_grads(struct pp_model *m, const struct nn_job *job, const str
 				     (int)job->batch, task->j0, task->j1, 0.0f);
 }
 
-/* Takes the parameters' tasks until none is left. */
+/*
+ * Hands the ranges whose tasks are all done to the gradient hook, in
+ * order, from worker 0 (the caller's thread: an MPI library may want its
+ * calls there) while the other threads go on with the ranges after them;
+ * stops at the first the hook fails.
+ */
+static void hand_over_ranges(struct pp_model *m)
+{
+	while (m->range_status >= 0 && m->next_range < m->n_ranges) {
+		struct nn_grad_range *r = &m->ranges[m->next_range];
+		int ret;
+
+		/* acquire: the other threads' writes of the range are seen */
+		if (__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) < r->n_tasks)
+			return;
+		m->next_range++;
+		ret = pp_nn_model_grads_ready(m, r->off, r->count);
+		if (ret != 0)
+			m->range_status = ret;
+	}
+}
+
+/*
+ * Takes the parameters' tasks until none is left; worker 0 hands each
+ * range over as soon as it is whole, so that the hook's work (an
+ * allreduce) overlaps the tasks after it.
+ */
 static void run_dw_tasks(struct nn_worker *wk)
 {
 	struct pp_model *m = wk->m;
+	const bool hands_over = wk == &m->workers[0] && m->cfg.grad_hook != NULL;
 
 	for (;;) {
 		size_t t = __atomic_fetch_add(&m->next_dw_task, 1, __ATOMIC_RELAXED);
@@ -345,6 +386,9 @@ static void run_dw_tasks(struct nn_worker *wk)
 		if (t >= m->n_dw_tasks)
 			break;
 		finish_grads(m, m->job, &m->dw_tasks[t]);
+		__atomic_fetch_add(&m->ranges[m->dw_tasks[t].range].done, 1, __ATOMIC_RELEASE);
+		if (hands_over)
+			hand_over_ranges(m);
 	}
 }
 
@@ -474,37 +518,51 @@ static void cpu_teardown(struct pp_model *m)
 	free(m->dw_tasks);
 	m->dw_tasks = NULL;
 	m->n_dw_tasks = 0;
+	free(m->ranges);
+	m->ranges = NULL;
+	m->n_ranges = 0;
 	m->chunks_ready = 0;
 	pp_nn_mem_free(m->dev, m->losses);
 	m->losses = NULL;
 }
 
-/* Adds the task of parameters j0..j1-1 of layer i, or counts it when m->dw_tasks is NULL. */
+/*
+ * Adds the task of parameters j0..j1-1 of layer i to the last range, or
+ * counts it when m->dw_tasks is NULL.
+ */
 static void add_task(struct pp_model *m, size_t i, size_t j0, size_t j1)
 {
-	if (m->dw_tasks)
-		m->dw_tasks[m->n_dw_tasks] = (struct nn_dw_task){ .layer = i, .j0 = (int)j0, .j1 = (int)j1 };
+	if (m->dw_tasks) {
+		m->dw_tasks[m->n_dw_tasks] = (struct nn_dw_task){ .layer = i, .range = m->n_ranges - 1,
+								  .j0 = (int)j0, .j1 = (int)j1 };
+		m->ranges[m->n_ranges - 1].n_tasks++;
+	}
 	m->n_dw_tasks++;
 }
 
 /*
- * The parameters' tasks (struct nn_dw_task): the linear layers' blocks of
- * NN_DW_COLS columns first (the larger), then the convolutions' weights
- * and biases in slices of NN_SUM_FLOATS.
+ * The parameters' tasks (struct nn_dw_task), layer by layer from the last
+ * (the order in which a backward pass produces them, and the gradient
+ * hook gets them): a linear layer's blocks of NN_DW_COLS columns, a
+ * convolution's weight and bias in slices of NN_SUM_FLOATS.  Each layer
+ * with parameters is a range (struct nn_grad_range).
  */
 static int make_tasks(struct pp_model *m)
 {
 	for (int pass = 0; pass < 2; pass++) {
 		m->n_dw_tasks = 0;
-		for (size_t i = 0; i < m->n_layers; i++) {
+		m->n_ranges = 0;
+		for (size_t i = m->n_layers; i-- > 0;) {
 			const struct nn_layer *l = &m->layers[i];
 
+			if (l->kind != NN_LINEAR && l->kind != NN_CONV)
+				continue;
+			if (m->ranges)
+				m->ranges[m->n_ranges] = (struct nn_grad_range){ .off = l->w_off,
+										  .count = l->n_w + l->n_b };
+			m->n_ranges++;
 			for (size_t j = 0; l->kind == NN_LINEAR && j < l->in_size; j += NN_DW_COLS)
 				add_task(m, i, j, PP_MIN(j + NN_DW_COLS, l->in_size));
-		}
-		for (size_t i = 0; i < m->n_layers; i++) {
-			const struct nn_layer *l = &m->layers[i];
-
 			for (size_t j = 0; l->kind == NN_CONV && j < l->n_w; j += NN_SUM_FLOATS)
 				add_task(m, i, l->w_off + j, l->w_off + PP_MIN(j + NN_SUM_FLOATS, l->n_w));
 			for (size_t j = 0; l->kind == NN_CONV && j < l->n_b; j += NN_SUM_FLOATS)
@@ -512,7 +570,8 @@ static int make_tasks(struct pp_model *m)
 		}
 		if (pass == 0) {
 			m->dw_tasks = calloc(PP_MAX(m->n_dw_tasks, (size_t)1), sizeof(*m->dw_tasks));
-			if (!m->dw_tasks)
+			m->ranges = calloc(PP_MAX(m->n_ranges, (size_t)1), sizeof(*m->ranges));
+			if (!m->dw_tasks || !m->ranges)
 				return pp_error(-ENOMEM, "model: out of memory");
 		}
 	}
@@ -619,9 +678,20 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 	if (!job->train)
 		return 0;
 	m->next_dw_task = 0;
+	m->next_range = 0;
+	m->range_status = 0;
+	for (size_t r = 0; r < m->n_ranges; r++)
+		m->ranges[r].done = 0;
+	/* each range to the trainer's hook (an average over ranks) as it is made whole */
 	run_workers(m, run_dw_tasks);
-	/* the gradient is whole: the trainer's hook (an average over ranks), then the update */
-	ret = pp_nn_model_grads_ready(m, 0, m->n_params);
+	hand_over_ranges(m); /* those the other threads finished last */
+	ret = m->range_status;
+	if (ret >= 0) {
+		/* the hook's work in flight ended, then the update */
+		const int sync = pp_nn_model_grads_sync(m);
+
+		ret = sync < 0 ? sync : ret | sync;
+	}
 	if (ret)
 		return ret < 0 ? ret : 0;
 	m->next_dw_task = 0;

@@ -354,6 +354,11 @@ static int backward(struct pp_model *m, const float *input, int n)
 			ret = ret < 0 ? ret : 0;
 		}
 	}
+	if (!ret) {
+		/* the hook's work in flight ended, in the stream's order, before the update */
+		ret = pp_nn_model_grads_sync(m);
+		keep |= ret == PP_MODEL_GRAD_KEEP;
+	}
 	return ret < 0 ? ret : keep ? PP_MODEL_GRAD_KEEP : 0;
 }
 

@@ -417,6 +417,12 @@ int pp_nn_model_wait(struct pp_model *m);
  */
 int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count);
 
+/*
+ * The end of a step's gradient ranges: the model's grad_sync
+ * (pp_model_config.grad_sync), if any: 0, PP_MODEL_GRAD_KEEP or its error.
+ */
+int pp_nn_model_grads_sync(struct pp_model *m);
+
 /* Activations and per-batch buffers for 'batch' samples (nn/model.c). */
 int pp_nn_model_reserve(struct pp_model *m, size_t batch);
 
@@ -463,6 +469,12 @@ struct pp_model {
 				      * (gradient, then update) by one task after the chunks */
 	size_t n_dw_tasks;
 	size_t next_dw_task;      /* the next task, then the next optimizer slice, a thread takes (atomic) */
+	/* the layers with parameters, the last first: the gradient's ranges in the order of
+	 * the tasks, each handed to the gradient hook once its tasks are done */
+	struct nn_grad_range *ranges;
+	size_t n_ranges;
+	size_t next_range;        /* the next range for the hook (worker 0 alone) */
+	int range_status;         /* the hook's: 0, PP_MODEL_GRAD_KEEP seen, or -errno (worker 0) */
 	void (*work)(struct nn_worker *wk); /* what the workers run for the posted job */
 	/* threads: worker 0 is the caller */
 	int threads;

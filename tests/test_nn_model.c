@@ -287,12 +287,17 @@ START_TEST(test_same_seed_bit_identical)
 }
 END_TEST
 
-/* What the gradient hook of test_grad_hook saw, and what it does. */
+/* What the gradient hooks of test_grad_hook saw, and what they do. */
 struct hook_log {
-	int calls;
+	int calls, syncs;
 	size_t offset, count;   /* of the last call */
+	size_t next_end;        /* the end the next range must have: the ranges come from the last
+				 * layer down and tile the vector, restarting at each sync */
+	bool tiled;             /* every range came where next_end said */
 	bool stream_null;       /* every call had no stream (the CPU backend) */
-	int fail;               /* returned: 0, PP_MODEL_GRAD_KEEP, or -errno (the hook fails) */
+	float *seen;            /* (the vector) each range as the hook got it, or NULL */
+	int fail;               /* the hook returns: 0, PP_MODEL_GRAD_KEEP, or -errno (fails) */
+	int sync_fail;          /* the same, for the sync */
 };
 
 /* Halves the gradient (exact in binary): the step is SGD's with half the rate. */
@@ -303,7 +308,11 @@ static int halve_grads(void *arg, float *grads, size_t offset, size_t count, str
 	log->calls++;
 	log->offset = offset;
 	log->count = count;
+	log->tiled &= count > 0 && offset + count == log->next_end;
+	log->next_end = offset;
 	log->stream_null &= stream == NULL;
+	if (log->seen)
+		memcpy(log->seen + offset, grads, count * sizeof(float));
 	if (log->fail < 0)
 		return pp_error(log->fail, "hook: refused");
 	for (size_t i = 0; i < count; i++)
@@ -311,22 +320,51 @@ static int halve_grads(void *arg, float *grads, size_t offset, size_t count, str
 	return log->fail;
 }
 
+/* Counts the step's end: every range must have come before it. */
+static int sync_grads(void *arg, struct pp_stream *stream)
+{
+	struct hook_log *log = arg;
+
+	log->syncs++;
+	log->tiled &= log->next_end == 0;
+	log->stream_null &= stream == NULL;
+	log->next_end = SIZE_MAX; /* the next step's first range: set by the test */
+	if (log->sync_fail < 0)
+		return pp_error(log->sync_fail, "sync: refused");
+	return log->sync_fail;
+}
+
+/* One training step of a with the hooks' log expecting the ranges of a vector of n. */
+static int hooked_step(struct pp_model *a, struct hook_log *log, size_t n, uint64_t seed)
+{
+	struct pp_tensor *in;
+	int32_t labels[16];
+	int ret;
+
+	in = pp_test_synth_batch(16, seed, labels);
+	log->next_end = n;
+	ret = pp_model_train_step(a, in, labels);
+	pp_tensor_destroy(in);
+	return ret;
+}
+
 /*
- * Fails if the gradient hook is not called once a step for the whole
- * gradient before the update (SGD at lr 0.1 with the gradient halved must
- * equal SGD at 0.05 bit for bit, and the gradient read back is the halved
- * one), if a model with a hook takes graphs (a replay would skip the
- * hook), if a hook that keeps the gradient lets the step update, or if a
- * failing hook does not fail the step with the parameters left unchanged.
+ * Fails if the gradient hook is not called once for each layer with
+ * parameters, from the last down, the ranges tiling the gradient, each
+ * whole when handed over (the values it got, halved, are the step's final
+ * gradient though the other thread still finishes other layers), then
+ * the sync once, before the update (SGD at lr 0.1 with the gradient halved must
+ * equal SGD at 0.05 bit for bit), if a model with hooks takes graphs (a
+ * replay would skip them), if a hook or sync that keeps the gradient lets
+ * the step update, or if a failing hook or sync does not fail the step
+ * with the parameters left unchanged.
  */
 START_TEST(test_grad_hook)
 {
 	struct pp_model_config cfg;
-	struct hook_log log = { .stream_null = true };
+	struct hook_log log = { .stream_null = true, .tiled = true };
 	struct pp_model *a, *b;
 	float *pa, *pb, *ga, *gb;
-	struct pp_tensor *in;
-	int32_t labels[16];
 	size_t n;
 
 	pp_model_config_init(&cfg);
@@ -337,14 +375,25 @@ START_TEST(test_grad_hook)
 	ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &b), 0);
 	cfg.optim.lr = 0.1f;
 	cfg.grad_hook = halve_grads;
+	cfg.grad_sync = sync_grads;
 	cfg.grad_hook_arg = &log;
 	ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &a), 0);
 	n = pp_model_param_count(a);
-	pp_test_train(a, 3, 7);
-	pp_test_train(b, 3, 7);
-	ck_assert_int_eq(log.calls, 3);
+	log.seen = calloc(n, sizeof(float));
+	for (int i = 0; i < 3; i++) {
+		struct pp_tensor *in;
+		int32_t labels[16];
+
+		ck_assert_int_eq(hooked_step(a, &log, n, 7 + (uint64_t)i), 0);
+		in = pp_test_synth_batch(16, 7 + (uint64_t)i, labels);
+		ck_assert_int_eq(pp_model_train_step(b, in, labels), 0);
+		pp_tensor_destroy(in);
+	}
+	/* the cnn: 2 convolutions and 3 linear layers, 5 ranges a step, the first at 0 */
+	ck_assert_int_eq(log.calls, 3 * 5);
+	ck_assert_int_eq(log.syncs, 3);
+	ck_assert(log.tiled);
 	ck_assert_uint_eq(log.offset, 0);
-	ck_assert_uint_eq(log.count, n);
 	ck_assert(log.stream_null);
 	pa = pp_test_read_params(a);
 	pb = pp_test_read_params(b);
@@ -353,8 +402,10 @@ START_TEST(test_grad_hook)
 	gb = malloc(n * sizeof(float));
 	ck_assert_int_eq(pp_model_grads_read(a, ga, n), 0);
 	ck_assert_int_eq(pp_model_grads_read(b, gb, n), 0);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		ck_assert(ga[i] == 0.5f * gb[i]);
+		ck_assert(ga[i] == 0.5f * log.seen[i]);
+	}
 	/* Graphs asked for on a device with a stream: none, the hook runs every step. */
 	{
 		struct pp_model_graph_stats gs;
@@ -370,32 +421,53 @@ START_TEST(test_grad_hook)
 		pp_model_get_graph_stats(c, &gs);
 		ck_assert(!gs.enabled);
 		log.calls = 0;
-		pp_test_train(c, 3, 7);
-		ck_assert_int_eq(log.calls, 3);
+		log.syncs = 0;
+		for (int i = 0; i < 3; i++)
+			ck_assert_int_eq(hooked_step(c, &log, n, 7 + (uint64_t)i), 0);
+		ck_assert_int_eq(log.calls, 3 * 5);
+		ck_assert_int_eq(log.syncs, 3);
+		ck_assert(log.tiled);
 		pp_model_destroy(c);
 		pp_stream_destroy(s);
 		pp_device_close(dev);
 	}
 	/* A hook that keeps the gradient: no update, the step not counted, the gradient there. */
 	log.fail = PP_MODEL_GRAD_KEEP;
-	in = pp_test_synth_batch(16, 98, labels);
-	ck_assert_int_eq(pp_model_train_step(a, in, labels), 0);
-	pp_tensor_destroy(in);
+	ck_assert_int_eq(hooked_step(a, &log, n, 98), 0);
 	ck_assert_uint_eq(pp_model_steps(a), 3);
 	free(pb);
 	pb = pp_test_read_params(a);
 	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
 	ck_assert_int_eq(pp_model_grads_read(a, gb, n), 0);
 	ck_assert(memcmp(ga, gb, n * sizeof(float)) != 0);
-	/* A hook that fails: the step fails with its error, nothing updated. */
-	log.fail = -EIO;
-	in = pp_test_synth_batch(16, 99, labels);
-	ck_assert_int_eq(pp_model_train_step(a, in, labels), -EIO);
-	ck_assert_str_eq(pp_last_error(), "hook: refused");
+	/* The same from the sync alone. */
+	log.fail = 0;
+	log.sync_fail = PP_MODEL_GRAD_KEEP;
+	ck_assert_int_eq(hooked_step(a, &log, n, 97), 0);
+	ck_assert_uint_eq(pp_model_steps(a), 3);
 	free(pb);
 	pb = pp_test_read_params(a);
 	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
-	pp_tensor_destroy(in);
+	/* A hook that fails: the step fails with its error, nothing updated, no sync. */
+	log.sync_fail = 0;
+	log.fail = -EIO;
+	log.syncs = 0;
+	ck_assert_int_eq(hooked_step(a, &log, n, 99), -EIO);
+	ck_assert_str_eq(pp_last_error(), "hook: refused");
+	ck_assert_int_eq(log.syncs, 0);
+	free(pb);
+	pb = pp_test_read_params(a);
+	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	/* A sync that fails: the same. */
+	log.fail = 0;
+	log.sync_fail = -EPIPE;
+	ck_assert_int_eq(hooked_step(a, &log, n, 96), -EPIPE);
+	ck_assert_str_eq(pp_last_error(), "sync: refused");
+	ck_assert_int_eq(log.syncs, 1);
+	free(pb);
+	pb = pp_test_read_params(a);
+	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	free(log.seen);
 	free(ga);
 	free(gb);
 	free(pa);

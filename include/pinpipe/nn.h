@@ -154,11 +154,15 @@ struct pp_model_config {
 	 * processes (pinpipe/comm.h) while the backward pass goes on.
 	 * 'grads' is the range's first float in the model's device memory,
 	 * 'offset' its index in the vector and 'count' its floats (> 0).
-	 * The CPU backend calls it once, for the whole vector, with 'stream'
-	 * NULL: the gradient is complete and the host may use it in place.  On
-	 * cuda it is called once per layer with parameters, as soon as that
-	 * layer's backward is queued on the model's stream, which is passed:
-	 * work the hook queues there comes before the rest of the backward.
+	 * Each layer with parameters is one range, handed over as soon as its
+	 * gradient is produced, so that a range's reduction overlaps the rest
+	 * of the backward pass.  The CPU backend calls it from the caller's
+	 * thread with 'stream' NULL, once the range is final (the other
+	 * threads may still be finishing the ranges after it: the hook may use
+	 * its own range in place, and nothing else of the gradient).  On
+	 * cuda it is called as soon as that layer's backward is queued on the
+	 * model's stream, which is passed: work the hook queues there comes
+	 * before the rest of the backward.
 	 * The hook may change the gradient in place.  It returns 0 to go on;
 	 * PP_MODEL_GRAD_KEEP to end the step without an update (the rest of
 	 * the backward runs, the running totals count the batch, the step
@@ -172,7 +176,20 @@ struct pp_model_config {
 	 */
 	int (*grad_hook)(void *arg, float *grads, size_t offset, size_t count,
 			 struct pp_stream *stream);
-	void *grad_hook_arg;   /* the hook's first argument */
+	/*
+	 * Called once a training step, after the step's last grad_hook call
+	 * and before the optimizer reads the gradient, with the hook's
+	 * argument and stream: a hook that started work without waiting for
+	 * it (an allreduce in flight, pp_comm_iallreduce()) ends it here, so
+	 * that the gradient is whole when it returns (on cuda: in the
+	 * stream's order, before the update).  Returns as grad_hook does: 0,
+	 * PP_MODEL_GRAD_KEEP (no update this step), or a negative errno that
+	 * fails the step with the parameters left as they were.  Not called
+	 * when the step failed before it (a grad_hook call among others):
+	 * what the hook started is then the caller's to end.  NULL: none.
+	 */
+	int (*grad_sync)(void *arg, struct pp_stream *stream);
+	void *grad_hook_arg;   /* the first argument of grad_hook and grad_sync */
 	/*
 	 * Steps as graphs: the second time a step of the same kind (training or
 	 * evaluation) comes with the same input, label and logits pointers and
