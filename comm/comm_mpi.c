@@ -187,7 +187,6 @@ static int mpi_istart(struct pp_comm_request *r, struct pp_stream *stream)
 	struct mpi_req *m = calloc(1, sizeof(*m) + n * sizeof(MPI_Request));
 	char *p = r->buf;
 
-	(void)stream;
 	if (m == NULL)
 		return pp_comm_fail(c, -ENOMEM, "iallreduce", "out of memory");
 	m->n = (int)n;
@@ -216,7 +215,6 @@ static int mpi_iwait(struct pp_comm_request *r, struct pp_stream *stream)
 	struct mpi_req *m = r->state;
 	int ret = 0;
 
-	(void)stream;
 	if (!r->done)
 		ret = wait_requests(r->comm, m->n, m->reqs, r->deadline, "iallreduce",
 				    r->count * pp_comm_dtype_size(r->dtype));
