@@ -2,7 +2,10 @@
  * comm/comm.c: the communicator's dispatcher: backend names ("auto"
  * included), the checks of every call, the fault plan of the tests, and
  * device buffers for backends that reduce host memory only (used in place
- * where the host addresses the device, else staged through pinned memory).
+ * where the host addresses the device, else staged through pinned memory),
+ * and the requests of the non-blocking allreduce: a list per communicator,
+ * so that pp_comm_progress() reaches every one in flight and
+ * pp_comm_destroy() frees those never waited for.
  */
 #include "config.h"
 
@@ -127,6 +130,9 @@ void pp_comm_destroy(struct pp_comm *c)
 {
 	if (c == NULL)
 		return;
+	/* Before close: a backend's request state may hold its resources (nccl's events). */
+	while (c->reqs != NULL)
+		pp_comm_request_free(c->reqs);
 	if (c->ops != NULL)
 		c->ops->close(c);
 	pp_host_free(c->stage_dev, c->stage);
@@ -276,23 +282,179 @@ static int run(struct pp_comm *c, const struct coll *k, void *buf, size_t bytes,
 	return run_staged(c, k, buf, bytes, stream, call);
 }
 
-int pp_comm_allreduce(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
-		      enum pp_comm_op op, struct pp_stream *stream)
+/* The checks of an allreduce's arguments, for 'call': 0, or -EINVAL with a message. */
+static int check_allreduce(struct pp_comm *c, const void *buf, size_t count,
+			   enum pp_comm_dtype dtype, enum pp_comm_op op, const char *call)
 {
 	const size_t es = pp_comm_dtype_size(dtype);
-	struct coll k = { .kind = COLL_ALLREDUCE, .count = count, .dtype = dtype, .op = op };
 
 	if (es == 0)
-		return pp_comm_fail(c, -EINVAL, "allreduce", "unknown dtype %d", (int)dtype);
+		return pp_comm_fail(c, -EINVAL, call, "unknown dtype %d", (int)dtype);
 	if (op != PP_COMM_SUM && op != PP_COMM_MEAN)
-		return pp_comm_fail(c, -EINVAL, "allreduce", "unknown op %d", (int)op);
+		return pp_comm_fail(c, -EINVAL, call, "unknown op %d", (int)op);
 	if (count == 0)
 		return 0;
 	if (buf == NULL)
-		return pp_comm_fail(c, -EINVAL, "allreduce", "no buffer for %zu elements", count);
+		return pp_comm_fail(c, -EINVAL, call, "no buffer for %zu elements", count);
 	if (count > SIZE_MAX / es)
-		return pp_comm_fail(c, -EINVAL, "allreduce", "%zu elements are too many", count);
-	return run(c, &k, buf, count * es, stream, "allreduce");
+		return pp_comm_fail(c, -EINVAL, call, "%zu elements are too many", count);
+	return 0;
+}
+
+int pp_comm_allreduce(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
+		      enum pp_comm_op op, struct pp_stream *stream)
+{
+	struct coll k = { .kind = COLL_ALLREDUCE, .count = count, .dtype = dtype, .op = op };
+	int ret = check_allreduce(c, buf, count, dtype, op, "allreduce");
+
+	if (ret < 0 || count == 0)
+		return ret;
+	return run(c, &k, buf, count * pp_comm_dtype_size(dtype), stream, "allreduce");
+}
+
+/* Keeps r's first error and its message, for its wait to say again. */
+static int request_failed(struct pp_comm_request *r, int err)
+{
+	if (r->error == 0) {
+		r->error = err;
+		r->msg = strdup(pp_last_error());
+	}
+	return err;
+}
+
+int pp_comm_request_start(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
+			  enum pp_comm_op op, struct pp_stream *stream, struct pp_comm_request **req_p)
+{
+	struct coll k = { .kind = COLL_ALLREDUCE, .count = count, .dtype = dtype, .op = op };
+	const size_t bytes = count * pp_comm_dtype_size(dtype);
+	struct pp_comm_request *r = calloc(1, sizeof(*r));
+	int ret = 0;
+
+	*req_p = NULL;
+	if (r == NULL)
+		return pp_comm_fail(c, -ENOMEM, "iallreduce", "out of memory");
+	r->comm = c;
+	r->buf = buf;
+	r->count = count;
+	r->dtype = dtype;
+	r->op = op;
+	r->deadline = pp_now_ns() + (uint64_t)(c->timeout_s * 1e9);
+	if (count == 0) {
+		r->done = true;
+	} else if (stream != NULL && !c->ops->device_buffers &&
+		   !pp_device_get_props(stream->dev)->host_addressable) {
+		/* Staged through the one pinned buffer: done here, the host waiting. */
+		ret = run_staged(c, &k, buf, bytes, stream, "iallreduce");
+		r->done = true;
+	} else {
+		if (stream != NULL && !c->ops->device_buffers) {
+			/* In place, once the work queued before has written it. */
+			ret = pp_stream_synchronize(stream);
+			if (ret < 0)
+				ret = pp_comm_fail(c, ret, "iallreduce", "waiting for the stream: %s",
+						   pp_last_error());
+			stream = NULL;
+		}
+		if (ret == 0 && c->ops->istart != NULL) {
+			ret = c->ops->istart(r, stream);
+		} else if (ret == 0) {
+			ret = c->ops->allreduce(c, buf, count, dtype, op, stream);
+			r->done = true;
+		}
+	}
+	if (ret < 0) {
+		if (c->ops->ifree != NULL)
+			c->ops->ifree(r);
+		free(r);
+		return ret;
+	}
+	r->next = c->reqs;
+	if (c->reqs != NULL)
+		c->reqs->prev = r;
+	c->reqs = r;
+	*req_p = r;
+	return 0;
+}
+
+int pp_comm_request_test(struct pp_comm_request *r)
+{
+	struct pp_comm *c = r->comm;
+	int ret;
+
+	if (r->done || r->error < 0)
+		return r->error;
+	ret = c->ops->itest(r);
+	return ret < 0 ? request_failed(r, ret) : 0;
+}
+
+void pp_comm_request_free(struct pp_comm_request *r)
+{
+	struct pp_comm *c = r->comm;
+
+	if (r->prev != NULL)
+		r->prev->next = r->next;
+	else
+		c->reqs = r->next;
+	if (r->next != NULL)
+		r->next->prev = r->prev;
+	if (c->ops->ifree != NULL)
+		c->ops->ifree(r);
+	free(r->msg);
+	free(r);
+}
+
+int pp_comm_iallreduce(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
+		       enum pp_comm_op op, struct pp_stream *stream, struct pp_comm_request **req_p)
+{
+	int ret;
+
+	if (req_p == NULL)
+		return pp_comm_fail(c, -EINVAL, "iallreduce", "no place for the request");
+	*req_p = NULL;
+	ret = check_allreduce(c, buf, count, dtype, op, "iallreduce");
+	if (ret == 0 && count > 0)
+		ret = injected(c, "iallreduce");
+	if (ret < 0)
+		return ret;
+	return pp_comm_request_start(c, buf, count, dtype, op, stream, req_p);
+}
+
+int pp_comm_progress(struct pp_comm *c)
+{
+	int first = 0;
+
+	for (struct pp_comm_request *r = c->reqs; r != NULL; r = r->next) {
+		/* A request that failed before said so then: only new failures here. */
+		if (r->error < 0)
+			continue;
+		int ret = pp_comm_request_test(r);
+
+		if (ret < 0 && first == 0)
+			first = ret;
+	}
+	/* The first failure's message, not the last's. */
+	for (struct pp_comm_request *r = c->reqs; first < 0 && r != NULL; r = r->next)
+		if (r->error == first && r->msg != NULL)
+			pp_error_set(first, r->msg);
+	return first;
+}
+
+int pp_comm_wait(struct pp_comm_request *r, struct pp_stream *stream)
+{
+	struct pp_comm *c;
+	int ret = 0;
+
+	if (r == NULL)
+		return 0;
+	c = r->comm;
+	if (r->error < 0)
+		ret = r->msg != NULL ? pp_error_set(r->error, r->msg) :
+			pp_comm_fail(c, r->error, "iallreduce", "%s (failed before the wait)",
+				     pp_strerror(r->error));
+	else if (c->ops->iwait != NULL)
+		ret = c->ops->iwait(r, c->ops->device_buffers ? stream : NULL);
+	pp_comm_request_free(r);
+	return ret;
 }
 
 int pp_comm_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root, struct pp_stream *stream)

@@ -5,6 +5,9 @@
  * applies the fault plan, and hands a backend without device buffers only
  * host memory: device memory the host addresses is used in place once its
  * stream is done, other device memory is staged through pinned memory.
+ * The non-blocking allreduce is a request each backend may carry on in the
+ * background (mpi, nccl); a backend without the request ops (local) has
+ * its requests done at the start, by its blocking allreduce.
  */
 #ifndef PP_COMM_IMPL_H
 #define PP_COMM_IMPL_H
@@ -18,6 +21,7 @@
 #include "pinpipe/comm.h"
 
 struct pp_comm;
+struct pp_comm_request;
 
 /* A backend.  Buffers are host memory unless device_buffers says otherwise. */
 struct pp_comm_ops {
@@ -31,8 +35,24 @@ struct pp_comm_ops {
 	int (*barrier)(struct pp_comm *c);
 	/* ends every rank; called only in a world of more than one */
 	void (*abort)(struct pp_comm *c, int code);
-	/* frees c->ctx; safe after a failed open */
+	/* frees c->ctx; safe after a failed open, and called once every request is freed */
 	void (*close)(struct pp_comm *c);
+	/*
+	 * The non-blocking allreduce, all four or none (optional: without them
+	 * a request is done at its start by allreduce).  istart issues r (its
+	 * buf, count > 0, dtype, op) on 'stream' as allreduce takes it, and may
+	 * set r->done; r->state is the backend's.  itest moves r on without
+	 * waiting and sets r->done once the reduction is done.  iwait waits
+	 * until done or r->deadline, then makes the result seen by the work
+	 * queued on 'stream' after the call (NULL: the host); called once, and
+	 * only for a request that has not failed.  ifree frees r->state, the
+	 * reduction possibly still in flight (a request never waited for, or
+	 * a failed one).  Each returns -errno with a message on failure.
+	 */
+	int (*istart)(struct pp_comm_request *r, struct pp_stream *stream);
+	int (*itest)(struct pp_comm_request *r);
+	int (*iwait)(struct pp_comm_request *r, struct pp_stream *stream);
+	void (*ifree)(struct pp_comm_request *r);
 	/* allreduce and broadcast take buffers of a cuda device on a stream (nccl);
 	 * host buffers then come with stream NULL */
 	bool device_buffers;
@@ -50,6 +70,23 @@ struct pp_comm {
 	void *stage;                  /* pinned host memory for device buffers (stage_bytes) */
 	size_t stage_bytes;           /* bytes */
 	void *ctx;                    /* the backend's */
+	struct pp_comm_request *reqs; /* the requests not yet waited for, newest first */
+};
+
+/* An allreduce in flight (pp_comm_iallreduce()), from its start to its wait. */
+struct pp_comm_request {
+	struct pp_comm *comm;
+	struct pp_comm_request *prev, *next; /* in comm->reqs */
+	void *buf;                /* the buffer reduced in place: host memory unless the
+				     backend has device buffers */
+	size_t count;             /* elements */
+	enum pp_comm_dtype dtype;
+	enum pp_comm_op op;
+	uint64_t deadline;        /* pp_now_ns() at the start plus the timeout, ns */
+	bool done;                /* the reduction is done (its result may still need iwait) */
+	int error;                /* the first error, -errno; 0: none */
+	char *msg;                /* its message, said again by the wait; NULL: none kept */
+	void *state;              /* the backend's */
 };
 
 /*
@@ -61,6 +98,17 @@ int pp_comm_fail(const struct pp_comm *c, int err, const char *call, const char 
 
 /* The element size of dtype (0: unknown). */
 size_t pp_comm_dtype_size(enum pp_comm_dtype dtype);
+
+/*
+ * The requests of the backends that pass a collective on to another
+ * communicator (nccl's host buffers): start, move on and free a request of
+ * 'c' without the checks and the fault plan of the public calls; the
+ * request is waited for by pp_comm_wait().
+ */
+int pp_comm_request_start(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
+			  enum pp_comm_op op, struct pp_stream *stream, struct pp_comm_request **req_p);
+int pp_comm_request_test(struct pp_comm_request *r);
+void pp_comm_request_free(struct pp_comm_request *r);
 
 /* True when a launcher (mpirun, srun) started this process in a world of more than one rank. */
 bool pp_comm_launched(void);

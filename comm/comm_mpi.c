@@ -11,7 +11,12 @@
  * out or failed, or the job was aborted: a request left pending would make
  * MPI_Finalize wait for ranks that never come.  Creating a communicator is
  * bounded by the timeout too: MPI_Comm_idup, polled, and a polled barrier
- * before the split into the machine's ranks.
+ * before the split into the machine's ranks.  A non-blocking allreduce is
+ * the same MPI_Iallreduce calls left in flight: MPI_Testall moves them on
+ * (pp_comm_progress()), and the wait polls them as a blocking collective
+ * is polled, until the deadline counted from their start.  MPI forbids
+ * freeing a collective's request before it is done, so a request never
+ * waited for is left to MPI, and MPI is not finalised at exit.
  */
 #include "config.h"
 
@@ -73,19 +78,34 @@ static int mpi_fail(const struct pp_comm *c, int rc, const char *call)
 	return pp_comm_fail(c, -EIO, call, "%s", msg);
 }
 
-/* Waits for the request until the deadline of the communicator's timeout. */
-static int wait_request(struct pp_comm *c, MPI_Request *req, const char *call, size_t bytes)
+/* MPI_Testall of n requests: 0 and *done, or -EIO with MPI's message. */
+static int test_requests(struct pp_comm *c, int n, MPI_Request *reqs, bool *done, const char *call)
 {
-	const uint64_t start = pp_now_ns(), deadline = start + (uint64_t)(c->timeout_s * 1e9);
+	int flag = 0, rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(c, rc, call);
+	*done = flag != 0;
+	return 0;
+}
+
+/*
+ * Waits for n requests of 'bytes' in all until 'deadline' (pp_now_ns()):
+ * polled back to back for MPI_SPIN_NS from the call, then with a sleep
+ * between polls.
+ */
+static int wait_requests(struct pp_comm *c, int n, MPI_Request *reqs, uint64_t deadline,
+			 const char *call, size_t bytes)
+{
+	const uint64_t start = pp_now_ns();
 	const struct timespec nap = { 0, MPI_POLL_SLEEP_NS };
-	int done = 0, rc;
+	bool done = false;
 
 	for (;;) {
-		rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-		if (rc != MPI_SUCCESS)
-			return mpi_fail(c, rc, call);
-		if (done)
-			return 0;
+		int ret = test_requests(c, n, reqs, &done, call);
+
+		if (ret < 0 || done)
+			return ret;
 		const uint64_t now = pp_now_ns();
 
 		if (now >= deadline) {
@@ -103,9 +123,27 @@ static int wait_request(struct pp_comm *c, MPI_Request *req, const char *call, s
 	}
 }
 
+/* Waits for the request until the deadline of the communicator's timeout. */
+static int wait_request(struct pp_comm *c, MPI_Request *req, const char *call, size_t bytes)
+{
+	return wait_requests(c, 1, req, pp_now_ns() + (uint64_t)(c->timeout_s * 1e9), call, bytes);
+}
+
 static MPI_Datatype mpi_type(enum pp_comm_dtype dtype)
 {
 	return dtype == PP_COMM_F64 ? MPI_DOUBLE : MPI_FLOAT;
+}
+
+/* The sum into the mean, on the host: MPI has no MPI_SUM divided by the size. */
+static void mean_of_sum(const struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
+			enum pp_comm_op op)
+{
+	if (op == PP_COMM_MEAN && dtype == PP_COMM_F32)
+		for (size_t i = 0; i < count; i++)
+			((float *)buf)[i] /= (float)c->size;
+	else if (op == PP_COMM_MEAN)
+		for (size_t i = 0; i < count; i++)
+			((double *)buf)[i] /= (double)c->size;
 }
 
 static int mpi_allreduce(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
@@ -129,13 +167,72 @@ static int mpi_allreduce(struct pp_comm *c, void *buf, size_t count, enum pp_com
 			return ret;
 		done += (size_t)n;
 	}
-	if (op == PP_COMM_MEAN && dtype == PP_COMM_F32)
-		for (size_t i = 0; i < count; i++)
-			((float *)buf)[i] /= (float)c->size;
-	else if (op == PP_COMM_MEAN)
-		for (size_t i = 0; i < count; i++)
-			((double *)buf)[i] /= (double)c->size;
+	mean_of_sum(c, buf, count, dtype, op);
 	return 0;
+}
+
+/* A request's MPI requests, one per MPI_CHUNK of its elements. */
+struct mpi_req {
+	int issued;              /* requests issued, 0..n */
+	int n;                   /* requests it takes */
+	MPI_Request reqs[];
+};
+
+static int mpi_istart(struct pp_comm_request *r, struct pp_stream *stream)
+{
+	struct pp_comm *c = r->comm;
+	struct mpi_ctx *x = c->ctx;
+	const size_t es = pp_comm_dtype_size(r->dtype);
+	const size_t n = (r->count + MPI_CHUNK - 1) / MPI_CHUNK;
+	struct mpi_req *m = calloc(1, sizeof(*m) + n * sizeof(MPI_Request));
+	char *p = r->buf;
+
+	if (m == NULL)
+		return pp_comm_fail(c, -ENOMEM, "iallreduce", "out of memory");
+	m->n = (int)n;
+	r->state = m;
+	for (size_t done = 0; done < r->count; m->issued++) {
+		const int k = (int)(r->count - done < MPI_CHUNK ? r->count - done : MPI_CHUNK);
+		int rc = MPI_Iallreduce(MPI_IN_PLACE, p + done * es, k, mpi_type(r->dtype), MPI_SUM,
+					x->comm, &m->reqs[m->issued]);
+
+		if (rc != MPI_SUCCESS)
+			return mpi_fail(c, rc, "iallreduce");
+		done += (size_t)k;
+	}
+	return 0;
+}
+
+static int mpi_itest(struct pp_comm_request *r)
+{
+	struct mpi_req *m = r->state;
+
+	return test_requests(r->comm, m->n, m->reqs, &r->done, "iallreduce");
+}
+
+static int mpi_iwait(struct pp_comm_request *r, struct pp_stream *stream)
+{
+	struct mpi_req *m = r->state;
+	int ret = 0;
+
+	if (!r->done)
+		ret = wait_requests(r->comm, m->n, m->reqs, r->deadline, "iallreduce",
+				    r->count * pp_comm_dtype_size(r->dtype));
+	if (ret < 0)
+		return ret;
+	r->done = true;
+	mean_of_sum(r->comm, r->buf, r->count, r->dtype, r->op);
+	return 0;
+}
+
+static void mpi_ifree(struct pp_comm_request *r)
+{
+	/* Requests still in flight stay with MPI (MPI_Request_free of a collective's
+	 * is erroneous), which then cannot be finalised. */
+	if (!r->done && r->state != NULL)
+		atomic_store(&finalize_unsafe, true);
+	free(r->state);
+	r->state = NULL;
 }
 
 static int mpi_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root,
@@ -200,6 +297,10 @@ static const struct pp_comm_ops mpi_ops = {
 	.barrier = mpi_barrier,
 	.abort = mpi_abort,
 	.close = mpi_close,
+	.istart = mpi_istart,
+	.itest = mpi_itest,
+	.iwait = mpi_iwait,
+	.ifree = mpi_ifree,
 	.device_buffers = false,
 };
 

@@ -13,6 +13,11 @@
  * collective's end (the work queued before it included).  Any NCCL error
  * or timeout aborts the NCCL communicator (ncclCommAbort) at once; the
  * calls that follow fail, and it is never destroyed in an errored state.
+ * A non-blocking allreduce runs on a stream of the communicator's own,
+ * made to wait for the caller's stream (an event), so that the caller's
+ * work queued after it runs beside it; an event recorded after it on that
+ * stream is its completion, polled by pp_comm_progress() and by the wait,
+ * which then makes the wait's stream wait for it too.
  *
  * NCCL is opened with dlopen() when an nccl communicator is made, not
  * linked (as cuBLAS in nn/cuda/ops.cu): libnccl maps some 200 MB into
@@ -56,6 +61,8 @@ struct nccl_ctx {
 	struct nccl_api api;     /* NCCL's entry points */
 	ncclComm_t nc;           /* NULL until made, and once aborted */
 	cudaEvent_t done;        /* recorded after each collective: its completion, or NULL */
+	cudaStream_t own;        /* the non-blocking allreduces' stream, or NULL */
+	cudaEvent_t order;       /* recorded on the caller's stream before each, or NULL */
 	bool aborted;            /* an error aborted nc */
 	struct pp_comm *host;    /* the communicator of host buffers */
 };
@@ -141,35 +148,57 @@ static int nccl_settle(struct pp_comm *c, ncclResult_t r, const char *call, uint
 }
 
 /*
- * Waits until the stream has run the collective just queued on it (an
- * event recorded after it), or the deadline: an error of NCCL's or the
- * stream's, or the deadline, aborts the communicator.
+ * Whether the event 'ev' (recorded after a collective) has completed, in
+ * *done: an error of NCCL's or the stream's aborts the communicator.
  */
+static int nccl_query(struct pp_comm *c, cudaEvent_t ev, bool *done, const char *call)
+{
+	struct nccl_ctx *x = c->ctx;
+	cudaError_t e = cudaEventQuery(ev);
+	ncclResult_t r;
+
+	*done = e == cudaSuccess;
+	if (e != cudaSuccess && e != cudaErrorNotReady) {
+		nccl_abort_comm(x);
+		return pp_comm_fail(c, -EIO, call, "cudaEventQuery: %s", cudaGetErrorString(e));
+	}
+	if (!*done && x->nc != NULL && x->api.get_async_error(x->nc, &r) == ncclSuccess &&
+	    r != ncclSuccess && r != ncclInProgress)
+		return nccl_fail(c, r, call);
+	return 0;
+}
+
+/*
+ * Polls the event 'ev' (recorded after a collective) until it has
+ * completed, or the deadline: an error of NCCL's or the stream's, or the
+ * deadline, aborts the communicator.
+ */
+static int nccl_poll(struct pp_comm *c, cudaEvent_t ev, const char *call, uint64_t deadline)
+{
+	bool done = false;
+
+	for (;;) {
+		int ret = nccl_query(c, ev, &done, call);
+
+		if (ret < 0 || done)
+			return ret;
+		if (pp_now_ns() >= deadline)
+			return nccl_timed_out(c, call);
+		sched_yield();
+	}
+}
+
+/* Waits until the stream has run the collective just queued on it, or the deadline. */
 static int nccl_complete(struct pp_comm *c, cudaStream_t stream, const char *call, uint64_t deadline)
 {
 	struct nccl_ctx *x = c->ctx;
 	cudaError_t e = cudaEventRecord(x->done, stream);
-	ncclResult_t r;
 
 	if (e != cudaSuccess) {
 		nccl_abort_comm(x);
 		return pp_comm_fail(c, -EIO, call, "cudaEventRecord: %s", cudaGetErrorString(e));
 	}
-	for (;;) {
-		e = cudaEventQuery(x->done);
-		if (e == cudaSuccess)
-			return 0;
-		if (e != cudaErrorNotReady) {
-			nccl_abort_comm(x);
-			return pp_comm_fail(c, -EIO, call, "cudaEventQuery: %s", cudaGetErrorString(e));
-		}
-		if (x->api.get_async_error(x->nc, &r) == ncclSuccess && r != ncclSuccess &&
-		    r != ncclInProgress)
-			return nccl_fail(c, r, call);
-		if (pp_now_ns() >= deadline)
-			return nccl_timed_out(c, call);
-		sched_yield();
-	}
+	return nccl_poll(c, x->done, call, deadline);
 }
 
 static uint64_t nccl_deadline(const struct pp_comm *c)
@@ -221,6 +250,135 @@ static int nccl_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root,
 	return ret < 0 ? ret : nccl_complete(c, s, "broadcast", deadline);
 }
 
+/* A request: device buffers by NCCL on x->own, or host buffers by the host communicator. */
+struct nccl_req {
+	cudaEvent_t done;               /* recorded on x->own after the allreduce, or NULL */
+	struct pp_comm_request *host;   /* host buffers: the host communicator's request */
+};
+
+/* Checks that 'stream' is of the communicator's device, for 'call'. */
+static int nccl_own_device(struct pp_comm *c, const struct pp_stream *stream, const char *call)
+{
+	if (stream->dev != c->device)
+		return pp_comm_fail(c, -EINVAL, call, "a stream of %s, the communicator's device is %s",
+				    pp_device_get_props(stream->dev)->name,
+				    pp_device_get_props(c->device)->name);
+	return 0;
+}
+
+/* A CUDA call of a request failed: the communicator is aborted, as after NCCL's errors. */
+static int nccl_cuda_fail(struct pp_comm *c, cudaError_t e, const char *what)
+{
+	nccl_abort_comm(c->ctx);
+	return pp_comm_fail(c, -EIO, "iallreduce", "%s: %s", what, cudaGetErrorString(e));
+}
+
+static int nccl_istart(struct pp_comm_request *r, struct pp_stream *stream)
+{
+	struct pp_comm *c = r->comm;
+	struct nccl_ctx *x = c->ctx;
+	struct nccl_req *q = calloc(1, sizeof(*q));
+	cudaStream_t s;
+	cudaError_t e;
+	int ret;
+
+	if (q == NULL)
+		return pp_comm_fail(c, -ENOMEM, "iallreduce", "out of memory");
+	r->state = q;
+	if (stream == NULL)
+		return pp_comm_request_start(x->host, r->buf, r->count, r->dtype, r->op, NULL, &q->host);
+	ret = nccl_own_device(c, stream, "iallreduce");
+	if (ret == 0)
+		ret = nccl_usable(c, "iallreduce");
+	if (ret < 0)
+		return ret;
+	s = (cudaStream_t)pp_stream_cuda_handle(stream);
+	/* The event belongs to the device current when it is made: the communicator's. */
+	e = cudaSetDevice(pp_device_get_props(c->device)->index);
+	if (e == cudaSuccess)
+		e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		q->done = NULL;
+		return nccl_cuda_fail(c, e, "cudaEventCreateWithFlags");
+	}
+	/* After the work queued on the caller's stream so far, beside what comes next. */
+	e = cudaEventRecord(x->order, s);
+	if (e == cudaSuccess)
+		e = cudaStreamWaitEvent(x->own, x->order, 0);
+	if (e != cudaSuccess)
+		return nccl_cuda_fail(c, e, "ordering after the caller's stream");
+	ret = nccl_settle(c, x->api.all_reduce(r->buf, r->buf, r->count,
+					       r->dtype == PP_COMM_F64 ? ncclFloat64 : ncclFloat32,
+					       r->op == PP_COMM_MEAN ? ncclAvg : ncclSum, x->nc, x->own),
+			  "iallreduce", r->deadline);
+	if (ret < 0)
+		return ret;
+	e = cudaEventRecord(q->done, x->own);
+	return e == cudaSuccess ? 0 : nccl_cuda_fail(c, e, "cudaEventRecord");
+}
+
+/* A request whose NCCL communicator another request's failure aborted fails too. */
+static int nccl_req_usable(struct pp_comm_request *r)
+{
+	return nccl_usable(r->comm, "iallreduce");
+}
+
+static int nccl_itest(struct pp_comm_request *r)
+{
+	struct nccl_req *q = r->state;
+	int ret;
+
+	if (q->host != NULL) {
+		ret = pp_comm_request_test(q->host);
+		r->done = q->host->done;
+		return ret;
+	}
+	ret = nccl_req_usable(r);
+	return ret < 0 ? ret : nccl_query(r->comm, q->done, &r->done, "iallreduce");
+}
+
+static int nccl_iwait(struct pp_comm_request *r, struct pp_stream *stream)
+{
+	struct pp_comm *c = r->comm;
+	struct nccl_req *q = r->state;
+	cudaError_t e;
+	int ret;
+
+	if (q->host != NULL) {
+		ret = pp_comm_wait(q->host, NULL);
+		q->host = NULL;
+		return ret;
+	}
+	ret = stream != NULL ? nccl_own_device(c, stream, "wait") : 0;
+	if (ret == 0 && !r->done)
+		ret = nccl_req_usable(r);
+	if (ret == 0 && !r->done)
+		ret = nccl_poll(c, q->done, "iallreduce", r->deadline);
+	if (ret < 0)
+		return ret;
+	r->done = true;
+	if (stream == NULL)
+		return 0;
+	/* Done on the device already: this orders the stream's next work after it all the same. */
+	e = cudaStreamWaitEvent((cudaStream_t)pp_stream_cuda_handle(stream), q->done, 0);
+	return e == cudaSuccess ? 0 : nccl_cuda_fail(c, e, "cudaStreamWaitEvent");
+}
+
+static void nccl_ifree(struct pp_comm_request *r)
+{
+	struct nccl_req *q = r->state;
+
+	if (q == NULL)
+		return;
+	if (q->host != NULL)
+		pp_comm_request_free(q->host);
+	/* An event still pending is released by CUDA once it completes. */
+	if (q->done != NULL)
+		cudaEventDestroy(q->done);
+	free(q);
+	r->state = NULL;
+}
+
 static int nccl_barrier(struct pp_comm *c)
 {
 	struct nccl_ctx *x = c->ctx;
@@ -247,6 +405,10 @@ static void nccl_close(struct pp_comm *c)
 		x->api.destroy(x->nc);
 	if (x->done != NULL)
 		cudaEventDestroy(x->done);
+	if (x->order != NULL)
+		cudaEventDestroy(x->order);
+	if (x->own != NULL)
+		cudaStreamDestroy(x->own);
 	pp_comm_destroy(x->host);
 	free(x);
 	c->ctx = NULL;
@@ -259,6 +421,10 @@ static const struct pp_comm_ops nccl_ops = {
 	.barrier = nccl_barrier,
 	.abort = nccl_abort,
 	.close = nccl_close,
+	.istart = nccl_istart,
+	.itest = nccl_itest,
+	.iwait = nccl_iwait,
+	.ifree = nccl_ifree,
 	.device_buffers = true,
 };
 
@@ -300,6 +466,15 @@ int pp_comm_nccl_open(struct pp_comm *c)
 	if (cudaEventCreateWithFlags(&x->done, cudaEventDisableTiming) != cudaSuccess) {
 		x->done = NULL;
 		return pp_comm_fail(c, -EIO, "create", "cudaEventCreateWithFlags failed");
+	}
+	if (cudaEventCreateWithFlags(&x->order, cudaEventDisableTiming) != cudaSuccess) {
+		x->order = NULL;
+		return pp_comm_fail(c, -EIO, "create", "cudaEventCreateWithFlags failed");
+	}
+	/* Non-blocking: no implicit order with the legacy default stream either. */
+	if (cudaStreamCreateWithFlags(&x->own, cudaStreamNonBlocking) != cudaSuccess) {
+		x->own = NULL;
+		return pp_comm_fail(c, -EIO, "create", "cudaStreamCreateWithFlags failed");
 	}
 	config.blocking = 0;
 	r = x->api.init_rank_config(&x->nc, c->size, id, c->rank, &config);

@@ -3,7 +3,9 @@
  * argument errors and their messages, injected faults (a failing and a
  * stalled collective), "auto" outside a launcher, and the mpi backend in a
  * world of one (MPI started as a singleton, without mpirun) where the
- * build has MPI.  Several ranks are tested by tests/test_train_mpi.sh.
+ * build has MPI; the non-blocking allreduce on each, and its requests in
+ * the dispatcher (a backend of the test's own).  Several ranks are tested
+ * by tests/test_comm_mpi.sh and tests/test_train_mpi.sh.
  */
 #include "config.h"
 
@@ -14,6 +16,7 @@
 
 #include "common/fault.h"
 #include "common/internal.h"
+#include "comm/comm_impl.h"
 #include "pinpipe/comm.h"
 #include "tests/testutil.h"
 
@@ -80,6 +83,49 @@ static void check_world_of_one(struct pp_comm *c)
 	ck_assert_int_eq(pp_comm_abort(c, 3), 0);
 }
 
+/*
+ * Checks the non-blocking allreduce of a world of one: requests in flight
+ * together, waited for in reverse order, leave the buffers as they are, on
+ * the host and in a sim device's memory on a stream.
+ */
+static void check_iallreduce_world_of_one(struct pp_comm *c)
+{
+	struct pp_comm_request *r[3];
+	float f[3] = { 1.5f, -2.0f, 3.25f }, host[4] = { 1, 2, 3, 4 }, back[4] = { 0 };
+	double d[2] = { 1e300, -0.5 };
+	struct pp_device *dev;
+	struct pp_stream *s;
+	void *buf;
+
+	ck_assert_int_eq(pp_comm_iallreduce(c, f, 3, PP_COMM_F32, PP_COMM_SUM, NULL, &r[0]), 0);
+	ck_assert_ptr_nonnull(r[0]);
+	ck_assert_int_eq(pp_comm_progress(c), 0);
+	ck_assert_int_eq(pp_comm_iallreduce(c, d, 2, PP_COMM_F64, PP_COMM_MEAN, NULL, &r[1]), 0);
+	/* count 0: a request all the same, already done, and NULL buf allowed. */
+	ck_assert_int_eq(pp_comm_iallreduce(c, NULL, 0, PP_COMM_F32, PP_COMM_SUM, NULL, &r[2]), 0);
+	ck_assert_ptr_nonnull(r[2]);
+	ck_assert_int_eq(pp_comm_progress(c), 0);
+	for (int i = 2; i >= 0; i--)
+		ck_assert_msg(pp_comm_wait(r[i], NULL) == 0, "%s", pp_last_error());
+	ck_assert(f[0] == 1.5f && f[1] == -2.0f && f[2] == 3.25f);
+	ck_assert(d[0] == 1e300 && d[1] == -0.5);
+	ck_assert_int_eq(pp_comm_wait(NULL, NULL), 0);
+
+	ck_assert_int_eq(pp_device_open("sim", &dev), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, sizeof(host), &buf), 0);
+	ck_assert_int_eq(pp_memcpy_async(buf, host, sizeof(host), PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_comm_iallreduce(c, buf, 4, PP_COMM_F32, PP_COMM_MEAN, s, &r[0]), 0);
+	ck_assert_int_eq(pp_comm_progress(c), 0);
+	ck_assert_msg(pp_comm_wait(r[0], s) == 0, "%s", pp_last_error());
+	ck_assert_int_eq(pp_memcpy_async(back, buf, sizeof(back), PP_COPY_D2H, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	ck_assert(memcmp(host, back, sizeof(host)) == 0);
+	pp_device_free(dev, buf);
+	pp_stream_destroy(s);
+	pp_device_close(dev);
+}
+
 /* Fails if the local backend is not rank 0 of 1 or changes a buffer. */
 START_TEST(test_local_every_call)
 {
@@ -88,6 +134,7 @@ START_TEST(test_local_every_call)
 	ck_assert_str_eq(pp_comm_backend(c), "local");
 	ck_assert(pp_comm_timeout(c) == PP_COMM_DEFAULT_TIMEOUT_S);
 	check_world_of_one(c);
+	check_iallreduce_world_of_one(c);
 	pp_comm_destroy(c);
 	pp_comm_destroy(NULL);
 }
@@ -183,6 +230,130 @@ START_TEST(test_argument_errors)
 }
 END_TEST
 
+/*
+ * Fails if a bad argument of pp_comm_iallreduce() is accepted, leaves
+ * *req_p set, or its message is not that of pp_comm_allreduce() for the
+ * call "iallreduce".
+ */
+START_TEST(test_iallreduce_argument_errors)
+{
+	struct pp_comm *c = make("local", 0);
+	struct pp_comm_request *r;
+	float f[2] = { 0 };
+
+	ck_assert_int_eq(pp_comm_iallreduce(c, f, 2, PP_COMM_F32, PP_COMM_SUM, NULL, NULL), -EINVAL);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: iallreduce: no place for the request");
+	r = (struct pp_comm_request *)f;
+	ck_assert_int_eq(pp_comm_iallreduce(c, f, 2, (enum pp_comm_dtype)7, PP_COMM_SUM, NULL, &r),
+			 -EINVAL);
+	ck_assert_ptr_null(r);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: iallreduce: unknown dtype 7");
+	r = (struct pp_comm_request *)f;
+	ck_assert_int_eq(pp_comm_iallreduce(c, f, 2, PP_COMM_F32, (enum pp_comm_op)9, NULL, &r),
+			 -EINVAL);
+	ck_assert_ptr_null(r);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: iallreduce: unknown op 9");
+	r = (struct pp_comm_request *)f;
+	ck_assert_int_eq(pp_comm_iallreduce(c, NULL, 2, PP_COMM_F32, PP_COMM_SUM, NULL, &r), -EINVAL);
+	ck_assert_ptr_null(r);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: iallreduce: no buffer for 2 elements");
+	r = (struct pp_comm_request *)f;
+	ck_assert_int_eq(pp_comm_iallreduce(c, f, SIZE_MAX / 2, PP_COMM_F64, PP_COMM_SUM, NULL, &r),
+			 -EINVAL);
+	ck_assert_ptr_null(r);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "iallreduce: 9223372036854775807 elements are too many"));
+	/* None of them left a request for destroy to free (valgrind's leak check sees the rest). */
+	ck_assert_ptr_null(c->reqs);
+	pp_comm_destroy(c);
+}
+END_TEST
+
+/*
+ * A backend of requests of the test's own, in place of local's ops: a
+ * request is done at its second test, one of 13 elements fails at its
+ * first, a wait adds 1 to the buffer's first element (so that a wait run
+ * twice, or not at all, shows), and each free is counted.
+ */
+static int fake_frees;
+
+static int fake_istart(struct pp_comm_request *r, struct pp_stream *stream)
+{
+	r->state = calloc(1, sizeof(int));
+	return r->state != NULL ? 0 : -ENOMEM;
+}
+
+static int fake_itest(struct pp_comm_request *r)
+{
+	int *tests = r->state;
+
+	if (r->count == 13)
+		return pp_comm_fail(r->comm, -EIO, "iallreduce", "the fake backend failed");
+	if (++*tests >= 2)
+		r->done = true;
+	return 0;
+}
+
+static int fake_iwait(struct pp_comm_request *r, struct pp_stream *stream)
+{
+	((float *)r->buf)[0] += 1;
+	r->done = true;
+	return 0;
+}
+
+static void fake_ifree(struct pp_comm_request *r)
+{
+	free(r->state);
+	fake_frees++;
+}
+
+/*
+ * Fails if the dispatcher loses a request: a failure found by progress
+ * not said again, with its message, by that request's wait; a wait not run
+ * once per request whatever the order; a request never waited for not
+ * freed by destroy.
+ */
+START_TEST(test_requests_in_the_dispatcher)
+{
+	static struct pp_comm_ops ops;
+	struct pp_comm *c = make("local", 0);
+	struct pp_comm_request *r[5];
+	float buf[5][13] = { { 0 } };
+	const size_t counts[5] = { 1, 13, 2, 3, 4 };
+
+	ops = *c->ops;
+	ops.istart = fake_istart;
+	ops.itest = fake_itest;
+	ops.iwait = fake_iwait;
+	ops.ifree = fake_ifree;
+	c->ops = &ops;
+	fake_frees = 0;
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(pp_comm_iallreduce(c, buf[i], counts[i], PP_COMM_F32, PP_COMM_SUM,
+						    NULL, &r[i]), 0);
+	ck_assert_int_eq(pp_comm_progress(c), -EIO);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: iallreduce: the fake backend failed");
+	ck_assert(r[0]->done == false && r[2]->done == false);
+	/* Reported once by progress; the others go on to done. */
+	ck_assert_int_eq(pp_comm_progress(c), 0);
+	ck_assert(r[0]->done && r[2]->done);
+	for (int i = 3; i < 5; i++)
+		ck_assert_int_eq(pp_comm_iallreduce(c, buf[i], counts[i], PP_COMM_F32, PP_COMM_SUM,
+						    NULL, &r[i]), 0);
+	ck_assert_int_eq(pp_comm_wait(r[2], NULL), 0);
+	ck_assert_int_eq(pp_comm_barrier(c), 0);
+	pp_error(-EPERM, "another error since");
+	ck_assert_int_eq(pp_comm_wait(r[1], NULL), -EIO);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: iallreduce: the fake backend failed");
+	ck_assert_int_eq(pp_comm_wait(r[0], NULL), 0);
+	ck_assert(buf[0][0] == 1 && buf[1][0] == 0 && buf[2][0] == 1);
+	ck_assert_int_eq(fake_frees, 3);
+	/* r[3] and r[4] never waited for: destroy frees them. */
+	pp_comm_destroy(c);
+	ck_assert_int_eq(fake_frees, 5);
+	ck_assert(buf[3][0] == 0 && buf[4][0] == 0);
+}
+END_TEST
+
 /* Fails if an injected fault does not fail the collective it names, with the rank and the call. */
 START_TEST(test_fault_fails_a_collective)
 {
@@ -241,6 +412,52 @@ START_TEST(test_fault_stall_times_out)
 END_TEST
 
 /*
+ * Fails if an injected fault does not fail the iallreduce it falls on, at
+ * its start and with no request, or if a stall does not end that start in
+ * -ETIMEDOUT after the twice the timeout that a stall waits; or if
+ * requests never waited for are not freed by destroy (valgrind's leak
+ * check of this case, .ci/run).
+ */
+START_TEST(test_fault_fails_an_iallreduce)
+{
+	struct pp_fault_plan plan;
+	struct pp_comm_request *r[3];
+	struct pp_comm *c;
+	float f = 1;
+	uint64_t t0;
+
+	leave_launcher();
+	ck_assert_int_eq(pp_fault_init(&plan), 0);
+	pp_fault_arm(&plan, PP_FAULT_COMM, -EIO, 1, 1);
+	pp_fault_set(&plan);
+	c = make("local", 0);
+	pp_fault_set(NULL);
+	ck_assert_int_eq(pp_comm_iallreduce(c, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL, &r[0]), 0);
+	ck_assert_int_eq(pp_comm_iallreduce(c, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL, &r[1]), -EIO);
+	ck_assert_ptr_null(r[1]);
+	ck_assert_str_eq(pp_last_error(), "comm local: rank 0 of 1: iallreduce: Input/output error "
+			 "(injected fault)");
+	ck_assert_int_eq(pp_comm_iallreduce(c, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL, &r[2]), 0);
+	ck_assert_ptr_nonnull(r[2]);
+	/* r[0] and r[2] never waited for. */
+	pp_comm_destroy(c);
+	pp_fault_fini(&plan);
+
+	setenv("PP_FAULTS", "comm:stall", 1);
+	c = make("local", 0.05);
+	unsetenv("PP_FAULTS");
+	t0 = pp_now_ns();
+	ck_assert_int_eq(pp_comm_iallreduce(c, &f, 1, PP_COMM_F32, PP_COMM_SUM, NULL, &r[0]),
+			 -ETIMEDOUT);
+	ck_assert_uint_ge(pp_now_ns() - t0, 100 * 1000 * 1000);
+	ck_assert_ptr_null(r[0]);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "rank 0 of 1: iallreduce: stalled for twice "
+				     "the timeout of 0.05 s"));
+	pp_comm_destroy(c);
+}
+END_TEST
+
+/*
  * Fails if the mpi backend, where the build has it, is not a world of one
  * outside mpirun that passes every call; or, where the build lacks it,
  * if the error does not say how to build it.
@@ -262,6 +479,7 @@ START_TEST(test_mpi_world_of_one)
 	ck_assert_msg(ret == 0, "%s", pp_last_error());
 	ck_assert_str_eq(pp_comm_backend(c), "mpi");
 	check_world_of_one(c);
+	check_iallreduce_world_of_one(c);
 	/* A second communicator in the same process: MPI is started once. */
 	ck_assert_int_eq(pp_comm_create(&cfg, &c2), 0);
 	check_world_of_one(c2);
@@ -281,6 +499,9 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_argument_errors);
 	tcase_add_test(tc, test_fault_fails_a_collective);
 	tcase_add_test(tc, test_fault_stall_times_out);
+	tcase_add_test(tc, test_iallreduce_argument_errors);
+	tcase_add_test(tc, test_requests_in_the_dispatcher);
+	tcase_add_test(tc, test_fault_fails_an_iallreduce);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("mpi");
 	/* MPI's singleton start takes a while on a loaded machine. */

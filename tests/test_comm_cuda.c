@@ -1,7 +1,8 @@
 /*
  * tests/test_comm_cuda.c: the communicator on a GPU, in a world of one
  * (NCCL refuses several ranks on one GPU): nccl on a cuda device's buffers
- * on a stream, and mpi staging a cuda buffer through pinned memory.  Its
+ * on a stream, and mpi staging a cuda buffer through pinned memory, each
+ * blocking and non-blocking (pp_comm_iallreduce()).  Its
  * own main, without fork (CUDA does not survive it): with no usable GPU it
  * says why and exits 77 (SKIP); a build without NCCL or MPI skips those
  * cases and says so.
@@ -65,10 +66,76 @@ static void check_backend(const char *backend)
 	pp_device_close(dev);
 }
 
+/*
+ * The non-blocking allreduce of 'backend' on cuda:0: f32 and f64, sum and
+ * mean, in flight together with a host buffer's, waited for in reverse
+ * order on the stream, then read back by a copy queued on the stream after
+ * the wait; a request never waited for is left to pp_comm_destroy().
+ */
+static void check_backend_nonblocking(const char *backend)
+{
+	float hf[5] = { 1.0f, -2.5f, 3.0f, 1e-3f, 7.0f }, bf[5] = { 0 }, h[3] = { 4, 5, 6 };
+	double hd[3] = { 1e300, -0.25, 3.5 }, bd[3] = { 0 };
+	struct pp_comm_request *r[4];
+	struct pp_comm_config cfg;
+	struct pp_comm *c;
+	struct pp_device *dev;
+	struct pp_stream *s;
+	void *df, *dd, *dl;
+	int ret;
+
+	pp_test_watchdog_arm();
+	ck_assert_int_eq(pp_device_open("cuda:0", &dev), 0);
+	pp_comm_config_init(&cfg);
+	cfg.backend = backend;
+	cfg.device = dev;
+	cfg.timeout_s = 60;
+	ret = pp_comm_create(&cfg, &c);
+	if (ret == -ENOTSUP) {
+		printf("test_comm_cuda: %s\n", pp_last_error());
+		pp_device_close(dev);
+		return;
+	}
+	ck_assert_msg(ret == 0, "%s", pp_last_error());
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, sizeof(hf), &df), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, sizeof(hd), &dd), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, sizeof(hf), &dl), 0);
+	/* The copies are queued, not done: the reductions must come after them. */
+	ck_assert_int_eq(pp_memcpy_async(df, hf, sizeof(hf), PP_COPY_H2D, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(dd, hd, sizeof(hd), PP_COPY_H2D, s), 0);
+	ck_assert_msg(pp_comm_iallreduce(c, df, 5, PP_COMM_F32, PP_COMM_SUM, s, &r[0]) == 0, "%s",
+		      pp_last_error());
+	ck_assert_int_eq(pp_comm_progress(c), 0);
+	ck_assert_msg(pp_comm_iallreduce(c, dd, 3, PP_COMM_F64, PP_COMM_MEAN, s, &r[1]) == 0, "%s",
+		      pp_last_error());
+	ck_assert_msg(pp_comm_iallreduce(c, h, 3, PP_COMM_F32, PP_COMM_MEAN, NULL, &r[2]) == 0, "%s",
+		      pp_last_error());
+	ck_assert_msg(pp_comm_iallreduce(c, dl, 5, PP_COMM_F32, PP_COMM_MEAN, s, &r[3]) == 0, "%s",
+		      pp_last_error());
+	ck_assert_int_eq(pp_comm_progress(c), 0);
+	for (int i = 2; i >= 0; i--)
+		ck_assert_msg(pp_comm_wait(r[i], i == 2 ? NULL : s) == 0, "%s", pp_last_error());
+	ck_assert_int_eq(pp_memcpy_async(bf, df, sizeof(bf), PP_COPY_D2H, s), 0);
+	ck_assert_int_eq(pp_memcpy_async(bd, dd, sizeof(bd), PP_COPY_D2H, s), 0);
+	ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	ck_assert(memcmp(hf, bf, sizeof(hf)) == 0);
+	ck_assert(memcmp(hd, bd, sizeof(hd)) == 0);
+	ck_assert(h[0] == 4 && h[1] == 5 && h[2] == 6);
+	/* r[3] never waited for: destroy frees it (and its event). */
+	pp_comm_destroy(c);
+	pp_device_free(dev, dl);
+	pp_device_free(dev, dd);
+	pp_device_free(dev, df);
+	pp_stream_destroy(s);
+	pp_device_close(dev);
+}
+
 /* Fails if NCCL, in a world of one on a GPU, changes a buffer or fails a call. */
 START_TEST(test_nccl_world_of_one)
 {
 	check_backend("nccl");
+	check_backend_nonblocking("nccl");
 }
 END_TEST
 
@@ -76,6 +143,7 @@ END_TEST
 START_TEST(test_mpi_staged)
 {
 	check_backend("mpi");
+	check_backend_nonblocking("mpi");
 }
 END_TEST
 

@@ -30,7 +30,8 @@
  * queued on the stream before the collective too), and any NCCL error or
  * timeout aborts the NCCL communicator (ncclCommAbort);
  * a collective that misses it fails with -ETIMEDOUT and a message naming
- * the rank, the call and the timeout.  A collective that failed or timed
+ * the rank, the call and the timeout.  A non-blocking allreduce is bounded
+ * by the same timeout, counted from its start to the end of its wait.  A collective that failed or timed
  * out leaves the ranks out of step: the caller ends the job with
  * pp_comm_abort(), so that no rank waits for ever on one that failed.
  * MPI errors are returned (MPI_ERRORS_RETURN on the communicator), never
@@ -157,7 +158,8 @@ struct pp_comm_request;
  * it runs beside the work queued on 'stream' after it.  MPI moves a
  * collective on only inside its calls: pp_comm_progress() between pieces
  * of work keeps the requests going.  count 0 gives a request already done.
- * Returns 0, or the errors of pp_comm_allreduce(); *req_p is then NULL.
+ * Returns 0, or the errors of pp_comm_allreduce() (and -EINVAL for a NULL
+ * req_p); *req_p is then NULL.
  */
 PP_API int pp_comm_iallreduce(struct pp_comm *comm, void *buf, size_t count,
 			      enum pp_comm_dtype dtype, enum pp_comm_op op, struct pp_stream *stream,
