@@ -327,6 +327,14 @@ int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count)
 				m->backend->queued ? m->cfg.stream : NULL);
 }
 
+int pp_nn_model_grads_tick(struct pp_model *m)
+{
+	if (m->cfg.grad_hook == NULL)
+		return 0;
+	return m->cfg.grad_hook(m->cfg.grad_hook_arg, NULL, m->n_params, 0,
+				m->backend->queued ? m->cfg.stream : NULL);
+}
+
 int pp_nn_model_grads_sync(struct pp_model *m)
 {
 	if (m->cfg.grad_sync == NULL)

@@ -356,15 +356,24 @@ static void finish_grads(struct pp_model *m, const struct nn_job *job, const str
  */
 static void hand_over_ranges(struct pp_model *m)
 {
+	const size_t first = m->next_range;
+	int ret;
+
 	while (m->range_status >= 0 && m->next_range < m->n_ranges) {
 		struct nn_grad_range *r = &m->ranges[m->next_range];
-		int ret;
 
 		/* acquire: the other threads' writes of the range are seen */
 		if (__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) < r->n_tasks)
-			return;
+			break;
 		m->next_range++;
 		ret = pp_nn_model_grads_ready(m, r->off, r->count);
+		if (ret != 0)
+			m->range_status = ret;
+	}
+	/* none ready, some handed over: a tick, for the hook's work in flight to move on
+	 * (MPI progresses a collective only inside its calls) */
+	if (m->next_range == first && first > 0 && first < m->n_ranges && m->range_status >= 0) {
+		ret = pp_nn_model_grads_tick(m);
 		if (ret != 0)
 			m->range_status = ret;
 	}

@@ -418,6 +418,13 @@ int pp_nn_model_wait(struct pp_model *m);
 int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count);
 
 /*
+ * Calls the gradient hook with count 0 between pieces of the backward
+ * pass, once some ranges have been handed over: 0, PP_MODEL_GRAD_KEEP or
+ * its error.
+ */
+int pp_nn_model_grads_tick(struct pp_model *m);
+
+/*
  * The end of a step's gradient ranges: the model's grad_sync
  * (pp_model_config.grad_sync), if any: 0, PP_MODEL_GRAD_KEEP or its error.
  */

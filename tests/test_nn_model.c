@@ -289,7 +289,8 @@ END_TEST
 
 /* What the gradient hooks of test_grad_hook saw, and what they do. */
 struct hook_log {
-	int calls, syncs;
+	int calls, syncs, ticks;
+	size_t n;               /* the gradient's floats */
 	size_t offset, count;   /* of the last call */
 	size_t next_end;        /* the end the next range must have: the ranges come from the last
 				 * layer down and tile the vector, restarting at each sync */
@@ -305,6 +306,13 @@ static int halve_grads(void *arg, float *grads, size_t offset, size_t count, str
 {
 	struct hook_log *log = arg;
 
+	if (count == 0) {
+		/* a tick: only between ranges of a step, never before its first */
+		log->ticks++;
+		log->tiled &= grads == NULL && log->next_end > 0 && log->next_end < log->n &&
+			      offset == log->n;
+		return log->fail < 0 ? pp_error(log->fail, "hook: refused") : 0;
+	}
 	log->calls++;
 	log->offset = offset;
 	log->count = count;
@@ -350,7 +358,8 @@ static int hooked_step(struct pp_model *a, struct hook_log *log, size_t n, uint6
 
 /*
  * Fails if the gradient hook is not called once for each layer with
- * parameters, from the last down, the ranges tiling the gradient, each
+ * parameters, from the last down, the ranges tiling the gradient (and
+ * ticks of count 0 only between them, some on one thread), each
  * whole when handed over (the values it got, halved, are the step's final
  * gradient though the other thread still finishes other layers), then
  * the sync once, before the update (SGD at lr 0.1 with the gradient halved must
@@ -379,6 +388,7 @@ START_TEST(test_grad_hook)
 	cfg.grad_hook_arg = &log;
 	ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &a), 0);
 	n = pp_model_param_count(a);
+	log.n = n;
 	log.seen = calloc(n, sizeof(float));
 	for (int i = 0; i < 3; i++) {
 		struct pp_tensor *in;
@@ -391,6 +401,24 @@ START_TEST(test_grad_hook)
 	}
 	/* the cnn: 2 convolutions and 3 linear layers, 5 ranges a step, the first at 0 */
 	ck_assert_int_eq(log.calls, 3 * 5);
+	/* On one thread, the tasks of a layer but its last hand over nothing: ticks. */
+	{
+		struct pp_model *d;
+
+		cfg.threads = 1;
+		ck_assert_int_eq(pp_model_create("cnn", NULL, &cfg, &d), 0);
+		float *seen = log.seen;
+
+		log.ticks = 0;
+		log.seen = NULL;
+		ck_assert_int_eq(hooked_step(d, &log, n, 7), 0);
+		log.seen = seen;
+		ck_assert_int_gt(log.ticks, 0);
+		pp_model_destroy(d);
+		cfg.threads = 2;
+		log.calls -= 5;
+		log.syncs--;
+	}
 	ck_assert_int_eq(log.syncs, 3);
 	ck_assert(log.tiled);
 	ck_assert_uint_eq(log.offset, 0);

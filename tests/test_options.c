@@ -52,6 +52,7 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(opt.sort, ""); /* runs by mean epoch_s, each in epoch order */
 	ck_assert_str_eq(opt.comm, "auto");
 	ck_assert(opt.comm_timeout == 300.0 && !opt.deterministic && opt.micro_batches == 0);
+	ck_assert_uint_eq(opt.bucket_kb, TR_BUCKET_KB);
 }
 END_TEST
 
@@ -59,13 +60,14 @@ END_TEST
 START_TEST(test_ranks)
 {
 	static const char *const args[] = { "--comm=mpi", "--comm-timeout=2.5", "--deterministic",
-					    "--micro-batches=6", NULL };
+					    "--micro-batches=6", "--bucket-kb=7", NULL };
 	static const char *const nccl[] = { "--comm=nccl", NULL };
 	struct tr_options opt;
 
 	ck_assert_int_eq(parse(&opt, args), 0);
 	ck_assert_str_eq(opt.comm, "mpi");
 	ck_assert(opt.comm_timeout == 2.5 && opt.deterministic && opt.micro_batches == 6);
+	ck_assert_uint_eq(opt.bucket_kb, 7);
 	ck_assert_int_eq(parse(&opt, nccl), 0);
 	ck_assert_str_eq(opt.comm, "nccl");
 }
@@ -185,6 +187,7 @@ START_TEST(test_bad_input)
 		{ "--threads=0", NULL }, { "--threads=257", NULL }, { "--threads=1,many", NULL },
 		{ "--comm=tcp", NULL }, { "--comm-timeout=0", NULL }, { "--comm-timeout=-1", NULL },
 		{ "--comm-timeout=x", NULL }, { "--micro-batches=4", NULL },
+		{ "--bucket-kb=-1", NULL }, { "--bucket-kb=1k", NULL },
 		{ "--deterministic", "--micro-batches=0" }, { "--deterministic", "--stream" },
 	};
 	struct tr_options opt;

@@ -1,11 +1,17 @@
 /*
  * trainer/dist.c: pinpipe-train on several ranks (trainer/dist.h).
  *
- * Averaging: the model's gradient hook averages each gradient range over
- * the ranks (pp_comm_allreduce, mean) before the optimizer reads it, so
- * that every rank applies the same update to the same parameters: one
+ * Averaging: the model hands the gradient over range by range (a layer's
+ * parameters), from the last layer down, as the backward pass makes them
+ * (pp_model_config.grad_hook); consecutive ranges are gathered into
+ * buckets of --bucket-kb, and each bucket's average over the ranks
+ * (pp_comm_iallreduce, mean) is started as soon as it is full, so that it
+ * runs while the backward pass goes on, as PyTorch's
+ * DistributedDataParallel does.  The model's grad_sync starts the last
+ * bucket and waits for them all before the optimizer reads the gradient,
+ * so that every rank applies the same update to the same parameters: one
  * model on the global batch of N x --batch-size samples, to float
- * tolerance (the sum's order depends on N).
+ * tolerance (the sum's order depends on N; with 2 ranks, on nothing).
  *
  * --deterministic: the global batch of B samples (positions q = 0..B-1 of
  * the epoch's order) is cut into M fixed micro-batches, micro-batch k
@@ -30,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "trainer/dist.h"
 
@@ -50,6 +57,14 @@ static int __attribute__((format(printf, 3, 4))) dist_fail(struct tr_dist *d, in
 		 (int)(sizeof(d->why) - 32), msg);
 	fprintf(stderr, "pinpipe-train: %s\n", d->why);
 	return err;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Whether an MPI launcher started this process as one of several ranks (its environment). */
@@ -95,6 +110,9 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 	d->size = pp_comm_size(d->comm);
 	d->deterministic = opt->deterministic;
 	d->micro_opt = opt->micro_batches;
+	d->bucket_floats = (size_t)opt->bucket_kb * 1024 / sizeof(float);
+	if (d->bucket_floats == 0)
+		d->bucket_floats = 1; /* --bucket-kb=0: each range a bucket */
 	return 0;
 }
 
@@ -132,6 +150,7 @@ void tr_dist_close(struct tr_dist *d)
 {
 	tr_dist_run_end(d);
 	free(d->slots);
+	free(d->reqs);
 	pp_comm_destroy(d->comm);
 	memset(d, 0, sizeof(*d));
 }
@@ -184,18 +203,63 @@ int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_
 	return 0;
 }
 
-/* --deterministic: keeps a micro-batch's gradient; after this rank's last, reduces them all. */
-static int keep_micro(struct tr_dist *d, float *grads, size_t count)
+/* Forgets the step's allreduces: after a failure, the communicator frees them (pp_comm_destroy()). */
+static void drop_requests(struct tr_dist *d)
 {
-	const size_t p = d->n_params;
-	const unsigned k = (unsigned)d->rank + (unsigned)d->size * d->local_done;
+	d->n_reqs = 0;
+	d->lo = d->hi = 0;
+}
+
+/* Starts the average of the open bucket over the ranks. */
+static int start_bucket(struct tr_dist *d, struct pp_stream *stream)
+{
+	struct pp_comm_request *req;
 	int ret;
 
-	if (count != p || d->slots == NULL)
-		return dist_fail(d, -EINVAL, "--deterministic: the gradient hook: a gradient of %zu "
-				 "floats, expected %zu%s", count, p,
+	if (d->lo == d->hi)
+		return 0;
+	if (d->n_reqs == d->cap_reqs) {
+		const size_t cap = d->cap_reqs ? 2 * d->cap_reqs : 16;
+		struct pp_comm_request **r = realloc(d->reqs, cap * sizeof(*r));
+
+		if (r == NULL)
+			return dist_fail(d, -ENOMEM, "averaging the gradient: no memory for %zu "
+					 "requests", cap);
+		d->reqs = r;
+		d->cap_reqs = cap;
+	}
+	ret = pp_comm_iallreduce(d->grads, d->base + d->lo, d->hi - d->lo, PP_COMM_F32,
+				 PP_COMM_MEAN, stream, &req);
+	if (ret < 0)
+		return ret;
+	d->reqs[d->n_reqs++] = req;
+	d->buckets++;
+	d->lo = d->hi = 0;
+	return 0;
+}
+
+/* --deterministic: keeps a range of this micro-batch's gradient in its slot. */
+static int keep_range(struct tr_dist *d, const float *grads, size_t offset, size_t count)
+{
+	const unsigned k = (unsigned)d->rank + (unsigned)d->size * d->local_done;
+
+	if (d->slots == NULL || offset > d->n_params || count > d->n_params - offset)
+		return dist_fail(d, -EINVAL, "--deterministic: the gradient hook: floats %zu..%zu of "
+				 "a gradient of %zu%s", offset, offset + count, d->n_params,
 				 d->slots == NULL ? " (no micro-batch slots)" : "");
-	memcpy(d->slots + (size_t)k * p, grads, p * sizeof(float));
+	memcpy(d->slots + (size_t)k * d->n_params + offset, grads, count * sizeof(float));
+	return 0;
+}
+
+/*
+ * --deterministic, once a micro-batch's gradient is whole: after this
+ * rank's last, reduces them all into the gradient, else keeps it (no update).
+ */
+static int reduce_micro(struct tr_dist *d)
+{
+	const size_t p = d->n_params;
+	int ret;
+
 	if (++d->local_done < d->local_count)
 		return PP_MODEL_GRAD_KEEP;
 	d->local_done = 0;
@@ -207,7 +271,7 @@ static int keep_micro(struct tr_dist *d, float *grads, size_t count)
 
 		for (unsigned m = 0; m < d->micro; m++)
 			s += d->slots[(size_t)m * p + i];
-		grads[i] = s / (float)d->micro;
+		d->base[i] = s / (float)d->micro;
 	}
 	return 0;
 }
@@ -215,10 +279,60 @@ static int keep_micro(struct tr_dist *d, float *grads, size_t count)
 int tr_dist_grad_hook(void *arg, float *grads, size_t offset, size_t count, struct pp_stream *stream)
 {
 	struct tr_dist *d = arg;
+	const uint64_t t0 = now_ns();
+	int ret = 0;
+
+	if (count == 0) {
+		/* a tick of the backward pass: the buckets in flight moved on */
+		ret = d->n_reqs > 0 ? pp_comm_progress(d->grads) : 0;
+		if (ret < 0)
+			drop_requests(d);
+		d->hook_ns += now_ns() - t0;
+		return ret;
+	}
+	d->base = grads - offset;
+	if (d->deterministic)
+		return keep_range(d, grads, offset, count);
+	/* ranges come from the last layer down: a bucket grows downwards */
+	if (d->lo != d->hi && offset + count != d->lo)
+		ret = start_bucket(d, stream);
+	if (ret == 0) {
+		if (d->lo == d->hi)
+			d->hi = offset + count;
+		d->lo = offset;
+		if (d->hi - d->lo >= d->bucket_floats)
+			ret = start_bucket(d, stream);
+	}
+	/* MPI moves the buckets in flight on only inside its calls */
+	if (ret == 0 && d->n_reqs > 0)
+		ret = pp_comm_progress(d->grads);
+	if (ret < 0)
+		drop_requests(d);
+	d->hook_ns += now_ns() - t0;
+	return ret;
+}
+
+int tr_dist_grad_sync(void *arg, struct pp_stream *stream)
+{
+	struct tr_dist *d = arg;
+	const uint64_t t0 = now_ns();
+	int ret;
 
 	if (d->deterministic)
-		return keep_micro(d, grads, count);
-	return pp_comm_allreduce(d->grads, grads, count, PP_COMM_F32, PP_COMM_MEAN, stream);
+		return reduce_micro(d);
+	ret = start_bucket(d, stream);
+	for (size_t i = 0; i < d->n_reqs && ret == 0; i++) {
+		ret = pp_comm_wait(d->reqs[i], stream);
+		d->reqs[i] = NULL;
+	}
+	if (ret < 0) {
+		/* those not waited for are the communicator's to free */
+		for (size_t i = 0; i < d->n_reqs; i++)
+			d->reqs[i] = NULL;
+	}
+	drop_requests(d);
+	d->sync_ns += now_ns() - t0;
+	return ret;
 }
 
 int tr_dist_start_model(struct tr_dist *d, struct pp_model *model)
@@ -229,6 +343,7 @@ int tr_dist_start_model(struct tr_dist *d, struct pp_model *model)
 
 	d->model = model;
 	d->n_params = n;
+	drop_requests(d); /* a failed run's: its communicator has them */
 	free(d->slots);
 	d->slots = NULL;
 	if (d->deterministic) {

@@ -32,6 +32,15 @@ struct tr_dist {
 	float *slots;             /* (micro, n_params) each micro-batch's gradient, host */
 	unsigned local_done;      /* this step's micro-batches computed on this rank */
 	unsigned local_count;     /* micro-batches of a step on this rank (micro / size) */
+	/* gradients averaged bucket by bucket, per step: */
+	size_t bucket_floats;     /* --bucket-kb, in floats */
+	float *base;              /* the step's gradient vector (the hook's grads - offset) */
+	size_t lo, hi;            /* the open bucket, floats [lo, hi) of it (lo = hi: none) */
+	struct pp_comm_request **reqs; /* the step's allreduces in flight, in order */
+	size_t n_reqs, cap_reqs;
+	uint64_t buckets;         /* allreduces started, in all */
+	uint64_t hook_ns;         /* time in the hook (starting them), in all */
+	uint64_t sync_ns;         /* time in the sync (waiting for them), in all */
 	char why[512];            /* the run's failure found here ("rank R of N: ..."), or "" */
 };
 
@@ -62,9 +71,17 @@ int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_
 int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev);
 void tr_dist_run_end(struct tr_dist *d);
 
-/* The gradient hook of pp_model_config: averages the gradient over the ranks (arg: d). */
+/*
+ * The gradient hook and sync of pp_model_config (arg: d): the hook adds
+ * each range the backward pass hands over to the open bucket and starts
+ * its average over the ranks (pp_comm_iallreduce) once the bucket holds
+ * --bucket-kb; the sync starts the last one and waits for them all.
+ * --deterministic: the hook keeps the micro-batch's ranges, the sync
+ * reduces the micro-batches after this rank's last.
+ */
 int tr_dist_grad_hook(void *arg, float *grads, size_t offset, size_t count,
 		      struct pp_stream *stream);
+int tr_dist_grad_sync(void *arg, struct pp_stream *stream);
 
 /*
  * Makes every rank's parameters rank 0's (a model made from the same seed

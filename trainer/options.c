@@ -87,6 +87,10 @@ static const char usage[] =
 "                          epoch's last partial global batch dropped (cpu, sim)\n"
 "      --micro-batches=M   --deterministic: micro-batches of a global batch, a\n"
 "                          multiple of N dividing it   [gcd(global batch, 12)]\n"
+"      --bucket-kb=K       gradients averaged in buckets of consecutive layers of\n"
+"                          at least K KiB, each started as soon as the backward\n"
+"                          pass has made it, while it goes on; 0: a bucket a\n"
+"                          layer                                            [0]\n"
 "  --batch-size is per rank; rank 0 alone prints and writes the files; each\n"
 "  rank reads --data and --resume's checkpoint itself.\n"
 "\n"
@@ -119,7 +123,7 @@ enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
 	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
 	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_KEEP_DENORMALS, OPT_GRAPH, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
-	OPT_COMM, OPT_COMM_TIMEOUT, OPT_DETERMINISTIC, OPT_MICRO_BATCHES,
+	OPT_COMM, OPT_COMM_TIMEOUT, OPT_DETERMINISTIC, OPT_MICRO_BATCHES, OPT_BUCKET_KB,
 };
 
 static const struct option long_options[] = {
@@ -159,6 +163,7 @@ static const struct option long_options[] = {
 	{ "comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT },
 	{ "deterministic", no_argument, NULL, OPT_DETERMINISTIC },
 	{ "micro-batches", required_argument, NULL, OPT_MICRO_BATCHES },
+	{ "bucket-kb", required_argument, NULL, OPT_BUCKET_KB },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
@@ -315,6 +320,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	opt->progress = isatty(2) ? 1 : 0;
 	snprintf(opt->comm, sizeof(opt->comm), "auto");
 	opt->comm_timeout = PP_COMM_DEFAULT_TIMEOUT_S;
+	opt->bucket_kb = TR_BUCKET_KB;
 
 	optind = 1;
 	opterr = 0;
@@ -433,6 +439,11 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			if (parse_u64(optarg, 1, 1u << 20, &u) < 0)
 				ret = bad(name, optarg, "not a micro-batch count (1..1048576)");
 			opt->micro_batches = (unsigned)u;
+			break;
+		case OPT_BUCKET_KB:
+			if (parse_u64(optarg, 0, 1u << 30, &u) < 0)
+				ret = bad(name, optarg, "not a bucket size in KiB (0..1073741824)");
+			opt->bucket_kb = (unsigned)u;
 			break;
 		case 'q': opt->progress = -1; break;
 		case 'h': fputs(usage, stdout); return 1;

@@ -24,6 +24,9 @@ struct tr_axis {
 /* The most epochs a run trains (--epochs); no checkpoint of a run lies past them. */
 #define TR_MAX_EPOCHS 100000u
 
+/* --bucket-kb's default: a bucket a layer, the fastest measured (bench/README.md). */
+#define TR_BUCKET_KB 0u
+
 struct tr_options {
 	struct tr_axis device, batch_size, workers, pin_memory, lr, model, optimizer, threads;
 	char data[4096];          /* dataset directory, or "synthetic[:COUNT]" */
@@ -54,6 +57,7 @@ struct tr_options {
 	double comm_timeout;      /* seconds each collective may take */
 	bool deterministic;       /* N ranks give one process's parameters bit for bit */
 	unsigned micro_batches;   /* --deterministic: micro-batches per global batch; 0: default */
+	unsigned bucket_kb;       /* gradients averaged in buckets of at least this many KiB */
 };
 
 /*

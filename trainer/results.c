@@ -43,6 +43,7 @@ static const struct column columns[] = {
 	{ "exposed_s", COL_REAL, ROW(exposed_s), 3 },
 	{ "copy_host_s", COL_REAL, ROW(copy_host_s), 3 },
 	{ "hidden_pct", COL_REAL, ROW(hidden_pct), 1 },
+	{ "allreduce_s", COL_REAL, ROW(allreduce_s), 3 },
 	{ "device", COL_TEXT, PAR(device), 0 },
 	{ "batch_size", COL_UINT, PAR(batch_size), 0 },
 	{ "workers", COL_UINT, PAR(workers), 0 },

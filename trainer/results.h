@@ -44,6 +44,9 @@ struct tr_row {
 	double exposed_s;      /* of copy_s, the seconds not hidden behind compute (pinpipe/transfer.h) */
 	double copy_host_s;    /* seconds the host spent in copy calls in the epoch */
 	double hidden_pct;     /* share of the copy time hidden behind compute, 0..100; NaN without copies */
+	double allreduce_s;    /* seconds the steps spent on the gradient's average over the ranks
+				  (starting it, and waiting for what the backward pass did not
+				  hide) in the epoch, rank 0's; 0 on one rank */
 	struct tr_params p;
 	char status[200];      /* "ok", or "failed: <reason>" */
 };

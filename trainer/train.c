@@ -458,6 +458,7 @@ static int run_open(const struct tr_options *opt, const struct tr_params *p, uns
 	mc.stream = r->compute;
 	if (dist->size > 1 || dist->deterministic) {
 		mc.grad_hook = tr_dist_grad_hook;
+		mc.grad_sync = tr_dist_grad_sync;
 		mc.grad_hook_arg = dist;
 	}
 	mc.optim.kind = strcmp(p->optimizer, "sgd") == 0 ? PP_OPTIM_SGD : PP_OPTIM_ADAM;
@@ -721,7 +722,7 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 	row.train_loss = row.train_acc = row.val_loss = row.val_acc = NAN;
 	row.test_loss = row.test_acc = NAN;
 	row.epoch_s = row.run_s = row.samples_per_s = row.wait_s = row.copy_s = row.hidden_pct = NAN;
-	row.copy_host_s = row.exposed_s = NAN;
+	row.copy_host_s = row.exposed_s = row.allreduce_s = NAN;
 	row.p = *p;
 	const char *reason = why ? why : pp_last_error()[0] ? pp_last_error() : pp_strerror(err);
 
@@ -774,6 +775,8 @@ static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, 
 	pp_summary_writer_add_scalar(r->tb, "time/epoch_s", row->epoch, row->epoch_s);
 	pp_summary_writer_add_scalar(r->tb, "time/samples_per_s", row->epoch, row->samples_per_s);
 	pp_summary_writer_add_scalar(r->tb, "time/wait_s", row->epoch, row->wait_s);
+	if (r->dist->size > 1)
+		pp_summary_writer_add_scalar(r->tb, "time/allreduce_s", row->epoch, row->allreduce_s);
 	tb_histograms(r, row->epoch);
 	/* The writer buffers: a full disk shows at the flush, once per epoch. */
 	if (pp_summary_writer_flush(r->tb) < 0)
@@ -827,12 +830,13 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
 {
 	struct pp_transfer_stats s0, s1;
 	struct pp_model_metrics m;
-	uint64_t timed;
+	uint64_t timed, comm0;
 	double t0, scale;
 	int ret, pass;
 
 	pp_transfer_get_stats(r->train_xfer, &s0);
 	pp_model_metrics(r->model, true, &m);
+	comm0 = r->dist->hook_ns + r->dist->sync_ns;
 	r->tb_loss = 0;
 	r->tb_samples = 0;
 	t0 = now_s();
@@ -844,6 +848,7 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
 	if (ret < 0)
 		return ret;
 	row->epoch_s = now_s() - t0;
+	row->allreduce_s = (double)(r->dist->hook_ns + r->dist->sync_ns - comm0) * 1e-9;
 	pp_model_metrics(r->model, true, &m);
 	/* The whole job's figures: every rank's samples. */
 	ret = tr_dist_sum_metrics(r->dist, &m);

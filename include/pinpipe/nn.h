@@ -154,6 +154,11 @@ struct pp_model_config {
 	 * processes (pinpipe/comm.h) while the backward pass goes on.
 	 * 'grads' is the range's first float in the model's device memory,
 	 * 'offset' its index in the vector and 'count' its floats (> 0).
+	 * The CPU backend also calls it with 'count' 0 ('grads' NULL,
+	 * 'offset' the vector's size) between pieces of the backward pass
+	 * that hand over no range, once a range of the step has been: a tick,
+	 * for the hook's work in flight to move on (MPI progresses a
+	 * non-blocking collective only inside its calls: pp_comm_progress()).
 	 * Each layer with parameters is one range, handed over as soon as its
 	 * gradient is produced, so that a range's reduction overlaps the rest
 	 * of the backward pass.  The CPU backend calls it from the caller's
