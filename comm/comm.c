@@ -357,6 +357,7 @@ int pp_comm_request_start(struct pp_comm *c, void *buf, size_t count, enum pp_co
 		}
 		if (ret == 0 && c->ops->istart != NULL) {
 			ret = c->ops->istart(r, stream);
+			r->issued = true;
 		} else if (ret == 0) {
 			ret = c->ops->allreduce(c, buf, count, dtype, op, stream);
 			r->done = true;
@@ -451,8 +452,14 @@ int pp_comm_wait(struct pp_comm_request *r, struct pp_stream *stream)
 		ret = r->msg != NULL ? pp_error_set(r->error, r->msg) :
 			pp_comm_fail(c, r->error, "iallreduce", "%s (failed before the wait)",
 				     pp_strerror(r->error));
-	else if (c->ops->iwait != NULL)
+	else if (r->issued && c->ops->iwait != NULL) {
+		/* A request done at its start (staged, or a backend's blocking call) holds its
+		 * result already: only one the backend started is ended by it.  The wait is
+		 * bounded from its own start: the caller's work since the request's is not
+		 * the other ranks' delay. */
+		r->deadline = pp_now_ns() + (uint64_t)(c->timeout_s * 1e9);
 		ret = c->ops->iwait(r, c->ops->device_buffers ? stream : NULL);
+	}
 	pp_comm_request_free(r);
 	return ret;
 }

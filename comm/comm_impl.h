@@ -82,7 +82,9 @@ struct pp_comm_request {
 	size_t count;             /* elements */
 	enum pp_comm_dtype dtype;
 	enum pp_comm_op op;
-	uint64_t deadline;        /* pp_now_ns() at the start plus the timeout, ns */
+	uint64_t deadline;        /* pp_now_ns() plus the timeout, ns: from the start, then
+				     from the wait */
+	bool issued;              /* started by the backend's istart: its iwait ends it */
 	bool done;                /* the reduction is done (its result may still need iwait) */
 	int error;                /* the first error, -errno; 0: none */
 	char *msg;                /* its message, said again by the wait; NULL: none kept */

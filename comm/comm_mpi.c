@@ -14,7 +14,7 @@
  * before the split into the machine's ranks.  A non-blocking allreduce is
  * the same MPI_Iallreduce calls left in flight: MPI_Testall moves them on
  * (pp_comm_progress()), and the wait polls them as a blocking collective
- * is polled, until the deadline counted from their start.  MPI forbids
+ * is polled, until the timeout counted from the wait.  MPI forbids
  * freeing a collective's request before it is done, so a request never
  * waited for is left to MPI, and MPI is not finalised at exit.
  */

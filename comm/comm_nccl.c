@@ -280,7 +280,7 @@ static int nccl_istart(struct pp_comm_request *r, struct pp_stream *stream)
 	struct nccl_req *q = calloc(1, sizeof(*q));
 	cudaStream_t s;
 	cudaError_t e;
-	int ret;
+	int ret, prev = 0;
 
 	if (q == NULL)
 		return pp_comm_fail(c, -ENOMEM, "iallreduce", "out of memory");
@@ -293,10 +293,16 @@ static int nccl_istart(struct pp_comm_request *r, struct pp_stream *stream)
 	if (ret < 0)
 		return ret;
 	s = (cudaStream_t)pp_stream_cuda_handle(stream);
-	/* The event belongs to the device current when it is made: the communicator's. */
-	e = cudaSetDevice(pp_device_get_props(c->device)->index);
+	/* The event belongs to the device current when it is made: the communicator's,
+	 * and then the caller's current device is put back. */
+	e = cudaGetDevice(&prev);
 	if (e == cudaSuccess)
+		e = cudaSetDevice(pp_device_get_props(c->device)->index);
+	if (e == cudaSuccess) {
 		e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+		if (cudaSetDevice(prev) != cudaSuccess && e == cudaSuccess)
+			e = cudaGetLastError();
+	}
 	if (e != cudaSuccess) {
 		q->done = NULL;
 		return nccl_cuda_fail(c, e, "cudaEventCreateWithFlags");
@@ -372,6 +378,11 @@ static void nccl_ifree(struct pp_comm_request *r)
 		return;
 	if (q->host != NULL)
 		pp_comm_request_free(q->host);
+	/* A reduction abandoned in flight (the caller failed before its wait): the
+	 * communicator is aborted, since ncclCommDestroy would wait for it, for ever
+	 * where another rank is gone. */
+	if (q->done != NULL && !r->done && cudaEventQuery(q->done) != cudaSuccess)
+		nccl_abort_comm(r->comm->ctx);
 	/* An event still pending is released by CUDA once it completes. */
 	if (q->done != NULL)
 		cudaEventDestroy(q->done);

@@ -309,8 +309,8 @@ static void fake_ifree(struct pp_comm_request *r)
 /*
  * Fails if the dispatcher loses a request: a failure found by progress
  * not said again, with its message, by that request's wait; a wait not run
- * once per request whatever the order; a request never waited for not
- * freed by destroy.
+ * once per request whatever the order, nor for one done at its start; a
+ * request never waited for not freed by destroy.
  */
 START_TEST(test_requests_in_the_dispatcher)
 {
@@ -347,9 +347,20 @@ START_TEST(test_requests_in_the_dispatcher)
 	ck_assert_int_eq(pp_comm_wait(r[0], NULL), 0);
 	ck_assert(buf[0][0] == 1 && buf[1][0] == 0 && buf[2][0] == 1);
 	ck_assert_int_eq(fake_frees, 3);
+	/* A request done at its start (count 0; a staged buffer likewise) is not the
+	 * backend's to end: its wait does not run the backend's (a mean divided twice). */
+	{
+		struct pp_comm_request *z;
+		float zero[1] = { 0 };
+
+		ck_assert_int_eq(pp_comm_iallreduce(c, zero, 0, PP_COMM_F32, PP_COMM_MEAN, NULL, &z), 0);
+		ck_assert_int_eq(pp_comm_wait(z, NULL), 0);
+		ck_assert(zero[0] == 0);
+		ck_assert_int_eq(fake_frees, 4);
+	}
 	/* r[3] and r[4] never waited for: destroy frees them. */
 	pp_comm_destroy(c);
-	ck_assert_int_eq(fake_frees, 5);
+	ck_assert_int_eq(fake_frees, 6);
 	ck_assert(buf[3][0] == 0 && buf[4][0] == 0);
 }
 END_TEST

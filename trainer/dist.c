@@ -291,8 +291,11 @@ int tr_dist_grad_hook(void *arg, float *grads, size_t offset, size_t count, stru
 		return ret;
 	}
 	d->base = grads - offset;
-	if (d->deterministic)
-		return keep_range(d, grads, offset, count);
+	if (d->deterministic) {
+		ret = keep_range(d, grads, offset, count);
+		d->hook_ns += now_ns() - t0;
+		return ret;
+	}
 	/* ranges come from the last layer down: a bucket grows downwards */
 	if (d->lo != d->hi && offset + count != d->lo)
 		ret = start_bucket(d, stream);
@@ -318,8 +321,11 @@ int tr_dist_grad_sync(void *arg, struct pp_stream *stream)
 	const uint64_t t0 = now_ns();
 	int ret;
 
-	if (d->deterministic)
-		return reduce_micro(d);
+	if (d->deterministic) {
+		ret = reduce_micro(d);
+		d->sync_ns += now_ns() - t0;
+		return ret;
+	}
 	ret = start_bucket(d, stream);
 	for (size_t i = 0; i < d->n_reqs && ret == 0; i++) {
 		ret = pp_comm_wait(d->reqs[i], stream);

@@ -273,6 +273,10 @@ struct run {
 
 static void run_close(struct run *r)
 {
+	/* First the communicator of the gradients: a reduction a failure left in flight
+	 * is aborted with it before the model's memory goes (nccl). */
+	if (r->dist != NULL)
+		tr_dist_run_end(r->dist);
 	pp_summary_writer_destroy(r->tb);
 	pp_model_destroy(r->model);
 	pp_transfer_destroy(r->test_xfer);
@@ -282,8 +286,6 @@ static void run_close(struct run *r)
 	pp_loader_destroy(r->val_loader);
 	pp_loader_destroy(r->train_loader);
 	pp_stream_destroy(r->compute);
-	if (r->dist != NULL)
-		tr_dist_run_end(r->dist);
 	pp_device_close(r->dev);
 	memset(r, 0, sizeof(*r));
 }

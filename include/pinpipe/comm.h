@@ -178,11 +178,13 @@ PP_API int pp_comm_progress(struct pp_comm *comm);
  * device, once the work queued on 'stream' after this call will see the
  * result (nccl: the host waits until the communicator's stream has run the
  * reduction, and 'stream' waits for it on the device too).  Bounded by
- * the communicator's timeout, counted from the start.  Returns 0, or
- * -ETIMEDOUT, -EIO, -ENOMEM; as after a failed pp_comm_allreduce(), the
- * ranks are then out of step (pp_comm_abort()).  NULL: 0.  A request never
- * waited for is freed by pp_comm_destroy(), its reduction abandoned (MPI
- * is then not finalised at exit).
+ * the communicator's timeout, counted from this call (the caller's own
+ * work since the start does not count).  Returns 0, or -ETIMEDOUT, -EIO,
+ * -ENOMEM, -EINVAL (nccl: a stream of another device); as after a failed
+ * pp_comm_allreduce(), the ranks are then out of step (pp_comm_abort()).
+ * NULL: 0.  A request never waited for is freed by pp_comm_destroy(),
+ * its reduction abandoned (MPI is then not finalised at exit; nccl aborts
+ * its communicator rather than wait for it).
  */
 PP_API int pp_comm_wait(struct pp_comm_request *req, struct pp_stream *stream);
 
