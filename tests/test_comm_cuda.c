@@ -11,6 +11,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,31 @@
 #include "tests/testutil.h"
 
 /*
+ * Opens cuda:0 and a communicator of 'backend' on it, in a world of one;
+ * false when the build lacks the backend (-ENOTSUP: said, nothing left open).
+ */
+static bool open_comm(const char *backend, struct pp_device **dev_p, struct pp_comm **c_p)
+{
+	struct pp_comm_config cfg;
+	int ret;
+
+	pp_test_watchdog_arm();
+	ck_assert_int_eq(pp_device_open("cuda:0", dev_p), 0);
+	pp_comm_config_init(&cfg);
+	cfg.backend = backend;
+	cfg.device = *dev_p;
+	cfg.timeout_s = 60;
+	ret = pp_comm_create(&cfg, c_p);
+	if (ret == -ENOTSUP) {
+		printf("test_comm_cuda: %s\n", pp_last_error());
+		pp_device_close(*dev_p);
+		return false;
+	}
+	ck_assert_msg(ret == 0, "%s", pp_last_error());
+	return true;
+}
+
+/*
  * Runs every collective of 'backend' on a buffer of cuda:0 on a stream and
  * checks that a world of one leaves it as it was; a backend the build lacks
  * (-ENOTSUP) is said and passes.
@@ -27,26 +53,13 @@
 static void check_backend(const char *backend)
 {
 	float host[5] = { 1.0f, -2.5f, 3.0f, 1e-3f, 7.0f }, back[5] = { 0 };
-	struct pp_comm_config cfg;
 	struct pp_comm *c;
 	struct pp_device *dev;
 	struct pp_stream *s;
 	void *buf;
-	int ret;
 
-	pp_test_watchdog_arm();
-	ck_assert_int_eq(pp_device_open("cuda:0", &dev), 0);
-	pp_comm_config_init(&cfg);
-	cfg.backend = backend;
-	cfg.device = dev;
-	cfg.timeout_s = 60;
-	ret = pp_comm_create(&cfg, &c);
-	if (ret == -ENOTSUP) {
-		printf("test_comm_cuda: %s\n", pp_last_error());
-		pp_device_close(dev);
+	if (!open_comm(backend, &dev, &c))
 		return;
-	}
-	ck_assert_msg(ret == 0, "%s", pp_last_error());
 	ck_assert_int_eq(pp_comm_size(c), 1);
 	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, sizeof(host), &buf), 0);
@@ -77,26 +90,13 @@ static void check_backend_nonblocking(const char *backend)
 	float hf[5] = { 1.0f, -2.5f, 3.0f, 1e-3f, 7.0f }, bf[5] = { 0 }, h[3] = { 4, 5, 6 };
 	double hd[3] = { 1e300, -0.25, 3.5 }, bd[3] = { 0 };
 	struct pp_comm_request *r[4];
-	struct pp_comm_config cfg;
 	struct pp_comm *c;
 	struct pp_device *dev;
 	struct pp_stream *s;
 	void *df, *dd, *dl;
-	int ret;
 
-	pp_test_watchdog_arm();
-	ck_assert_int_eq(pp_device_open("cuda:0", &dev), 0);
-	pp_comm_config_init(&cfg);
-	cfg.backend = backend;
-	cfg.device = dev;
-	cfg.timeout_s = 60;
-	ret = pp_comm_create(&cfg, &c);
-	if (ret == -ENOTSUP) {
-		printf("test_comm_cuda: %s\n", pp_last_error());
-		pp_device_close(dev);
+	if (!open_comm(backend, &dev, &c))
 		return;
-	}
-	ck_assert_msg(ret == 0, "%s", pp_last_error());
 	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, sizeof(hf), &df), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, sizeof(hd), &dd), 0);

@@ -25,12 +25,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 . "$(dirname "$0")/testlib.sh"
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/tsan_mpi.supp"
-mpirun="mpirun --oversubscribe"
+mpi_env
 
 "$ranks" reduce >"$tmp/probe" 2>&1
 if grep -q "this build has no MPI" "$tmp/probe"; then

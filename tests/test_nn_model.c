@@ -342,6 +342,15 @@ static int sync_grads(void *arg, struct pp_stream *stream)
 	return log->sync_fail;
 }
 
+/* Fails unless m's n parameters are want's, bit for bit. */
+static void assert_params(struct pp_model *m, const float *want, size_t n)
+{
+	float *p = pp_test_read_params(m);
+
+	ck_assert(memcmp(want, p, n * sizeof(float)) == 0);
+	free(p);
+}
+
 /* One training step of a with the hooks' log expecting the ranges of a vector of n. */
 static int hooked_step(struct pp_model *a, struct hook_log *log, size_t n, uint64_t seed)
 {
@@ -463,9 +472,7 @@ START_TEST(test_grad_hook)
 	log.fail = PP_MODEL_GRAD_KEEP;
 	ck_assert_int_eq(hooked_step(a, &log, n, 98), 0);
 	ck_assert_uint_eq(pp_model_steps(a), 3);
-	free(pb);
-	pb = pp_test_read_params(a);
-	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	assert_params(a, pa, n);
 	ck_assert_int_eq(pp_model_grads_read(a, gb, n), 0);
 	ck_assert(memcmp(ga, gb, n * sizeof(float)) != 0);
 	/* The same from the sync alone. */
@@ -473,9 +480,7 @@ START_TEST(test_grad_hook)
 	log.sync_fail = PP_MODEL_GRAD_KEEP;
 	ck_assert_int_eq(hooked_step(a, &log, n, 97), 0);
 	ck_assert_uint_eq(pp_model_steps(a), 3);
-	free(pb);
-	pb = pp_test_read_params(a);
-	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	assert_params(a, pa, n);
 	/* A hook that fails: the step fails with its error, nothing updated, no sync. */
 	log.sync_fail = 0;
 	log.fail = -EIO;
@@ -483,18 +488,14 @@ START_TEST(test_grad_hook)
 	ck_assert_int_eq(hooked_step(a, &log, n, 99), -EIO);
 	ck_assert_str_eq(pp_last_error(), "hook: refused");
 	ck_assert_int_eq(log.syncs, 0);
-	free(pb);
-	pb = pp_test_read_params(a);
-	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	assert_params(a, pa, n);
 	/* A sync that fails: the same. */
 	log.fail = 0;
 	log.sync_fail = -EPIPE;
 	ck_assert_int_eq(hooked_step(a, &log, n, 96), -EPIPE);
 	ck_assert_str_eq(pp_last_error(), "sync: refused");
 	ck_assert_int_eq(log.syncs, 1);
-	free(pb);
-	pb = pp_test_read_params(a);
-	ck_assert(memcmp(pa, pb, n * sizeof(float)) == 0);
+	assert_params(a, pa, n);
 	free(log.seen);
 	free(ga);
 	free(gb);

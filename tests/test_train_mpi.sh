@@ -43,16 +43,8 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 . "$(dirname "$0")/testlib.sh"
 
-# As root, Open MPI's mpirun needs both; --oversubscribe: more ranks than cores.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-# Containers often forbid the cross-memory attach of Open MPI's shared-memory
-# transport (ptrace rules): copy through the shared segment instead.
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/tsan_mpi.supp"
+mpi_env
 # A hang fails the test (timeout's status 124) instead of stalling it.
-mpirun="mpirun --oversubscribe"
 mpi="timeout 300 $mpirun"
 
 "$train" --comm=mpi --data=synthetic:60 --epochs=1 --max-steps=1 --no-eval -q >"$tmp/probe" 2>&1

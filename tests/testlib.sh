@@ -15,3 +15,20 @@ expect() {
 		echo "FAIL: '$*' printed nothing matching '$pattern':"; cat "$tmp/out"; fail=1
 	fi
 }
+
+# mpi_env: the environment of the tests that run mpirun.  As root, Open
+# MPI's mpirun needs both ALLOW variables; oversubscribe: more ranks than
+# cores.  Containers often forbid the cross-memory attach of its
+# shared-memory transport (ptrace rules): copy through the shared segment
+# instead.  Under AddressSanitizer the ranks run without the leak check
+# (Open MPI's components, unloaded at exit, leave allocations LeakSanitizer
+# can no longer name); under ThreadSanitizer, reports whose stacks run
+# through Open MPI are left out (tests/tsan_mpi.supp).  Sets $mpirun.
+mpi_env() {
+	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+	export OMPI_MCA_rmaps_base_oversubscribe=1
+	export OMPI_MCA_btl_vader_single_copy_mechanism=none
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+	export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/tsan_mpi.supp"
+	mpirun="mpirun --oversubscribe"
+}
