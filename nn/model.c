@@ -319,6 +319,16 @@ int pp_nn_model_wait(struct pp_model *m)
 	return m->backend->queued ? pp_stream_synchronize(m->cfg.stream) : 0;
 }
 
+bool pp_nn_behind_pooled_conv(const struct pp_model *m, size_t i)
+{
+	const struct nn_layer *L = m->layers;
+
+	if (i >= 1 && L[i - 1].kind == NN_CONV && L[i - 1].sparse_dout)
+		return true;
+	return L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
+	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
+}
+
 int pp_nn_model_grads_ready(struct pp_model *m, size_t offset, size_t count)
 {
 	if (m->cfg.grad_hook == NULL || count == 0)

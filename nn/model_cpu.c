@@ -96,17 +96,6 @@ struct nn_chunk {
 	char msg[256];      /* the error message when err */
 };
 
-/* True for the ReLU and max-pool whose backward pp_nn_conv2d_backward_pooled() does. */
-static bool behind_pooled_conv(const struct pp_model *m, size_t i)
-{
-	const struct nn_layer *L = m->layers;
-
-	if (i >= 1 && L[i - 1].kind == NN_CONV && L[i - 1].sparse_dout)
-		return true;
-	return L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
-	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
-}
-
 /* The max-pool behind conv i (l->sparse_dout), with a ReLU between them or not. */
 static const struct nn_layer *pool_of(const struct pp_model *m, size_t i)
 {
@@ -232,11 +221,11 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 			}
 			break;
 		case NN_MAXPOOL:
-			if (dx && !behind_pooled_conv(m, i))
+			if (dx && !pp_nn_behind_pooled_conv(m, i))
 				pp_nn_maxpool_backward(l, dx, dy, m->pool_idx[i] + s0 * l->out_size, n);
 			break;
 		case NN_RELU:
-			if (dx && !behind_pooled_conv(m, i))
+			if (dx && !pp_nn_behind_pooled_conv(m, i))
 				pp_nn_relu_backward(dx, dy, m->acts[i] + s0 * l->out_size, (size_t)n * l->out_size);
 			break;
 		case NN_FLATTEN:

@@ -48,17 +48,6 @@ static size_t pool_of(const struct pp_model *m, size_t i)
 	return m->layers[i + 1].kind == NN_RELU ? i + 2 : i + 1;
 }
 
-/* True for the ReLU and max-pool that a fused convolution before them runs. */
-static bool in_fused_conv(const struct pp_model *m, size_t i)
-{
-	const struct nn_layer *L = m->layers;
-
-	if (i >= 1 && L[i - 1].kind == NN_CONV && L[i - 1].sparse_dout)
-		return true;
-	return L[i].kind == NN_MAXPOOL && i >= 2 && L[i - 1].kind == NN_RELU &&
-	       L[i - 2].kind == NN_CONV && L[i - 2].sparse_dout;
-}
-
 /* The geometry of fused conv i and its pool. */
 static struct pp_cuda_pool_geom pool_geom_of(const struct pp_model *m, size_t i)
 {
@@ -266,7 +255,7 @@ static int forward(struct pp_model *m, const float *x, int n)
 		const struct pp_cuda_geom g = geom_of(l);
 		float *y = m->acts[i];
 
-		if (in_fused_conv(m, i)) {
+		if (pp_nn_behind_pooled_conv(m, i)) {
 			x = y; /* the pool's output, written by the convolution */
 			continue;
 		}
@@ -314,7 +303,7 @@ static int backward(struct pp_model *m, const float *input, int n)
 		float *dx = l->need_din ? m->dacts[i - 1] : NULL;
 		const float *x = i ? m->acts[i - 1] : input;
 
-		if (in_fused_conv(m, i))
+		if (pp_nn_behind_pooled_conv(m, i))
 			continue; /* the convolution before them takes their backward */
 		switch (l->kind) {
 		case NN_CONV:

@@ -407,6 +407,14 @@ extern const struct nn_backend pp_nn_backend_cuda;
 /* Checks the settings a checkpoint does not hold (threads, mean, std); -EINVAL with a message. */
 int pp_nn_model_check_runtime(const struct pp_model_config *cfg);
 
+/*
+ * True for layer i when it is the ReLU or max-pool behind a convolution
+ * whose pooled kernels run them too (l->sparse_dout: the CPU's
+ * pp_nn_conv2d_backward_pooled(), cuda's fused conv + ReLU + pool): the
+ * layer's own pass is then skipped.
+ */
+bool pp_nn_behind_pooled_conv(const struct pp_model *m, size_t i);
+
 /* Waits for the model's queued work (nn_backend.queued); 0 or -errno. */
 int pp_nn_model_wait(struct pp_model *m);
 
