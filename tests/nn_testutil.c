@@ -17,6 +17,24 @@ float pp_test_frand(void)
 	return (float)(pp_test_rng >> 40) / 16777216.0f * 2.0f - 1.0f;
 }
 
+float *pp_test_rand_floats(size_t n)
+{
+	float *p = malloc((n + 1) * sizeof(float));
+
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = pp_test_frand();
+	return p;
+}
+
+float *pp_test_zero_floats(size_t n)
+{
+	float *p = calloc(n + 1, sizeof(float));
+
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
 struct pp_tensor *pp_test_synth_batch(size_t batch, uint64_t seed, int32_t *labels)
 {
 	const size_t shape[4] = { batch, 1, 28, 28 };

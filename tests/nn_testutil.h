@@ -6,6 +6,7 @@
 #ifndef PP_TESTS_NN_TESTUTIL_H
 #define PP_TESTS_NN_TESTUTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "pinpipe/nn.h"
@@ -15,6 +16,12 @@ extern uint64_t pp_test_rng;
 
 /* The next float of the stream, uniform in [-1, 1). */
 float pp_test_frand(void);
+
+/* n floats of pp_test_frand(), malloc'd with one more (never NULL: fails the test). */
+float *pp_test_rand_floats(size_t n);
+
+/* n zeros, calloc'd with one more (never NULL). */
+float *pp_test_zero_floats(size_t n);
 
 /* A synthetic uint8 batch of 'batch' 1x28x28 images and labels, from 'seed'. */
 struct pp_tensor *pp_test_synth_batch(size_t batch, uint64_t seed, int32_t *labels);

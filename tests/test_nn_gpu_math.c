@@ -27,24 +27,6 @@
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"
 
-static float *rand_floats(size_t n)
-{
-	float *p = malloc((n + 1) * sizeof(float));
-
-	ck_assert_ptr_nonnull(p);
-	for (size_t i = 0; i < n; i++)
-		p[i] = pp_test_frand();
-	return p;
-}
-
-static float *zero_floats(size_t n)
-{
-	float *p = calloc(n + 1, sizeof(float));
-
-	ck_assert_ptr_nonnull(p);
-	return p;
-}
-
 /* ------------------------------------------------------------------ the blocks, emulated */
 
 /*
@@ -73,7 +55,7 @@ static void emu_finish(float *out0, float *out1, int split, const float *partial
 static void emu_sum_channels(float *out, const float *d, int s, int jn, int p)
 {
 	const int parts = pp_red_parts(jn, (size_t)s * p);
-	float *partial = zero_floats(pp_red_floats(jn, (size_t)s * p));
+	float *partial = pp_test_zero_floats(pp_red_floats(jn, (size_t)s * p));
 
 	for (size_t i = 0; i < (size_t)jn * parts; i++)
 		partial[i] = pp_red_sum_partial(d, s, jn, p, parts, (int)(i % jn), (int)(i / jn));
@@ -145,14 +127,14 @@ static struct fused fused_make(const struct fused_case *fc)
 			  .ow = l->out_w, .k = fc->k, .stride = fc->stride, .pad = fc->pad },
 		.pk = fc->pk, .ps = fc->ps, .ph = p->out_h, .pw = p->out_w, .relu = fc->relu,
 	};
-	f.x = rand_floats((size_t)fc->n * l->in_size);
-	f.w = rand_floats(l->n_w);
-	f.b = rand_floats(l->n_b);
-	f.conv = zero_floats((size_t)fc->n * l->out_size);
-	f.pooled = zero_floats((size_t)fc->n * p->out_size);
+	f.x = pp_test_rand_floats((size_t)fc->n * l->in_size);
+	f.w = pp_test_rand_floats(l->n_w);
+	f.b = pp_test_rand_floats(l->n_b);
+	f.conv = pp_test_zero_floats((size_t)fc->n * l->out_size);
+	f.pooled = pp_test_zero_floats((size_t)fc->n * p->out_size);
 	f.idx = calloc((size_t)fc->n * p->out_size + 1, sizeof(int32_t));
 	ck_assert_ptr_nonnull(f.idx);
-	f.col = zero_floats((size_t)fc->n * l->out_h * l->out_w * fc->c * fc->k * fc->k);
+	f.col = pp_test_zero_floats((size_t)fc->n * l->out_h * l->out_w * fc->c * fc->k * fc->k);
 	pp_nn_conv2d_forward(l, f.conv, f.x, f.w, f.b, f.col, fc->n);
 	if (fc->relu)
 		pp_nn_maxpool_relu_forward(p, f.pooled, f.idx, f.conv, fc->n);
@@ -196,7 +178,7 @@ START_TEST(test_fused_forward)
 		struct fused f = fused_make(&fused_cases[c]);
 		const struct pp_cuda_pool_geom *g = &f.g;
 		const size_t outs = (size_t)f.n * f.pool.out_size, plane = (size_t)g->conv.oh * g->conv.ow;
-		float *out = zero_floats(outs);
+		float *out = pp_test_zero_floats(outs);
 		int32_t *idx = calloc(outs, sizeof(int32_t));
 
 		ck_assert_ptr_nonnull(idx);
@@ -254,12 +236,12 @@ START_TEST(test_fused_backward)
 		const size_t outs = (size_t)f.n * f.pool.out_size, ins = (size_t)f.n * f.l.in_size;
 		const int jn = pp_fused_param_count(g);
 		const int parts = pp_red_parts(jn, (size_t)f.n * g->ph * g->pw);
-		float *dpool = rand_floats(outs);
-		float *dcol = zero_floats(pp_nn_conv2d_backward_pooled_scratch(&f.l, &f.pool));
-		float *din1 = zero_floats(ins), *din2 = zero_floats(ins);
-		float *dw1 = zero_floats(f.l.n_w), *dw2 = zero_floats(f.l.n_w);
-		float *db1 = zero_floats(f.l.n_b), *db2 = zero_floats(f.l.n_b);
-		float *partial = zero_floats(pp_red_floats(jn, (size_t)f.n * g->ph * g->pw));
+		float *dpool = pp_test_rand_floats(outs);
+		float *dcol = pp_test_zero_floats(pp_nn_conv2d_backward_pooled_scratch(&f.l, &f.pool));
+		float *din1 = pp_test_zero_floats(ins), *din2 = pp_test_zero_floats(ins);
+		float *dw1 = pp_test_zero_floats(f.l.n_w), *dw2 = pp_test_zero_floats(f.l.n_w);
+		float *db1 = pp_test_zero_floats(f.l.n_b), *db2 = pp_test_zero_floats(f.l.n_b);
+		float *partial = pp_test_zero_floats(pp_red_floats(jn, (size_t)f.n * g->ph * g->pw));
 
 		for (size_t i = 0; i < outs; i += 5)
 			dpool[i] = 0.0f;
@@ -319,11 +301,11 @@ START_TEST(test_pool_backward)
 					   .oh = l.out_h, .ow = l.out_w, .k = l.k, .stride = l.stride };
 		ins = (size_t)sh[0] * l.in_size;
 		outs = (size_t)sh[0] * l.out_size;
-		x = rand_floats(ins);
-		y = zero_floats(outs);
-		dy = rand_floats(outs);
-		din1 = zero_floats(ins);
-		din2 = zero_floats(ins);
+		x = pp_test_rand_floats(ins);
+		y = pp_test_zero_floats(outs);
+		dy = pp_test_rand_floats(outs);
+		din1 = pp_test_zero_floats(ins);
+		din2 = pp_test_zero_floats(ins);
 		idx = calloc(outs + 1, sizeof(int32_t));
 		ck_assert_ptr_nonnull(idx);
 		/* ties, so that overlapping windows select the same pixel */
@@ -364,8 +346,8 @@ START_TEST(test_sums)
 	for (int c = 0; c < (int)(sizeof(shapes) / sizeof(shapes[0])); c++) {
 		const int s = shapes[c][0], jn = shapes[c][1], p = shapes[c][2];
 		const size_t n = (size_t)s * jn * p;
-		float *d = rand_floats(n), *ones = zero_floats(n);
-		float *out = zero_floats((size_t)jn), *count = zero_floats((size_t)jn);
+		float *d = pp_test_rand_floats(n), *ones = pp_test_zero_floats(n);
+		float *out = pp_test_zero_floats((size_t)jn), *count = pp_test_zero_floats((size_t)jn);
 		double *want = calloc((size_t)jn, sizeof(double)), *mag = calloc((size_t)jn, sizeof(double));
 
 		ck_assert(want && mag);
@@ -482,8 +464,8 @@ START_TEST(test_xent)
 
 	for (int k = 0; k < (int)(sizeof(shapes) / sizeof(shapes[0])); k++) {
 		const int n = shapes[k][0], c = shapes[k][1];
-		float *z = rand_floats((size_t)n * c);
-		float *d1 = zero_floats((size_t)n * c), *d2 = zero_floats((size_t)n * c);
+		float *z = pp_test_rand_floats((size_t)n * c);
+		float *d1 = pp_test_zero_floats((size_t)n * c), *d2 = pp_test_zero_floats((size_t)n * c);
 		double *losses = calloc((size_t)n, sizeof(double)), want = 0.0;
 		int32_t *labels = malloc((size_t)n * sizeof(int32_t));
 		const float scale = 1.0f / (float)n;

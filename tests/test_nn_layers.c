@@ -22,24 +22,6 @@
 
 /* ------------------------------------------------------------------ helpers */
 
-static float *rand_floats(size_t n)
-{
-	float *p = malloc(n * sizeof(float) + 4);
-
-	ck_assert_ptr_nonnull(p);
-	for (size_t i = 0; i < n; i++)
-		p[i] = pp_test_frand();
-	return p;
-}
-
-static float *zero_floats(size_t n)
-{
-	float *p = calloc(n + 1, sizeof(float));
-
-	ck_assert_ptr_nonnull(p);
-	return p;
-}
-
 /* One layer under a gradient check: L = sum(out * r), in double. */
 struct gc {
 	struct nn_layer l;
@@ -121,13 +103,13 @@ static struct gc gc_make(enum nn_layer_kind kind, int n, int c, int h, int w, in
 	l->out_size = (size_t)l->out_c * l->out_h * l->out_w;
 	l->n_w = kind == NN_CONV ? (size_t)oc * c * k * k : kind == NN_LINEAR ? (size_t)oc * l->in_size : 0;
 	l->n_b = l->n_w ? (size_t)oc : 0;
-	g.in = rand_floats((size_t)n * l->in_size);
-	g.w = rand_floats(l->n_w);
-	g.b = rand_floats(l->n_b);
-	g.out = zero_floats((size_t)n * l->out_size);
-	g.r = rand_floats((size_t)n * l->out_size);
-	g.col = zero_floats((size_t)n * c * k * k * l->out_h * l->out_w + 1);
-	g.dcol = zero_floats((size_t)c * k * k * l->out_h * l->out_w + 1);
+	g.in = pp_test_rand_floats((size_t)n * l->in_size);
+	g.w = pp_test_rand_floats(l->n_w);
+	g.b = pp_test_rand_floats(l->n_b);
+	g.out = pp_test_zero_floats((size_t)n * l->out_size);
+	g.r = pp_test_rand_floats((size_t)n * l->out_size);
+	g.col = pp_test_zero_floats((size_t)n * c * k * k * l->out_h * l->out_w + 1);
+	g.dcol = pp_test_zero_floats((size_t)c * k * k * l->out_h * l->out_w + 1);
 	g.idx = calloc((size_t)n * l->out_size + 1, sizeof(int32_t));
 	return g;
 }
@@ -148,15 +130,15 @@ static void gc_free(struct gc *g)
 static void gc_pooled_scratch(struct gc *g, const struct nn_layer *pool)
 {
 	free(g->dcol);
-	g->dcol = zero_floats(pp_nn_conv2d_backward_pooled_scratch(&g->l, pool));
+	g->dcol = pp_test_zero_floats(pp_nn_conv2d_backward_pooled_scratch(&g->l, pool));
 }
 
 /* Runs the layer's backward with dout = r; checks din, dW and db against central differences. */
 static void gc_run(struct gc *g, float eps)
 {
 	const struct nn_layer *l = &g->l;
-	float *din = zero_floats((size_t)g->n * l->in_size);
-	float *dw = zero_floats(l->n_w), *db = zero_floats(l->n_b);
+	float *din = pp_test_zero_floats((size_t)g->n * l->in_size);
+	float *dw = pp_test_zero_floats(l->n_w), *db = pp_test_zero_floats(l->n_b);
 
 	gc_loss(g);
 	switch (l->kind) {
@@ -251,11 +233,11 @@ START_TEST(test_conv_pooled_backward)
 		const struct nn_layer *pool = &pg.l;
 		gc_pooled_scratch(&g, pool);
 		const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
-		float *act = zero_floats(outs), *dact = zero_floats(outs), *dy = zero_floats(outs);
-		float *pooled = zero_floats(pouts), *dpool = rand_floats(pouts);
-		float *din1 = zero_floats((size_t)g.n * l->in_size), *din2 = zero_floats((size_t)g.n * l->in_size);
-		float *dw1 = zero_floats(l->n_w), *dw2 = zero_floats(l->n_w);
-		float *db1 = zero_floats(l->n_b), *db2 = zero_floats(l->n_b);
+		float *act = pp_test_zero_floats(outs), *dact = pp_test_zero_floats(outs), *dy = pp_test_zero_floats(outs);
+		float *pooled = pp_test_zero_floats(pouts), *dpool = pp_test_rand_floats(pouts);
+		float *din1 = pp_test_zero_floats((size_t)g.n * l->in_size), *din2 = pp_test_zero_floats((size_t)g.n * l->in_size);
+		float *dw1 = pp_test_zero_floats(l->n_w), *dw2 = pp_test_zero_floats(l->n_w);
+		float *db1 = pp_test_zero_floats(l->n_b), *db2 = pp_test_zero_floats(l->n_b);
 
 		for (size_t i = 0; i < pouts; i += 3)
 			dpool[i] = 0.0f;
@@ -323,11 +305,11 @@ START_TEST(test_conv_pooled_versions)
 			gc_pooled_scratch(&g, pool);
 			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
 			const size_t ins = (size_t)g.n * l->in_size;
-			float *act = zero_floats(outs), *dact = zero_floats(outs), *dy = zero_floats(outs);
-			float *pooled = zero_floats(pouts), *dpool = rand_floats(pouts);
-			float *din1 = zero_floats(ins), *din2 = rand_floats(ins);
-			float *dw1 = zero_floats(l->n_w), *dw2 = zero_floats(l->n_w);
-			float *db1 = zero_floats(l->n_b), *db2 = zero_floats(l->n_b);
+			float *act = pp_test_zero_floats(outs), *dact = pp_test_zero_floats(outs), *dy = pp_test_zero_floats(outs);
+			float *pooled = pp_test_zero_floats(pouts), *dpool = pp_test_rand_floats(pouts);
+			float *din1 = pp_test_zero_floats(ins), *din2 = pp_test_rand_floats(ins);
+			float *dw1 = pp_test_zero_floats(l->n_w), *dw2 = pp_test_zero_floats(l->n_w);
+			float *db1 = pp_test_zero_floats(l->n_b), *db2 = pp_test_zero_floats(l->n_b);
 
 			for (size_t i = 0; i < pouts; i += 3)
 				dpool[i] = 0.0f;
@@ -406,11 +388,11 @@ START_TEST(test_conv_direct)
 			gc_pooled_scratch(&g, pool);
 			const size_t outs = (size_t)g.n * l->out_size, pouts = (size_t)g.n * pool->out_size;
 			const size_t ins = (size_t)g.n * l->in_size;
-			float *y = zero_floats(outs), *act = zero_floats(outs), *pooled = zero_floats(pouts);
-			float *dpool = rand_floats(pouts);
-			float *din1 = zero_floats(ins), *din2 = zero_floats(ins);
-			float *dw1 = zero_floats(l->n_w), *dw2 = zero_floats(l->n_w);
-			float *db1 = zero_floats(l->n_b), *db2 = zero_floats(l->n_b);
+			float *y = pp_test_zero_floats(outs), *act = pp_test_zero_floats(outs), *pooled = pp_test_zero_floats(pouts);
+			float *dpool = pp_test_rand_floats(pouts);
+			float *din1 = pp_test_zero_floats(ins), *din2 = pp_test_zero_floats(ins);
+			float *dw1 = pp_test_zero_floats(l->n_w), *dw2 = pp_test_zero_floats(l->n_w);
+			float *db1 = pp_test_zero_floats(l->n_b), *db2 = pp_test_zero_floats(l->n_b);
 
 			l->sparse_dout = true;
 			ck_assert(pp_nn_conv2d_direct_fits(l) == has_avx2);
@@ -500,7 +482,7 @@ START_TEST(test_conv_forward_direct512)
 		const struct nn_layer *l = &g.l;
 		const size_t outs = (size_t)g.n * l->out_size;
 		const size_t cols = (size_t)g.n * l->in_c * l->k * l->k * l->out_h * l->out_w;
-		float *y = zero_floats(outs), *col = zero_floats(cols);
+		float *y = pp_test_zero_floats(outs), *col = pp_test_zero_floats(cols);
 
 		ck_assert_msg(pp_nn_conv2d_direct_forward_fits512(l) == (s < 7), "shape %d", s);
 		if (best < PP_ISA_AVX512) {
@@ -540,7 +522,7 @@ START_TEST(test_maxpool_windows)
 			struct gc g = gc_make(NN_MAXPOOL, 2, 3, shapes[s][0], shapes[s][1], 0, 2, 2, 0);
 			const struct nn_layer *l = &g.l;
 			const size_t outs = (size_t)g.n * l->out_size;
-			float *y2 = zero_floats(outs);
+			float *y2 = pp_test_zero_floats(outs);
 			int32_t *idx2 = calloc(outs, sizeof(int32_t));
 
 			ck_assert_ptr_nonnull(idx2);
@@ -636,7 +618,7 @@ START_TEST(test_grad_loss)
 {
 	const int n = 4, c = 5;
 	int32_t y[4] = { 0, 4, 2, 2 };
-	float *z = rand_floats((size_t)n * c), *dz = zero_floats((size_t)n * c);
+	float *z = pp_test_rand_floats((size_t)n * c), *dz = pp_test_zero_floats((size_t)n * c);
 	float big[3] = { 1000.0f, -1000.0f, 999.0f };
 	int32_t by[1] = { 2 };
 	double losses[4];
@@ -891,12 +873,12 @@ START_TEST(test_linear_dw_versions)
 		struct gc g = gc_make(NN_LINEAR, c[2], c[1], 1, 1, c[0], 0, 0, 0);
 		const size_t nw = g.l.n_w;
 		float *dw[2], *db[2];
-		float *dout = rand_floats((size_t)c[2] * c[0]);
-		float *start = rand_floats(nw), *db_start = rand_floats((size_t)c[0]);
+		float *dout = pp_test_rand_floats((size_t)c[2] * c[0]);
+		float *start = pp_test_rand_floats(nw), *db_start = pp_test_rand_floats((size_t)c[0]);
 
 		for (int a = 0; a < 2; a++) {
-			dw[a] = zero_floats(nw);
-			db[a] = zero_floats((size_t)c[0]);
+			dw[a] = pp_test_zero_floats(nw);
+			db[a] = pp_test_zero_floats((size_t)c[0]);
 			memcpy(dw[a], start, nw * sizeof(float));
 			memcpy(db[a], db_start, (size_t)c[0] * sizeof(float));
 			pp_nn_linear_backward_params_isa(&g.l, dw[a], db[a], dout, g.in, c[2], c[3], c[4],
