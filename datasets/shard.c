@@ -81,7 +81,7 @@ static int check_header(struct pp_shard *sh, const uint8_t *h)
 	sh->nchunks = pp_le64(h + PP_SH_CHUNKS);
 	sh->compression = pp_le32(h + PP_SH_COMPRESSION);
 
-	if (pp_dtype_size(info->dtype) == 0)
+	if (info->dtype != PP_DTYPE_U8 && info->dtype != PP_DTYPE_F32)
 		return pp_error(-EBADMSG, "%s: offset %d: dtype %u, expected 1 (u8) or 2 (f32)", path,
 				PP_SH_DTYPE, (unsigned)info->dtype);
 	if (info->ndim < 1 || info->ndim > PP_MAX_DIMS)

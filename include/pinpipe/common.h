@@ -44,6 +44,10 @@ extern "C" {
 enum pp_dtype {
 	PP_DTYPE_U8 = 1,  /* unsigned 8-bit integer */
 	PP_DTYPE_F32 = 2, /* IEEE 754 binary32, little-endian on disk */
+	PP_DTYPE_I32 = 3, /* signed 32-bit integer (class labels) */
+	PP_DTYPE_U16 = 4, /* unsigned 16-bit integer (GPT-2 tokens) */
+	PP_DTYPE_U32 = 5, /* unsigned 32-bit integer (Llama 3 tokens) */
+	PP_DTYPE_I64 = 6, /* signed 64-bit integer */
 };
 
 /* Returns the library version, e.g. "0.1.0". */
@@ -67,7 +71,7 @@ PP_API const char *pp_last_error(void);
 /* Returns the size in bytes of one element of 'dtype', or 0 if it is unknown. */
 PP_API size_t pp_dtype_size(enum pp_dtype dtype);
 
-/* Returns "u8" or "f32", or "?" for an unknown dtype. */
+/* Returns "u8", "f32", "i32", "u16", "u32" or "i64", or "?" for an unknown dtype. */
 PP_API const char *pp_dtype_name(enum pp_dtype dtype);
 
 /*

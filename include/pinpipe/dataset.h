@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "pinpipe/common.h"
+#include "pinpipe/source.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -215,6 +216,38 @@ PP_API const struct pp_sample_info *pp_shard_info(const struct pp_shard *shard);
 /* Returns the number of chunks. */
 PP_API uint64_t pp_shard_chunk_count(const struct pp_shard *shard);
 
+/* Returns the shard's format version: 1 (fixed-size samples) or 2 (records of any length). */
+PP_API uint32_t pp_shard_version(const struct pp_shard *shard);
+
+/*
+ * Returns the layout of the shard's samples: version 1 {"samples" (the
+ * array, normalize), "labels" (int32) where it has labels}; version 2 the
+ * fields its decoder writes, then "labels" where it has labels.  For
+ * version 2, pp_shard_info() gives the record count and the labels, and
+ * the first field's dtype and shape.
+ */
+PP_API const struct pp_layout *pp_shard_layout(const struct pp_shard *shard);
+
+/* Returns the name of the decoder of a version 2 shard's records, or NULL for version 1. */
+PP_API const char *pp_shard_decoder(const struct pp_shard *shard);
+
+/* Returns the bound of one record of a version 2 shard (0 for version 1). */
+PP_API uint32_t pp_shard_max_record(const struct pp_shard *shard);
+
+/*
+ * Reads chunk i of a version 2 shard, checks it as pp_shard_read_chunk()
+ * does (and its record table), and calls fn once per record, in order,
+ * with the record's index in the shard, its bytes and its label (-1
+ * without labels); fn returns 0 to go on, or an error that ends the read
+ * and is returned.  Returns 0 or -errno (-EINVAL for a version 1 shard,
+ * -EBADMSG with the file, chunk and offset named).  Not thread-safe on one
+ * shard.
+ */
+PP_API int pp_shard_read_records(struct pp_shard *shard, uint64_t i,
+				 int (*fn)(void *arg, uint64_t record, const void *bytes,
+					   size_t len, int32_t label),
+				 void *arg);
+
 /* Returns the path the shard was opened from. */
 PP_API const char *pp_shard_path(const struct pp_shard *shard);
 
@@ -251,6 +284,15 @@ struct pp_shard_writer_config {
 					    * thread (0 or 1: in the calling thread); 1..64;
 					    * those threads block the asynchronous signals
 					    * (pinpipe/common.h) */
+	/* Version 2: records of any length (pp_shard_writer_add_record()). */
+	const struct pp_layout *layout;    /* non-NULL: write version 2, whose records the
+					    * decoder turns into these fields (a "labels" field
+					    * is added by info->label_kind, not listed here);
+					    * info's dtype and shape are then ignored */
+	const char *decoder;               /* version 2: the decoder's name (pinpipe/source.h),
+					    * 1..31 characters; NULL: "raw" */
+	uint32_t max_record_bytes;         /* version 2: the largest record allowed, which a
+					    * reader enforces; 0: 64 MiB */
 };
 
 /*
@@ -273,6 +315,17 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
  */
 PP_API int pp_shard_writer_add(struct pp_shard_writer *w, const void *samples,
 			       const int32_t *labels, uint64_t count);
+
+/*
+ * Appends one record of a version 2 shard: 'len' bytes (0..max_record_bytes)
+ * and its label (ignored without labels).  Chunks hold records_per_chunk
+ * records, or fewer when their bytes would pass 4 MiB.  Returns 0, -EINVAL
+ * (a version 1 writer, a record over the bound, a label outside
+ * 0..num_classes-1: nothing is added then), or -errno of a failed write as
+ * pp_shard_writer_add().
+ */
+PP_API int pp_shard_writer_add_record(struct pp_shard_writer *w, const void *record, size_t len,
+				      int32_t label);
 
 /*
  * Writes the last chunk, the index, the trailer and the header, syncs and

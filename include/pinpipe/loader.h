@@ -5,10 +5,18 @@
  * order.  What PyTorch's DataLoader(num_workers, pin_memory) with a
  * DistributedSampler does, in C.
  *
- * Sources: an in-memory dataset (pinpipe/dataset.h), or a set of shard files
+ * Sources: an in-memory dataset (pinpipe/dataset.h), a set of shard files
  * read with io_uring (pread where io_uring is refused) and decoded by the
  * workers, either once into memory or streamed chunk by chunk with a shuffle
- * window.
+ * window, or a source of the trainer's own (pinpipe/source.h).  A sample is
+ * a list of named fields (pinpipe/source.h: struct pp_layout); the
+ * built-in sources have two, "samples" (the array, normalize) and
+ * "labels" (one int32, where the source has labels).  A batch hands out one
+ * array per field, all in its ring slot; 'samples' and 'labels' point to the
+ * first field and to the int32 scalar field named "labels" or "label".
+ * Every sample goes through the decoder of its shard set (version 2), then
+ * the configuration's transforms, then the conversion to the output dtype,
+ * on the worker that fills its batch.
  *
  * Use:
  *	pp_loader_create(&cfg, &l);
@@ -37,6 +45,7 @@
 #include "pinpipe/common.h"
 #include "pinpipe/dataset.h"
 #include "pinpipe/device.h"
+#include "pinpipe/source.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,7 +75,7 @@ enum pp_loader_io {
  * defaults: every field's zero value is the default written beside it.
  */
 struct pp_loader_config {
-	/* The source: exactly one of 'dataset' or 'shard_paths'. */
+	/* The source: exactly one of 'dataset', 'shard_paths' or 'source'. */
 	const struct pp_dataset *dataset;  /* in memory; must outlive the loader */
 	const char *const *shard_paths;    /* shard files (pp_shard_open()), in this order */
 	size_t nshards;                    /* number of shard_paths */
@@ -119,6 +128,15 @@ struct pp_loader_config {
 	                           stuck read by io_uring (which cancels it); the pread
 	                           path checks it between reads only */
 	size_t memory_budget;   /* bytes the loader may allocate (ring, caches, buffers); 0: no limit */
+
+	/* The open loader (pinpipe/source.h); zero for none. */
+	const struct pp_source *source;    /* a source of the trainer's own; must outlive the loader */
+	const struct pp_decoder *decoders; /* decoders a version 2 shard set may name, looked up
+	                                      by name before the built-in ones ("raw") */
+	size_t ndecoders;
+	const struct pp_transform *transforms; /* run on every sample, in this order, after its
+	                                          decoder and before the conversion to 'dtype' */
+	size_t ntransforms;
 };
 
 /*
@@ -137,6 +155,9 @@ struct pp_batch {
 	int32_t *labels;       /* size class labels, or NULL for a source without labels */
 	uint64_t *ids;         /* size sample indices in the dataset (shards: in the set, in path order) */
 	uint32_t slot;         /* ring slot holding it */
+	uint32_t nfields;      /* fields of the layout (pp_loader_layout()) */
+	void *fields[PP_MAX_FIELDS]; /* [nfields] field f of the 'size' samples, size x field
+	                                shape, 64-byte aligned; fields[0] == samples */
 };
 
 /* Where the consumer stands, to save with a checkpoint and resume from. */
@@ -251,8 +272,20 @@ PP_API uint64_t pp_loader_batches_per_epoch(const struct pp_loader *l);
 PP_API int pp_loader_get_layout(const struct pp_loader *l, uint32_t *batch_size_p,
 				size_t *sample_bytes_p);
 
-/* Returns the shape of the source's samples (count: the whole source, all ranks). */
+/*
+ * Returns the shape of the source's samples (count: the whole source, all
+ * ranks).  For a source of several fields: the first field's dtype and
+ * shape, and labels when it has an int32 scalar field named "labels" or
+ * "label".
+ */
 PP_API const struct pp_sample_info *pp_loader_info(const struct pp_loader *l);
+
+/*
+ * Returns the layout of the batches as handed out: the source's fields,
+ * those with 'normalize' in the output dtype (float32 when the loader's
+ * dtype is PP_DTYPE_F32).  Valid while the loader lives.
+ */
+PP_API const struct pp_layout *pp_loader_layout(const struct pp_loader *l);
 
 /* Writes the counters to *stats_p. */
 PP_API int pp_loader_get_stats(struct pp_loader *l, struct pp_loader_stats *stats_p);

@@ -15,6 +15,7 @@
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
 #include "pinpipe/summary.h"
+#include "pinpipe/source.h"
 #include "pinpipe/loader.h"
 #include "pinpipe/transfer.h"
 
