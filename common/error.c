@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "pinpipe/source.h"
 
 static _Thread_local char pp_msg[1024];
 
@@ -17,15 +18,33 @@ static _Thread_local char pp_msg[1024];
  * itself ("%s: %s", path, pp_last_error()), which vsnprintf must not write
  * over while it reads it.
  */
-int pp_error(int err, const char *fmt, ...)
+static int error_format(int err, const char *fmt, va_list ap)
 {
 	char buf[sizeof(pp_msg)];
+
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	memcpy(pp_msg, buf, sizeof(pp_msg));
+	return err;
+}
+
+int pp_error(int err, const char *fmt, ...)
+{
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	err = error_format(err, fmt, ap);
 	va_end(ap);
-	memcpy(pp_msg, buf, sizeof(pp_msg));
+	return err;
+}
+
+/* The same, for sources, decoders and transforms of the user's own (pinpipe/source.h). */
+PP_API int pp_set_error(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	err = error_format(err, fmt, ap);
+	va_end(ap);
 	return err;
 }
 

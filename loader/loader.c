@@ -52,8 +52,8 @@ static int convert_setup(struct pp_convert *cv, const struct pp_sample_info *inf
 	memset(cv, 0, sizeof(*cv));
 	cv->in = info->dtype;
 	cv->out = cfg->dtype ? cfg->dtype : info->dtype;
-	if (pp_dtype_size(cv->out) == 0)
-		return pp_error(-EINVAL, "loader: unknown output dtype %d", (int)cfg->dtype);
+	if (cfg->dtype != 0 && cfg->dtype != PP_DTYPE_U8 && cfg->dtype != PP_DTYPE_F32)
+		return pp_error(-EINVAL, "loader: output dtype %d, expected u8 or f32", (int)cfg->dtype);
 	if (cv->in == PP_DTYPE_F32 && cv->out == PP_DTYPE_U8)
 		return pp_error(-EINVAL, "loader: uint8 output asked for float32 samples");
 	cv->in_bytes = info->sample_bytes;
@@ -77,6 +77,44 @@ static int convert_setup(struct pp_convert *cv, const struct pp_sample_info *inf
 	return 0;
 }
 
+/*
+ * The conversion of every field: those marked normalize as the
+ * configuration's dtype, mean and std say, the others copied as they are;
+ * and the layout handed out.
+ */
+static int fields_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
+{
+	const struct pp_layout *in = &l->src.layout;
+	int ret;
+
+	l->out = *in;
+	for (uint32_t f = 0; f < in->nfields; f++) {
+		const struct pp_field *fd = &in->fields[f];
+		struct pp_sample_info fi = { .dtype = fd->dtype, .ndim = fd->ndim,
+					     .sample_bytes = pp_field_bytes(fd) };
+		memcpy(fi.shape, fd->shape, sizeof(fi.shape));
+		if (fd->normalize) {
+			if ((ret = convert_setup(&l->fcv[f], &fi, cfg)) < 0) {
+				char msg[768];
+				snprintf(msg, sizeof(msg), "%s", pp_last_error());
+				return pp_error(ret, "%s (field '%s')", msg, fd->name);
+			}
+			l->converts[f] = !(l->fcv[f].in == PP_DTYPE_U8 && l->fcv[f].out == PP_DTYPE_U8);
+			l->out.fields[f].dtype = l->fcv[f].out;
+		} else {
+			l->fcv[f] = (struct pp_convert){ .in = fd->dtype, .out = fd->dtype,
+				.in_bytes = fi.sample_bytes, .out_bytes = fi.sample_bytes };
+		}
+	}
+	l->cv = l->fcv[0];
+	l->labels_field = pp_layout_labels(&l->out);
+	l->transforms = cfg->transforms;
+	l->ntransforms = cfg->ntransforms;
+	l->seed = cfg->seed;
+	l->per_sample = cfg->ntransforms > 0 || l->src.ops != NULL || l->src.records;
+	return 0;
+}
+
 /* ------------------------------------------------------------------ create and destroy */
 
 PP_API void pp_loader_destroy(struct pp_loader *l)
@@ -90,9 +128,11 @@ PP_API void pp_loader_destroy(struct pp_loader *l)
 		pp_loader_workers_stop(l);
 		for (uint32_t i = 0; i < nw; i++) {
 			struct pp_loader_worker *wk = &l->workers[i];
-			if (wk->wctx != NULL)
+			if (wk->opened && l->src.worker_destroy != NULL)
 				l->src.worker_destroy(l->src.ctx, wk->wctx);
 			free(wk->staging);
+			free(wk->sfields);
+			free(wk->batch_staging);
 			free(wk->dst);
 		}
 		free(l->workers);
@@ -101,6 +141,7 @@ PP_API void pp_loader_destroy(struct pp_loader *l)
 		for (uint32_t i = 0; i < l->nwindows; i++) {
 			free(l->windows[i].raw);
 			free(l->windows[i].sample);
+			free(l->windows[i].len);
 			free(l->windows[i].labels);
 			free(l->windows[i].chunk_off);
 		}
@@ -148,6 +189,20 @@ static int check_config(const struct pp_loader_config *cfg, const struct pp_samp
 	for (int c = 0; c < PP_LOADER_MAX_CHANNELS; c++)
 		if (cfg->std[c] < 0.0f)
 			return pp_error(-EINVAL, "loader: std[%d] = %g is negative", c, (double)cfg->std[c]);
+	if ((cfg->transforms == NULL) != (cfg->ntransforms == 0) ||
+	    (cfg->decoders == NULL) != (cfg->ndecoders == 0))
+		return pp_error(-EINVAL, "loader: %zu transforms at %p and %zu decoders at %p: give "
+				"both an array and its length, or neither", cfg->ntransforms,
+				(const void *)cfg->transforms, cfg->ndecoders,
+				(const void *)cfg->decoders);
+	for (size_t t = 0; t < cfg->ntransforms; t++)
+		if (cfg->transforms[t].apply == NULL)
+			return pp_error(-EINVAL, "loader: transform %zu (%s) has no apply function", t,
+					cfg->transforms[t].name ? cfg->transforms[t].name : "unnamed");
+	for (size_t d = 0; d < cfg->ndecoders; d++)
+		if (cfg->decoders[d].decode == NULL || cfg->decoders[d].name == NULL)
+			return pp_error(-EINVAL, "loader: decoder %zu has no name or no decode function",
+					d);
 	return 0;
 }
 
@@ -301,6 +356,10 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		return pp_error(-ENOMEM, "loader: no memory");
 	}
 	l->src = *src;
+	if (l->src.layout.nfields == 0)
+		pp_layout_from_info(&l->src.info, &l->src.layout);
+	if (l->src.name[0] == '\0')
+		snprintf(l->src.name, sizeof(l->src.name), "source");
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cond_work, NULL);
 	pthread_cond_init(&l->cond_slot, NULL);
@@ -326,7 +385,7 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		.window_chunks = l->streaming ? (cfg->window_chunks ? cfg->window_chunks : 8) : 0,
 	};
 	l->plan_key = pp_plan_key(&l->params, src->info.count, l->streaming ? src->nchunks : 0);
-	if ((ret = convert_setup(&l->cv, &src->info, cfg)) < 0)
+	if ((ret = fields_setup(l, cfg)) < 0)
 		goto err_destroy;
 	if ((ret = pp_loader_workers_setup(l, cfg)) < 0)
 		goto err_destroy;
@@ -383,4 +442,9 @@ PP_API int pp_loader_get_layout(const struct pp_loader *l, uint32_t *batch_size_
 PP_API const struct pp_sample_info *pp_loader_info(const struct pp_loader *l)
 {
 	return &l->src.info;
+}
+
+PP_API const struct pp_layout *pp_loader_layout(const struct pp_loader *l)
+{
+	return &l->out;
 }

@@ -25,6 +25,7 @@ struct pp_plan_chunk {
 	uint64_t index;        /* chunk number in its shard */
 	uint32_t records;      /* records in the chunk */
 	uint64_t first_id;     /* sample id (in the whole set) of its first record */
+	size_t raw_bytes;      /* bytes of the chunk once decoded (its raw layout) */
 };
 
 /*
@@ -183,16 +184,31 @@ struct pp_loader_work {
 };
 
 /*
- * Where samples come from.  Exactly one of three kinds:
+ * Where samples come from.  Exactly one of four kinds:
  *   array   'samples' and 'labels' hold the whole source in memory;
  *   gather  'gather' copies samples by id (e.g. a synthetic dataset);
+ *   read    'read' (and 'read_batch') of a source of the user's own fill
+ *           the fields of samples by id (pinpipe/source.h);
  *   chunks  'chunks' describe records stored in chunks that 'load_chunks'
  *           decodes, each into its raw layout: the labels block (records
- *           int32 little-endian, absent without labels), then the samples.
- * 'ctx' is the source's own state; 'destroy' frees it (may be NULL).
+ *           int32 little-endian, absent without labels), then the samples
+ *           (version 1), or the record table and bytes that 'decoder'
+ *           turns into fields (version 2, 'records').
+ * 'layout' is what a sample is, in the source's dtypes; the built-in kinds
+ * of fixed-size samples have the fields "samples" and "labels" (when
+ * info.label_kind says so).  'ctx' is the source's own state; 'destroy'
+ * frees it (may be NULL).
  */
 struct pp_loader_source {
 	struct pp_sample_info info;
+	struct pp_layout layout;
+	char name[80];                 /* for messages: "source tokens", "shards" */
+	/* read: the user's source */
+	const struct pp_source_ops *ops;
+	/* (optional) writes where sample 'id' lies, e.g. " (train-00001.pps, record 17)" */
+	void (*describe)(void *ctx, uint64_t id, char *buf, size_t len);
+	bool records;                  /* chunks: version 2 records, for 'decoder' */
+	struct pp_decoder decoder;     /* records: the set's decoder */
 	const char *io_path;           /* "io_uring", "pread" or "none", once set up */
 	bool direct_io;                /* O_DIRECT in use */
 	const bool *fixed_buffers;     /* chunks: true once every worker's read buffer is
@@ -212,6 +228,17 @@ struct pp_loader_source {
 	void (*destroy)(void *ctx);
 	void *ctx;
 };
+
+/* ------------------------------------------------------------------ fields */
+
+/* A layout of the built-in kinds: "samples" as 'info' says, then "labels" where it has labels. */
+void pp_layout_from_info(const struct pp_sample_info *info, struct pp_layout *layout);
+
+/* Bytes of a slot's array of field f for 'batch' samples: 64-byte aligned, as the slot lays them out. */
+size_t pp_layout_field_span(const struct pp_layout *layout, uint32_t f, uint32_t batch);
+
+/* layout.c: the loader's view of a source of the user's own (its functions, layout and count). */
+void pp_loader_source_user(const struct pp_source *user, struct pp_loader_source *src);
 
 /* ------------------------------------------------------------------ the loader */
 
@@ -237,6 +264,7 @@ struct pp_loader_window {
 	uint64_t pending;      /* batches of this epoch that still need it */
 	uint8_t *raw;          /* [window_raw] decoded chunks, each in raw layout */
 	const uint8_t **sample; /* [window_records] where each record's sample lies */
+	uint32_t *len;         /* [window_records] bytes of each record (version 2 records) */
 	int32_t *labels;       /* [window_records] */
 	size_t *chunk_off;     /* [window_chunks] offset of each chunk in raw */
 };
@@ -246,8 +274,14 @@ struct pp_loader_worker {
 	pthread_t thread;
 	bool started;
 	void *wctx;             /* the source's per-thread state */
-	void *staging;          /* gather sources: batch_size source samples */
+	void *staging;          /* gather sources: batch_size source samples; per-sample
+	                           fills: one sample of each field, for those converted */
+	void **sfields;         /* [nfields] per-sample fills: where the source writes the
+	                           sample in 'staging' (converted fields) */
+	void *batch_staging;    /* read_batch sources with transforms or conversion: a batch
+	                           of each field in the source's layout */
 	void **dst;             /* [io_depth] chunk destinations of one load */
+	bool opened;            /* the source's worker_create succeeded: worker_destroy is owed */
 	struct pp_loader_work work; /* counters, added under the mutex */
 	uint64_t fill_ns;
 	uint64_t slot_wait_ns;
@@ -256,7 +290,15 @@ struct pp_loader_worker {
 struct pp_loader {
 	struct pp_loader_source src;
 	struct pp_plan_params params;
-	struct pp_convert cv;
+	struct pp_convert cv;    /* of field 0, for the built-in fixed-size kinds */
+	struct pp_convert fcv[PP_MAX_FIELDS]; /* of each field */
+	bool converts[PP_MAX_FIELDS]; /* field f is converted (normalised or widened to f32) */
+	struct pp_layout out;    /* the layout handed out */
+	int labels_field;        /* its labels field (pp_layout_labels()), or negative */
+	bool per_sample;         /* fills go sample by sample: transforms, a user's source, records */
+	const struct pp_transform *transforms;
+	size_t ntransforms;
+	uint64_t seed;           /* key of the samples' generators */
 	uint32_t batch_size;
 	uint32_t depth;          /* ring slots */
 	uint32_t nworkers;       /* threads; 0: the consumer fills */
@@ -354,7 +396,9 @@ void pp_loader_window_release(struct pp_loader *l, struct pp_loader_window *w);
 
 /*
  * Creates a loader over 'src' (the config's dataset and shard fields are
- * ignored).  Takes 'src' over: its destroy is called, on failure too.
+ * ignored); a source with no layout gets that of its info
+ * (pp_layout_from_info()).  Takes 'src' over: its destroy is called, on
+ * failure too.
  */
 int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader_source *src,
 			    struct pp_loader **l_p);

@@ -17,20 +17,27 @@
 /*
  * Allocates the ring within the budget, from the device's host allocator when
  * the configuration names a device, and points each slot's batch into it:
- * samples, labels and ids, each 64-byte aligned, each slot 4096-aligned.
+ * each field's array (pp_layout_field_span(): 64-byte aligned, back to back,
+ * as pinpipe/loader.h promises the transfer stage), then the ids; each slot
+ * 4096-aligned.
  */
 int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
 {
-	const struct pp_sample_info *info = &l->src.info;
-	size_t samples_bytes, ring_bytes;
-	size_t b = l->batch_size;
+	const struct pp_layout *out = &l->out;
+	size_t fields_bytes = 0, ring_bytes;
+	uint32_t b = l->batch_size;
 	int ret;
 
-	if (!pp_mul_size(b, l->cv.out_bytes, &samples_bytes))
-		return pp_error(-ENOMEM, "loader: a batch of %zu samples of %zu bytes is too large",
-				b, l->cv.out_bytes);
-	l->slot_bytes = pp_round_up(samples_bytes, 64) + pp_round_up(b * sizeof(int32_t), 64) +
-			b * sizeof(uint64_t);
+	for (uint32_t f = 0; f < out->nfields; f++) {
+		size_t bytes;
+		if (!pp_mul_size(b, pp_field_bytes(&out->fields[f]), &bytes) ||
+		    !pp_add_size(fields_bytes, pp_round_up(bytes, 64), &fields_bytes))
+			return pp_error(-ENOMEM, "loader: a batch of %u samples of field '%s' (%zu "
+					"bytes each) is too large", b, out->fields[f].name,
+					pp_field_bytes(&out->fields[f]));
+	}
+	if (!pp_add_size(fields_bytes, (size_t)b * sizeof(uint64_t), &l->slot_bytes))
+		return pp_error(-ENOMEM, "loader: a batch of %u samples is too large", b);
 	l->slot_bytes = pp_round_up(l->slot_bytes, PP_LOADER_IO_ALIGN);
 	if (!pp_mul_size(l->slot_bytes, l->depth, &ring_bytes))
 		return pp_error(-ENOMEM, "loader: a ring of %u slots of %zu bytes is too large",
@@ -55,11 +62,14 @@ int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg
 	for (uint32_t i = 0; i < l->depth; i++) {
 		struct pp_batch *bt = &l->slots[i].batch;
 		uint8_t *p = l->ring + (size_t)i * l->slot_bytes;
-		bt->samples = p;
-		bt->labels = info->label_kind == PP_LABEL_CLASS ? (int32_t *)(p + pp_round_up(samples_bytes, 64))
-								: NULL;
-		bt->ids = (uint64_t *)(p + pp_round_up(samples_bytes, 64) +
-				       pp_round_up(b * sizeof(int32_t), 64));
+		bt->nfields = out->nfields;
+		for (uint32_t f = 0; f < out->nfields; f++) {
+			bt->fields[f] = p;
+			p += pp_layout_field_span(out, f, b);
+		}
+		bt->ids = (uint64_t *)p;
+		bt->samples = bt->fields[0];
+		bt->labels = l->labels_field >= 0 ? bt->fields[l->labels_field] : NULL;
 		bt->dtype = l->cv.out;
 		bt->sample_bytes = l->cv.out_bytes;
 		bt->slot = i;

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@ static void dataset_source(const struct pp_dataset *ds, struct pp_loader_source 
 		src->gather = dataset_gather;
 	src->io_path = "none";
 	src->ctx = (void *)ds;
+	snprintf(src->name, sizeof(src->name), "dataset %s", pp_dataset_name(ds));
 }
 
 /* ------------------------------------------------------------------ shard sets */
@@ -165,6 +167,29 @@ static int shard_load(void *ctx, void *wctx, const uint32_t *ids, size_t n, void
 	return ret;
 }
 
+/* Writes " (FILE, record R)" for sample id of the set: the chunk holding it, found by bisection. */
+static void shard_describe(void *ctx, uint64_t id, char *buf, size_t len)
+{
+	const struct shard_set *set = ctx;
+	size_t lo = 0, hi = set->nchunks;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (set->chunks[mid].first_id <= id)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (set->nchunks > 0) {
+		const struct pp_plan_chunk *ch = &set->chunks[lo];
+		struct pp_shard_chunk_info ci;
+		pp_shard_chunk(set->shards[ch->shard], ch->index, &ci);
+		snprintf(buf, len, " (%s, chunk %llu, record %llu)",
+			 pp_shard_path(set->shards[ch->shard]), (unsigned long long)ch->index,
+			 (unsigned long long)(ci.first_record + id - ch->first_id));
+	}
+}
+
 /* Whether two shards hold samples of the same kind. */
 static bool same_kind(const struct pp_sample_info *a, const struct pp_sample_info *b)
 {
@@ -247,7 +272,7 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 			pp_shard_chunk(set->shards[i], c, &ci);
 			set->chunks[set->nchunks++] = (struct pp_plan_chunk){
 				.shard = (uint32_t)i, .index = c, .records = ci.records,
-				.first_id = first + ci.first_record };
+				.first_id = first + ci.first_record, .raw_bytes = ci.raw_size };
 			max_stored = PP_MAX(max_stored, (size_t)ci.stored_size);
 		}
 		first += pp_shard_info(set->shards[i])->count;
@@ -265,7 +290,9 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 	src->worker_destroy = shard_worker_destroy;
 	src->load_chunks = shard_load;
 	src->destroy = shard_set_destroy;
+	src->describe = shard_describe;
 	src->ctx = set;
+	snprintf(src->name, sizeof(src->name), "shards");
 	return 0;
 
 err_destroy:
@@ -276,17 +303,22 @@ err_destroy:
 PP_API int pp_loader_create(const struct pp_loader_config *cfg, struct pp_loader **l_p)
 {
 	struct pp_loader_source src;
-	int ret;
+	int given, ret;
 
 	if (cfg == NULL || l_p == NULL)
 		return pp_error(-EINVAL, "pp_loader_create: cfg and l_p must not be NULL");
-	if ((cfg->dataset != NULL) == (cfg->nshards > 0))
-		return pp_error(-EINVAL, "loader: give exactly one source: a dataset or shard paths "
-				"(got %s)", cfg->dataset != NULL ? "both" : "neither");
+	given = (cfg->dataset != NULL) + (cfg->nshards > 0) + (cfg->source != NULL);
+	if (given != 1)
+		return pp_error(-EINVAL, "loader: give exactly one source: a dataset, shard paths or "
+				"a source (got %s%s%s%s)", given == 0 ? "none" : given == 2 ? "both " : "all: ",
+				cfg->dataset != NULL ? "a dataset " : "",
+				cfg->nshards > 0 ? "shard paths " : "", cfg->source != NULL ? "a source" : "");
 	if (cfg->nshards > 0 && cfg->shard_paths == NULL)
 		return pp_error(-EINVAL, "loader: %zu shards but no shard_paths", cfg->nshards);
 	if (cfg->dataset != NULL) {
 		dataset_source(cfg->dataset, &src);
+	} else if (cfg->source != NULL) {
+		pp_loader_source_user(cfg->source, &src);
 	} else if ((ret = shard_source(cfg, &src)) < 0) {
 		return ret;
 	}

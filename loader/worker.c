@@ -55,6 +55,166 @@ static inline void prefetch_sample(const void *p, size_t bytes)
 		__builtin_prefetch(c + off);
 }
 
+/* ------------------------------------------------------------------ sample by sample */
+
+/* Prefixes the thread's message with what failed on which sample. */
+static int sample_error(const struct pp_loader *l, int err, const char *what, uint64_t id,
+			uint64_t epoch)
+{
+	char msg[768], where[256] = "";
+
+	snprintf(msg, sizeof(msg), "%s", pp_last_error());
+	if (l->src.describe != NULL)
+		l->src.describe(l->src.ctx, id, where, sizeof(where));
+	return pp_error(err, "loader: %s: sample %llu%s (epoch %llu): %s", what,
+			(unsigned long long)id, where, (unsigned long long)epoch,
+			msg[0] ? msg : pp_strerror(err));
+}
+
+/* Bytes of one sample's value of field f as the source writes it (in) and as handed out (out). */
+static inline size_t in_bytes(const struct pp_loader *l, uint32_t f)
+{
+	return l->fcv[f].in_bytes;
+}
+
+static inline size_t out_bytes(const struct pp_loader *l, uint32_t f)
+{
+	return l->fcv[f].out_bytes;
+}
+
+/*
+ * Makes sample 'id' into dst[] in the source's layout: the user's read, the
+ * record's decoder (w, loc: where the window holds it), or a copy of a
+ * fixed-size sample and its label.
+ */
+static int produce(struct pp_loader *l, struct pp_loader_worker *wk, const struct pp_sample *s,
+		   const struct pp_loader_window *w, uint32_t loc)
+{
+	void *const *dst = s->fields;
+	int lf = l->labels_field;
+	int ret;
+
+	if (l->src.ops != NULL) {
+		ret = l->src.ops->read(l->src.ctx, wk->wctx, s);
+		return ret < 0 ? sample_error(l, ret, l->src.name, s->index, s->epoch) : 0;
+	}
+	if (w != NULL && l->src.records) {
+		ret = l->src.decoder.decode(l->src.decoder.ctx, w->sample[loc], w->len[loc], s);
+		if (ret < 0) {
+			char what[96];
+			snprintf(what, sizeof(what), "decoder %s", l->src.decoder.name);
+			return sample_error(l, ret, what, s->index, s->epoch);
+		}
+	} else if (w != NULL) {
+		memcpy(dst[0], w->sample[loc], in_bytes(l, 0));
+	} else if (l->src.samples != NULL) {
+		memcpy(dst[0], (const uint8_t *)l->src.samples + s->index * in_bytes(l, 0),
+		       in_bytes(l, 0));
+	} else {
+		ret = l->src.gather(l->src.ctx, &s->index, 1, dst[0], lf >= 0 ? dst[lf] : NULL);
+		return ret < 0 ? sample_error(l, ret, l->src.name, s->index, s->epoch) : 0;
+	}
+	if (lf >= 0)
+		memcpy(dst[lf], w != NULL ? &w->labels[loc] : &l->src.labels[s->index], sizeof(int32_t));
+	return 0;
+}
+
+/*
+ * Puts sample 'id' at place i of the batch: made where the slot holds it,
+ * or in the worker's staging for the fields that are converted; then the
+ * transforms, with the sample's generator; then the conversion.  'src_fields'
+ * (a read_batch source's batch) holds the sample already at place i.
+ */
+static int one_sample(struct pp_loader *l, struct pp_loader_worker *wk, struct pp_batch *bt,
+		      uint32_t i, void *const *src_fields, const struct pp_loader_window *w,
+		      uint32_t loc)
+{
+	uint32_t nf = l->src.layout.nfields;
+	void *dst[PP_MAX_FIELDS];
+	struct pp_rng rng;
+	struct pp_sample s = { .index = bt->ids[i], .epoch = bt->epoch, .layout = &l->src.layout,
+			       .fields = dst, .rng = &rng };
+	int ret;
+
+	for (uint32_t f = 0; f < nf; f++) {
+		if (src_fields != NULL)
+			dst[f] = (uint8_t *)src_fields[f] + (size_t)i * in_bytes(l, f);
+		else if (l->converts[f])
+			dst[f] = wk->sfields[f];
+		else
+			dst[f] = (uint8_t *)bt->fields[f] + (size_t)i * out_bytes(l, f);
+	}
+	pp_rng_init(&rng, l->seed, bt->epoch, s.index);
+	if (src_fields == NULL && (ret = produce(l, wk, &s, w, loc)) < 0)
+		return ret;
+	for (size_t t = 0; t < l->ntransforms; t++) {
+		const struct pp_transform *tr = &l->transforms[t];
+		if ((ret = tr->apply(tr->ctx, &s)) < 0) {
+			char what[96];
+			snprintf(what, sizeof(what), "transform %s", tr->name ? tr->name : "(unnamed)");
+			return sample_error(l, ret, what, s.index, s.epoch);
+		}
+	}
+	for (uint32_t f = 0; f < nf; f++) {
+		uint8_t *out = (uint8_t *)bt->fields[f] + (size_t)i * out_bytes(l, f);
+		if (l->converts[f])
+			pp_convert_sample(&l->fcv[f], dst[f], out);
+		else if (dst[f] != out)
+			memcpy(out, dst[f], out_bytes(l, f));
+	}
+	return 0;
+}
+
+/* Fills plan positions first..first+n into the batch sample by sample. */
+static int fill_per_sample(struct pp_loader *l, struct pp_loader_worker *wk, struct pp_batch *bt,
+			   uint64_t first, uint32_t n)
+{
+	const struct pp_plan *plan = &l->plan;
+	void *src_fields[PP_MAX_FIELDS];
+	uint64_t t0 = pp_now_ns();
+	int ret = 0;
+
+	if (l->src.ops != NULL && l->src.ops->read_batch != NULL) {
+		bool direct = l->ntransforms == 0;
+		uint8_t *p = wk->batch_staging;
+		for (uint32_t f = 0; f < l->src.layout.nfields; f++) {
+			direct = direct && !l->converts[f];
+			src_fields[f] = p;
+			p += pp_layout_field_span(&l->src.layout, f, l->batch_size);
+		}
+		ret = l->src.ops->read_batch(l->src.ctx, wk->wctx, bt->ids, n,
+					     direct ? bt->fields : src_fields);
+		if (ret < 0)
+			ret = sample_error(l, ret, l->src.name, bt->ids[0], bt->epoch);
+		for (uint32_t i = 0; i < n && !direct && ret == 0; i++)
+			ret = one_sample(l, wk, bt, i, src_fields, NULL, 0);
+	} else if (!l->streaming) {
+		for (uint32_t i = 0; i < n && ret == 0; i++)
+			ret = one_sample(l, wk, bt, i, NULL, NULL, 0);
+	} else {
+		/* the time a window takes to decode counts as reading and decoding, not filling */
+		for (uint64_t pos = first, end = first + n; pos < end && ret == 0;) {
+			size_t sg = pp_plan_segment_of(plan, pos);
+			uint64_t stop = PP_MIN(end, plan->segs[sg].end);
+			struct pp_loader_window *w;
+			wk->fill_ns += pp_now_ns() - t0;
+			w = pp_loader_window_acquire(l, wk, sg, false);
+			t0 = pp_now_ns();
+			if (w == NULL)
+				return -ECANCELED;
+			for (uint64_t k = pos; k < stop && ret == 0; k++)
+				ret = one_sample(l, wk, bt, (uint32_t)(k - first), NULL, w,
+						 plan->loc[k]);
+			pp_loader_window_release(l, w);
+			pos = stop;
+		}
+	}
+	wk->fill_ns += pp_now_ns() - t0;
+	return ret;
+}
+
+/* ------------------------------------------------------------------ a batch */
+
 /* Fills batch b into slot sl.  Returns 0, -ECANCELED when the epoch ended, or an error with its message. */
 int pp_loader_batch_fill(struct pp_loader *l, struct pp_loader_worker *wk, uint64_t b,
 			 struct pp_loader_slot *sl)
@@ -73,6 +233,8 @@ int pp_loader_batch_fill(struct pp_loader *l, struct pp_loader_worker *wk, uint6
 	bt->padding = (uint32_t)(first + n > plan->real ? first + n - PP_MAX(first, plan->real) : 0);
 	memcpy(bt->ids, plan->order + first, n * sizeof(uint64_t));
 
+	if (l->per_sample)
+		return fill_per_sample(l, wk, bt, first, n);
 	if (l->streaming) {
 		uint64_t pos = first, end = first + n;
 		while (pos < end) {
@@ -224,6 +386,52 @@ void pp_loader_workers_stop(struct pp_loader *l)
 			pthread_join(l->workers[i].thread, NULL);
 }
 
+/*
+ * The buffers of a worker that fills sample by sample: one sample of each
+ * field that is converted (the source writes it there, the conversion reads
+ * it), and a whole batch in the source's layout for a read_batch source
+ * whose batches are transformed or converted before they go to the slot.
+ */
+static int per_sample_setup(struct pp_loader *l, const struct pp_loader_config *cfg,
+			    struct pp_loader_worker *wk)
+{
+	const struct pp_layout *in = &l->src.layout;
+	size_t one = 0, batch = 0;
+	uint8_t *p;
+	int ret;
+
+	for (uint32_t f = 0; f < in->nfields; f++) {
+		if (l->converts[f])
+			one += pp_round_up(pp_field_bytes(&in->fields[f]), 64);
+		batch += pp_layout_field_span(in, f, l->batch_size);
+	}
+	if (l->src.ops == NULL || l->src.ops->read_batch == NULL)
+		batch = 0;
+	if ((ret = pp_loader_budget_add(l, cfg, one + batch, "a worker's sample buffers")) < 0)
+		return ret;
+	wk->sfields = pp_calloc(in->nfields, sizeof(void *));
+	if (wk->sfields == NULL)
+		return pp_error(-ENOMEM, "loader: no memory for a worker's sample buffers");
+	if (pp_posix_memalign(&wk->staging, 64, one ? one : 64)) {
+		wk->staging = NULL;
+		return pp_error(-ENOMEM, "loader: no memory for a worker's sample buffer of %zu bytes",
+				one);
+	}
+	if (batch && pp_posix_memalign(&wk->batch_staging, 64, batch)) {
+		wk->batch_staging = NULL;
+		return pp_error(-ENOMEM, "loader: no memory for a worker's batch buffer of %zu bytes",
+				batch);
+	}
+	p = wk->staging;
+	for (uint32_t f = 0; f < in->nfields; f++) {
+		if (!l->converts[f])
+			continue;
+		wk->sfields[f] = p;
+		p += pp_round_up(pp_field_bytes(&in->fields[f]), 64);
+	}
+	return 0;
+}
+
 /* Allocates each worker's state (the consumer's with 0 workers) within the budget. */
 int pp_loader_workers_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
 {
@@ -236,7 +444,9 @@ int pp_loader_workers_setup(struct pp_loader *l, const struct pp_loader_config *
 	for (uint32_t i = 0; i < nw; i++) {
 		struct pp_loader_worker *wk = &l->workers[i];
 		wk->l = l;
-		if (l->src.gather != NULL) {
+		if (l->per_sample && (ret = per_sample_setup(l, cfg, wk)) < 0)
+			return ret;
+		if (l->src.gather != NULL && !l->per_sample) {
 			size_t bytes = (size_t)l->batch_size * l->src.info.sample_bytes;
 			if ((ret = pp_loader_budget_add(l, cfg, bytes, "a worker's gather buffer")) < 0)
 				return ret;
@@ -251,8 +461,15 @@ int pp_loader_workers_setup(struct pp_loader *l, const struct pp_loader_config *
 			if ((ret = pp_loader_budget_add(l, cfg, l->io_depth * pp_round_up(l->src.max_stored,
 				PP_LOADER_IO_ALIGN), "a worker's read buffer")) < 0)
 				return ret;
-			if ((ret = l->src.worker_create(l->src.ctx, &wk->wctx)) < 0)
-				return ret;
+		}
+		if (l->src.worker_create != NULL) {
+			if ((ret = l->src.worker_create(l->src.ctx, &wk->wctx)) < 0) {
+				char msg[768];
+				snprintf(msg, sizeof(msg), "%s", pp_last_error());
+				return pp_error(ret, "loader: %s: a worker's state: %s", l->src.name,
+						msg[0] ? msg : pp_strerror(ret));
+			}
+			wk->opened = true;
 		}
 	}
 	return 0;

@@ -57,7 +57,7 @@ struct call_spans {
 
 struct tslot {
 	enum tslot_state state;
-	void *mem;                  /* device memory: samples, then labels at labels_off */
+	void *mem;                  /* device memory: the fields at field_off[], as the loader's slots */
 	int32_t *host_labels;       /* [batch_size], host copies handed out with the batch */
 	uint64_t *host_ids;         /* [batch_size] */
 	struct pp_event *done;      /* copy stream, after the copy; no timing */
@@ -84,7 +84,6 @@ struct pp_transfer {
 	struct pp_loader *loader;
 	struct pp_device *dev;
 	bool in_place;              /* host is device: no copies, batches used where they lie */
-	bool labels;                /* the source has labels */
 	uint32_t depth;             /* copies in flight ahead of the trainer, at most */
 	uint32_t nslots;            /* device slots */
 	uint32_t time_every;        /* one copy in this many is timed */
@@ -95,9 +94,12 @@ struct pp_transfer {
 	uint32_t qlen;              /* slots in the queue */
 	uint32_t batch_size;        /* samples of the largest batch */
 	size_t sample_bytes;        /* bytes of one sample as the loader hands it out */
-	size_t labels_off;          /* offset of the labels in a slot's memory, bytes (as in
-				       the loader's ring slots, so that one copy moves both) */
-	size_t slot_bytes;          /* bytes of a slot's memory */
+	const struct pp_layout *layout; /* the loader's, as handed out */
+	int labels_field;           /* index of its labels field, or negative */
+	size_t field_off[PP_MAX_FIELDS]; /* offset of each field in a slot's memory, bytes (as
+				       in the loader's ring slots, so that one copy moves all) */
+	size_t field_bytes[PP_MAX_FIELDS]; /* bytes of one sample of each field */
+	size_t slot_bytes;          /* bytes of a slot's memory: up to the last field's end */
 	bool epoch_begun;           /* begin_epoch succeeded at least once */
 	bool loader_done;           /* the loader said end of epoch */
 	uint64_t epoch;             /* the epoch begun */
@@ -340,17 +342,32 @@ static void describe_batch(struct pp_transfer *t, struct tslot *s, const struct 
 		.host_ids = hb->ids,
 		.ready = s->done,
 		.slot = (uint32_t)(s - t->slots),
+		.nfields = hb->nfields,
 	};
+	memcpy(s->b.fields, hb->fields, sizeof(hb->fields));
+}
+
+/* Whether the host batch's fields lie at the device slot's offsets, so that one copy moves them all. */
+static bool one_copy(const struct pp_transfer *t, const struct pp_batch *hb)
+{
+	if (hb->size != t->batch_size)
+		return false;
+	for (uint32_t f = 1; f < t->layout->nfields; f++)
+		if ((const char *)hb->fields[f] - (const char *)hb->fields[0] !=
+		    (ptrdiff_t)t->field_off[f])
+			return false;
+	return true;
 }
 
 /*
  * Issues the copy of host batch hb into the free slot s and queues it: one
- * copy of samples and labels together where the loader's slot holds the
- * labels at the device slot's offset (every full batch), else one each.
+ * copy of every field together where the loader's slot holds them at the
+ * device slot's offsets (every full batch), else one each.
  */
 static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 {
-	size_t nbytes, lbytes = 0;
+	uint32_t nf = t->layout->nfields;
+	size_t nbytes = 0, lbytes = 0;
 	uint64_t t0, t1;
 	bool one;
 	int ret;
@@ -362,10 +379,11 @@ static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 				(unsigned long long)hb->index, (unsigned long long)hb->epoch,
 				hb->size, hb->sample_bytes, t->batch_size, t->sample_bytes);
 	}
-	nbytes = (size_t)hb->size * hb->sample_bytes;
-	if (t->labels && hb->labels != NULL) {
+	for (uint32_t f = 0; f < nf; f++)
+		nbytes += (size_t)hb->size * t->field_bytes[f];
+	if (t->labels_field >= 0) {
 		lbytes = (size_t)hb->size * sizeof(int32_t);
-		memcpy(s->host_labels, hb->labels, lbytes);
+		memcpy(s->host_labels, hb->fields[t->labels_field], lbytes);
 	}
 	memcpy(s->host_ids, hb->ids, (size_t)hb->size * sizeof(uint64_t));
 	s->timed = t->copies % t->time_every == 0;
@@ -382,23 +400,26 @@ static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 		s->mark_stream = t->spare_stream;
 	}
 	describe_batch(t, s, hb);
+	for (uint32_t f = 0; f < nf; f++)
+		s->b.fields[f] = (char *)s->mem + t->field_off[f];
 	s->b.samples = s->mem;
-	s->b.labels = lbytes ? (int32_t *)((char *)s->mem + t->labels_off) : NULL;
+	s->b.labels = t->labels_field >= 0 ? s->b.fields[t->labels_field] : NULL;
 	s->b.host_labels = lbytes ? s->host_labels : NULL;
 	s->b.host_ids = s->host_ids;
 	s->b.ready = s->timed ? s->t_done : s->done;
 	if (s->timed && (ret = pp_event_record(s->t_start, t->copy)) < 0)
 		return ret;
-	one = lbytes && hb->size == t->batch_size &&
-	      (const char *)hb->labels - (const char *)hb->samples == (ptrdiff_t)t->labels_off;
+	one = nf == 1 || one_copy(t, hb);
 	t0 = pp_now_ns();
 	if (one) {
-		ret = pp_memcpy_async(s->b.samples, hb->samples, t->labels_off + lbytes,
-				      PP_COPY_H2D, t->copy);
+		ret = pp_memcpy_async(s->mem, hb->fields[0], t->field_off[nf - 1] +
+				      (size_t)hb->size * t->field_bytes[nf - 1], PP_COPY_H2D, t->copy);
 	} else {
-		ret = pp_memcpy_async(s->b.samples, hb->samples, nbytes, PP_COPY_H2D, t->copy);
-		if (ret == 0 && lbytes)
-			ret = pp_memcpy_async(s->b.labels, hb->labels, lbytes, PP_COPY_H2D, t->copy);
+		ret = 0;
+		for (uint32_t f = 0; f < nf && ret == 0; f++)
+			ret = pp_memcpy_async(s->b.fields[f], hb->fields[f],
+					      (size_t)hb->size * t->field_bytes[f], PP_COPY_H2D,
+					      t->copy);
 	}
 	t1 = pp_now_ns();
 	note_call(t, t0, t1);
@@ -407,7 +428,7 @@ static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 		return ret;
 	if ((ret = pp_event_record(s->b.ready, t->copy)) < 0)
 		return ret;
-	t->stats.bytes += nbytes + lbytes;
+	t->stats.bytes += nbytes;
 	s->state = TSLOT_COPYING;
 	t->queue[(t->qhead + t->qlen) % t->nslots] = (uint32_t)(s - t->slots);
 	t->qlen++;
@@ -788,7 +809,8 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	t->loader = cfg->loader;
 	t->dev = cfg->device;
 	t->in_place = pp_device_get_props(t->dev)->host_is_device;
-	t->labels = pp_loader_info(t->loader)->label_kind != PP_LABEL_NONE;
+	t->layout = pp_loader_layout(t->loader);
+	t->labels_field = pp_layout_labels(t->layout);
 	t->depth = cfg->depth ? cfg->depth : 2;
 	t->nslots = cfg->slots ? cfg->slots : t->depth + 2;
 	t->time_every = cfg->time_every ? cfg->time_every : TIME_EVERY_DEFAULT;
@@ -799,9 +821,19 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 			       t->batch_size, t->sample_bytes);
 		goto err_destroy;
 	}
-	/* The loader's slots hold the labels at this offset too (pinpipe/loader.h). */
-	t->labels_off = (sbytes + 63) / 64 * 64;
-	t->slot_bytes = t->labels_off + (t->labels ? (size_t)t->batch_size * sizeof(int32_t) : 0);
+	/* The loader's slots hold the fields at these offsets too (pinpipe/loader.h). */
+	for (uint32_t f = 0; f < t->layout->nfields; f++) {
+		size_t span;
+		t->field_bytes[f] = pp_field_bytes(&t->layout->fields[f]);
+		t->field_off[f] = t->slot_bytes;
+		if (!pp_mul_size(t->batch_size, t->field_bytes[f], &span) ||
+		    !pp_add_size(t->slot_bytes, f + 1 < t->layout->nfields ? (span + 63) / 64 * 64
+							: span, &t->slot_bytes)) {
+			ret = pp_error(-EOVERFLOW, "transfer: a batch of %u samples is too large",
+				       t->batch_size);
+			goto err_destroy;
+		}
+	}
 	t->slots = pp_calloc(t->nslots, sizeof(*t->slots));
 	t->queue = pp_calloc(t->nslots, sizeof(*t->queue));
 	if (t->slots == NULL || t->queue == NULL) {

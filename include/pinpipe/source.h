@@ -92,6 +92,13 @@ PP_API int pp_layout_check(const struct pp_layout *layout);
 PP_API int pp_layout_find(const struct pp_layout *layout, const char *name);
 
 /*
+ * Returns the index of the layout's class labels: its first int32 scalar
+ * field named "labels" or "label" (what a batch's 'labels' points to), or
+ * -ENOENT.
+ */
+PP_API int pp_layout_labels(const struct pp_layout *layout);
+
+/*
  * A counter-based random generator: its sequence is a function of the three
  * keys it was started with, and of nothing else.  SplitMix64 (Steele, Lea
  * and Flood, 2014) over a key mixed from (seed, epoch, index).

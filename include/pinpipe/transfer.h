@@ -78,6 +78,10 @@ struct pp_device_batch {
 	                            pp_event_synchronize() it first.  Never NULL: on cpu (in
 	                            place, nothing copied) an event that is already complete */
 	uint32_t slot;           /* device slot holding it */
+	uint32_t nfields;        /* fields of the loader's layout (pp_loader_layout()) */
+	void *fields[PP_MAX_FIELDS]; /* [nfields] each field's size values, in device memory
+	                                (in place on cpu: the loader's); fields[0] == samples,
+	                                and labels is the labels field's (pp_layout_labels()) */
 };
 
 /*
