@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/check_install.sh: installs the built tree into a temporary DESTDIR,
 # builds the examples against it with nothing but pkg-config, and runs them:
-# examples/batches must see all 60,000 Fashion-MNIST samples once, and
+# examples/batches must see all 60,000 Fashion-MNIST samples once,
+# examples/custom_source every token window with its targets shifted, and
 # examples/train_by_hand must pass 75% test accuracy on cpu and on sim.  The
 # cuBLAS variant is built when the CUDA toolkit is there, and run only on a
 # GPU.  Run from a configured and built tree (the lead's CI runs it).
@@ -32,6 +33,10 @@ fi
 grep -q '^60000 samples on sim; per class: 6000 6000 6000 6000 6000 6000 6000 6000 6000 6000$' "$dest/out" ||
 	{ echo "check_install: batches printed:"; cat "$dest/out"; exit 1; }
 for dev in cpu sim; do
+	"$dest/examples/custom_source" $dev >"$dest/out" ||
+		{ echo "check_install: custom_source on $dev failed:"; cat "$dest/out"; exit 1; }
+	grep -q "^1562 windows of 64 tokens on $dev; targets = inputs shifted: yes$" "$dest/out" ||
+		{ echo "check_install: custom_source printed:"; cat "$dest/out"; exit 1; }
 	"$dest/examples/train_by_hand" "$fm" $dev 1 >"$dest/out" ||
 		{ echo "check_install: train_by_hand on $dev failed:"; cat "$dest/out"; exit 1; }
 	grep -q "test loss .* acc 0\.[789]" "$dest/out" || { cat "$dest/out"; exit 1; }
