@@ -111,7 +111,8 @@ static void write_shard(const struct pp_dataset *ds, const char *path, uint32_t 
 			int level, uint32_t threads)
 {
 	const struct pp_sample_info *info = pp_dataset_info(ds);
-	struct pp_shard_writer_config cfg = {info, per_chunk, level, threads};
+	struct pp_shard_writer_config cfg = {
+		.info = info, .records_per_chunk = per_chunk, .level = level, .threads = threads};
 	struct pp_shard_writer *w = NULL;
 	uint8_t *s;
 	int32_t *l;
@@ -431,7 +432,7 @@ START_TEST(test_shard_variants)
 	char *p = path_in(dir, "f32.pps"), *e = path_in(dir, "empty.pps");
 	struct pp_synthetic_config cfg = {333, 3, 5, 7, 4, 9, PP_DTYPE_F32};
 	struct pp_sample_info info;
-	struct pp_shard_writer_config wc = {&info, 50, 1, 0};
+	struct pp_shard_writer_config wc = {.info = &info, .records_per_chunk = 50, .level = 1};
 	struct pp_shard_writer *w;
 	struct pp_dataset *src, *back;
 	struct pp_shard *sh;
@@ -751,7 +752,8 @@ START_TEST(test_writer_errors)
 {
 	char *dir = pp_test_tmpdir(), *p = path_in(dir, "w.pps"), *nodir = path_in(dir, "no/w.pps");
 	struct pp_sample_info info = {0, PP_DTYPE_U8, 1, {4, 0, 0, 0}, 4, PP_LABEL_CLASS, 3};
-	struct pp_shard_writer_config cfg = {&info, 2, 6, 3};
+	struct pp_shard_writer_config cfg = {.info = &info, .records_per_chunk = 2, .level = 6,
+					      .threads = 3};
 	struct pp_shard_writer *w;
 	uint8_t s[12] = {0};
 	int32_t bad[3] = {0, 3, 1}, good[3] = {0, 2, 1};
@@ -806,7 +808,8 @@ START_TEST(test_writer_threads_identical)
 	static const uint32_t threads[] = {2, 5, 64};
 	uint8_t *one, *many;
 	size_t one_len, many_len;
-	struct pp_shard_writer_config cfg = {pp_dataset_info(src), 37, 6, 65};
+	struct pp_shard_writer_config cfg = {.info = pp_dataset_info(src), .records_per_chunk = 37,
+					      .level = 6, .threads = 65};
 	struct pp_shard_writer *w = NULL;
 
 	write_shard(src, p, 37, 6, 1);
@@ -966,10 +969,10 @@ START_TEST(test_shard_bad_fields)
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "not a pinpipe shard"));
 
 	memcpy(t, buf, len);
-	pp_put_le32(t + PP_SH_VERSION, 2);
+	pp_put_le32(t + PP_SH_VERSION, 3);
 	write_with_header_crc(p, t, len);
 	ck_assert_int_eq(pp_shard_open(p, &sh), -EPROTONOSUPPORT);
-	ck_assert_ptr_nonnull(strstr(pp_last_error(), "version 2"));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "version 3"));
 
 	/* 2^40 records in 2^40 chunks: the header agrees with itself, the
 	 * trailer and file size do not; nothing of that size is allocated. */

@@ -143,7 +143,8 @@ static int64_t write_shard(const struct pack_options *opt, const struct pp_datas
 			   const char *path, uint64_t first, uint64_t count)
 {
 	const struct pp_sample_info *info = pp_dataset_info(ds);
-	struct pp_shard_writer_config cfg = {info, opt->records_per_chunk, opt->level, opt->threads};
+	struct pp_shard_writer_config cfg = {.info = info, .records_per_chunk = opt->records_per_chunk,
+					      .level = opt->level, .threads = opt->threads};
 	struct pp_shard_writer *w;
 	uint64_t batch = opt->records_per_chunk;
 	int32_t *labels = NULL;
