@@ -125,7 +125,9 @@ int main(int argc, char **argv)
 		info = pp_dataset_info(ds);
 		rec_bytes = (double)(info->count * (info->sample_bytes + 4));
 		for (size_t l = 0; l < sizeof(levels) / sizeof(levels[0]); l++) {
-			struct pp_shard_writer_config cfg = {info, 1024, levels[l], threads[l]};
+			struct pp_shard_writer_config cfg = {.info = info, .records_per_chunk = 1024,
+							     .level = levels[l],
+							     .threads = threads[l]};
 			char name[64];
 
 			snprintf(shard, sizeof(shard), "%s/train-l%d.pps", tmpdir, levels[l]);

@@ -336,6 +336,11 @@ static int open_shard_set(const char *const *paths, size_t npaths, struct pp_sha
 
 		if (ret < 0)
 			return ret;
+		if (pp_shard_version(shards[k]) != 1)
+			return pp_error(-EPROTONOSUPPORT, "%s: a version %u shard of records for a "
+					"decoder (\"%s\"): read them through a loader; a dataset holds "
+					"fixed-size samples", paths[k], pp_shard_version(shards[k]),
+					pp_shard_decoder(shards[k]));
 		si = pp_shard_info(shards[k]);
 		if (k == 0) {
 			info = *si;

@@ -34,11 +34,25 @@ size_t pp_shard_label_bytes(const struct pp_shard *shard, uint32_t records);
 /*
  * Checks the CRC-32 of chunk i's stored bytes 'stored' (stored_size bytes,
  * as read from the file at the chunk's offset) and decodes them into 'raw'
- * (raw_size bytes): the labels block, then the samples.  Thread-safe for
- * different inflaters.  Returns 0 or -EBADMSG with a message naming the
- * file, the chunk and its offset.
+ * (raw_size bytes): the labels block, then version 1's samples, or version
+ * 2's END table and bytes area (shard_format.h).  Checks every label's range
+ * and, for version 2, that the ends never decrease, that no record passes
+ * pp_shard_max_record() and that the last end is the bytes area's size, so
+ * that pp_shard_record() can trust the chunk.  Thread-safe for different
+ * inflaters.  Returns 0, -ENOMEM, or -EBADMSG with a message naming the
+ * file, the chunk and its offset (for a bad END: its offset in the chunk's
+ * decoded bytes).
  */
 int pp_shard_decode_chunk(const struct pp_shard *shard, uint64_t i, const void *stored,
 			  void *raw, struct pp_inflater *inf);
+
+/*
+ * Locates record r (0..records-1) of a version 2 chunk of 'records' records
+ * decoded by pp_shard_decode_chunk() into 'raw', whose labels block is
+ * label_bytes (pp_shard_label_bytes()): returns a pointer to its bytes and
+ * their count in *len_p.  No check: the decode made them.
+ */
+const uint8_t *pp_shard_record(const void *raw, uint32_t records, size_t label_bytes, uint32_t r,
+			       size_t *len_p);
 
 #endif

@@ -4,7 +4,10 @@
  * up to 'threads' threads, then padded with zeros to the next 4 KiB boundary
  * and written in order; finish() writes the index, the trailer and the
  * header, syncs, and renames the temporary file into place, so that only
- * complete shards ever carry the final name.
+ * complete shards ever carry the final name.  Version 1 holds fixed-size
+ * samples (pp_shard_writer_add()); version 2, written when the config names
+ * a layout, records of any length (pp_shard_writer_add_record()), whose
+ * chunk buffers grow as they fill.
  */
 #include "config.h"
 
@@ -29,8 +32,15 @@
 
 /* One chunk being filled or compressed. */
 struct chunk_slot {
-	uint8_t *raw;            /* [records_per_chunk * record_bytes]: labels, then samples */
+	uint8_t *raw;            /* [records_per_chunk * record_bytes]: labels, then samples;
+				  * version 2: [raw_cap], the decoded chunk once assembled */
 	uint32_t records;        /* records in raw so far */
+	size_t raw_size;         /* decoded bytes of the chunk, once it is full */
+	/* Version 2, while filling: each record's label and END, and the bytes area. */
+	uint32_t *labels, *ends; /* [meta_cap] */
+	uint8_t *bytes;          /* [bytes_cap], bytes_len used */
+	size_t meta_cap, bytes_len, bytes_cap, raw_cap;
+	bool v2;                 /* a version 2 chunk, assembled before it is compressed */
 	uint8_t *out;            /* [out_cap]: stored bytes and zero padding */
 	size_t stored;           /* stored bytes in out, once compressed */
 	struct pp_deflater *def; /* NULL when chunks are stored */
@@ -47,7 +57,11 @@ struct pp_shard_writer {
 	int fd;                             /* of tmp_path; -1 once closed */
 	struct pp_sample_info info;         /* count is the records added so far */
 	uint32_t records_per_chunk;
-	size_t record_bytes;                /* label bytes + sample_bytes */
+	uint32_t version;                   /* PP_SHARD_VERSION or PP_SHARD_VERSION_RECORDS */
+	struct pp_layout layout;            /* version 2: the decoder's fields */
+	char decoder[PP_SHARD_DECODER_MAX + 1]; /* version 2 */
+	uint32_t max_record;                /* version 2: bytes of a record at most */
+	size_t record_bytes;                /* label bytes + sample_bytes (version 2: + END) */
 	size_t label_bytes;                 /* per record: 4 with labels, else 0 */
 	bool compress;                      /* zlib, else stored */
 	struct chunk_slot *slots;           /* [nslots]: chunks compressed together */
@@ -96,6 +110,9 @@ static void free_slots(struct pp_shard_writer *w)
 {
 	for (uint32_t k = 0; k < w->nslots; k++) {
 		free(w->slots[k].raw);
+		free(w->slots[k].labels);
+		free(w->slots[k].ends);
+		free(w->slots[k].bytes);
 		free(w->slots[k].out);
 		pp_deflater_destroy(w->slots[k].def);
 	}
@@ -110,6 +127,10 @@ static void free_slots(struct pp_shard_writer *w)
 static int alloc_slots(struct pp_shard_writer *w, const char *path, int level)
 {
 	size_t chunk_bytes = (size_t)w->records_per_chunk * w->record_bytes;
+
+	/* Version 2's buffers grow as records come; its largest chunk is bounded. */
+	if (w->version == PP_SHARD_VERSION_RECORDS)
+		chunk_bytes = PP_MAX(PP_SHARD_CHUNK_TARGET, w->record_bytes + w->max_record);
 
 	w->slots = pp_calloc(w->nslots, sizeof(*w->slots));
 	if (w->slots == NULL)
@@ -130,14 +151,63 @@ static int alloc_slots(struct pp_shard_writer *w, const char *path, int level)
 		} else {
 			s->out_cap = pp_shard_align_up(chunk_bytes);
 		}
+		s->record_bytes = w->record_bytes;
+		s->label_bytes = w->label_bytes;
+		s->records_per_chunk = w->records_per_chunk;
+		s->v2 = w->version == PP_SHARD_VERSION_RECORDS;
+		if (s->v2) {
+			s->out_cap = 0;
+			continue;
+		}
 		s->raw = pp_malloc(chunk_bytes);
 		s->out = pp_malloc(s->out_cap);
 		if (s->raw == NULL || s->out == NULL)
 			return -ENOMEM;
-		s->record_bytes = w->record_bytes;
-		s->label_bytes = w->label_bytes;
-		s->records_per_chunk = w->records_per_chunk;
 	}
+	return 0;
+}
+
+/* True for a name of letters, digits, '_', '.' and '-' (a decoder's, in a version 2 header). */
+static bool name_ok(const char *name, size_t max)
+{
+	size_t n = strnlen(name, max + 1);
+
+	if (n < 1 || n > max)
+		return false;
+	for (size_t k = 0; k < n; k++) {
+		char c = name[k];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* Version 2's layout, decoder and record bound; -EINVAL with a message (not naming the path). */
+static int config_records(struct pp_shard_writer *w, const char *path,
+			  const struct pp_shard_writer_config *cfg)
+{
+	const char *decoder = cfg->decoder != NULL ? cfg->decoder : "raw";
+	uint32_t max_record = cfg->max_record_bytes != 0 ? cfg->max_record_bytes
+							 : PP_SHARD_DEFAULT_MAX_RECORD;
+
+	(void)path;
+	if (pp_layout_check(cfg->layout) < 0)
+		return -EINVAL;
+	if (!name_ok(decoder, PP_SHARD_DECODER_MAX))
+		return pp_error(-EINVAL, "decoder name \"%.40s\" is not 1..%d letters, digits, '_', "
+				"'.' or '-'", decoder, PP_SHARD_DECODER_MAX);
+	if (max_record > PP_SHARD_MAX_SAMPLE_BYTES)
+		return pp_error(-EINVAL, "records of at most %u bytes, expected at most %zu",
+				max_record, PP_SHARD_MAX_SAMPLE_BYTES);
+	w->layout = *cfg->layout;
+	snprintf(w->decoder, sizeof(w->decoder), "%s", decoder);
+	w->max_record = max_record;
+	w->info.dtype = w->layout.fields[0].dtype;
+	w->info.ndim = w->layout.fields[0].ndim;
+	memcpy(w->info.shape, w->layout.fields[0].shape, sizeof(w->info.shape));
+	w->info.sample_bytes = pp_field_bytes(&w->layout.fields[0]);
 	return 0;
 }
 
@@ -166,7 +236,9 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 	}
 	w->info = *cfg->info;
 	w->info.count = 0;
-	ret = pp_sample_info_finish(&w->info);
+	w->version = cfg->layout != NULL ? PP_SHARD_VERSION_RECORDS : PP_SHARD_VERSION;
+	ret = w->version == PP_SHARD_VERSION ? pp_sample_info_finish(&w->info)
+					     : config_records(w, path, cfg);
 	if (ret < 0) {
 		ret = pp_error(ret, "%s: %s", path, pp_last_error());
 		goto err_free;
@@ -184,10 +256,23 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 		ret = pp_error(-EINVAL, "%s: unknown label kind %d", path, (int)w->info.label_kind);
 		goto err_free;
 	}
+	if (w->version == PP_SHARD_VERSION_RECORDS &&
+	    w->layout.nfields + (w->label_bytes != 0) > PP_MAX_FIELDS) {
+		ret = pp_error(-EINVAL, "%s: %u fields and the labels, expected at most %d fields "
+			       "in all", path, w->layout.nfields, PP_MAX_FIELDS);
+		goto err_free;
+	}
+	if (w->version == PP_SHARD_VERSION_RECORDS && w->label_bytes != 0 &&
+	    pp_layout_find(&w->layout, "labels") >= 0) {
+		ret = pp_error(-EINVAL, "%s: a field named \"labels\" in a shard with labels, which "
+			       "adds that field itself", path);
+		goto err_free;
+	}
 	w->records_per_chunk = cfg->records_per_chunk != 0 ? cfg->records_per_chunk
 							    : PP_SHARD_DEFAULT_RECORDS_PER_CHUNK;
-	w->record_bytes = w->label_bytes + w->info.sample_bytes;
-	if (w->info.sample_bytes > PP_SHARD_MAX_SAMPLE_BYTES ||
+	w->record_bytes = w->label_bytes + (w->version == PP_SHARD_VERSION ? w->info.sample_bytes
+									   : sizeof(uint32_t));
+	if ((w->version == PP_SHARD_VERSION && w->info.sample_bytes > PP_SHARD_MAX_SAMPLE_BYTES) ||
 	    (uint64_t)w->records_per_chunk * w->record_bytes > PP_SHARD_MAX_RAW) {
 		ret = pp_error(-EINVAL, "%s: %u records of %zu bytes make a chunk larger than 4 GiB",
 			       path, w->records_per_chunk, w->record_bytes);
@@ -233,10 +318,10 @@ err_free:
 /* Compresses or stores one slot's records into its out buffer, zero padded. */
 static int compress_slot(struct chunk_slot *s)
 {
-	size_t raw_size = (size_t)s->records * s->record_bytes, padded;
+	size_t raw_size = s->raw_size, padded;
 
-	/* A short last chunk: its labels block shrinks to its records. */
-	if (s->records < s->records_per_chunk && s->label_bytes != 0)
+	/* A short last chunk: its labels block shrinks to its records (version 1). */
+	if (!s->v2 && s->records < s->records_per_chunk && s->label_bytes != 0)
 		memmove(s->raw + (size_t)s->records * s->label_bytes,
 			s->raw + (size_t)s->records_per_chunk * s->label_bytes,
 			(size_t)s->records * (s->record_bytes - s->label_bytes));
@@ -279,6 +364,62 @@ static void compress_slots(struct pp_shard_writer *w, uint32_t n)
 	}
 }
 
+/*
+ * Returns buf grown to hold 'need' elements of 'elem' bytes (its capacity
+ * *cap_p doubled until it does, and updated), or NULL when out of memory
+ * (buf and *cap_p left as they were).
+ */
+static void *grow(void *buf, size_t *cap_p, size_t need, size_t elem)
+{
+	size_t cap = PP_MAX(*cap_p, 64);
+	void *q;
+
+	if (need <= *cap_p)
+		return buf;
+	while (cap < need)
+		cap *= 2;
+	q = pp_realloc(buf, cap * elem);
+	if (q != NULL)
+		*cap_p = cap;
+	return q;
+}
+
+/*
+ * Version 2: lays a slot's records out as the decoded chunk (labels, ENDs,
+ * bytes; shard_format.h) in s->raw, and sizes s->out for its stored bytes.
+ */
+static int assemble_slot(struct pp_shard_writer *w, struct chunk_slot *s)
+{
+	size_t table = (size_t)s->records * w->label_bytes, area = table + 4 * (size_t)s->records;
+	size_t out_need;
+	void *p;
+
+	if (s->records == 0)
+		return 0;
+
+	s->raw_size = area + s->bytes_len;
+	out_need = pp_shard_align_up(s->def != NULL ? pp_deflate_bound(s->def, s->raw_size)
+						    : s->raw_size);
+	p = grow(s->raw, &s->raw_cap, s->raw_size, 1);
+	if (p == NULL)
+		return pp_error(-ENOMEM, "%s: no memory for a chunk of %zu bytes", w->path,
+				s->raw_size);
+	s->raw = p;
+	p = grow(s->out, &s->out_cap, out_need, 1);
+	if (p == NULL)
+		return pp_error(-ENOMEM, "%s: no memory for a chunk of %zu bytes", w->path,
+				out_need);
+	s->out = p;
+	for (uint32_t r = 0; r < s->records; r++) {
+		if (w->label_bytes != 0)
+			pp_put_le32(s->raw + 4 * (size_t)r, s->labels[r]);
+		pp_put_le32(s->raw + table + 4 * (size_t)r, s->ends[r]);
+	}
+	if (s->bytes_len > 0)
+		memcpy(s->raw + area, s->bytes, s->bytes_len);
+	return 0;
+}
+
 /* Compresses the full slots (and the one being filled when 'partial'), writes them in order. */
 static int flush_slots(struct pp_shard_writer *w, bool partial)
 {
@@ -296,6 +437,13 @@ static int flush_slots(struct pp_shard_writer *w, bool partial)
 		w->chunks = p;
 		w->chunks_cap = cap;
 	}
+	for (uint32_t k = 0; k < n; k++) {
+		ret = w->version == PP_SHARD_VERSION ? 0 : assemble_slot(w, &w->slots[k]);
+		if (ret < 0)
+			return ret;
+		if (w->version == PP_SHARD_VERSION)
+			w->slots[k].raw_size = (size_t)w->slots[k].records * w->record_bytes;
+	}
 	compress_slots(w, n);
 	for (uint32_t k = 0; k < n; k++) {
 		struct chunk_slot *s = &w->slots[k];
@@ -310,7 +458,7 @@ static int flush_slots(struct pp_shard_writer *w, bool partial)
 			return ret;
 		c->offset = w->offset;
 		c->stored_size = (uint32_t)s->stored;
-		c->raw_size = (uint32_t)((size_t)s->records * w->record_bytes);
+		c->raw_size = (uint32_t)s->raw_size;
 		c->records = s->records;
 		c->crc32 = pp_crc32(0, s->out, s->stored);
 		c->first_record = w->written_records;
@@ -318,6 +466,7 @@ static int flush_slots(struct pp_shard_writer *w, bool partial)
 		w->nchunks++;
 		w->offset += padded;
 		s->records = 0;
+		s->bytes_len = 0;
 	}
 	w->filling = 0;
 	return 0;
@@ -333,6 +482,9 @@ PP_API int pp_shard_writer_add(struct pp_shard_writer *w, const void *samples,
 		return pp_error(w->error, "%s: an earlier write failed", w->path);
 	if (w->finished)
 		return pp_error(-EINVAL, "%s: already finished", w->path);
+	if (w->version != PP_SHARD_VERSION)
+		return pp_error(-EINVAL, "%s: a version %u shard takes records of any length: add "
+				"them with pp_shard_writer_add_record()", w->path, w->version);
 	if (w->label_bytes != 0 && labels == NULL && count > 0)
 		return pp_error(-EINVAL, "%s: the shard has labels, none given", w->path);
 	if (labels != NULL)
@@ -369,6 +521,110 @@ PP_API int pp_shard_writer_add(struct pp_shard_writer *w, const void *samples,
 		}
 	}
 	return 0;
+}
+
+/* Closes the slot being filled; flushes the slots once all are full. */
+static int close_slot(struct pp_shard_writer *w)
+{
+	int ret;
+
+	if (++w->filling < w->nslots)
+		return 0;
+	ret = flush_slots(w, false);
+	if (ret < 0)
+		w->error = ret;
+	return ret;
+}
+
+PP_API int pp_shard_writer_add_record(struct pp_shard_writer *w, const void *record, size_t len,
+				      int32_t label)
+{
+	struct chunk_slot *s;
+	size_t need;
+	int ret;
+
+	if (w->error != 0)
+		return pp_error(w->error, "%s: an earlier write failed", w->path);
+	if (w->finished)
+		return pp_error(-EINVAL, "%s: already finished", w->path);
+	if (w->version != PP_SHARD_VERSION_RECORDS)
+		return pp_error(-EINVAL, "%s: a version %u shard takes fixed-size samples: add them "
+				"with pp_shard_writer_add(), or give a layout to write version 2",
+				w->path, w->version);
+	if (len > w->max_record)
+		return pp_error(-EINVAL, "%s: record %llu of %zu bytes, the shard's bound is %u",
+				w->path, (unsigned long long)w->info.count, len, w->max_record);
+	if (record == NULL && len > 0)
+		return pp_error(-EINVAL, "%s: record %llu: %zu bytes at NULL", w->path,
+				(unsigned long long)w->info.count, len);
+	if (w->label_bytes != 0 && (label < 0 || (uint32_t)label >= w->info.num_classes))
+		return pp_error(-EINVAL, "%s: label %d of record %llu, expected 0..%u", w->path, label,
+				(unsigned long long)w->info.count, w->info.num_classes - 1);
+	s = &w->slots[w->filling];
+	/* A chunk closes before a record that would take it past its target size. */
+	if (s->records > 0 && (size_t)(s->records + 1) * w->record_bytes + s->bytes_len + len >
+			      PP_SHARD_CHUNK_TARGET) {
+		ret = close_slot(w);
+		if (ret < 0)
+			return ret;
+		s = &w->slots[w->filling];
+	}
+	need = (size_t)s->records + 1;
+	if (need > s->meta_cap) {
+		size_t cap = s->meta_cap;
+		void *ends = grow(s->ends, &cap, need, 4), *labels;
+
+		if (ends != NULL)
+			s->ends = ends;
+		cap = s->meta_cap;
+		labels = ends != NULL ? grow(s->labels, &cap, need, 4) : NULL;
+		if (labels == NULL)
+			return pp_error(-ENOMEM, "%s: no memory for record %llu", w->path,
+					(unsigned long long)w->info.count);
+		s->labels = labels;
+		s->meta_cap = cap;
+	}
+	if (s->bytes_len + len > s->bytes_cap) {
+		void *p = grow(s->bytes, &s->bytes_cap, s->bytes_len + len, 1);
+
+		if (p == NULL)
+			return pp_error(-ENOMEM, "%s: no memory for record %llu of %zu bytes",
+					w->path, (unsigned long long)w->info.count, len);
+		s->bytes = p;
+	}
+	if (len > 0)
+		memcpy(s->bytes + s->bytes_len, record, len);
+	s->bytes_len += len;
+	s->labels[s->records] = w->label_bytes != 0 ? (uint32_t)label : 0;
+	s->ends[s->records] = (uint32_t)s->bytes_len;
+	s->records++;
+	w->info.count++;
+	if (s->records == w->records_per_chunk)
+		return close_slot(w);
+	return 0;
+}
+
+/* Version 2's record bound, decoder, layout and CRC, after the fields of version 1. */
+static void put_header_v2(const struct pp_shard_writer *w, uint8_t *header)
+{
+	size_t len = strlen(w->decoder);
+
+	pp_put_le32(header + PP_SH2_MAX_RECORD, w->max_record);
+	pp_put_le32(header + PP_SH2_DECODER_LEN, (uint32_t)len);
+	memcpy(header + PP_SH2_DECODER, w->decoder, len);
+	pp_put_le32(header + PP_SH2_NFIELDS, w->layout.nfields);
+	for (uint32_t f = 0; f < w->layout.nfields; f++) {
+		const struct pp_field *fd = &w->layout.fields[f];
+		uint8_t *e = header + PP_SH2_FIELDS + (size_t)f * PP_SF_SIZE;
+
+		memcpy(e + PP_SF_NAME, fd->name, strnlen(fd->name, PP_FIELD_NAME_MAX));
+		pp_put_le32(e + PP_SF_DTYPE, (uint32_t)fd->dtype);
+		pp_put_le32(e + PP_SF_NDIM, fd->ndim);
+		for (uint32_t d = 0; d < fd->ndim; d++)
+			pp_put_le32(e + PP_SF_SHAPE + 4 * d, fd->shape[d]);
+		pp_put_le32(e + PP_SF_NORMALIZE, fd->normalize ? 1 : 0);
+	}
+	pp_put_le32(header + PP_SH2_CRC, pp_crc32(0, header, PP_SH2_CRC));
 }
 
 PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
@@ -410,11 +666,13 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 	pp_put_le32(trailer + PP_ST_CRC, pp_crc32(0, trailer, PP_ST_CRC));
 
 	memcpy(header + PP_SH_MAGIC, PP_SHARD_MAGIC, 8);
-	pp_put_le32(header + PP_SH_VERSION, PP_SHARD_VERSION);
-	pp_put_le32(header + PP_SH_DTYPE, (uint32_t)w->info.dtype);
-	pp_put_le32(header + PP_SH_NDIM, w->info.ndim);
-	for (int d = 0; d < PP_MAX_DIMS; d++)
-		pp_put_le32(header + PP_SH_SHAPE + 4 * d, w->info.shape[d]);
+	pp_put_le32(header + PP_SH_VERSION, w->version);
+	if (w->version == PP_SHARD_VERSION) {
+		pp_put_le32(header + PP_SH_DTYPE, (uint32_t)w->info.dtype);
+		pp_put_le32(header + PP_SH_NDIM, w->info.ndim);
+		for (int d = 0; d < PP_MAX_DIMS; d++)
+			pp_put_le32(header + PP_SH_SHAPE + 4 * d, w->info.shape[d]);
+	}
 	pp_put_le32(header + PP_SH_LABEL_KIND, (uint32_t)w->info.label_kind);
 	pp_put_le32(header + PP_SH_NUM_CLASSES, w->info.num_classes);
 	pp_put_le32(header + PP_SH_RECORDS_PER_CHUNK, w->records_per_chunk);
@@ -422,7 +680,10 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 	pp_put_le64(header + PP_SH_CHUNKS, w->nchunks);
 	pp_put_le32(header + PP_SH_COMPRESSION, w->compress ? PP_SHARD_COMPRESSION_ZLIB
 							   : PP_SHARD_COMPRESSION_STORED);
-	pp_put_le32(header + PP_SH_CRC, pp_crc32(0, header, PP_SH_CRC));
+	if (w->version == PP_SHARD_VERSION)
+		pp_put_le32(header + PP_SH_CRC, pp_crc32(0, header, PP_SH_CRC));
+	else
+		put_header_v2(w, header);
 
 	ret = write_full(w, index, index_len, w->offset);
 	if (ret == 0)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/fault.h"
 #include "common/internal.h"
 #include "datasets/codec.h"
 #include "datasets/shard.h"
@@ -111,7 +112,8 @@ static void write_shard(const struct pp_dataset *ds, const char *path, uint32_t 
 			int level, uint32_t threads)
 {
 	const struct pp_sample_info *info = pp_dataset_info(ds);
-	struct pp_shard_writer_config cfg = {info, per_chunk, level, threads};
+	struct pp_shard_writer_config cfg = {
+		.info = info, .records_per_chunk = per_chunk, .level = level, .threads = threads};
 	struct pp_shard_writer *w = NULL;
 	uint8_t *s;
 	int32_t *l;
@@ -431,7 +433,7 @@ START_TEST(test_shard_variants)
 	char *p = path_in(dir, "f32.pps"), *e = path_in(dir, "empty.pps");
 	struct pp_synthetic_config cfg = {333, 3, 5, 7, 4, 9, PP_DTYPE_F32};
 	struct pp_sample_info info;
-	struct pp_shard_writer_config wc = {&info, 50, 1, 0};
+	struct pp_shard_writer_config wc = {.info = &info, .records_per_chunk = 50, .level = 1};
 	struct pp_shard_writer *w;
 	struct pp_dataset *src, *back;
 	struct pp_shard *sh;
@@ -751,7 +753,8 @@ START_TEST(test_writer_errors)
 {
 	char *dir = pp_test_tmpdir(), *p = path_in(dir, "w.pps"), *nodir = path_in(dir, "no/w.pps");
 	struct pp_sample_info info = {0, PP_DTYPE_U8, 1, {4, 0, 0, 0}, 4, PP_LABEL_CLASS, 3};
-	struct pp_shard_writer_config cfg = {&info, 2, 6, 3};
+	struct pp_shard_writer_config cfg = {.info = &info, .records_per_chunk = 2, .level = 6,
+					      .threads = 3};
 	struct pp_shard_writer *w;
 	uint8_t s[12] = {0};
 	int32_t bad[3] = {0, 3, 1}, good[3] = {0, 2, 1};
@@ -806,7 +809,8 @@ START_TEST(test_writer_threads_identical)
 	static const uint32_t threads[] = {2, 5, 64};
 	uint8_t *one, *many;
 	size_t one_len, many_len;
-	struct pp_shard_writer_config cfg = {pp_dataset_info(src), 37, 6, 65};
+	struct pp_shard_writer_config cfg = {.info = pp_dataset_info(src), .records_per_chunk = 37,
+					      .level = 6, .threads = 65};
 	struct pp_shard_writer *w = NULL;
 
 	write_shard(src, p, 37, 6, 1);
@@ -966,10 +970,10 @@ START_TEST(test_shard_bad_fields)
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "not a pinpipe shard"));
 
 	memcpy(t, buf, len);
-	pp_put_le32(t + PP_SH_VERSION, 2);
+	pp_put_le32(t + PP_SH_VERSION, 3);
 	write_with_header_crc(p, t, len);
 	ck_assert_int_eq(pp_shard_open(p, &sh), -EPROTONOSUPPORT);
-	ck_assert_ptr_nonnull(strstr(pp_last_error(), "version 2"));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "version 3"));
 
 	/* 2^40 records in 2^40 chunks: the header agrees with itself, the
 	 * trailer and file size do not; nothing of that size is allocated. */
@@ -1258,6 +1262,680 @@ START_TEST(test_fashion_mnist)
 }
 END_TEST
 
+/* ------------------------------------------------------- version 2: records */
+
+/* The bytes of record r of the test sets: its length is lens[r], its bytes a function of r. */
+static void record_bytes(uint64_t r, uint8_t *buf, size_t len)
+{
+	pp_test_fill_random(buf, len, 1000 + r);
+}
+
+static int32_t record_label(uint64_t r)
+{
+	return (int32_t)((r * 7 + 3) % 10);
+}
+
+/* The layout of the test sets: a u8 image and a u16 mask. */
+static struct pp_layout test_layout(void)
+{
+	struct pp_layout lay = {.nfields = 2, .fields = {
+		{.name = "image", .dtype = PP_DTYPE_U8, .ndim = 3, .shape = {3, 4, 5}, .normalize = true},
+		{.name = "mask", .dtype = PP_DTYPE_U16, .ndim = 1, .shape = {7}}}};
+
+	return lay;
+}
+
+/*
+ * Writes a version 2 shard at path of n records of lens[r] bytes each (with
+ * labels or not, records_per_chunk R, zlib 'level', 'threads', bound
+ * max_record, decoder "bytes").
+ */
+static void write_records(const char *path, const size_t *lens, uint64_t n, bool labels,
+			  uint32_t R, int level, uint32_t threads, uint32_t max_record)
+{
+	struct pp_sample_info info = {.label_kind = labels ? PP_LABEL_CLASS : PP_LABEL_NONE,
+				      .num_classes = labels ? 10 : 0};
+	struct pp_layout lay = test_layout();
+	struct pp_shard_writer_config cfg = {.info = &info, .records_per_chunk = R, .level = level,
+					     .threads = threads, .layout = &lay, .decoder = "bytes",
+					     .max_record_bytes = max_record};
+	struct pp_shard_writer *w;
+	size_t big = 0;
+	uint8_t *buf;
+
+	for (uint64_t r = 0; r < n; r++)
+		big = PP_MAX(big, lens[r]);
+	buf = malloc(big + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(pp_shard_writer_create(path, &cfg, &w), 0);
+	for (uint64_t r = 0; r < n; r++) {
+		record_bytes(r, buf, lens[r]);
+		ck_assert_msg(pp_shard_writer_add_record(w, buf, lens[r], record_label(r)) == 0,
+			      "record %llu: %s", (unsigned long long)r, pp_last_error());
+	}
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+	free(buf);
+}
+
+/* What check_record compares each record against, and counts. */
+struct record_check {
+	const size_t *lens;
+	bool labels;
+	uint64_t next;
+	uint8_t *want;
+};
+
+static int check_record(void *arg, uint64_t record, const void *bytes, size_t len, int32_t label)
+{
+	struct record_check *c = arg;
+
+	ck_assert_uint_eq(record, c->next);
+	ck_assert_uint_eq(len, c->lens[record]);
+	record_bytes(record, c->want, len);
+	ck_assert_msg(len == 0 || memcmp(bytes, c->want, len) == 0, "record %llu differs",
+		      (unsigned long long)record);
+	ck_assert_int_eq(label, c->labels ? record_label(record) : -1);
+	c->next++;
+	return 0;
+}
+
+static int stop_at_three(void *arg, uint64_t record, const void *bytes, size_t len, int32_t label)
+{
+	(void)bytes;
+	(void)len;
+	(void)label;
+	*(uint64_t *)arg = record;
+	return record == 3 ? -ECANCELED : 0;
+}
+
+/*
+ * Fails if records of any length (0 bytes, 1 byte, one over the 4 MiB chunk
+ * target, hundreds per chunk over several chunks), with and without labels,
+ * stored and zlib, on 1 and 3 threads, do not read back byte for byte with
+ * their labels, through pp_shard_read_records() and through the loader's
+ * path (pp_shard_decode_chunk + pp_shard_record); if a chunk passes its
+ * record count or its 4 MiB (but for a single record), or closes before it
+ * had to; if 3 threads write other bytes than 1; or if the header's layout,
+ * decoder and bound are not given back.
+ */
+START_TEST(test_shard_records_roundtrip)
+{
+	char *dir = pp_test_tmpdir(), *p = path_in(dir, "rec.pps");
+	const char *paths[1] = {p};
+	uint64_t n = 2600;
+	size_t *lens = malloc(n * sizeof(*lens)), big = (size_t)9 << 19; /* 4.5 MiB */
+	struct record_check c = {.lens = lens, .want = malloc(big + 1)};
+	uint8_t *one_thread[4] = {NULL};
+	size_t one_len[4] = {0};
+
+	ck_assert_ptr_nonnull(lens);
+	for (uint64_t r = 0; r < n; r++)
+		lens[r] = r % 5 == 0 ? 0 : r % 7 == 0 ? 1 : (r * 2654435761u) % 3001;
+	lens[1000] = big;
+	lens[1001] = 3 << 20; /* 3 MiB: with the next ones, past the target */
+	lens[1002] = (size_t)3 << 19;
+	for (int v = 0; v < 8; v++) {
+		bool labels = v & 1;
+		int level = v & 2 ? 6 : 0;
+		uint32_t threads = v & 4 ? 3 : 1, R = 300;
+		struct pp_shard *sh;
+		struct pp_shard_chunk_info ci;
+		const struct pp_layout *lay;
+		struct pp_dataset *ds = NULL;
+		uint64_t total = 0;
+
+		write_records(p, lens, n, labels, R, level, threads, 0);
+		/* 3 threads write the bytes that 1 does. */
+		if (threads == 1) {
+			one_thread[v & 3] = pp_test_read_file(p, &one_len[v & 3]);
+		} else {
+			size_t got_len;
+			uint8_t *got = pp_test_read_file(p, &got_len);
+
+			ck_assert_uint_eq(got_len, one_len[v & 3]);
+			ck_assert(memcmp(got, one_thread[v & 3], got_len) == 0);
+			free(got);
+		}
+		ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+		ck_assert_uint_eq(pp_shard_version(sh), 2);
+		ck_assert_str_eq(pp_shard_decoder(sh), "bytes");
+		ck_assert_uint_eq(pp_shard_max_record(sh), 64u << 20);
+		ck_assert_uint_eq(pp_shard_info(sh)->count, n);
+		ck_assert_int_eq(pp_shard_info(sh)->dtype, PP_DTYPE_U8);
+		ck_assert_uint_eq(pp_shard_info(sh)->ndim, 3);
+		ck_assert_uint_eq(pp_shard_info(sh)->shape[2], 5);
+		ck_assert_uint_eq(pp_shard_info(sh)->sample_bytes, 60);
+		ck_assert_int_eq(pp_shard_info(sh)->label_kind,
+				 labels ? PP_LABEL_CLASS : PP_LABEL_NONE);
+		lay = pp_shard_layout(sh);
+		ck_assert_uint_eq(lay->nfields, labels ? 3 : 2);
+		ck_assert_str_eq(lay->fields[0].name, "image");
+		ck_assert(lay->fields[0].normalize);
+		ck_assert_str_eq(lay->fields[1].name, "mask");
+		ck_assert_int_eq(lay->fields[1].dtype, PP_DTYPE_U16);
+		ck_assert_uint_eq(lay->fields[1].shape[0], 7);
+		ck_assert(!lay->fields[1].normalize);
+		if (labels) {
+			ck_assert_str_eq(lay->fields[2].name, "labels");
+			ck_assert_int_eq(lay->fields[2].dtype, PP_DTYPE_I32);
+			ck_assert_uint_eq(lay->fields[2].ndim, 0);
+		}
+		c.labels = labels;
+		c.next = 0;
+		for (uint64_t i = 0; i < pp_shard_chunk_count(sh); i++) {
+			uint64_t first, bytes = 0;
+
+			ck_assert_int_eq(pp_shard_chunk(sh, i, &ci), 0);
+			first = ci.first_record;
+			ck_assert_uint_eq(first, c.next);
+			ck_assert_uint_ge(ci.records, 1);
+			ck_assert_uint_le(ci.records, R);
+			for (uint64_t r = first; r < first + ci.records; r++)
+				bytes += lens[r];
+			ck_assert_uint_eq(ci.raw_size, (labels ? 8 : 4) * (uint64_t)ci.records + bytes);
+			if (ci.records > 1)
+				ck_assert_uint_le(ci.raw_size, 4u << 20);
+			/* Closed early only because the next record would pass 4 MiB. */
+			if (ci.records < R && i + 1 < pp_shard_chunk_count(sh))
+				ck_assert_uint_gt(ci.raw_size + (labels ? 8 : 4) + lens[first + ci.records],
+						  4u << 20);
+			ck_assert_int_eq(pp_shard_read_records(sh, i, check_record, &c), 0);
+			total += ci.records;
+		}
+		ck_assert_uint_eq(c.next, n);
+		ck_assert_uint_eq(total, n);
+		ck_assert_uint_gt(pp_shard_chunk_count(sh), n / R + 2);
+		/* The loader's path: its own read, decode, and record look-up. */
+		{
+			struct pp_inflater *inf;
+			int fd = open(p, O_RDONLY);
+			uint64_t i = pp_shard_chunk_count(sh) / 2;
+
+			ck_assert_int_ge(fd, 0);
+			ck_assert_int_eq(pp_inflater_create(&inf), 0);
+			ck_assert_int_eq(pp_shard_chunk(sh, i, &ci), 0);
+			{
+				uint8_t *stored = malloc(ci.stored_size + 1), *raw = malloc(ci.raw_size + 1);
+				size_t lb = pp_shard_label_bytes(sh, ci.records);
+
+				ck_assert_int_eq(pread(fd, stored, ci.stored_size, (off_t)ci.offset),
+						 (ssize_t)ci.stored_size);
+				ck_assert_int_eq(pp_shard_decode_chunk(sh, i, stored, raw, inf), 0);
+				ck_assert_uint_eq(lb, labels ? 4 * ci.records : 0);
+				for (uint32_t r = 0; r < ci.records; r++) {
+					size_t len;
+					const uint8_t *b = pp_shard_record(raw, ci.records, lb, r, &len);
+					uint64_t rec = ci.first_record + r;
+
+					ck_assert_uint_eq(len, lens[rec]);
+					record_bytes(rec, c.want, len);
+					ck_assert(len == 0 || memcmp(b, c.want, len) == 0);
+					if (labels)
+						ck_assert_int_eq((int32_t)pp_le32(raw + 4 * r),
+								 record_label(rec));
+				}
+				free(stored);
+				free(raw);
+			}
+			pp_inflater_destroy(inf);
+			close(fd);
+		}
+		{
+			uint64_t last = 0;
+
+			ck_assert_int_eq(pp_shard_read_records(sh, 0, stop_at_three, &last), -ECANCELED);
+			ck_assert_uint_eq(last, 3);
+		}
+		ck_assert_int_eq(pp_shard_read_records(sh, pp_shard_chunk_count(sh), check_record, &c),
+				 -ERANGE);
+		ck_assert_int_eq(pp_shard_read_chunk(sh, 0, c.want, NULL), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "pp_shard_read_records"));
+		ck_assert_int_eq(pp_shard_verify(sh), 0);
+		pp_shard_close(sh);
+		ck_assert_int_eq(pp_dataset_open_shards(paths, 1, &ds), -EPROTONOSUPPORT);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "read them through a loader"));
+		ck_assert_ptr_null(ds);
+	}
+	for (int k = 0; k < 4; k++)
+		free(one_thread[k]);
+	free(c.want);
+	free(lens);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Fails if a version 1 shard does not say so (version, layout of "samples"
+ * and "labels", no decoder, no bound), or if its records can be read as
+ * version 2's; or if a version 2 shard of no records, or of records that the
+ * default "raw" decoder names, is not written and read back as such.
+ */
+START_TEST(test_shard_records_versions)
+{
+	char *dir = pp_test_tmpdir(), *p;
+	size_t len;
+	uint8_t *buf = small_shard(dir, &p, &len, 6);
+	struct pp_shard *sh;
+	const struct pp_layout *lay;
+	struct pp_sample_info info = {.label_kind = PP_LABEL_NONE};
+	struct pp_layout one = {.nfields = 1, .fields = {{.name = "tokens", .dtype = PP_DTYPE_U32,
+							  .ndim = 1, .shape = {9}}}};
+	struct pp_shard_writer_config cfg = {.info = &info, .layout = &one};
+	struct pp_shard_writer *w;
+	uint64_t dummy;
+	uint8_t rec[36] = {1, 2, 3};
+
+	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+	ck_assert_uint_eq(pp_shard_version(sh), 1);
+	ck_assert_ptr_null(pp_shard_decoder(sh));
+	ck_assert_uint_eq(pp_shard_max_record(sh), 0);
+	lay = pp_shard_layout(sh);
+	ck_assert_uint_eq(lay->nfields, 2);
+	ck_assert_str_eq(lay->fields[0].name, "samples");
+	ck_assert_int_eq(lay->fields[0].dtype, PP_DTYPE_U8);
+	ck_assert_uint_eq(lay->fields[0].ndim, 3);
+	ck_assert_uint_eq(lay->fields[0].shape[1], 5);
+	ck_assert(lay->fields[0].normalize);
+	ck_assert_str_eq(lay->fields[1].name, "labels");
+	ck_assert_int_eq(lay->fields[1].dtype, PP_DTYPE_I32);
+	ck_assert_int_eq(pp_shard_read_records(sh, 0, stop_at_three, &dummy), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "pp_shard_read_chunk"));
+	pp_shard_close(sh);
+
+	/* No records at all; then one, the default decoder's "raw" and bound. */
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+	ck_assert_int_eq(open_and_verify(p), 0);
+	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+	ck_assert_uint_eq(pp_shard_chunk_count(sh), 0);
+	ck_assert_uint_eq(pp_shard_info(sh)->count, 0);
+	ck_assert_str_eq(pp_shard_decoder(sh), "raw");
+	ck_assert_uint_eq(pp_shard_info(sh)->sample_bytes, 36);
+	ck_assert_uint_eq(pp_shard_layout(sh)->nfields, 1);
+	pp_shard_close(sh);
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_add_record(w, rec, sizeof(rec), 99), 0);
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+	ck_assert_uint_eq(pp_shard_chunk_count(sh), 1);
+	ck_assert_uint_eq(pp_shard_max_record(sh), 64u << 20);
+	{
+		size_t lens[1] = {sizeof(rec)};
+		struct record_check c = {.lens = lens, .want = malloc(sizeof(rec))};
+
+		/* check_record compares against record_bytes(0): make rec so. */
+		record_bytes(0, rec, sizeof(rec));
+		pp_shard_close(sh);
+		ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
+		ck_assert_int_eq(pp_shard_writer_add_record(w, rec, sizeof(rec), 0), 0);
+		ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+		pp_shard_writer_destroy(w);
+		ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+		ck_assert_int_eq(pp_shard_read_records(sh, 0, check_record, &c), 0);
+		ck_assert_uint_eq(c.next, 1);
+		free(c.want);
+	}
+	pp_shard_close(sh);
+	free(buf);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Fails if the version 2 writer takes what it must refuse (a record over
+ * its bound, a label out of range, fixed-size samples, a bad decoder name,
+ * a bad layout, a field named "labels" beside the labels, too many fields,
+ * a bound over 1 GiB), if a refused record is added anyway, or if a version
+ * 1 writer takes records.
+ */
+START_TEST(test_shard_records_writer_errors)
+{
+	char *dir = pp_test_tmpdir(), *p = path_in(dir, "w.pps");
+	struct pp_sample_info info = {.label_kind = PP_LABEL_CLASS, .num_classes = 3};
+	struct pp_sample_info v1info = {.dtype = PP_DTYPE_U8, .ndim = 1, .shape = {4},
+					.label_kind = PP_LABEL_NONE};
+	struct pp_layout lay = test_layout(), bad;
+	struct pp_shard_writer_config cfg = {.info = &info, .layout = &lay, .max_record_bytes = 10};
+	struct pp_shard_writer_config v1 = {.info = &v1info};
+	struct pp_shard_writer *w;
+	struct pp_shard *sh;
+	uint8_t rec[11] = {0};
+	int32_t label = 0;
+	struct {
+		const char *decoder;
+		const char *says;
+	} names[] = {{"", "decoder name"}, {"a b", "decoder name"},
+		     {"0123456789012345678901234567890123", "decoder name"}};
+
+	ck_assert_int_eq(pp_shard_writer_create(p, &v1, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 4, 0), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "version 1"));
+	pp_shard_writer_destroy(w);
+
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 11, 0), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "record 0 of 11 bytes, the shard's bound is 10"));
+	ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 10, 3), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "label 3 of record 0, expected 0..2"));
+	ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 10, -1), -EINVAL);
+	ck_assert_int_eq(pp_shard_writer_add_record(w, NULL, 1, 0), -EINVAL);
+	ck_assert_int_eq(pp_shard_writer_add(w, rec, &label, 1), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "pp_shard_writer_add_record"));
+	ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 10, 2), 0);
+	ck_assert_int_eq(pp_shard_writer_add_record(w, NULL, 0, 1), 0);
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 1, 0), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "already finished"));
+	pp_shard_writer_destroy(w);
+	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+	ck_assert_uint_eq(pp_shard_info(sh)->count, 2);
+	ck_assert_uint_eq(pp_shard_max_record(sh), 10);
+	ck_assert_int_eq(pp_shard_verify(sh), 0);
+	pp_shard_close(sh);
+
+	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+		cfg.decoder = names[k].decoder;
+		ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), names[k].says));
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), p));
+	}
+	cfg.decoder = NULL;
+	cfg.max_record_bytes = (1u << 30) + 1;
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "records of at most"));
+	cfg.max_record_bytes = 0;
+
+	bad = lay;
+	bad.nfields = 0;
+	cfg.layout = &bad;
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "0 fields"));
+	bad = lay;
+	bad.fields[1].dtype = PP_DTYPE_I64;
+	bad.fields[1].normalize = true;
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "field 1 (mask): normalize on i64"));
+	bad = lay;
+	snprintf(bad.fields[1].name, sizeof(bad.fields[1].name), "labels");
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "a field named \"labels\""));
+	bad = lay;
+	bad.nfields = PP_MAX_FIELDS;
+	for (uint32_t f = 0; f < PP_MAX_FIELDS; f++) {
+		bad.fields[f] = lay.fields[0];
+		snprintf(bad.fields[f].name, sizeof(bad.fields[f].name), "f%u", f);
+	}
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "8 fields and the labels"));
+	/* Eight fields without labels fill the header's table. */
+	info.label_kind = PP_LABEL_NONE;
+	info.num_classes = 0;
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 5, 0), 0);
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+	ck_assert_int_eq(pp_shard_open(p, &sh), 0);
+	ck_assert_uint_eq(pp_shard_layout(sh)->nfields, PP_MAX_FIELDS);
+	ck_assert_str_eq(pp_shard_layout(sh)->fields[7].name, "f7");
+	pp_shard_close(sh);
+	ck_assert_int_eq(unlink(p), 0);
+
+	/* A full disk at the third chunk's write: the error sticks, no file is left. */
+	{
+		struct pp_fault_plan plan;
+		struct stat st;
+
+		ck_assert_int_eq(pp_fault_init(&plan), 0);
+		pp_fault_arm(&plan, PP_FAULT_WRITE, -ENOSPC, 2, 0);
+		pp_fault_set(&plan);
+		cfg.records_per_chunk = 2;
+		cfg.level = 1;
+		cfg.threads = 2;
+		ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
+		for (int r = 0; r < 4; r++)
+			ck_assert_int_eq(pp_shard_writer_add_record(w, rec, (size_t)r, 0), 0);
+		/* Slots of 2 chunks of 2 records: the 4th record flushes the first two
+		 * chunks (one write each, both pass), the 8th the next two (the first fails). */
+		for (int r = 4; r < 7; r++)
+			ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 5, 0), 0);
+		ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 5, 0), -ENOSPC);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "write of"));
+		ck_assert_int_eq(pp_shard_writer_add_record(w, rec, 5, 0), -ENOSPC);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "an earlier write failed"));
+		ck_assert_int_eq(pp_shard_writer_finish(w), -ENOSPC);
+		pp_shard_writer_destroy(w);
+		pp_fault_set(NULL);
+		pp_fault_fini(&plan);
+		ck_assert_int_ne(stat(p, &st), 0);
+	}
+	ck_assert_int_eq(rmdir(dir), 0); /* empty: no temporary left either */
+	free(p);
+	free(dir);
+}
+END_TEST
+
+/* Makes every CRC-32 of a version 2 shard right again (header, chunks, index, trailer). */
+static void fix_v2_crcs(uint8_t *f, size_t len)
+{
+	uint8_t *t = f + len - PP_ST_SIZE;
+	uint64_t index_offset = pp_le64(t + PP_ST_INDEX_OFFSET), n = pp_le64(t + PP_ST_CHUNKS);
+
+	pp_put_le32(f + PP_SH2_CRC, pp_crc32(0, f, PP_SH2_CRC));
+	for (uint64_t i = 0; i < n; i++) {
+		uint8_t *e = f + index_offset + i * PP_SI_SIZE;
+
+		pp_put_le32(e + PP_SI_CRC, pp_crc32(0, f + pp_le64(e + PP_SI_OFFSET),
+						     pp_le32(e + PP_SI_STORED)));
+	}
+	pp_put_le32(t + PP_ST_INDEX_CRC, pp_crc32(0, f + index_offset, n * PP_SI_SIZE));
+	pp_put_le32(t + PP_ST_CRC, pp_crc32(0, t, PP_ST_CRC));
+}
+
+/* A small version 2 shard, stored: 40 records of 0..76 bytes with labels, 16 a chunk, bound 80. */
+static uint8_t *small_records(const char *dir, char **path_p, size_t *len_p, int level,
+			      size_t *lens)
+{
+	char *p = path_in(dir, "small2.pps");
+
+	for (int r = 0; r < 40; r++)
+		lens[r] = (size_t)(r * 37 % 77);
+	write_records(p, lens, 40, true, 16, level, 2, 80);
+	*path_p = p;
+	return pp_test_read_file(p, len_p);
+}
+
+/* Writes t (a changed copy of buf) with its CRCs made right, opens and verifies it. */
+static int damaged(const char *p, uint8_t *t, size_t len)
+{
+	fix_v2_crcs(t, len);
+	pp_test_write_file(p, t, len);
+	return open_and_verify(p);
+}
+
+static void assert_says(const char *what, const char *a, const char *b)
+{
+	ck_assert_msg(strstr(pp_last_error(), a) != NULL && (b == NULL || strstr(pp_last_error(), b)),
+		      "%s: '%s' does not say '%s'%s%s", what, pp_last_error(), a,
+		      b != NULL ? " and " : "", b != NULL ? b : "");
+}
+
+/*
+ * Fails if a damaged version 2 shard is accepted (with its CRCs made right,
+ * so that the checks behind them are reached), or its message does not name
+ * the file and the place: an END that goes back, one over the bound, a last
+ * END short of the records, a raw size over the bound, a bad field in the
+ * layout, a bad decoder name length or byte, a version 2 field in version
+ * 1's dtype, a chunk count the records cannot make.
+ */
+START_TEST(test_shard_records_damage)
+{
+	char *dir = pp_test_tmpdir(), *p;
+	size_t len, lens[40];
+	uint8_t *buf = small_records(dir, &p, &len, 0, lens), *t = malloc(len);
+	/* Chunk 0 (stored, at 4096): 16 labels, 16 ENDs, then the bytes. */
+	size_t ends = PP_SHARD_ALIGN + 16 * 4;
+	uint8_t *f0 = t + PP_SH2_FIELDS;
+
+	ck_assert_int_eq(open_and_verify(p), 0);
+	/* Record 2's END before record 1's. */
+	memcpy(t, buf, len);
+	pp_put_le32(t + ends + 4 * 2, pp_le32(buf + ends + 4 * 1) - 1);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("END back", p, "chunk 0 at offset 4096: record 2: END");
+	assert_says("END back", "at byte 72 of the decoded chunk", NULL);
+	/* Record 3 over the bound of 80 (the raw size still within 16 x 80). */
+	memcpy(t, buf, len);
+	pp_put_le32(t + ends + 4 * 3, pp_le32(buf + ends + 4 * 2) + 81);
+	for (int r = 4; r < 16; r++)
+		pp_put_le32(t + ends + 4 * r, pp_le32(t + ends + 4 * 3));
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("over the bound", "record 3: END", "at most 80 bytes on");
+	/* The last END short of the bytes area. */
+	memcpy(t, buf, len);
+	pp_put_le32(t + ends + 4 * 15, pp_le32(buf + ends + 4 * 15) - 1);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("last END", "chunk 0 at offset 4096: the last record ends at", NULL);
+	/* A lower bound in the header: the raw sizes no longer fit it. */
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH2_MAX_RECORD, 2);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("raw over bound", "chunk 0 index entry at offset", "raw size");
+	pp_put_le32(t + PP_SH2_MAX_RECORD, 0);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("bound 0", "offset 68: records of at most 0 bytes", NULL);
+	/* The layout. */
+	memcpy(t, buf, len);
+	pp_put_le32(f0 + PP_SF_DTYPE, 99);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("dtype", "offset 112: bad layout: field 0 (image): unknown dtype 99", NULL);
+	memcpy(t, buf, len);
+	pp_put_le32(f0 + PP_SF_SHAPE + 4 * 3, 5);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("shape", "offset 164: field 0: shape[3] is 5 past its 3 dimensions", NULL);
+	memcpy(t, buf, len);
+	pp_put_le32(f0 + PP_SF_SIZE + PP_SF_NORMALIZE, 1);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("normalize", "field 1 (mask): normalize on u16", NULL);
+	memcpy(t, buf, len);
+	memset(f0 + PP_SF_NAME, 'a', PP_FIELD_NAME_MAX);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("name", "offset 112: field 0's name is not NUL-terminated", NULL);
+	memcpy(t, buf, len);
+	memcpy(f0 + PP_SF_SIZE + PP_SF_NAME, "labels", 6);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("labels twice", "name \"labels\" is field 1's too", NULL);
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH2_NFIELDS, 8);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("nfields", "offset 108: 8 fields, expected 1..7 (and the labels)", NULL);
+	memcpy(t, buf, len);
+	t[PP_SH2_FIELDS + 5 * PP_SF_SIZE + 9] = 1;
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("unused field", "offset 441: byte 0x01 in unused field entry 5", NULL);
+	/* The decoder's name. */
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH2_DECODER_LEN, 0);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("decoder 0", "offset 72: decoder name of 0 bytes, expected 1..31", NULL);
+	pp_put_le32(t + PP_SH2_DECODER_LEN, 32);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("decoder 32", "offset 72: decoder name of 32 bytes", NULL);
+	pp_put_le32(t + PP_SH2_DECODER_LEN, 4);
+	t[PP_SH2_DECODER + 3] = 0;
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("decoder byte", "offset 79: decoder name byte 0x00", NULL);
+	pp_put_le32(t + PP_SH2_DECODER_LEN, 3);
+	t[PP_SH2_DECODER + 3] = 's';
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("decoder tail", "offset 79: byte 0x73 after the decoder name of 3 bytes", NULL);
+	/* Version 1's dtype field set in version 2. */
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH_DTYPE, 1);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("v1 dtype", "offset 12: byte 0x01, expected 0", NULL);
+	/* 40 records cannot make 41 chunks, nor 2 of at most 16. */
+	memcpy(t, buf, len);
+	pp_put_le64(t + PP_SH_CHUNKS, 41);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("chunks", "offset 56: 41 chunks, expected 3..40", NULL);
+	/* A chunk index entry with records the shard cannot hold. */
+	memcpy(t, buf, len);
+	{
+		uint64_t io = pp_le64(t + len - PP_ST_SIZE + PP_ST_INDEX_OFFSET);
+
+		pp_put_le32(t + io + PP_SI_RECORDS, 17);
+		ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+		assert_says("index records", "chunk 0 index entry", "records 0..+17, expected 0..+(1..16)");
+	}
+	ck_assert_ptr_null(NULL);
+	free(t);
+	free(buf);
+	pp_test_rmtree(dir);
+	free(p);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Fails if a version 2 shard (stored, then zlib) with any one byte changed
+ * is accepted by open + verify, or if the message does not name the file
+ * and the part (header field, header padding, chunk, index, trailer); or if
+ * one cut short at any byte is accepted, or not said to be truncated.
+ */
+START_TEST(test_shard_records_flipped_truncated)
+{
+	char *dir = pp_test_tmpdir(), *p;
+	size_t len, lens[40];
+	int levels[2] = {0, 6};
+
+	for (int v = 0; v < 2; v++) {
+		uint8_t *buf = small_records(dir, &p, &len, levels[v], lens);
+		uint64_t index_offset = pp_le64(buf + len - PP_ST_SIZE + PP_ST_INDEX_OFFSET);
+		int fd = open(p, O_RDWR);
+
+		ck_assert_int_ge(fd, 0);
+		ck_assert_uint_gt(len, 3 * PP_SHARD_ALIGN);
+		for (size_t k = 0; k < len; k++) {
+			uint8_t b = buf[k] ^ 0xff;
+			const char *place = k < PP_SH2_SIZE ? "offset " : k < PP_SHARD_ALIGN ?
+					    "header padding" : k < index_offset ? "chunk " :
+					    k < len - PP_ST_SIZE ? "index" : "trailer";
+			int ret;
+
+			ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)k), 1);
+			ret = open_and_verify(p);
+			ck_assert_msg(ret == -EBADMSG || (k >= 8 && k < 12 && ret == -EPROTONOSUPPORT),
+				      "level %d, byte %zu flipped: returned %d", levels[v], k, ret);
+			ck_assert_msg(strncmp(pp_last_error(), p, strlen(p)) == 0, "byte %zu: %s", k,
+				      pp_last_error());
+			ck_assert_msg(strstr(pp_last_error(), place) != NULL,
+				      "byte %zu: '%s' does not say '%s'", k, pp_last_error(), place);
+			ck_assert_int_eq(pwrite(fd, buf + k, 1, (off_t)k), 1);
+		}
+		close(fd);
+		ck_assert_int_eq(open_and_verify(p), 0);
+		for (size_t n = len; n-- > 0;) {
+			ck_assert_int_eq(truncate(p, (off_t)n), 0);
+			ck_assert_msg(open_and_verify(p) == -EBADMSG, "truncated to %zu: accepted", n);
+			ck_assert_msg(strstr(pp_last_error(), n == 0 ? "empty file" :
+					     n < PP_SHARD_ALIGN + PP_ST_SIZE ? "truncated" : "trailer"),
+				      "truncated to %zu: %s", n, pp_last_error());
+		}
+		free(buf);
+		free(p);
+	}
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("datasets");
@@ -1278,6 +1956,9 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_missing_and_empty);
 	tcase_add_test(tc, test_writer_errors);
 	tcase_add_test(tc, test_writer_threads_identical);
+	tcase_add_test(tc, test_shard_records_roundtrip);
+	tcase_add_test(tc, test_shard_records_versions);
+	tcase_add_test(tc, test_shard_records_writer_errors);
 	suite_add_tcase(s, tc);
 
 	tcase_set_timeout(damage, 60);
@@ -1290,6 +1971,8 @@ Suite *pp_test_suite(void)
 	tcase_add_test(damage, test_shard_find);
 	tcase_add_test(damage, test_gzip_damage);
 	tcase_add_test(damage, test_gzip_absurd_header);
+	tcase_add_test(damage, test_shard_records_damage);
+	tcase_add_test(damage, test_shard_records_flipped_truncated);
 	suite_add_tcase(s, damage);
 
 	tcase_set_timeout(real, 60);

@@ -66,7 +66,9 @@ static void fx_open(struct fx *f)
 	f->uring = uring_available();
 	ck_assert_int_eq(pp_dataset_create_synthetic(&sc, &f->ds), 0);
 	for (int s = 0; s < NSHARDS; s++) {
-		struct pp_shard_writer_config wc = { pp_dataset_info(f->ds), PER_CHUNK, 1, 1 };
+		struct pp_shard_writer_config wc = { .info = pp_dataset_info(f->ds),
+						     .records_per_chunk = PER_CHUNK, .level = 1,
+						     .threads = 1 };
 		struct pp_shard_writer *w;
 
 		ck_assert_int_ne(asprintf(&f->paths[s], "%s/part-%d.pps", f->dir, s), -1);

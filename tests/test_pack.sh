@@ -2,7 +2,8 @@
 # tests/test_pack.sh: pinpipe-pack from the outside: exit codes and messages
 # of bad usage and bad input, the README's command on the real Fashion-MNIST
 # into a temporary directory, --verify on a good and a damaged shard, and
-# the size both report for a shard.
+# the size both report for a shard; --shard-version=2 packs the samples of
+# version 1 as records (tests/shard_digest compares the two sets).
 # Each check fails the script (exit 1) with what went wrong; exit 77 (skip)
 # only when the tool was not built.
 set -u
@@ -27,6 +28,8 @@ expect 2 "exclude each other" "$pack" -n 2 -s 1M -o "$tmp/x" "$fm"
 expect 2 "--threads: expected 1..64, got '0'" "$pack" -j 0 -o "$tmp/x" "$fm"
 expect 2 "missing value" "$pack" -o
 expect 2 "no shard file given" "$pack" --verify
+expect 2 "--shard-version: expected 1 or 2, got '3'" "$pack" --shard-version=3 -o "$tmp/x" "$fm"
+expect 2 "--verify takes only files" "$pack" --verify --shard-version=2 "$tmp/x.pps"
 [ "$("$pack" --bogus 2>&1 | wc -l)" -eq 1 ] || { echo "FAIL: usage error is not one line"; fail=1; }
 
 # Bad input: exit 1, the message names the file and where to get the data.
@@ -62,6 +65,31 @@ expect 0 "3 records, 1 chunks" env PP_FAULTS=write:short "$pack" -o "$tmp/c13" "
 expect 0 "1 of 1 shards ok: 3 records" "$pack" --verify "$tmp"/c13-*.pps
 expect 1 "PP_FAULTS: unknown site in 'disk:EIO'" env PP_FAULTS=disk:EIO "$pack" -o "$tmp/c14" \
 	"$tmp/data_batch_1.bin"
+
+# Version 2: CIFAR-10 records of random bytes (labels 0..9), 2 a chunk, as
+# records for the "raw" decoder; they verify, say their layout, and hold the
+# samples and labels of a version 1 set of the same input.
+digest=${SHARD_DIGEST:-./tests/shard_digest}
+: >"$tmp/rand_batch_1.bin"
+for r in 0 1 2 3 4 5 6; do
+	printf "\\$(printf %o $((r * 3 % 10)))" >>"$tmp/rand_batch_1.bin"
+	head -c 3072 /dev/urandom >>"$tmp/rand_batch_1.bin"
+done
+expect 0 "7 records, 4 chunks" "$pack" --shard-version=2 -c 2 -o "$tmp/v2" "$tmp/rand_batch_1.bin"
+expect 0 "v2-train-00000-of-00001.pps: ok, version 2, decoder raw, layout samples: u8\[3,32,32\] normalize, labels: i32, records of at most 3072 bytes, 7 records, 4 chunks" \
+	"$pack" --verify "$tmp"/v2-*.pps
+expect 0 "7 records, 2 chunks" "$pack" -l 0 -c 5 -o "$tmp/v1" "$tmp/rand_batch_1.bin"
+if [ -x "$digest" ]; then
+	d1=$("$digest" "$tmp"/v1-*.pps) d2=$("$digest" "$tmp"/v2-*.pps)
+	[ -n "$d1" ] && [ "$d1" = "$d2" ] && case $d1 in "7 records, "*) ;; *) false ;; esac ||
+		{ echo "FAIL: version 1 and 2 sets differ: '$d1' against '$d2'"; fail=1; }
+else
+	echo "FAIL: $digest not built"; fail=1
+fi
+# A changed byte in a version 2 chunk: --verify names the shard and the chunk.
+cp "$tmp/v2-train-00000-of-00001.pps" "$tmp/v2bad.pps"
+printf '\377' | dd of="$tmp/v2bad.pps" bs=1 seek=4200 conv=notrunc 2>/dev/null
+expect 1 "BAD: .*v2bad.pps: chunk 0 at offset 4096: CRC-32 mismatch" "$pack" --verify "$tmp/v2bad.pps"
 
 if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 	# The README's command, into the temporary directory, with 3 shards.
@@ -118,6 +146,15 @@ if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 	# A shard cut short.
 	head -c 100000 "$tmp/fmnist-test-00000-of-00003.pps" >"$tmp/cut.pps"
 	expect 1 "BAD: .*cut.pps: offset .*trailer" "$pack" --verify "$tmp/cut.pps"
+	# Version 2 of the whole set, in 2 shards: it verifies and holds the
+	# samples and labels of the version 1 set above, in order.
+	expect 0 "2 shards: 60000 records" "$pack" --shard-version=2 -n 2 -o "$tmp/fm2" "$fm"
+	expect 0 "4 of 4 shards ok: 70000 records" "$pack" --verify "$tmp"/fm2-*.pps
+	expect 0 "version 2, decoder raw, layout samples: u8\[1,28,28\] normalize, labels: i32" \
+		"$pack" --verify "$tmp"/fm2-test-00000-of-00002.pps
+	d1=$("$digest" "$tmp"/fmnist-*.pps) d2=$("$digest" "$tmp"/fm2-*.pps)
+	[ -n "$d1" ] && [ "$d1" = "$d2" ] && case $d1 in "70000 records, "*) ;; *) false ;; esac ||
+		{ echo "FAIL: Fashion-MNIST in version 1 and 2 differs: '$d1' against '$d2'"; fail=1; }
 else
 	echo "test_pack: $fm not found (install dataset-fashion-mnist): real-data checks skipped"
 fi

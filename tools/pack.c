@@ -1,7 +1,9 @@
 /*
  * tools/pack.c: pinpipe-pack, which converts IDX (MNIST, Fashion-MNIST;
- * raw or gzip) and CIFAR-10 binary batches into pinpipe shards, and checks
- * every chunk of a set of shards with --verify.  It uses the public API only.
+ * raw or gzip) and CIFAR-10 binary batches into pinpipe shards (version 1,
+ * fixed-size samples, or with --shard-version=2 records for the "raw"
+ * decoder), and checks every chunk of a set of shards with --verify.  It
+ * uses the public API only.
  */
 #include "config.h"
 
@@ -27,7 +29,8 @@
 #define MAX_THREADS 64u
 
 static const char usage_text[] =
-	"Usage: pinpipe-pack [-n SHARDS | -s SIZE] [-c RECORDS] [-l LEVEL] [-j THREADS] -o PREFIX INPUT...\n"
+	"Usage: pinpipe-pack [-n SHARDS | -s SIZE] [-c RECORDS] [-l LEVEL] [-j THREADS]\n"
+	"                    [--shard-version=V] -o PREFIX INPUT...\n"
 	"       pinpipe-pack --verify FILE...\n"
 	"\n"
 	"Converts a dataset into pinpipe shards (docs/SHARDS.md), PREFIX-SPLIT-00000-of-0000N.pps,\n"
@@ -46,10 +49,15 @@ static const char usage_text[] =
 	"  -l, --level=LEVEL     zlib level 1..9, or 0 to store chunks uncompressed (default: 6)\n"
 	"  -j, --threads=N       compress N chunks at once, one per thread, 1..64\n"
 	"                        (default: the number of CPUs online)\n"
+	"      --shard-version=V 1: fixed-size samples (default); 2: records of any length,\n"
+	"                        here each sample as one record for the \"raw\" decoder, of\n"
+	"                        the layout samples: DTYPE[SHAPE] (normalize), and the labels\n"
 	"  -o, --output=PREFIX   path prefix of the shards (required), e.g. /tmp/fmnist\n"
 	"  -q, --quiet           print only errors\n"
-	"      --verify          read every chunk of each FILE, check its CRC-32, size and labels,\n"
-	"                        and report; the exit status is 1 if any shard is bad\n"
+	"      --verify          read every chunk of each FILE, check its CRC-32, size and labels\n"
+	"                        (version 2: its record ends too), and report, with the version,\n"
+	"                        decoder and layout of a version 2 shard; the exit status is 1\n"
+	"                        if any shard is bad\n"
 	"  -h, --help            print this help and exit\n"
 	"  -V, --version         print the version and exit\n"
 	"\n"
@@ -65,6 +73,7 @@ struct pack_options {
 	uint32_t records_per_chunk;
 	int level;                  /* 0 stored, 1..9 zlib */
 	uint32_t threads;           /* chunks compressed at once */
+	uint32_t shard_version;     /* 1 fixed-size samples, 2 records for the "raw" decoder */
 	const char *prefix;
 	bool quiet;
 };
@@ -138,19 +147,61 @@ static bool remember(struct written *w, const char *path)
 	return true;
 }
 
-/* Writes one shard of records first..first+count-1 of ds; returns its size in bytes, or -1. */
+/* Version 2's layout of a dataset's samples: one field "samples", normalised. */
+static struct pp_layout samples_layout(const struct pp_sample_info *info)
+{
+	struct pp_layout lay = {.nfields = 1};
+
+	snprintf(lay.fields[0].name, sizeof(lay.fields[0].name), "samples");
+	lay.fields[0].dtype = info->dtype;
+	lay.fields[0].ndim = info->ndim;
+	memcpy(lay.fields[0].shape, info->shape, sizeof(info->shape));
+	lay.fields[0].normalize = true;
+	return lay;
+}
+
+/* Adds n samples (and their labels, or none) to a version 1 or 2 shard. */
+static int add_samples(struct pp_shard_writer *w, const struct pack_options *opt,
+		       const struct pp_sample_info *info, const uint8_t *samples,
+		       const int32_t *labels, uint64_t n)
+{
+	if (opt->shard_version == 1)
+		return pp_shard_writer_add(w, samples, labels, n);
+	for (uint64_t k = 0; k < n; k++) {
+		int ret = pp_shard_writer_add_record(w, samples + k * info->sample_bytes,
+						     info->sample_bytes,
+						     labels != NULL ? labels[k] : 0);
+
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+/*
+ * Writes one shard of records first..first+count-1 of ds; returns its size
+ * in bytes and its chunk count in *chunks_p, or -1.
+ */
 static int64_t write_shard(const struct pack_options *opt, const struct pp_dataset *ds,
-			   const char *path, uint64_t first, uint64_t count)
+			   const char *path, uint64_t first, uint64_t count, uint64_t *chunks_p)
 {
 	const struct pp_sample_info *info = pp_dataset_info(ds);
-	struct pp_shard_writer_config cfg = {info, opt->records_per_chunk, opt->level, opt->threads};
+	struct pp_layout lay = samples_layout(info);
+	struct pp_shard_writer_config cfg = {.info = info, .records_per_chunk = opt->records_per_chunk,
+					      .level = opt->level, .threads = opt->threads};
 	struct pp_shard_writer *w;
+	struct pp_shard *sh;
 	uint64_t batch = opt->records_per_chunk;
 	int32_t *labels = NULL;
 	void *samples;
 	struct stat st;
 	int ret;
 
+	if (opt->shard_version == 2) {
+		cfg.layout = &lay;
+		cfg.decoder = "raw";
+		cfg.max_record_bytes = (uint32_t)info->sample_bytes;
+	}
 	ret = pp_shard_writer_create(path, &cfg, &w);
 	if (ret < 0) {
 		fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
@@ -169,7 +220,7 @@ static int64_t write_shard(const struct pack_options *opt, const struct pp_datas
 
 		ret = pp_dataset_read(ds, first + done, n, samples, labels);
 		if (ret == 0)
-			ret = pp_shard_writer_add(w, samples, labels, n);
+			ret = add_samples(w, opt, info, samples, labels, n);
 	}
 	if (ret == 0)
 		ret = pp_shard_writer_finish(w);
@@ -185,6 +236,13 @@ out:
 		fprintf(stderr, "pinpipe-pack: %s: %s\n", path, strerror(errno));
 		return -1;
 	}
+	/* The chunks as written: version 2's close early at 4 MiB. */
+	if (pp_shard_open(path, &sh) < 0) {
+		fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+		return -1;
+	}
+	*chunks_p = pp_shard_chunk_count(sh);
+	pp_shard_close(sh);
 	return (int64_t)st.st_size;
 }
 
@@ -194,7 +252,8 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 {
 	const struct pp_sample_info *info = pp_dataset_info(ds);
 	uint64_t n = info->count, record = info->sample_bytes +
-					   (info->label_kind != PP_LABEL_NONE ? 4 : 0);
+					   (info->label_kind != PP_LABEL_NONE ? 4 : 0) +
+					   (opt->shard_version == 2 ? 4 : 0); /* its END */
 	uint64_t raw = n * record, stored = 0, shards = opt->shards;
 	double t0 = now_s(), dt;
 
@@ -212,6 +271,7 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 	for (uint64_t k = 0; k < shards; k++) {
 		uint64_t first = k * n / shards, last = (k + 1) * n / shards;
 		char path[4096];
+		uint64_t chunks = 0;
 		int64_t size;
 
 		if ((size_t)snprintf(path, sizeof(path), "%s-%s-%05llu-of-%05llu.pps", opt->prefix,
@@ -220,7 +280,7 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 			fprintf(stderr, "pinpipe-pack: %s: prefix too long\n", opt->prefix);
 			return 1;
 		}
-		size = write_shard(opt, ds, path, first, last - first);
+		size = write_shard(opt, ds, path, first, last - first, &chunks);
 		if (size < 0)
 			return 1;
 		if (!remember(written, path)) {
@@ -230,9 +290,7 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 		stored += (uint64_t)size;
 		if (!opt->quiet)
 			printf("  %s: %llu records, %llu chunks, %.1f MB on disk\n", path,
-			       (unsigned long long)(last - first),
-			       (unsigned long long)((last - first + opt->records_per_chunk - 1) /
-						    opt->records_per_chunk),
+			       (unsigned long long)(last - first), (unsigned long long)chunks,
 			       mb((uint64_t)size));
 	}
 	dt = now_s() - t0;
@@ -436,6 +494,25 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 	return ret != 0 ? ret : stale;
 }
 
+/* Writes "samples: u8[1,28,28] normalize, labels: i32" for a layout into buf. */
+static void format_layout(const struct pp_layout *lay, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (uint32_t f = 0; f < lay->nfields && at < len; f++) {
+		const struct pp_field *fd = &lay->fields[f];
+
+		at += (size_t)snprintf(buf + at, len - at, "%s%s: %s", f > 0 ? ", " : "", fd->name,
+				       pp_dtype_name(fd->dtype));
+		for (uint32_t d = 0; d < fd->ndim && at < len; d++)
+			at += (size_t)snprintf(buf + at, len - at, "%s%u%s", d == 0 ? "[" : ",",
+					       fd->shape[d], d + 1 == fd->ndim ? "]" : "");
+		if (fd->normalize && at < len)
+			at += (size_t)snprintf(buf + at, len - at, " normalize");
+	}
+}
+
 static int verify(char **files, int n)
 {
 	uint64_t total_records = 0, total_chunks = 0, total_disk = 0, total_raw = 0;
@@ -464,9 +541,19 @@ static int verify(char **files, int n)
 				printf("BAD: %s: %s\n", files[k], strerror(errno));
 				bad++;
 			} else if (ret == 0) {
-				printf("%s: ok, %llu records, %llu chunks, %.1f MB on disk, %.1f MB "
+				char what[1024] = "";
+
+				if (pp_shard_version(sh) != 1) {
+					char lay[768];
+
+					format_layout(pp_shard_layout(sh), lay, sizeof(lay));
+					snprintf(what, sizeof(what), " version %u, decoder %s, layout %s, "
+						 "records of at most %u bytes,", pp_shard_version(sh),
+						 pp_shard_decoder(sh), lay, pp_shard_max_record(sh));
+				}
+				printf("%s: ok,%s %llu records, %llu chunks, %.1f MB on disk, %.1f MB "
 				       "decoded in %.3f s (%.0f MB/s)\n",
-				       files[k], (unsigned long long)pp_shard_info(sh)->count,
+				       files[k], what, (unsigned long long)pp_shard_info(sh)->count,
 				       (unsigned long long)chunks, mb((uint64_t)st.st_size), mb(raw), dt,
 				       dt > 0 ? mb(raw) / dt : 0.0);
 				total_records += pp_shard_info(sh)->count;
@@ -497,6 +584,7 @@ int main(int argc, char **argv)
 		{"chunk", required_argument, NULL, 'c'},
 		{"level", required_argument, NULL, 'l'},
 		{"threads", required_argument, NULL, 'j'},
+		{"shard-version", required_argument, NULL, 'S'},
 		{"output", required_argument, NULL, 'o'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"verify", no_argument, NULL, 'v'},
@@ -507,7 +595,7 @@ int main(int argc, char **argv)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct pack_options opt = {0, DEFAULT_SHARD_BYTES, DEFAULT_RECORDS_PER_CHUNK, DEFAULT_LEVEL,
 				   cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (uint32_t)cpus,
-				   NULL, false};
+				   1, NULL, false};
 	bool do_verify = false, have_n = false, have_s = false;
 	uint64_t v;
 	int c;
@@ -544,6 +632,11 @@ int main(int argc, char **argv)
 				return usage_error("--threads: expected 1..64, got", optarg);
 			opt.threads = (uint32_t)v;
 			break;
+		case 'S':
+			if (!parse_u64(optarg, 2, &v) || v == 0)
+				return usage_error("--shard-version: expected 1 or 2, got", optarg);
+			opt.shard_version = (uint32_t)v;
+			break;
 		case 'o':
 			opt.prefix = optarg;
 			break;
@@ -570,7 +663,7 @@ int main(int argc, char **argv)
 	if (do_verify) {
 		if (optind == argc)
 			return usage_error("--verify: no shard file given", NULL);
-		if (opt.prefix != NULL || have_n || have_s)
+		if (opt.prefix != NULL || have_n || have_s || opt.shard_version != 1)
 			return usage_error("--verify takes only files", NULL);
 		return verify(argv + optind, argc - optind);
 	}
