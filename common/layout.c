@@ -1,6 +1,6 @@
 /*
  * common/layout.c: sample layouts (pinpipe/source.h): the bytes of a field,
- * the check of a layout, the look-up of a field by name.  In the core
+ * the check of a layout, the look-up of a field by name and of the labels.  In the core
  * library, beneath the datasets (version 2 shards name a layout) and the
  * loader.
  */
@@ -89,5 +89,16 @@ PP_API int pp_layout_find(const struct pp_layout *layout, const char *name)
 	for (uint32_t f = 0; f < layout->nfields && f < PP_MAX_FIELDS; f++)
 		if (strncmp(layout->fields[f].name, name, PP_FIELD_NAME_MAX) == 0)
 			return (int)f;
+	return -ENOENT;
+}
+
+PP_API int pp_layout_labels(const struct pp_layout *layout)
+{
+	for (uint32_t f = 0; f < layout->nfields; f++) {
+		const struct pp_field *fd = &layout->fields[f];
+		if ((strcmp(fd->name, "labels") == 0 || strcmp(fd->name, "label") == 0) &&
+		    fd->dtype == PP_DTYPE_I32 && fd->ndim == 0)
+			return (int)f;
+	}
 	return -ENOENT;
 }

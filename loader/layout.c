@@ -1,8 +1,8 @@
 /*
- * loader/layout.c: the open loader's public pieces (pinpipe/source.h):
- * sample layouts and their checks, the counter-based generator of a
- * sample's randomness, and sources of the user's own; the layout of the
- * built-in kinds and the arrays of fields in a ring slot.
+ * loader/layout.c: the open loader's public pieces (pinpipe/source.h): the
+ * counter-based generator of a sample's randomness and sources of the
+ * user's own; the layout of the built-in kinds and the arrays of fields in
+ * a ring slot (the layouts themselves are common/layout.c's).
  */
 #include "config.h"
 
@@ -14,81 +14,7 @@
 #include "common/internal.h"
 #include "loader/loader.h"
 
-/* Largest value of one field of one sample, as shards bound a sample. */
-#define PP_FIELD_MAX_BYTES ((size_t)1 << 30)
-
 /* ------------------------------------------------------------------ layouts */
-
-PP_API size_t pp_field_bytes(const struct pp_field *field)
-{
-	size_t bytes = pp_dtype_size(field->dtype);
-
-	if (field->ndim > PP_MAX_DIMS)
-		return 0;
-	for (uint32_t d = 0; d < field->ndim; d++)
-		if (!pp_mul_size(bytes, field->shape[d], &bytes) || bytes > PP_FIELD_MAX_BYTES)
-			return 0;
-	return bytes;
-}
-
-static bool name_ok(const char *name)
-{
-	size_t n = strnlen(name, PP_FIELD_NAME_MAX);
-
-	if (n == 0 || n == PP_FIELD_NAME_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
-PP_API int pp_layout_check(const struct pp_layout *layout)
-{
-	if (layout == NULL)
-		return pp_error(-EINVAL, "layout: NULL");
-	if (layout->nfields < 1 || layout->nfields > PP_MAX_FIELDS)
-		return pp_error(-EINVAL, "layout: %u fields, expected 1..%d", layout->nfields,
-				PP_MAX_FIELDS);
-	for (uint32_t f = 0; f < layout->nfields; f++) {
-		const struct pp_field *fd = &layout->fields[f];
-		if (!name_ok(fd->name))
-			return pp_error(-EINVAL, "layout: field %u: its name is empty, longer than %d "
-					"characters or not of letters, digits, '_', '.', '-'", f,
-					PP_FIELD_NAME_MAX - 1);
-		for (uint32_t g = 0; g < f; g++)
-			if (strcmp(layout->fields[g].name, fd->name) == 0)
-				return pp_error(-EINVAL, "layout: fields %u and %u are both named '%s'",
-						g, f, fd->name);
-		if (pp_dtype_size(fd->dtype) == 0)
-			return pp_error(-EINVAL, "layout: field '%s': unknown dtype %d", fd->name,
-					(int)fd->dtype);
-		if (fd->ndim > PP_MAX_DIMS)
-			return pp_error(-EINVAL, "layout: field '%s': %u dimensions, at most %d",
-					fd->name, fd->ndim, PP_MAX_DIMS);
-		for (uint32_t d = 0; d < fd->ndim; d++)
-			if (fd->shape[d] == 0)
-				return pp_error(-EINVAL, "layout: field '%s': shape[%u] is 0", fd->name, d);
-		if (pp_field_bytes(fd) == 0)
-			return pp_error(-EINVAL, "layout: field '%s': one sample's value is over %zu "
-					"bytes", fd->name, PP_FIELD_MAX_BYTES);
-		if (fd->normalize && fd->dtype != PP_DTYPE_U8 && fd->dtype != PP_DTYPE_F32)
-			return pp_error(-EINVAL, "layout: field '%s': normalize needs u8 or f32 values, "
-					"not %s", fd->name, pp_dtype_name(fd->dtype));
-	}
-	return 0;
-}
-
-PP_API int pp_layout_find(const struct pp_layout *layout, const char *name)
-{
-	for (uint32_t f = 0; layout != NULL && name != NULL && f < layout->nfields; f++)
-		if (strncmp(layout->fields[f].name, name, PP_FIELD_NAME_MAX) == 0)
-			return (int)f;
-	return -ENOENT;
-}
 
 void pp_layout_from_info(const struct pp_sample_info *info, struct pp_layout *layout)
 {
@@ -104,17 +30,6 @@ void pp_layout_from_info(const struct pp_sample_info *info, struct pp_layout *la
 		strcpy(layout->fields[1].name, "labels");
 		layout->fields[1].dtype = PP_DTYPE_I32;
 	}
-}
-
-PP_API int pp_layout_labels(const struct pp_layout *layout)
-{
-	for (uint32_t f = 0; f < layout->nfields; f++) {
-		const struct pp_field *fd = &layout->fields[f];
-		if ((strcmp(fd->name, "labels") == 0 || strcmp(fd->name, "label") == 0) &&
-		    fd->dtype == PP_DTYPE_I32 && fd->ndim == 0)
-			return (int)f;
-	}
-	return -ENOENT;
 }
 
 size_t pp_layout_field_span(const struct pp_layout *layout, uint32_t f, uint32_t batch)

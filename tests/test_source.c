@@ -286,7 +286,7 @@ START_TEST(test_layout_check)
 	l = layout4;
 	strcpy(l.fields[2].name, "labels");
 	ck_assert_int_eq(pp_layout_check(&l), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(pp_last_error(), "'labels'"));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "\"labels\""));
 	l = layout4;
 	strcpy(l.fields[2].name, "to ken");
 	ck_assert_int_eq(pp_layout_check(&l), -EINVAL);
@@ -296,7 +296,7 @@ START_TEST(test_layout_check)
 	l = layout4;
 	l.fields[2].dtype = (enum pp_dtype)99;
 	ck_assert_int_eq(pp_layout_check(&l), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(pp_last_error(), "'tokens'"));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "(tokens)"));
 	l = layout4;
 	l.fields[2].shape[0] = 0;
 	ck_assert_int_eq(pp_layout_check(&l), -EINVAL);
@@ -612,7 +612,7 @@ START_TEST(test_refused)
 	big.fields[2].dtype = (enum pp_dtype)0;
 	d.layout = &big;
 	ck_assert_int_eq(pp_source_create(&d, &src), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(pp_last_error(), "'tokens'"));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "(tokens)"));
 	ck_assert_ptr_null(src);
 
 	/* 64 samples of 64 KiB tokens do not fit a 1 MiB budget */
