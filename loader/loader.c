@@ -155,6 +155,9 @@ PP_API void pp_loader_destroy(struct pp_loader *l)
 		free(l->ring);
 	free(l->cache);
 	free(l->cache_labels);
+	free(l->records.sample);
+	free(l->records.len);
+	free(l->records.labels);
 	if (l->src.destroy != NULL)
 		l->src.destroy(l->src.ctx);
 	pthread_cond_destroy(&l->cond_window);
@@ -223,6 +226,7 @@ struct cache_job {
 	struct pp_loader *l;
 	struct pp_loader_worker *wk; /* its reader and inflater */
 	uint8_t *raw;          /* a decoded chunk */
+	const size_t *chunk_off; /* version 2: where each chunk is decoded in l->cache */
 	size_t *next;          /* next chunk to claim, under l->mu */
 	int err;               /* its first error, or 0 */
 	char msg[1024];        /* and that error's message */
@@ -250,6 +254,8 @@ static void *cache_thread(void *arg)
 		if (ret != 0 || id >= l->src.nchunks)
 			break;
 		ch = &l->src.chunks[id];
+		if (l->src.records)
+			dst = (uint8_t *)l->cache + job->chunk_off[id];
 		ret = l->src.load_chunks(l->src.ctx, job->wk->wctx, &id, 1, &dst, &job->wk->work);
 		if (ret < 0) {
 			job->err = ret;
@@ -258,6 +264,12 @@ static void *cache_thread(void *arg)
 			l->err = ret;
 			pthread_mutex_unlock(&l->mu);
 			break;
+		}
+		if (l->src.records) {
+			/* the records stay where they were decoded; the tables point at them */
+			pp_loader_index_chunk(l, ch, dst, ch->first_id, l->records.sample,
+					      l->records.len, l->records.labels);
+			continue;
 		}
 		for (uint32_t j = 0; j < (lab ? ch->records : 0); j++)
 			l->cache_labels[ch->first_id + j] = (int32_t)pp_le32(job->raw + 4 * (size_t)j);
@@ -277,29 +289,62 @@ static int cache_chunks(struct pp_loader *l, const struct pp_loader_config *cfg)
 	const struct pp_sample_info *info = &l->src.info;
 	size_t lab = info->label_kind == PP_LABEL_CLASS ? sizeof(int32_t) : 0;
 	uint32_t nthreads = l->claimers;
-	struct cache_job *jobs;
-	size_t samples_bytes, max_raw = 0, next = 0;
+	struct cache_job *jobs = NULL;
+	size_t samples_bytes = 0, max_raw = 0, next = 0, *chunk_off = NULL;
 	int ret = 0;
 
-	for (size_t i = 0; i < l->src.nchunks; i++)
-		max_raw = PP_MAX(max_raw, (size_t)l->src.chunks[i].records * (info->sample_bytes + lab));
-	if (!pp_mul_size(info->count, info->sample_bytes, &samples_bytes))
-		return pp_error(-ENOMEM, "loader: %llu samples of %zu bytes do not fit in memory",
-				(unsigned long long)info->count, info->sample_bytes);
-	if ((ret = pp_loader_budget_add(l, cfg, samples_bytes + info->count * lab,
-					"decoding the shards into memory")) < 0 ||
-	    (ret = pp_loader_budget_add(l, cfg, nthreads * max_raw, "decoding buffers")) < 0)
-		return ret;
-	l->cache = pp_malloc(samples_bytes ? samples_bytes : 1);
-	l->cache_labels = lab ? pp_malloc(info->count * lab + 1) : NULL;
+	if (l->src.records) {
+		/* version 2: every decoded chunk kept whole, and tables of its records */
+		chunk_off = pp_malloc((l->src.nchunks + 1) * sizeof(size_t));
+		if (chunk_off == NULL)
+			return pp_error(-ENOMEM, "loader: no memory for %zu chunks", l->src.nchunks);
+		for (size_t i = 0; i < l->src.nchunks; i++) {
+			chunk_off[i] = samples_bytes;
+			if (!pp_add_size(samples_bytes, l->src.chunks[i].raw_bytes, &samples_bytes)) {
+				ret = pp_error(-ENOMEM, "loader: the decoded shards do not fit in memory");
+				goto out_free;
+			}
+		}
+		if ((ret = pp_loader_budget_add(l, cfg, samples_bytes + info->count *
+						(sizeof(uint8_t *) + 2 * sizeof(int32_t)),
+						"decoding the shards into memory")) < 0)
+			goto out_free;
+		l->cache = pp_malloc(samples_bytes ? samples_bytes : 1);
+		l->records.sample = pp_malloc(info->count * sizeof(uint8_t *) + 1);
+		l->records.len = pp_malloc(info->count * sizeof(uint32_t) + 1);
+		l->records.labels = pp_malloc(info->count * sizeof(int32_t) + 1);
+		if (l->cache == NULL || l->records.sample == NULL || l->records.len == NULL ||
+		    l->records.labels == NULL) {
+			ret = pp_error(-ENOMEM, "loader: no memory to decode %llu records",
+				       (unsigned long long)info->count);
+			goto out_free;
+		}
+	} else {
+		for (size_t i = 0; i < l->src.nchunks; i++)
+			max_raw = PP_MAX(max_raw, l->src.chunks[i].raw_bytes);
+		if (!pp_mul_size(info->count, info->sample_bytes, &samples_bytes))
+			return pp_error(-ENOMEM, "loader: %llu samples of %zu bytes do not fit in "
+					"memory", (unsigned long long)info->count, info->sample_bytes);
+		if ((ret = pp_loader_budget_add(l, cfg, samples_bytes + info->count * lab,
+						"decoding the shards into memory")) < 0 ||
+		    (ret = pp_loader_budget_add(l, cfg, nthreads * max_raw, "decoding buffers")) < 0)
+			return ret;
+		l->cache = pp_malloc(samples_bytes ? samples_bytes : 1);
+		l->cache_labels = lab ? pp_malloc(info->count * lab + 1) : NULL;
+		if (l->cache == NULL || (lab && l->cache_labels == NULL)) {
+			ret = pp_error(-ENOMEM, "loader: no memory to decode %llu samples",
+				       (unsigned long long)info->count);
+			goto out_free;
+		}
+	}
 	jobs = pp_calloc(nthreads, sizeof(*jobs));
-	if (l->cache == NULL || (lab && l->cache_labels == NULL) || jobs == NULL) {
-		ret = pp_error(-ENOMEM, "loader: no memory to decode %llu samples",
-			       (unsigned long long)info->count);
+	if (jobs == NULL) {
+		ret = pp_error(-ENOMEM, "loader: no memory for %u decoding threads", nthreads);
 		goto out_free;
 	}
 	for (uint32_t t = 0; t < nthreads; t++) {
-		jobs[t] = (struct cache_job){ .l = l, .wk = &l->workers[t], .next = &next };
+		jobs[t] = (struct cache_job){ .l = l, .wk = &l->workers[t], .next = &next,
+					      .chunk_off = chunk_off };
 		jobs[t].raw = pp_malloc(max_raw ? max_raw : 1);
 		if (jobs[t].raw == NULL) {
 			ret = pp_error(-ENOMEM, "loader: no memory for a decoding buffer of %zu bytes",
@@ -327,7 +372,7 @@ static int cache_chunks(struct pp_loader *l, const struct pp_loader_config *cfg)
 		pp_loader_work_collect(l, &l->workers[t]);
 	}
 	l->err = 0;
-	if (ret == 0) {
+	if (ret == 0 && !l->src.records) {
 		l->src.samples = l->cache;
 		l->src.labels = l->cache_labels;
 	}
@@ -335,6 +380,7 @@ out_free:
 	for (uint32_t t = 0; jobs != NULL && t < l->claimers; t++)
 		free(jobs[t].raw);
 	free(jobs);
+	free(chunk_off);
 	return ret;
 }
 

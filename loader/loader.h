@@ -320,8 +320,11 @@ struct pp_loader {
 	int64_t seg_start;       /* first segment of the epoch's remaining batches */
 	uint64_t epoch_start;    /* first batch filled in this epoch (a resumed position) */
 
-	void *cache;             /* PP_LOADER_CACHE_MEMORY of chunks: the decoded samples */
+	void *cache;             /* PP_LOADER_CACHE_MEMORY of chunks: the decoded samples
+	                            (version 2: the decoded chunks, one after the other) */
 	int32_t *cache_labels;
+	struct pp_loader_window records; /* PP_LOADER_CACHE_MEMORY of version 2 records: its
+	                            tables (sample, len, labels) indexed by sample id */
 	size_t memory_bytes;
 
 	pthread_mutex_t mu;
@@ -390,6 +393,15 @@ int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *
  */
 struct pp_loader_window *pp_loader_window_acquire(struct pp_loader *l, struct pp_loader_worker *wk,
 						  size_t s, bool ahead);
+
+/*
+ * window.c: points record tables at the records of chunk ch decoded at
+ * 'base', from entry 'rec' on: samples (version 1) or records and their
+ * lengths (version 2; 'len' unused otherwise), and labels.
+ */
+void pp_loader_index_chunk(const struct pp_loader *l, const struct pp_plan_chunk *ch,
+			   const uint8_t *base, uint64_t rec, const uint8_t **sample, uint32_t *len,
+			   int32_t *labels);
 
 /* window.c: ends a fill's use of the window pp_loader_window_acquire() returned. */
 void pp_loader_window_release(struct pp_loader *l, struct pp_loader_window *w);

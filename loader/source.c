@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common/fault.h"
@@ -190,6 +191,72 @@ static void shard_describe(void *ctx, uint64_t id, char *buf, size_t len)
 	}
 }
 
+/* ------------------------------------------------------------------ decoders */
+
+/*
+ * The built-in decoder "raw": the record is the decoder's fields (the
+ * layout's first 'ctx' fields: those before the labels the set stores
+ * beside its records) back to back, exactly their bytes.
+ */
+static int raw_decode(void *ctx, const void *record, size_t len, const struct pp_sample *s)
+{
+	uint32_t nf = (uint32_t)(uintptr_t)ctx;
+	const uint8_t *p = record;
+	size_t want = 0;
+
+	for (uint32_t f = 0; f < nf; f++)
+		want += pp_field_bytes(&s->layout->fields[f]);
+	if (len != want)
+		return pp_set_error(-EBADMSG, "a record of %zu bytes, expected %zu (the fields' "
+				    "bytes)", len, want);
+	for (uint32_t f = 0; f < nf; f++) {
+		size_t n = pp_field_bytes(&s->layout->fields[f]);
+		memcpy(s->fields[f], p, n);
+		p += n;
+	}
+	return 0;
+}
+
+/* Finds the decoder a version 2 set names: the configuration's first, then the built-in ones. */
+static int find_decoder(const struct pp_loader_config *cfg, const struct pp_shard *shard,
+			struct pp_decoder *dec_p)
+{
+	const char *name = pp_shard_decoder(shard);
+	const struct pp_layout *lay = pp_shard_layout(shard);
+	uint32_t ndec = lay->nfields - (pp_shard_info(shard)->label_kind == PP_LABEL_CLASS);
+
+	for (size_t d = 0; d < cfg->ndecoders; d++) {
+		if (strcmp(cfg->decoders[d].name, name) == 0) {
+			*dec_p = cfg->decoders[d];
+			return 0;
+		}
+	}
+	if (strcmp(name, "raw") == 0) {
+		*dec_p = (struct pp_decoder){ .name = "raw", .decode = raw_decode,
+					      .ctx = (void *)(uintptr_t)ndec };
+		return 0;
+	}
+	return pp_error(-ENOENT, "%s: its records need the decoder \"%s\", which is neither "
+			"built in (raw) nor among the %zu given (pp_loader_config.decoders)",
+			pp_shard_path(shard), name, cfg->ndecoders);
+}
+
+/* Whether two version 2 shards hold records of the same layout for the same decoder. */
+static bool same_records(const struct pp_shard *a, const struct pp_shard *b)
+{
+	const struct pp_layout *la = pp_shard_layout(a), *lb = pp_shard_layout(b);
+
+	if (strcmp(pp_shard_decoder(a), pp_shard_decoder(b)) != 0 || la->nfields != lb->nfields)
+		return false;
+	for (uint32_t f = 0; f < la->nfields; f++) {
+		const struct pp_field *x = &la->fields[f], *y = &lb->fields[f];
+		if (strcmp(x->name, y->name) != 0 || x->dtype != y->dtype || x->ndim != y->ndim ||
+		    x->normalize != y->normalize || memcmp(x->shape, y->shape, sizeof(x->shape)) != 0)
+			return false;
+	}
+	return true;
+}
+
 /* Whether two shards hold samples of the same kind. */
 static bool same_kind(const struct pp_sample_info *a, const struct pp_sample_info *b)
 {
@@ -237,9 +304,16 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 		if (i == 0) {
 			src->info = *info;
 			src->info.count = 0;
-		} else if (!same_kind(info, &src->info)) {
-			ret = pp_error(-EINVAL, "%s: samples of another shape, type or labels than "
-				       "those of %s", path, cfg->shard_paths[0]);
+			src->records = pp_shard_version(set->shards[0]) >= 2;
+			src->layout = *pp_shard_layout(set->shards[0]);
+			if (src->records && (ret = find_decoder(cfg, set->shards[0], &src->decoder)) < 0)
+				goto err_destroy;
+		} else if ((pp_shard_version(set->shards[i]) >= 2) != src->records ||
+			   !same_kind(info, &src->info) ||
+			   (src->records && !same_records(set->shards[i], set->shards[0]))) {
+			ret = pp_error(-EINVAL, "%s: samples of another version, shape, type, layout, "
+				       "decoder or labels than those of %s", path,
+				       cfg->shard_paths[0]);
 			goto err_destroy;
 		}
 		src->info.count += info->count;

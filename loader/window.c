@@ -10,6 +10,7 @@
 #include <errno.h>
 
 #include "common/internal.h"
+#include "datasets/shard.h"
 #include "loader/loader.h"
 
 /* Batches from 'from_batch' on that take samples of segment s. */
@@ -30,22 +31,43 @@ static bool window_can_take(const struct pp_loader *l, const struct pp_loader_wi
 	return w->seg == s - (int64_t)l->nwindows && w->pending == 0 && w->users == 0;
 }
 
+/*
+ * Points record tables at the records of a decoded chunk (its raw layout),
+ * from entry 'rec' on: each record's sample (version 1) or bytes and length
+ * (version 2), and its label.  Used by the windows and by the memory cache
+ * of version 2 records.
+ */
+void pp_loader_index_chunk(const struct pp_loader *l, const struct pp_plan_chunk *ch,
+			   const uint8_t *base, uint64_t rec, const uint8_t **sample, uint32_t *len,
+			   int32_t *labels)
+{
+	size_t lab = l->src.info.label_kind == PP_LABEL_CLASS ? sizeof(int32_t) : 0;
+
+	for (uint32_t j = 0; j < ch->records; j++, rec++) {
+		if (l->src.records) {
+			size_t n;
+			sample[rec] = pp_shard_record(base, ch->records, lab * ch->records, j, &n);
+			len[rec] = (uint32_t)n;
+		} else {
+			sample[rec] = base + lab * ch->records + (size_t)j * l->src.info.sample_bytes;
+		}
+		labels[rec] = lab ? (int32_t)pp_le32(base + 4 * (size_t)j) : 0;
+	}
+}
+
 /* Points the window's record tables at chunks c0..c0+n of segment s once they are decoded. */
 static void window_index(struct pp_loader *l, struct pp_loader_window *w,
 			 const struct pp_plan_segment *s, uint32_t c0, uint32_t n)
 {
 	uint64_t rec = 0;
-	size_t lab = l->src.info.label_kind == PP_LABEL_CLASS ? sizeof(int32_t) : 0;
 
 	for (uint32_t c = 0; c < c0; c++)
 		rec += l->src.chunks[l->plan.seg_chunks[s->chunk0 + c]].records;
 	for (uint32_t c = c0; c < c0 + n; c++) {
 		const struct pp_plan_chunk *ch = &l->src.chunks[l->plan.seg_chunks[s->chunk0 + c]];
-		const uint8_t *base = w->raw + w->chunk_off[c];
-		for (uint32_t j = 0; j < ch->records; j++, rec++) {
-			w->sample[rec] = base + lab * ch->records + (size_t)j * l->src.info.sample_bytes;
-			w->labels[rec] = lab ? (int32_t)pp_le32(base + 4 * (size_t)j) : 0;
-		}
+		pp_loader_index_chunk(l, ch, w->raw + w->chunk_off[c], rec, w->sample, w->len,
+				      w->labels);
+		rec += ch->records;
 	}
 }
 
@@ -79,8 +101,7 @@ struct pp_loader_window *pp_loader_window_acquire(struct pp_loader *l, struct pp
 				const struct pp_plan_chunk *ch =
 					&l->src.chunks[l->plan.seg_chunks[seg->chunk0 + c]];
 				w->chunk_off[c] = off;
-				off += (size_t)ch->records * (l->src.info.sample_bytes +
-					(l->src.info.label_kind == PP_LABEL_CLASS ? 4 : 0));
+				off += ch->raw_bytes;
 			}
 			break;
 		}
@@ -143,19 +164,21 @@ void pp_loader_window_release(struct pp_loader *l, struct pp_loader_window *w)
 /* Allocates the window buffers: one more than the workers, two when the budget is short. */
 int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
 {
-	const struct pp_sample_info *info = &l->src.info;
-	size_t lab = info->label_kind == PP_LABEL_CLASS ? sizeof(int32_t) : 0;
 	uint32_t wc = l->params.window_chunks;
 	uint32_t max_rec = 0;
-	size_t per;
+	size_t max_raw = 0, per;
 	int ret;
 
-	for (size_t i = 0; i < l->src.nchunks; i++)
+	for (size_t i = 0; i < l->src.nchunks; i++) {
 		max_rec = PP_MAX(max_rec, l->src.chunks[i].records);
+		max_raw = PP_MAX(max_raw, l->src.chunks[i].raw_bytes);
+	}
 	l->window_records = (uint64_t)wc * max_rec;
-	l->window_raw = l->window_records * (info->sample_bytes + lab);
-	per = l->window_raw + l->window_records * (sizeof(uint8_t *) + sizeof(int32_t)) +
-	      wc * sizeof(size_t);
+	if (!pp_mul_size(wc, max_raw, &l->window_raw))
+		return pp_error(-ENOMEM, "loader: a window of %u chunks of %zu bytes is too large",
+				wc, max_raw);
+	per = l->window_raw + l->window_records * (sizeof(uint8_t *) + sizeof(int32_t) +
+	      (l->src.records ? sizeof(uint32_t) : 0)) + wc * sizeof(size_t);
 	l->nwindows = PP_MAX(2u, l->nworkers + 1);
 	if (cfg->memory_budget != 0 && l->memory_bytes + per * l->nwindows > cfg->memory_budget)
 		l->nwindows = 2;
@@ -171,7 +194,11 @@ int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *
 		w->sample = pp_malloc((l->window_records ? l->window_records : 1) * sizeof(uint8_t *));
 		w->labels = pp_malloc((l->window_records ? l->window_records : 1) * sizeof(int32_t));
 		w->chunk_off = pp_malloc(wc * sizeof(size_t));
-		if (w->raw == NULL || w->sample == NULL || w->labels == NULL || w->chunk_off == NULL)
+		if (l->src.records)
+			w->len = pp_malloc((l->window_records ? l->window_records : 1) *
+					   sizeof(uint32_t));
+		if (w->raw == NULL || w->sample == NULL || w->labels == NULL || w->chunk_off == NULL ||
+		    (l->src.records && w->len == NULL))
 			return pp_error(-ENOMEM, "loader: no memory for a chunk window of %zu bytes",
 					l->window_raw);
 	}

@@ -88,7 +88,7 @@ static inline size_t out_bytes(const struct pp_loader *l, uint32_t f)
  * fixed-size sample and its label.
  */
 static int produce(struct pp_loader *l, struct pp_loader_worker *wk, const struct pp_sample *s,
-		   const struct pp_loader_window *w, uint32_t loc)
+		   const struct pp_loader_window *w, uint64_t loc)
 {
 	void *const *dst = s->fields;
 	int lf = l->labels_field;
@@ -98,13 +98,20 @@ static int produce(struct pp_loader *l, struct pp_loader_worker *wk, const struc
 		ret = l->src.ops->read(l->src.ctx, wk->wctx, s);
 		return ret < 0 ? sample_error(l, ret, l->src.name, s->index, s->epoch) : 0;
 	}
-	if (w != NULL && l->src.records) {
+	if (l->src.records) {
+		if (w == NULL) {
+			/* held in memory: the tables are indexed by sample id */
+			w = &l->records;
+			loc = s->index;
+		}
 		ret = l->src.decoder.decode(l->src.decoder.ctx, w->sample[loc], w->len[loc], s);
 		if (ret < 0) {
 			char what[96];
 			snprintf(what, sizeof(what), "decoder %s", l->src.decoder.name);
 			return sample_error(l, ret, what, s->index, s->epoch);
 		}
+		if (l->src.info.label_kind != PP_LABEL_CLASS)
+			return 0;
 	} else if (w != NULL) {
 		memcpy(dst[0], w->sample[loc], in_bytes(l, 0));
 	} else if (l->src.samples != NULL) {

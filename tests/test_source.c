@@ -813,6 +813,239 @@ START_TEST(test_transfer)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ version 2 shards */
+
+/*
+ * Records of varying length: record id holds (id % 13) + 1 repeats of the
+ * byte id & 0xff, then nothing else; the decoder "count" turns it into
+ * "n": i32 (the length) and "first": u8[4] (the byte, four times).
+ */
+static const struct pp_layout count_layout = { .nfields = 2, .fields = {
+	{ .name = "n", .dtype = PP_DTYPE_I32 },
+	{ .name = "first", .dtype = PP_DTYPE_U8, .ndim = 1, .shape = { 4 } } } };
+
+static int count_decode(void *ctx, const void *record, size_t len, const struct pp_sample *s)
+{
+	const uint8_t *r = record;
+
+	(void)ctx;
+	if (len == 0 || r[0] == 0xee)
+		return pp_set_error(-EBADMSG, "a poisoned record");
+	*(int32_t *)s->fields[0] = (int32_t)len;
+	memset(s->fields[1], r[0], 4);
+	return 0;
+}
+
+/* Writes 'n' records of the "count" kind (from 'first' on) in shards of 'per_shard' records. */
+static void write_count_shards(const char *dir, uint64_t n, uint64_t per_shard, char **paths,
+			       uint64_t poison)
+{
+	struct pp_sample_info info = { .label_kind = PP_LABEL_CLASS, .num_classes = 5 };
+	struct pp_shard_writer_config wc = { .info = &info, .records_per_chunk = 7, .level = 1,
+					     .layout = &count_layout, .decoder = "count" };
+	uint8_t rec[16];
+
+	for (uint64_t i = 0, sh = 0; i < n; sh++) {
+		struct pp_shard_writer *w;
+		paths[sh] = malloc(512);
+		snprintf(paths[sh], 512, "%s/count-%03llu.pps", dir, (unsigned long long)sh);
+		ck_assert_msg(pp_shard_writer_create(paths[sh], &wc, &w) == 0, "%s", pp_last_error());
+		for (uint64_t k = 0; k < per_shard && i < n; k++, i++) {
+			memset(rec, i == poison ? 0xee : (int)(i & 0xff), sizeof(rec));
+			ck_assert_int_eq(pp_shard_writer_add_record(w, rec, i % 13 + 1, (int32_t)(i % 5)),
+					 0);
+		}
+		ck_assert_msg(pp_shard_writer_finish(w) == 0, "%s", pp_last_error());
+		pp_shard_writer_destroy(w);
+	}
+}
+
+/* One epoch of a version 2 set: each sample checked, the digest of every batch returned. */
+static uint64_t count_epoch(const struct pp_loader_config *cfg, uint64_t n, uint32_t *seen)
+{
+	struct pp_loader *l;
+	struct pp_batch *b;
+	uint64_t h = 0xcbf29ce484222325ull;
+	int ret;
+
+	ck_assert_msg(pp_loader_create(cfg, &l) == 0, "create: %s", pp_last_error());
+	ck_assert_uint_eq(pp_loader_layout(l)->nfields, 3);
+	ck_assert_int_eq(pp_layout_labels(pp_loader_layout(l)), 2);
+	ck_assert_uint_eq(pp_loader_info(l)->count, n);
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 1), 0);
+	while ((ret = pp_loader_next(l, &b)) == 1) {
+		for (uint32_t k = 0; k < b->size; k++) {
+			uint64_t id = b->ids[k];
+			ck_assert_int_eq(((int32_t *)b->fields[0])[k], (int32_t)(id % 13 + 1));
+			for (int j = 0; j < 4; j++)
+				ck_assert_uint_eq(((uint8_t *)b->fields[1])[k * 4 + j], id & 0xff);
+			ck_assert_int_eq(b->labels[k], (int32_t)(id % 5));
+			if (seen != NULL && k < b->size - b->padding)
+				seen[id]++;
+		}
+		h = digest(h, b->ids, b->size * 8);
+		h = digest(h, b->fields[0], b->size * 4);
+		h = digest(h, b->fields[1], b->size * 4);
+		pp_loader_release(l, b);
+	}
+	ck_assert_msg(ret == 0, "next: %s", pp_last_error());
+	pp_loader_destroy(l);
+	return h;
+}
+
+/*
+ * Fails if records of varying length are not decoded by the set's decoder,
+ * held in memory or streamed, with the same batches at 0 and 3 workers and
+ * on 1..3 ranks together covering the set.
+ */
+START_TEST(test_records)
+{
+	const struct pp_decoder count = { .name = "count", .decode = count_decode };
+	char *dir = pp_test_tmpdir(), *paths[4] = { 0 };
+	uint64_t n = 150;
+
+	write_count_shards(dir, n, 40, paths, UINT64_MAX);
+	for (int stream = 0; stream < 2; stream++) {
+		struct pp_loader_config cfg = { .shard_paths = (const char *const *)paths, .nshards = 4,
+						.batch_size = 8, .shuffle = true, .seed = 6,
+						.decoders = &count, .ndecoders = 1,
+						.cache = stream ? PP_LOADER_CACHE_STREAM
+								: PP_LOADER_CACHE_MEMORY,
+						.window_chunks = 3 };
+		uint32_t seen[150] = { 0 };
+		uint64_t h0 = count_epoch(&cfg, n, seen);
+		for (uint64_t i = 0; i < n; i++)
+			ck_assert_uint_eq(seen[i], 1);
+		cfg.workers = 3;
+		ck_assert_uint_eq(count_epoch(&cfg, n, NULL), h0);
+		for (uint32_t ws = 2; ws <= 3; ws++) {
+			memset(seen, 0, sizeof(seen));
+			cfg.world_size = ws;
+			for (uint32_t r = 0; r < ws; r++) {
+				cfg.rank = r;
+				count_epoch(&cfg, n, seen);
+			}
+			for (uint64_t i = 0; i < n; i++)
+				ck_assert_msg(seen[i] == 1, "stream %d, %u ranks: sample %llu seen %u "
+					      "times", stream, ws, (unsigned long long)i, seen[i]);
+			cfg.rank = 0;
+			cfg.world_size = 1;
+		}
+	}
+	for (int i = 0; i < 4; i++)
+		free(paths[i]);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * Fails if the built-in "raw" decoder over version 2 records of fixed-size
+ * samples gives other batches than version 1 shards of the same samples.
+ */
+START_TEST(test_records_raw_as_v1)
+{
+	struct pp_sample_info info = { .dtype = PP_DTYPE_U8, .ndim = 3, .shape = { 1, 3, 5 },
+				       .sample_bytes = 15, .label_kind = PP_LABEL_CLASS,
+				       .num_classes = 4 };
+	struct pp_layout lay = { .nfields = 1, .fields = {
+		{ .name = "samples", .dtype = PP_DTYPE_U8, .ndim = 3, .shape = { 1, 3, 5 },
+		  .normalize = true } } };
+	char *dir = pp_test_tmpdir(), p1[512], p2[512];
+	const char *s1 = p1, *s2 = p2;
+	uint8_t samples[97 * 15];
+	int32_t labels[97];
+	uint64_t h[2][2];
+
+	pp_test_fill_random(samples, sizeof(samples), 8);
+	for (int i = 0; i < 97; i++)
+		labels[i] = i % 4;
+	snprintf(p1, sizeof(p1), "%s/v1.pps", dir);
+	snprintf(p2, sizeof(p2), "%s/v2.pps", dir);
+	for (int v = 0; v < 2; v++) {
+		struct pp_shard_writer_config wc = { .info = &info, .records_per_chunk = 10,
+						     .layout = v ? &lay : NULL };
+		struct pp_shard_writer *w;
+		ck_assert_int_eq(pp_shard_writer_create(v ? p2 : p1, &wc, &w), 0);
+		if (v == 0)
+			ck_assert_int_eq(pp_shard_writer_add(w, samples, labels, 97), 0);
+		for (int i = 0; v == 1 && i < 97; i++)
+			ck_assert_int_eq(pp_shard_writer_add_record(w, samples + i * 15, 15, labels[i]),
+					 0);
+		ck_assert_msg(pp_shard_writer_finish(w) == 0, "%s", pp_last_error());
+		pp_shard_writer_destroy(w);
+	}
+	for (int v = 0; v < 2; v++) {
+		for (int stream = 0; stream < 2; stream++) {
+			struct pp_loader_config cfg = { .shard_paths = v ? &s2 : &s1, .nshards = 1,
+							.batch_size = 6, .shuffle = true, .workers = 2,
+							.dtype = PP_DTYPE_F32, .mean = { 0.5f },
+							.std = { 0.25f }, .window_chunks = 2,
+							.cache = stream ? PP_LOADER_CACHE_STREAM
+									: PP_LOADER_CACHE_MEMORY };
+			struct pp_loader *l;
+			struct pp_batch *b;
+			uint64_t d = 0xcbf29ce484222325ull;
+			int ret;
+
+			ck_assert_msg(pp_loader_create(&cfg, &l) == 0, "%s", pp_last_error());
+			ck_assert_int_eq(pp_loader_layout(l)->fields[0].dtype, PP_DTYPE_F32);
+			ck_assert_int_eq(pp_loader_begin_epoch(l, 2), 0);
+			while ((ret = pp_loader_next(l, &b)) == 1) {
+				d = digest(d, b->ids, b->size * 8);
+				d = digest(d, b->samples, b->size * 15 * 4);
+				d = digest(d, b->labels, b->size * 4);
+				pp_loader_release(l, b);
+			}
+			ck_assert_int_eq(ret, 0);
+			pp_loader_destroy(l);
+			h[v][stream] = d;
+		}
+	}
+	ck_assert_uint_eq(h[0][0], h[1][0]);
+	ck_assert_uint_eq(h[0][1], h[1][1]);
+	/* one set of both versions is refused */
+	{
+		const char *both[2] = { p1, p2 };
+		struct pp_loader_config cfg = { .shard_paths = both, .nshards = 2 };
+		struct pp_loader *l = NULL;
+		ck_assert_int_eq(pp_loader_create(&cfg, &l), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "version"));
+	}
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/* Fails if a missing decoder or a failing one is not named with the shard, record and sample. */
+START_TEST(test_records_errors)
+{
+	const struct pp_decoder count = { .name = "count", .decode = count_decode };
+	char *dir = pp_test_tmpdir(), *paths[2] = { 0 };
+	struct pp_loader_config cfg = { .nshards = 2, .batch_size = 5, .workers = 2 };
+	struct pp_loader *l = NULL;
+
+	write_count_shards(dir, 60, 30, paths, 44);
+	cfg.shard_paths = (const char *const *)paths;
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "\"count\""));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "count-000.pps"));
+	cfg.decoders = &count;
+	cfg.ndecoders = 1;
+	for (int stream = 0; stream < 2; stream++) {
+		cfg.cache = stream ? PP_LOADER_CACHE_STREAM : PP_LOADER_CACHE_MEMORY;
+		ck_assert_int_eq(first_error(&cfg), -EBADMSG);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "decoder count: sample 44"));
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "count-001.pps, chunk 2, record 14"));
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "a poisoned record"));
+	}
+	for (int i = 0; i < 2; i++)
+		free(paths[i]);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("source");
@@ -831,11 +1064,14 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_transform_builtin);
 	tcase_add_test(tc, test_file_source);
 	tcase_add_test(tc, test_transfer);
+	tcase_add_test(tc, test_records);
+	tcase_add_test(tc, test_records_raw_as_v1);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("errors");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_refused);
+	tcase_add_test(tc, test_records_errors);
 	suite_add_tcase(s, tc);
 	return s;
 }
