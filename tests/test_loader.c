@@ -134,16 +134,10 @@ static int tsource_load(void *ctx, void *wctx, const uint32_t *ids, size_t n, vo
 	return 0;
 }
 
-/*
- * The I/O path of the tests that let the loader choose: PP_TEST_IO=pread
- * forces pread, for valgrind, which does not see the kernel write through
- * io_uring into a buffer.
- */
+/* The I/O path of the tests that let the loader choose: pread under valgrind (pp_test_io_pread()). */
 static enum pp_loader_io auto_io(void)
 {
-	const char *e = getenv("PP_TEST_IO");
-
-	return e != NULL && strcmp(e, "pread") == 0 ? PP_LOADER_IO_PREAD : PP_LOADER_IO_AUTO;
+	return pp_test_io_pread() ? PP_LOADER_IO_PREAD : PP_LOADER_IO_AUTO;
 }
 
 enum tkind { T_ARRAY, T_GATHER, T_CHUNKS };

@@ -909,6 +909,7 @@ START_TEST(test_records)
 		struct pp_loader_config cfg = { .shard_paths = (const char *const *)paths, .nshards = 4,
 						.batch_size = 8, .shuffle = true, .seed = 6,
 						.decoders = &count, .ndecoders = 1,
+						.io = pp_test_io_pread() ? PP_LOADER_IO_PREAD : 0,
 						.cache = stream ? PP_LOADER_CACHE_STREAM
 								: PP_LOADER_CACHE_MEMORY,
 						.window_chunks = 3 };
@@ -981,6 +982,7 @@ START_TEST(test_records_raw_as_v1)
 							.batch_size = 6, .shuffle = true, .workers = 2,
 							.dtype = PP_DTYPE_F32, .mean = { 0.5f },
 							.std = { 0.25f }, .window_chunks = 2,
+							.io = pp_test_io_pread() ? PP_LOADER_IO_PREAD : 0,
 							.cache = stream ? PP_LOADER_CACHE_STREAM
 									: PP_LOADER_CACHE_MEMORY };
 			struct pp_loader *l;
@@ -1022,7 +1024,8 @@ START_TEST(test_records_errors)
 {
 	const struct pp_decoder count = { .name = "count", .decode = count_decode };
 	char *dir = pp_test_tmpdir(), *paths[2] = { 0 };
-	struct pp_loader_config cfg = { .nshards = 2, .batch_size = 5, .workers = 2 };
+	struct pp_loader_config cfg = { .nshards = 2, .batch_size = 5, .workers = 2,
+					.io = pp_test_io_pread() ? PP_LOADER_IO_PREAD : 0 };
 	struct pp_loader *l = NULL;
 
 	write_count_shards(dir, 60, 30, paths, 44);

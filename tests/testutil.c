@@ -81,6 +81,13 @@ const char *pp_test_fashion_mnist_dir(void)
 	return access(path, R_OK) == 0 ? dir : NULL;
 }
 
+bool pp_test_io_pread(void)
+{
+	const char *e = getenv("PP_TEST_IO");
+
+	return e != NULL && strcmp(e, "pread") == 0;
+}
+
 void pp_test_fill_random(void *buf, size_t len, uint64_t seed)
 {
 	uint8_t *p = buf;

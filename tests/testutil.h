@@ -30,6 +30,13 @@ void *pp_test_read_file(const char *path, size_t *len_p);
  */
 const char *pp_test_fashion_mnist_dir(void);
 
+/*
+ * Whether PP_TEST_IO=pread asks the loaders of the tests to read through
+ * pread, for valgrind, which does not see the kernel write through io_uring
+ * into a buffer.
+ */
+bool pp_test_io_pread(void);
+
 /* Fills buf with deterministic pseudo-random bytes from seed. */
 void pp_test_fill_random(void *buf, size_t len, uint64_t seed);
 
