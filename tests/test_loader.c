@@ -181,6 +181,7 @@ static struct pp_loader_source tsource_make(enum tkind kind, uint64_t n, uint32_
 			t->chunks[c].index = c;
 			t->chunks[c].first_id = c * per_chunk;
 			t->chunks[c].records = (uint32_t)PP_MIN((uint64_t)per_chunk, n - c * per_chunk);
+			t->chunks[c].raw_bytes = t->chunks[c].records * (size_t)(SAMPLE_BYTES + 4);
 		}
 		src.chunks = t->chunks;
 		src.nchunks = t->nchunks;
