@@ -446,6 +446,26 @@ assert len(sim) == 8 and all(f(r, "copy_s") > 0 and r["hidden_pct"] != "" for r 
 '
 	check str "$tmp/mem.csv" "$tmp/shuf.csv" "$tmp/shuf2.csv"
 
+	# Version 2 shards of the same samples (records of the built-in "raw"
+	# decoder) train to the same figures as version 1's, streamed through
+	# the loader; without --stream they are refused, pointing at it.
+	mkdir -p "$tmp/sh2"
+	"$pack" -q -c 50 -n 3 --shard-version=2 -o "$tmp/sh2/small" "$tmp/small" 2>"$tmp/err" &&
+	"$train" $small --data="$tmp/sh2" --device=cpu --workers=1 --stream=2 --csv="$tmp/v2.csv" \
+		>/dev/null 2>>"$tmp/err" || { echo "FAIL: version 2 shards:"; cat "$tmp/err"; fail=1; }
+	CHECK='
+res = lambda rs: [(r["train_loss"], r["train_acc"], r["test_loss"], r["test_acc"]) for r in rs]
+v1 = list(csv.DictReader(open(sys.argv[2])))
+assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), rows
+assert res(rows) == res(v1), (res(rows), res(v1))
+'
+	check v2 "$tmp/shuf2.csv"
+	if "$train" $small --data="$tmp/sh2" --device=cpu >/dev/null 2>"$tmp/err" ||
+	   ! grep -q -- "--stream" "$tmp/err"; then
+		echo "FAIL: version 2 shards in memory were not refused with a pointer to --stream:"
+		cat "$tmp/err"; fail=1
+	fi
+
 	# Resume, streamed and shuffled: 3 epochs straight against a run
 	# stopped after step 17 (in epoch 2, of 12 steps each) and resumed from
 	# its checkpoint; the loader's position must be the same, so the final

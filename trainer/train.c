@@ -250,6 +250,9 @@ static int data_open(const struct tr_options *opt, struct data *d)
 		if (ret == -ENOENT && strcmp(opt->data, "/usr/share/datasets/fashion-mnist") == 0)
 			fprintf(stderr, "pinpipe-train: install it with: sudo apt-get install "
 				"dataset-fashion-mnist (or give --data=DIR)\n");
+		if (ret == -EPROTONOSUPPORT)
+			fprintf(stderr, "pinpipe-train: train on version 2 shards with --stream, "
+				"which reads them through the loader\n");
 		data_free(d);
 	}
 	return ret;
