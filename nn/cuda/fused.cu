@@ -156,40 +156,6 @@ static __global__ void conv_pool_din_kernel(float *din, const float *__restrict_
 }
 
 /*
- * The same, a block per sample (a grid-stride loop over them): the
- * sample's pool gradient, indices and output and every weight in shared
- * memory, each thread's arithmetic pp_fused_din() on them as on a batch of
- * one (the same bits as the thread per pixel).
- */
-static __global__ void conv_pool_din_smem_kernel(float *din, const float *__restrict__ dpool,
-						 const int32_t *__restrict__ idx,
-						 const float *__restrict__ pooled,
-						 const float *__restrict__ w, int n,
-						 struct pp_cuda_pool_geom g)
-{
-	extern __shared__ float sh[];
-	const size_t chw = (size_t)g.conv.c * g.conv.h * g.conv.w;
-	const size_t nw = (size_t)g.conv.oc * g.conv.c * g.conv.k * g.conv.k;
-	const size_t per = (size_t)g.conv.oc * g.ph * g.pw;
-	float *ws = sh, *dps = sh + nw, *pos = dps + per;
-	int32_t *ids = (int32_t *)(pos + per);
-
-	for (size_t i = threadIdx.x; i < nw; i += blockDim.x)
-		ws[i] = w[i];
-	for (int s = blockIdx.x; s < n; s += gridDim.x) {
-		__syncthreads();
-		for (size_t i = threadIdx.x; i < per; i += blockDim.x) {
-			dps[i] = dpool[(size_t)s * per + i];
-			pos[i] = pooled[(size_t)s * per + i];
-			ids[i] = idx[(size_t)s * per + i];
-		}
-		__syncthreads();
-		for (size_t i = threadIdx.x; i < chw; i += blockDim.x)
-			din[(size_t)s * chw + i] = pp_fused_din(&g, dps, ids, pos, ws, i);
-	}
-}
-
-/*
  * First pass of the weight and bias gradients, as the plan says
  * (pp_fused_param_plan_of()): block (o, pc, wc) loads the terms of its
  * parts into shared memory a tile at a time, once for all the channel's
@@ -264,15 +230,9 @@ extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, cons
 
 	if (din) {
 		const size_t total = (size_t)n * g->conv.c * g->conv.h * g->conv.w;
-		const size_t smem = (size_t)g->conv.oc * g->conv.c * g->conv.k * g->conv.k * sizeof(float) +
-				    (size_t)g->conv.oc * g->ph * g->pw * (2 * sizeof(float) + sizeof(int32_t));
 
-		if (smem <= SMEM_PLAIN && n > 0)
-			conv_pool_din_smem_kernel<<<(unsigned)(n < 65535 ? n : 65535), PP_CUDA_THREADS, smem,
-						    st>>>(din, dpool, idx, pooled, w, n, *g);
-		else
-			conv_pool_din_kernel<<<blocks_of(total, PP_CUDA_THREADS), PP_CUDA_THREADS, 0, st>>>(
-				din, dpool, idx, pooled, w, total, *g);
+		conv_pool_din_kernel<<<blocks_of(total, PP_CUDA_THREADS), PP_CUDA_THREADS, 0, st>>>(din, dpool, idx,
+										    pooled, w, total, *g);
 		ret = pp_cuda_launched("conv_pool_din");
 	}
 	if (ret)
