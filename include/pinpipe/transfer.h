@@ -14,9 +14,9 @@
  * synchronization) of the oldest release to learn that a device slot is
  * free; that release proves its batch's copy and every earlier one complete,
  * so their host batches go back to the loader without a query of their own
- * (the copies' events are asked only when the loader runs short, and on a
- * device whose copy errors stay with their stream, the sim, once a batch
- * whether its copy failed).  One batch in time_every is also timed on the
+ * (the copies' events are asked only when the loader runs short while the
+ * stage holds half its ring, and on a device whose copy errors stay with
+ * their stream, the sim, once a batch whether its copy failed).  One batch in time_every is also timed on the
  * device (timing events cost the host more: on an H100 host 10 us a record
  * against 0.3 without timing).
  *
