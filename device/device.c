@@ -826,7 +826,62 @@ struct pp_graph {
 	size_t n, cap;           /* nodes used, allocated */
 	int err;                 /* the capture's first error, or 0 */
 	char msg[256];           /* its message */
+	/* while captured: */
+	struct pp_stream *stream; /* the stream capturing it */
+	pthread_t thread;        /* the thread that began the capture */
+	struct pp_graph *next_open; /* in open_captures */
 };
+
+/*
+ * The captures open on every device, each with the thread that began it.
+ * A thread captures one stream at a time: CUDA refuses to instantiate a
+ * graph while another capture of the thread is open (and that refusal
+ * spoils the open capture too), so a second capture begun in a thread is
+ * refused on every backend, before any backend is asked.
+ */
+static pthread_mutex_t open_captures_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pp_graph *open_captures;
+
+/* Writes into msg the stream this thread is capturing, if any; returns whether there is one. */
+static bool thread_capturing(char *msg, size_t len)
+{
+	pthread_t self = pthread_self();
+	bool found = false;
+
+	pthread_mutex_lock(&open_captures_mu);
+	for (struct pp_graph *g = open_captures; g != NULL && !found; g = g->next_open) {
+		if (pthread_equal(g->thread, self)) {
+			snprintf(msg, len, "%s stream %u", g->dev->props.name, g->stream->id);
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&open_captures_mu);
+	return found;
+}
+
+static void open_captures_add(struct pp_graph *g, struct pp_stream *stream)
+{
+	g->stream = stream;
+	g->thread = pthread_self();
+	pthread_mutex_lock(&open_captures_mu);
+	g->next_open = open_captures;
+	open_captures = g;
+	pthread_mutex_unlock(&open_captures_mu);
+}
+
+static void open_captures_remove(struct pp_graph *g)
+{
+	pthread_mutex_lock(&open_captures_mu);
+	for (struct pp_graph **pp = &open_captures; *pp != NULL; pp = &(*pp)->next_open) {
+		if (*pp == g) {
+			*pp = g->next_open;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&open_captures_mu);
+	g->next_open = NULL;
+	g->stream = NULL;
+}
 
 /* Appends a node to the graph the stream is capturing; a failure spoils the capture. */
 static int graph_append(struct pp_stream *stream, const struct graph_node *node)
@@ -892,6 +947,7 @@ static int capture_refused(struct pp_stream *stream, int err, const char *call)
 PP_API int pp_stream_begin_capture(struct pp_stream *stream)
 {
 	struct pp_graph *g;
+	char other[96];
 	int ret;
 
 	if (stream == NULL)
@@ -899,6 +955,10 @@ PP_API int pp_stream_begin_capture(struct pp_stream *stream)
 	if (stream->capture != NULL)
 		return pp_error(-EBUSY, "%s: stream %u is already capturing a graph",
 				stream->dev->props.name, stream->id);
+	if (thread_capturing(other, sizeof(other)))
+		return pp_error(-EBUSY, "%s: stream %u cannot begin a capture: this thread is "
+				"capturing %s (a thread captures one stream at a time; end "
+				"that capture first)", stream->dev->props.name, stream->id, other);
 	g = pp_calloc(1, sizeof(*g));
 	if (g == NULL)
 		return pp_error(-ENOMEM, "%s: out of memory for a graph", stream->dev->props.name);
@@ -911,6 +971,7 @@ PP_API int pp_stream_begin_capture(struct pp_stream *stream)
 			return ret;
 		}
 	}
+	open_captures_add(g, stream);
 	stream->capture = g;
 	return 0;
 }
@@ -927,6 +988,7 @@ PP_API int pp_stream_end_capture(struct pp_stream *stream, struct pp_graph **gra
 		return pp_error(-EINVAL, "%s: stream %u: end of a capture that was not begun",
 				stream->dev->props.name, stream->id);
 	stream->capture = NULL;
+	open_captures_remove(g);
 	if (stream->dev->ops->graph_end != NULL) {
 		count_call(stream->dev);
 		ret = stream->dev->ops->graph_end(stream, &g->ctx);

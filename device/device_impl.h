@@ -148,6 +148,9 @@ struct pp_device {
 	struct pp_dev_link *streams; /* open streams, by their link */
 	struct pp_dev_link *events;  /* open events, by their link */
 	unsigned next_stream_id;     /* id of the next stream, from 1 */
+	bool sticky_errors;          /* a copy that fails on the device makes every later call
+				      * fail (CUDA's asynchronous errors); false: the error
+				      * stays with its stream, told by its events (sim) */
 	void *ctx;                   /* the backend's context */
 };
 

@@ -124,8 +124,7 @@ static int cuda_reserve(struct pp_model *m)
 		if (l->kind == NN_CONV && l->sparse_dout) {
 			const struct pp_cuda_pool_geom g = pool_geom_of(m, i);
 
-			red = PP_MAX(red, pp_red_floats(pp_fused_param_count(&g),
-							cap * (size_t)g.ph * g.pw));
+			red = PP_MAX(red, pp_fused_param_floats(&g, (int)cap));
 		} else if (l->kind == NN_CONV) {
 			red = PP_MAX(red, pp_red_floats(l->out_c, cap * (size_t)l->out_h * l->out_w));
 			col = PP_MAX(col, (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k);

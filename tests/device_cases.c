@@ -12,6 +12,7 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -37,6 +38,61 @@ static struct pp_device *open_device(int i)
 
 	ck_assert_msg(ret == 0, "pp_device_open(%s): %s", case_names[i], pp_last_error());
 	return dev;
+}
+
+/*
+ * The streams a test began a capture on and has not ended.  The teardown
+ * ends them: a failed assertion leaves the test at once, and without fork
+ * (the GPU tests) a capture left open would make every later capture of
+ * the thread fail, so that one failure became many.
+ */
+enum { MAX_CAPTURING = 8 };
+static struct pp_stream *capturing[MAX_CAPTURING];
+
+static int begin_capture(struct pp_stream *s)
+{
+	int ret = pp_stream_begin_capture(s);
+
+	for (int i = 0; i < MAX_CAPTURING && ret == 0; i++) {
+		if (capturing[i] == NULL) {
+			capturing[i] = s;
+			break;
+		}
+	}
+	return ret;
+}
+
+static void forget_capture(struct pp_stream *s)
+{
+	for (int i = 0; i < MAX_CAPTURING; i++)
+		if (capturing[i] == s)
+			capturing[i] = NULL;
+}
+
+static int end_capture(struct pp_stream *s, struct pp_graph **g_p)
+{
+	forget_capture(s);
+	return pp_stream_end_capture(s, g_p);
+}
+
+static void destroy_stream(struct pp_stream *s)
+{
+	forget_capture(s);
+	pp_stream_destroy(s);
+}
+
+/* Teardown: ends the captures a failed test left open. */
+static void end_captures_left(void)
+{
+	for (int i = 0; i < MAX_CAPTURING; i++) {
+		struct pp_graph *g = NULL;
+
+		if (capturing[i] == NULL)
+			continue;
+		if (pp_stream_end_capture(capturing[i], &g) == 0)
+			pp_graph_destroy(g);
+		capturing[i] = NULL;
+	}
 }
 
 /* A host function that blocks its stream until the test opens the gate. */
@@ -551,7 +607,7 @@ START_TEST(test_graph_replays)
 	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
 	memset(back, 0, SIZE);
 
-	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(begin_capture(s), 0);
 	for (int i = 0; i < N; i++) {
 		entries[i] = (struct log_entry){ &log, i, 0 };
 		ck_assert_int_eq(pp_stream_launch_host(s, log_append, &entries[i]), 0);
@@ -559,7 +615,7 @@ START_TEST(test_graph_replays)
 						 src + (size_t)i * CHUNK, CHUNK, PP_COPY_H2D, s), 0);
 	}
 	ck_assert_int_eq(pp_memcpy_async(back, d, SIZE, PP_COPY_D2H, s), 0);
-	ck_assert_int_eq(pp_stream_end_capture(s, &g), 0);
+	ck_assert_int_eq(end_capture(s, &g), 0);
 	ck_assert_uint_eq(pp_graph_calls(g), 2 * N + 1);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
 	ck_assert_int_eq(log.n, 0);
@@ -589,6 +645,36 @@ START_TEST(test_graph_replays)
 }
 END_TEST
 
+/* A capture of one copy on another thread's stream, made while the test's thread captures. */
+struct other_thread_capture {
+	struct pp_stream *s;
+	void *d;           /* 4096 bytes of s's device */
+	int begin, end;    /* what begin and end returned */
+	size_t calls;      /* pp_graph_calls() of the graph */
+	char msg[256];     /* pp_last_error() after a failure */
+};
+
+static void *capture_in_thread(void *arg)
+{
+	struct other_thread_capture *t = arg;
+	struct pp_graph *g = NULL;
+
+	t->begin = pp_stream_begin_capture(t->s);
+	t->end = -1;
+	if (t->begin == 0) {
+		int copy = pp_memcpy_async(t->d, (uint8_t *)t->d + 2048, 2048, PP_COPY_D2D, t->s);
+
+		t->end = pp_stream_end_capture(t->s, &g);
+		if (copy < 0 && t->end == 0)
+			t->end = copy;
+	}
+	if (t->begin < 0 || t->end < 0)
+		snprintf(t->msg, sizeof(t->msg), "%s", pp_last_error());
+	t->calls = pp_graph_calls(g);
+	pp_graph_destroy(g);
+	return NULL;
+}
+
 /*
  * Fails if a capture takes a call it cannot replay, or a misuse is let
  * through: a second begin, a synchronization or an event on a capturing
@@ -603,57 +689,77 @@ START_TEST(test_graph_misuse_refused)
 	struct pp_event *e;
 	struct pp_graph *g = NULL, *g2 = NULL;
 	uint8_t *pageable;
-	void *d;
+	void *d, *d_other;
 
 	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
 	ck_assert_int_eq(pp_stream_create(other, &s_other), 0);
 	ck_assert_int_eq(pp_event_create(dev, &e), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, 4096, &d), 0);
+	ck_assert_int_eq(pp_device_alloc(other, 4096, &d_other), 0);
 	ck_assert_int_eq(pp_host_alloc(dev, 4096, false, (void **)&pageable, NULL), 0);
 
-	ck_assert_int_eq(pp_stream_end_capture(s, &g), -EINVAL);
+	ck_assert_int_eq(end_capture(s, &g), -EINVAL);
 	ck_assert_int_eq(pp_stream_begin_capture(NULL), -EINVAL);
-	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
-	ck_assert_int_eq(pp_stream_begin_capture(s), -EBUSY);
+	ck_assert_int_eq(begin_capture(s), 0);
+	ck_assert_int_eq(begin_capture(s), -EBUSY);
 	ck_assert_int_eq(pp_stream_synchronize(s), -EBUSY);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "capturing"));
-	ck_assert_int_eq(pp_stream_end_capture(s, &g), -EBUSY);
+	ck_assert_int_eq(end_capture(s, &g), -EBUSY);
 	ck_assert_ptr_null(g);
 
-	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(begin_capture(s), 0);
 	ck_assert_int_eq(pp_event_record(e, s), -ENOTSUP);
 	ck_assert_int_eq(pp_stream_wait_event(s, e), -ENOTSUP);
 	ck_assert_int_eq(pp_graph_launch(g2, s), -EINVAL);
-	ck_assert_int_eq(pp_stream_end_capture(s, &g), -ENOTSUP);
+	ck_assert_int_eq(end_capture(s, &g), -ENOTSUP);
 	ck_assert_ptr_null(g);
 
 	if (!pp_device_get_props(dev)->host_is_device) {
-		ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+		ck_assert_int_eq(begin_capture(s), 0);
 		ck_assert_int_eq(pp_memcpy_async(d, pageable, 4096, PP_COPY_H2D, s), -ENOTSUP);
-		ck_assert_int_eq(pp_stream_end_capture(s, &g), -ENOTSUP);
+		ck_assert_int_eq(end_capture(s, &g), -ENOTSUP);
 	}
 
-	/* A good capture still works after the spoiled ones. */
-	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	/*
+	 * A good capture still works after the spoiled ones.  While it is open,
+	 * a second capture of this thread (another device's stream) is refused
+	 * and leaves it whole, and another thread captures at the same time.
+	 */
+	ck_assert_int_eq(begin_capture(s), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, (uint8_t *)d + 2048, 2048, PP_COPY_D2D, s), 0);
-	ck_assert_int_eq(pp_stream_begin_capture(s_other), 0);
-	ck_assert_int_eq(pp_stream_end_capture(s_other, &g2), 0);
-	ck_assert_uint_eq(pp_graph_calls(g2), 0);
-	pp_graph_destroy(g2);
-	ck_assert_int_eq(pp_stream_end_capture(s, &g), 0);
+	ck_assert_int_eq(begin_capture(s_other), -EBUSY);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "one stream at a time"));
+	ck_assert_int_eq(end_capture(s_other, &g2), -EINVAL);
+	ck_assert_ptr_null(g2);
+	{
+		struct other_thread_capture t = { .s = s_other, .d = d_other };
+		pthread_t th;
+
+		ck_assert_int_eq(pthread_create(&th, NULL, capture_in_thread, &t), 0);
+		ck_assert_int_eq(pthread_join(th, NULL), 0);
+		ck_assert_msg(t.begin == 0 && t.end == 0, "capture in another thread: %d %d: %s",
+			      t.begin, t.end, t.msg);
+		ck_assert_uint_eq(t.calls, 1);
+	}
+	ck_assert_int_eq(end_capture(s, &g), 0);
+	ck_assert_uint_eq(pp_graph_calls(g), 1);
 	ck_assert_int_eq(pp_graph_launch(g, s_other), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "captured on device"));
-	ck_assert_int_eq(pp_stream_begin_capture(s), 0);
+	ck_assert_int_eq(begin_capture(s), 0);
 	ck_assert_int_eq(pp_graph_launch(g, s), -EBUSY);
-	ck_assert_int_eq(pp_stream_end_capture(s, &g2), 0);
+	ck_assert_int_eq(end_capture(s, &g2), 0);
 	pp_graph_destroy(g2);
 	ck_assert_int_eq(pp_graph_launch(g, s), 0);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
 	pp_graph_destroy(g);
 
-	/* A stream destroyed while capturing lets its capture go. */
-	ck_assert_int_eq(pp_stream_begin_capture(s_other), 0);
-	pp_stream_destroy(s_other);
+	/* A stream destroyed while capturing lets its capture go, and the thread with it. */
+	ck_assert_int_eq(begin_capture(s_other), 0);
+	destroy_stream(s_other);
+	ck_assert_int_eq(begin_capture(s), 0);
+	ck_assert_int_eq(end_capture(s, &g), 0);
+	ck_assert_uint_eq(pp_graph_calls(g), 0);
+	pp_graph_destroy(g);
 
 	pp_host_free(dev, pageable);
 	pp_event_destroy(e);
@@ -668,7 +774,7 @@ void pp_device_cases_add(Suite *s, const char *tcase_name, const char *const *na
 
 	case_names = names;
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, pp_test_watchdog_arm, NULL);
+	tcase_add_checked_fixture(tc, pp_test_watchdog_arm, end_captures_left);
 	tcase_add_loop_test(tc, test_copies_intact_in_order, 0, n);
 	tcase_add_loop_test(tc, test_event_completes_after_work, 0, n);
 	tcase_add_loop_test(tc, test_stream_waits_for_event, 0, n);

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,18 +24,28 @@ static const char *const *gpu_names; /* "cuda:0", ... */
 static int gpu_count;
 
 /*
- * Fails if a failed CUDA call leaves its error pending in the runtime:
- * asking the properties of a GPU that is not there fails, and the runtime's
- * last error must have been cleared with it (it used to linger and come
- * back later as the failure of an unrelated kernel launch).
+ * Fails if a failed CUDA call leaves its error pending in the runtime (it
+ * used to linger and come back later as the failure of an unrelated kernel
+ * launch): a GPU that is not there is refused before the runtime is asked
+ * (asked, it would record an API error), and an allocation larger than the
+ * GPU fails in cudaMalloc, whose error must be cleared with it.
  */
 START_TEST(test_failure_clears_last_error)
 {
 	struct pp_device_props props;
+	struct pp_device *dev = NULL;
+	void *p = NULL;
 
-	ck_assert_int_lt(pp_device_cuda_props(gpu_count + 7, &props), 0);
-	ck_assert_ptr_nonnull(strstr(pp_last_error(), "cudaGetDeviceProperties"));
+	ck_assert_int_eq(pp_device_cuda_props(gpu_count + 7, &props), -ENODEV);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no such GPU"));
 	ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+
+	ck_assert_int_eq(pp_device_open(gpu_names[0], &dev), 0);
+	ck_assert_int_lt(pp_device_alloc(dev, (size_t)1 << 60, &p), 0);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "cudaMalloc"));
+	ck_assert_ptr_null(p);
+	ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+	pp_device_close(dev);
 }
 END_TEST
 

@@ -51,6 +51,58 @@ static void emu_finish(float *out0, float *out1, int split, const float *partial
 	}
 }
 
+/*
+ * The first pass of the weight and bias gradients as conv_pool_params_kernel
+ * runs it: for each block of the plan, the tiles of its parts' terms loaded
+ * (pp_fused_param_sel()) by the block's threads, then each task adding its
+ * part's terms of the tile in order (pp_fused_param_tap()); the partial
+ * sums written as (parts, J).
+ */
+static void emu_param_blocks(float *partial, const struct pp_cuda_pool_geom *g, const float *dpool,
+			     const int32_t *idx, const float *pooled, const float *x, int n,
+			     int parts, const struct pp_fused_param_plan *plan)
+{
+	static struct pp_fused_sel tile[PP_PARAM_TILE];
+	const size_t terms = (size_t)n * g->ph * g->pw;
+	const int jn = g->conv.oc * plan->kw;
+
+	ck_assert_int_le(plan->tile_steps * plan->pb, PP_PARAM_TILE);
+	ck_assert_int_le(plan->wb * plan->pb, PP_PARAM_THREADS * PP_PARAM_TASKS);
+	for (unsigned b = 0; b < plan->blocks; b++) {
+		const int wc = (int)b % plan->wchunks, pc = (int)b / plan->wchunks % plan->pchunks;
+		const int o = (int)b / (plan->wchunks * plan->pchunks);
+		const int p0 = pc * plan->pb, np = PP_MIN(plan->pb, parts - p0);
+		const int w0 = wc * plan->wb, nw = PP_MIN(plan->wb, plan->kw - w0);
+		const size_t steps_max = pp_fused_param_steps(terms, parts, p0);
+		float acc[PP_PARAM_THREADS * PP_PARAM_TASKS] = { 0 };
+
+		for (size_t m0 = 0; m0 < steps_max; m0 += (size_t)plan->tile_steps) {
+			const int ms = (int)PP_MIN(steps_max - m0, (size_t)plan->tile_steps);
+
+			for (int e = 0; e < ms * np; e++) {
+				const size_t t = (size_t)(p0 + e % np) + (m0 + (size_t)(e / np)) * (size_t)parts;
+
+				if (t < terms)
+					tile[e] = pp_fused_param_sel(g, dpool, idx, pooled, o, t);
+			}
+			for (int k = 0; k < nw * np; k++) {
+				const struct pp_fused_tapw tw = pp_fused_param_tapw(g, w0 + k % nw);
+				const size_t steps = pp_fused_param_steps(terms, parts, p0 + k / nw);
+
+				for (int mm = 0; mm < ms && m0 + (size_t)mm < steps; mm++)
+					acc[k] += pp_fused_param_tap(g, x, &tile[mm * np + k / nw], &tw);
+			}
+		}
+		for (int k = 0; k < nw * np; k++) {
+			const int w = w0 + k % nw;
+
+			partial[(size_t)(p0 + k / nw) * jn +
+				(size_t)(w < plan->kw - 1 ? o * (plan->kw - 1) + w
+							  : g->conv.oc * (plan->kw - 1) + o)] = acc[k];
+		}
+	}
+}
+
 /* pp_cuda_sum_channels(): out (J) += the sums of d (S, J, P) */
 static void emu_sum_channels(float *out, const float *d, int s, int jn, int p)
 {
@@ -235,13 +287,14 @@ START_TEST(test_fused_backward)
 		const struct pp_cuda_pool_geom *g = &f.g;
 		const size_t outs = (size_t)f.n * f.pool.out_size, ins = (size_t)f.n * f.l.in_size;
 		const int jn = pp_fused_param_count(g);
-		const int parts = pp_red_parts(jn, (size_t)f.n * g->ph * g->pw);
+		const int parts = pp_fused_param_parts(jn, (size_t)f.n * g->ph * g->pw);
 		float *dpool = pp_test_rand_floats(outs);
 		float *dcol = pp_test_zero_floats(pp_nn_conv2d_backward_pooled_scratch(&f.l, &f.pool));
 		float *din1 = pp_test_zero_floats(ins), *din2 = pp_test_zero_floats(ins);
 		float *dw1 = pp_test_zero_floats(f.l.n_w), *dw2 = pp_test_zero_floats(f.l.n_w);
 		float *db1 = pp_test_zero_floats(f.l.n_b), *db2 = pp_test_zero_floats(f.l.n_b);
-		float *partial = pp_test_zero_floats(pp_red_floats(jn, (size_t)f.n * g->ph * g->pw));
+		float *partial = pp_test_zero_floats(pp_fused_param_floats(g, f.n));
+		float *tiled = pp_test_zero_floats(pp_fused_param_floats(g, f.n));
 
 		for (size_t i = 0; i < outs; i += 5)
 			dpool[i] = 0.0f;
@@ -252,6 +305,18 @@ START_TEST(test_fused_backward)
 		for (size_t i = 0; i < (size_t)jn * parts; i++)
 			partial[i] = pp_fused_param_partial(g, dpool, f.idx, f.pooled, f.x, f.n, parts,
 							    (int)(i % jn), (int)(i / jn));
+		/* the kernel's blocks and tiles: the same sums, so the same bits, whatever the tile */
+		for (int ts = 0; ts < 3; ts++) {
+			struct pp_fused_param_plan plan = pp_fused_param_plan_of(g, parts);
+
+			if (ts > 0) /* tiles of 1 and 3 terms a part: boundaries inside the parts */
+				plan.tile_steps = 2 * ts - 1;
+			memset(tiled, 0xff, pp_fused_param_floats(g, f.n) * sizeof(float));
+			emu_param_blocks(tiled, g, dpool, f.idx, f.pooled, f.x, f.n, parts, &plan);
+			ck_assert_msg(memcmp(tiled, partial, (size_t)jn * parts * sizeof(float)) == 0,
+				      "case %d: the blocks' partial sums (tiles of %d terms a part) "
+				      "differ from the threads'", c, plan.tile_steps);
+		}
 		emu_finish(dw2, db2, jn - g->conv.oc, partial, jn, parts);
 		expect_close("input gradient", c, din1, din2, ins, 1e-4f);
 		expect_close("weight gradient", c, dw1, dw2, f.l.n_w, 1e-4f);
@@ -265,6 +330,7 @@ START_TEST(test_fused_backward)
 		free(db1);
 		free(db2);
 		free(partial);
+		free(tiled);
 		fused_free(&f);
 	}
 }
@@ -399,6 +465,20 @@ START_TEST(test_red_parts)
 			ck_assert_uint_le(pp_red_floats(outputs[o], t),
 					  PP_MAX((size_t)outputs[o], (size_t)PP_RED_TARGET_THREADS));
 			ck_assert_int_eq(parts, pp_red_parts(outputs[o], t));
+			prev = parts;
+		}
+		/* the weight gradients' rule: more parts, the same bounds */
+		prev = 0;
+		for (size_t t = 1; t < 50000000; t = t * 3 + 1) {
+			const int parts = pp_fused_param_parts(outputs[o], t);
+
+			ck_assert_int_ge(parts, 1);
+			ck_assert_int_le(parts, PP_RED_MAX_PARTS);
+			ck_assert_int_ge(parts, prev);
+			ck_assert_int_ge(parts, pp_red_parts(outputs[o], t) / 8);
+			ck_assert_uint_le((size_t)parts, t);
+			ck_assert_uint_le((size_t)outputs[o] * parts,
+					  PP_MAX((size_t)outputs[o], (size_t)PP_PARAM_TARGET_TASKS));
 			prev = parts;
 		}
 	}

@@ -478,6 +478,63 @@ START_TEST(test_calls_per_batch)
 }
 END_TEST
 
+/*
+ * What a batch costs in device calls when every call costs the host time
+ * (sim:call_us=5, as on a GPU host), with no compute (the copies and the
+ * host's calls are the pipeline) and with a compute step a batch ten times
+ * a copy, copied 2 and 6 ahead of a loader ring of 16, one batch in 16
+ * timed.  A batch needs one
+ * copy, an event after it, the compute stream's wait for it, an event at
+ * its release, and one query (or, where the stage must wait, one
+ * synchronization) of the oldest release to know its device slot is free
+ * again; that completion proves the copy and every one before it complete,
+ * so no copy's event is asked whether it is (on the sim, one is asked
+ * whether the copy failed: its errors stay with the copy stream, where
+ * CUDA's reach the release's query).  A timed batch adds three timing
+ * events, and a query of a release not complete yet is wasted now and then.
+ * Fails if a run takes more than 6 calls a batch, 3 a timed batch, one in
+ * four batches wasted and the slots' worth at the edges (the stage used to
+ * take 7.4 a batch, asking copies' events that a release had proved
+ * complete, and more the deeper its queue), or more than one copy a batch.
+ */
+START_TEST(test_calls_per_batch_costly)
+{
+	static const struct {
+		uint32_t depth, kernels, kernel_us;
+	} runs[] = { { 2, 0, 0 }, { 6, 0, 0 }, { 2, 1, 200 }, { 6, 1, 200 } };
+	enum { N = 96 };
+
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		struct pp_transfer_config tc = { .depth = runs[i].depth };
+		struct steps_result r;
+		struct pp_tfix f;
+		uint64_t calls, bound;
+
+		pp_tfix_open(&f, "sim:bw=10GB/s,call_us=5", 64 * 400, 64, PP_DTYPE_F32, true, 2, 0);
+		pp_transfer_destroy(f.t);
+		/* A ring of 16: the loader's slots are not what the stage holds (see host_short). */
+		pp_loader_destroy(f.loader);
+		f.cfg.prefetch = 16;
+		ck_assert_int_eq(pp_loader_create(&f.cfg, &f.loader), 0);
+		tc.loader = f.loader;
+		tc.device = f.dev;
+		ck_assert_int_eq(pp_transfer_create(&tc, &f.t), 0);
+		measure_steps(&f, N, runs[i].kernels, runs[i].kernel_us, &r);
+		ck_assert_uint_eq(r.st.batches, N);
+		ck_assert_uint_ge(r.dev.copies, N - runs[i].depth);
+		ck_assert_uint_le(r.dev.copies, N + runs[i].depth);
+		/* Less the test's own calls: a compute step (a host function) a kernel. */
+		calls = r.dev.calls - (uint64_t)N * runs[i].kernels;
+		bound = 6 * N + 3 * r.st.copies_timed + N / 4 + 2 * (runs[i].depth + 2);
+		ck_assert_msg(calls <= bound, "depth %u, %u kernels: %llu calls of the stage for %d "
+			      "batches (%llu timed), more than %llu", runs[i].depth, runs[i].kernels,
+			      (unsigned long long)calls, N, (unsigned long long)r.st.copies_timed,
+			      (unsigned long long)bound);
+		pp_tfix_close(&f);
+	}
+}
+END_TEST
+
 /* ------------------------------------------------------------------ signals */
 
 #define MAX_THREADS 256
@@ -885,6 +942,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_resume);
 	tcase_add_test(tc, test_position);
 	tcase_add_test(tc, test_calls_per_batch);
+	tcase_add_test(tc, test_calls_per_batch_costly);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("signals");
 	tcase_set_timeout(tc, 60);

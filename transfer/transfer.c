@@ -9,8 +9,15 @@
  *
  * What a batch costs the host, in device calls: one copy (samples and labels
  * in one region of the slot), an event after it, the compute stream's wait
- * for that event, an event at release, and a query or two of events known
- * to complete in order (the newest copy's, the oldest release's).  One batch
+ * for that event, an event at release, and a query of the oldest release
+ * when a slot is wanted (a synchronization when next() must wait for one).
+ * Orderings stand in for the other queries: a release recorded on the
+ * stream that waited for the batch's copy proves that copy complete, and
+ * copies complete in the order issued, so the host batches of it and of
+ * every earlier copy go back to the loader then (copies_complete); the
+ * copies' own events are asked only when the loader runs short of ring
+ * slots (host_short), and, where a device keeps a copy's error with its
+ * stream (sim), once a freed slot whether its copy failed.  One batch
  * in 'time_every' is also timed, on the device's timeline: timing events
  * around its copy, at its hand-out on the compute stream ('wanted'), and at
  * the last release before its hand-out ('mark').  Its copy's exposed time is
@@ -73,6 +80,8 @@ struct tslot {
 	bool counting;              /* handed out timed, its figures not counted yet */
 	uint64_t copy_seq;          /* order of its copy among all copies, from 1 */
 	uint64_t release_seq;       /* order of its release among all releases, from 1 */
+	struct pp_stream *wait_stream; /* the stream made to wait for its copy at the hand-out */
+	struct pp_stream *release_stream; /* the stream its release was recorded on */
 	uint64_t want_ns;           /* host clock when t_wanted was recorded */
 	struct pp_stream *mark_stream; /* where t_mark was recorded */
 	struct pp_stream *want_stream; /* where t_wanted was recorded */
@@ -92,6 +101,7 @@ struct pp_transfer {
 	uint32_t *queue;            /* [nslots] ring of slots COPYING, oldest first */
 	uint32_t qhead;             /* index in queue of the oldest */
 	uint32_t qlen;              /* slots in the queue */
+	uint32_t ring_slots;        /* slots of the loader's ring */
 	uint32_t batch_size;        /* samples of the largest batch */
 	size_t sample_bytes;        /* bytes of one sample as the loader hands it out */
 	const struct pp_layout *layout; /* the loader's, as handed out */
@@ -105,6 +115,9 @@ struct pp_transfer {
 	uint64_t epoch;             /* the epoch begun */
 	uint64_t handed;            /* batches of that epoch handed out (from the resume point) */
 	uint64_t copies;            /* copies issued so far */
+	uint64_t copies_done;       /* copy_seq of the newest copy known complete: it and
+				       every one before it (one copy stream, run in order) */
+	uint64_t copies_checked;    /* copy_seq of the newest copy known not to have failed */
 	uint64_t releases;          /* releases so far */
 	struct pp_event *spare_mark; /* a mark recorded while no copy was queued, swapped into
 					the next timed slot issued */
@@ -146,6 +159,26 @@ static int give_back_host(struct pp_transfer *t, struct tslot *s)
 		return 0;
 	ret = pp_loader_release(t->loader, s->hb);
 	s->hb = NULL;
+	return ret;
+}
+
+/*
+ * Records that the copy 'seq' and every one before it are complete (copies
+ * run in order on one stream), and gives back their host batches; 'checked'
+ * when an event of the copy stream said so, and so that none of them failed.
+ */
+static int copies_complete(struct pp_transfer *t, uint64_t seq, bool checked)
+{
+	int ret = 0;
+
+	if (checked)
+		t->copies_checked = PP_MAX(t->copies_checked, seq);
+	if (seq <= t->copies_done)
+		return 0;
+	t->copies_done = seq;
+	for (uint32_t i = 0; i < t->nslots && ret == 0; i++)
+		if (t->slots[i].hb != NULL && t->slots[i].copy_seq <= seq)
+			ret = give_back_host(t, &t->slots[i]);
 	return ret;
 }
 
@@ -192,15 +225,27 @@ static void count_times(struct pp_transfer *t, struct tslot *s)
 }
 
 /*
- * Frees a released slot (its copy is complete, since compute waited for it
- * before the release): gives its host batch back if that is still held,
- * counts its times and poisons its memory (on a sim with poisoning).
+ * Frees a released slot whose release has completed: its copy is complete
+ * too, and with it every copy before it, when the release was recorded on
+ * the stream that waited for the copy (else its copy's event is asked);
+ * gives their host batches back, counts its times and poisons its memory
+ * (on a sim with poisoning).
  */
 static int free_slot(struct pp_transfer *t, struct tslot *s)
 {
 	int ret = 0;
 
-	if (s->hb != NULL && (ret = pp_event_synchronize(s->b.ready)) == 0)
+	if (s->release_stream == s->wait_stream) {
+		/*
+		 * Complete, but did it fail?  Where errors stay with their stream
+		 * its event says; where they reach every call, the query of the
+		 * release just made would have said.
+		 */
+		if (!t->dev->sticky_errors && s->copy_seq > t->copies_checked &&
+		    (ret = pp_event_query(s->b.ready)) < 0)
+			return ret;
+		ret = copies_complete(t, s->copy_seq, true);
+	} else if (s->hb != NULL && (ret = pp_event_synchronize(s->b.ready)) == 0)
 		ret = give_back_host(t, s);
 	count_times(t, s);
 	pp_device_release(t->dev, s->mem, t->slot_bytes);
@@ -253,47 +298,50 @@ static struct tslot *oldest_released(struct pp_transfer *t)
 }
 
 /*
- * Gives back the host batches of completed copies and frees the slots
- * whose release has completed, asking the device as little as it can:
- * copies complete in the order issued, so when the newest is complete all
- * are; releases are freed oldest first until one is not complete.  Never
- * blocks.  Returns 0 or the error of a failed copy.
+ * Frees the released slots that prefetch() can use now, oldest release
+ * first, asking the device one query a slot and one more where the oldest
+ * is not complete yet (no later release is then asked: compute runs in
+ * order).  A host batch goes back to the loader once an ordering proves its
+ * copy complete (free_slot), without a query of its own; only where the
+ * loader runs short are the copies' events asked (host_short()).  With
+ * nothing queued and no slot free, next() waits for the oldest release
+ * instead.  Never blocks.  Returns 0 or the error of a failed copy.
  */
 static int reclaim(struct pp_transfer *t)
 {
-	struct tslot *s = host_holder(t, true);
+	struct tslot *s;
 	int ret = 0;
 
-	if (s != NULL) {
-		if ((ret = pp_event_query(s->b.ready)) < 0)
-			return ret;
-		if (ret == 1) {
-			for (uint32_t i = 0; i < t->nslots; i++)
-				if ((ret = give_back_host(t, &t->slots[i])) < 0)
-					return ret;
-		} else {
-			struct tslot *newest = s;
-
-			/* The older ones, oldest first, up to the newest (not complete). */
-			while ((s = host_holder(t, false)) != newest &&
-			       (ret = pp_event_query(s->b.ready)) == 1)
-				if ((ret = give_back_host(t, s)) < 0)
-					return ret;
-			if (ret < 0)
-				return ret;
-		}
-	}
-	/*
-	 * Frees as many slots as copies may be issued now; with nothing queued
-	 * and no slot free, next() waits for the oldest release anyway.
-	 */
-	if (t->qlen == 0 && count_free(t) == 0)
+	if (t->loader_done || (t->qlen == 0 && count_free(t) == 0))
 		return 0;
 	while (count_free(t) < t->depth - PP_MIN(t->qlen, t->depth) &&
 	       (s = oldest_released(t)) != NULL && (ret = pp_event_query(s->released)) == 1)
 		if ((ret = free_slot(t, s)) < 0)
 			return ret;
 	return ret < 0 ? ret : 0;
+}
+
+/*
+ * The loader has no batch ready: where the stage holds half its ring or
+ * more (host batches whose copies are not known complete), its workers may
+ * be short of slots, and the oldest copy's event is asked (one query: the
+ * loader fills its ring in order, so the oldest batch's slot is the one it
+ * needs first).  Returns 1 when it went back (worth asking the loader
+ * again), 0, or the error of a failed copy.
+ */
+static int host_short(struct pp_transfer *t)
+{
+	struct tslot *s = host_holder(t, false);
+	uint32_t held = 0;
+	int ret;
+
+	for (uint32_t i = 0; i < t->nslots; i++)
+		held += t->slots[i].hb != NULL;
+	if (s == NULL || held * 2 < t->ring_slots)
+		return 0;
+	if ((ret = pp_event_query(s->b.ready)) <= 0)
+		return ret;
+	return (ret = copies_complete(t, s->copy_seq, true)) < 0 ? ret : 1;
 }
 
 /*
@@ -317,6 +365,7 @@ static int drain(struct pp_transfer *t)
 		}
 	}
 	t->qlen = 0;
+	t->copies_done = t->copies_checked = t->copies;
 	t->spare_fresh = false;
 	t->calls.n = 0;
 	return ret;
@@ -460,8 +509,14 @@ static int prefetch(struct pp_transfer *t)
 
 	while (t->qlen < t->depth && !t->loader_done && (s = find_free(t)) != NULL) {
 		ret = loader_take(t, false, &hb);
-		if (ret == -EAGAIN || ret == -ENOBUFS)
-			return 0;
+		if (ret == -EAGAIN || ret == -ENOBUFS) {
+			/* Its ring may be held by copies complete: given back, it is asked again. */
+			if ((ret = host_short(t)) <= 0)
+				return ret;
+			ret = loader_take(t, false, &hb);
+			if (ret == -EAGAIN || ret == -ENOBUFS)
+				return 0;
+		}
 		if (ret < 0)
 			return ret;
 		if (ret == 0) {
@@ -509,13 +564,10 @@ static int fetch_blocking(struct pp_transfer *t)
 		 * copies the trainer already has: once the newest is complete,
 		 * all are.
 		 */
-		if ((r = host_holder(t, true)) != NULL) {
-			if ((ret = pp_event_synchronize(r->b.ready)) < 0)
-				return ret;
-			for (uint32_t i = 0; i < t->nslots; i++)
-				if ((ret = give_back_host(t, &t->slots[i])) < 0)
-					return ret;
-		}
+		if ((r = host_holder(t, true)) != NULL &&
+		    ((ret = pp_event_synchronize(r->b.ready)) < 0 ||
+		     (ret = copies_complete(t, r->copy_seq, true)) < 0))
+			return ret;
 		ret = loader_take(t, true, &hb);
 	}
 	if (ret <= 0) {
@@ -578,6 +630,7 @@ static int hand_out(struct pp_transfer *t, struct pp_stream *compute, struct pp_
 	}
 	if ((ret = pp_stream_wait_event(compute, s->b.ready)) < 0)
 		return ret;
+	s->wait_stream = compute;
 	t->calls.n = 0;
 	t->spare_fresh = false;
 	t->qhead = (t->qhead + 1) % t->nslots;
@@ -659,6 +712,7 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 		return ret;
 	s->state = TSLOT_RELEASED;
 	s->release_seq = ++t->releases;
+	s->release_stream = compute;
 	/* Where compute's work before the next hand-out ends, when that batch is timed. */
 	next = t->qlen > 0 ? &t->slots[t->queue[t->qhead]] : NULL;
 	if (next != NULL && next->timed) {
@@ -792,6 +846,7 @@ static int slot_init(struct pp_transfer *t, struct tslot *s)
 
 PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_transfer **t_p)
 {
+	struct pp_loader_stats ls;
 	struct pp_transfer *t;
 	size_t sbytes;
 	int ret;
@@ -816,6 +871,9 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	t->time_every = cfg->time_every ? cfg->time_every : TIME_EVERY_DEFAULT;
 	t->stats.device_kind = pp_device_get_props(t->dev)->kind;
 	pp_loader_get_layout(t->loader, &t->batch_size, &t->sample_bytes);
+	if ((ret = pp_loader_get_stats(t->loader, &ls)) < 0)
+		goto err_destroy;
+	t->ring_slots = ls.slots;
 	if (!pp_mul_size(t->batch_size, t->sample_bytes, &sbytes)) {
 		ret = pp_error(-EOVERFLOW, "transfer: a batch of %u samples of %zu bytes is too large",
 			       t->batch_size, t->sample_bytes);

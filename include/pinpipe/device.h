@@ -295,8 +295,14 @@ PP_API int pp_stream_spin(struct pp_stream *stream, uint64_t ns);
  * pp_stream_end_capture() that work is recorded, not run.  While a stream
  * captures, pp_stream_synchronize() on it returns -EBUSY, and an event
  * recorded on it or waited for by it -ENOTSUP (a graph holds no events).
- * Returns 0, -EINVAL (NULL), -EBUSY (already capturing), -ENOMEM, or the
- * device's error.
+ * A thread captures one stream at a time, on every backend: a capture
+ * begun while the same thread has one open, on any stream of any device,
+ * is refused with -EBUSY (its message names the open one), which is left
+ * as it was (CUDA cannot make a graph while another capture of the thread
+ * is open, and trying spoils that capture too); other threads may capture
+ * at the same time.  End a capture in the thread that began it.
+ * Returns 0, -EINVAL (NULL), -EBUSY (this stream or another of this thread
+ * already capturing), -ENOMEM, or the device's error.
  */
 PP_API int pp_stream_begin_capture(struct pp_stream *stream);
 

@@ -8,11 +8,17 @@
  * event recorded after its last use has completed, and a host ring slot goes
  * back to the loader only once its copy's event has completed.
  *
- * What it costs the host per batch: one copy (samples and labels together),
- * an event after it, the compute stream's wait for that event, an event at
- * release, and a query or two of events that complete in order; one batch
- * in time_every is also timed on the device (timing events cost the host
- * more: on an H100 host 10 us a record against 0.3 without timing).
+ * What it costs the host per batch, in device calls: one copy (samples and
+ * labels together), an event after it, the compute stream's wait for that
+ * event, an event at release, and one query (or, when it must wait, one
+ * synchronization) of the oldest release to learn that a device slot is
+ * free; that release proves its batch's copy and every earlier one complete,
+ * so their host batches go back to the loader without a query of their own
+ * (the copies' events are asked only when the loader runs short while the
+ * stage holds half its ring, and on a device whose copy errors stay with
+ * their stream, the sim, once a batch whether its copy failed).  One batch in time_every is also timed on the
+ * device (timing events cost the host more: on an H100 host 10 us a record
+ * against 0.3 without timing).
  *
  * Batches travel as the loader stores them: with a uint8 loader they cross
  * the bus as uint8 (4x fewer bytes than float32) and the model converts and

@@ -92,12 +92,52 @@ static __global__ void conv_pool_forward_kernel(const float *__restrict__ x,
 		pp_fused_forward(&g, x, w, b, out, idx, i);
 }
 
+/* Shared memory a block may take without asking (the same on every GPU since sm_20). */
+#define SMEM_PLAIN (48 * 1024)
+
+/*
+ * The same, a block per sample (a grid-stride loop over them): the
+ * sample's input and every weight in shared memory, each thread's
+ * arithmetic pp_fused_forward() on them as on a batch of one, so that
+ * the taps are read from shared memory rather than again and again from
+ * the caches, with the same bits as the thread per output.
+ */
+static __global__ void conv_pool_forward_smem_kernel(const float *__restrict__ x,
+						     const float *__restrict__ w,
+						     const float *__restrict__ b, float *out,
+						     int32_t *idx, int n, struct pp_cuda_pool_geom g)
+{
+	extern __shared__ float sh[];
+	const size_t chw = (size_t)g.conv.c * g.conv.h * g.conv.w;
+	const size_t nw = (size_t)g.conv.oc * g.conv.c * g.conv.k * g.conv.k;
+	const size_t per = (size_t)g.conv.oc * g.ph * g.pw;
+	float *xs = sh, *ws = sh + chw;
+
+	for (size_t i = threadIdx.x; i < nw; i += blockDim.x)
+		ws[i] = w[i];
+	for (int s = blockIdx.x; s < n; s += gridDim.x) {
+		__syncthreads();
+		for (size_t i = threadIdx.x; i < chw; i += blockDim.x)
+			xs[i] = x[(size_t)s * chw + i];
+		__syncthreads();
+		for (size_t i = threadIdx.x; i < per; i += blockDim.x)
+			pp_fused_forward(&g, xs, ws, b, out + (size_t)s * per, idx + (size_t)s * per, i);
+	}
+}
+
 extern "C" int pp_cuda_conv_pool_forward(const float *x, const float *w, const float *b, float *out,
 					 int32_t *idx, int n, const struct pp_cuda_pool_geom *g,
 					 void *stream)
 {
 	const size_t total = (size_t)n * g->conv.oc * g->ph * g->pw;
+	const size_t smem = ((size_t)g->conv.c * g->conv.h * g->conv.w +
+			     (size_t)g->conv.oc * g->conv.c * g->conv.k * g->conv.k) * sizeof(float);
 
+	if (smem <= SMEM_PLAIN && n > 0) {
+		conv_pool_forward_smem_kernel<<<(unsigned)(n < 65535 ? n : 65535), PP_CUDA_THREADS, smem,
+						(cudaStream_t)stream>>>(x, w, b, out, idx, n, *g);
+		return pp_cuda_launched("conv_pool_forward");
+	}
 	conv_pool_forward_kernel<<<blocks_of(total, PP_CUDA_THREADS), PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
 		x, w, b, out, idx, total, *g);
 	return pp_cuda_launched("conv_pool_forward");
@@ -115,18 +155,66 @@ static __global__ void conv_pool_din_kernel(float *din, const float *__restrict_
 		din[i] = pp_fused_din(&g, dpool, idx, pooled, w, i);
 }
 
-/* First pass of the weight and bias gradients: a thread per (j, part), j fastest. */
-static __global__ void conv_pool_params_kernel(float *partial, const float *__restrict__ dpool,
-					       const int32_t *__restrict__ idx,
-					       const float *__restrict__ pooled,
-					       const float *__restrict__ x, int n, int jn, int parts,
-					       struct pp_cuda_pool_geom g)
+/*
+ * First pass of the weight and bias gradients, as the plan says
+ * (pp_fused_param_plan_of()): block (o, pc, wc) loads the terms of its
+ * parts into shared memory a tile at a time, once for all the channel's
+ * weights, and each of its tasks (a part, a weight) adds its part's terms
+ * in order from there.
+ */
+static __global__ void __launch_bounds__(PP_PARAM_THREADS)
+conv_pool_params_kernel(float *partial, const float *__restrict__ dpool,
+			const int32_t *__restrict__ idx, const float *__restrict__ pooled,
+			const float *__restrict__ x, int n, int parts,
+			struct pp_fused_param_plan plan, struct pp_cuda_pool_geom g)
 {
-	const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	__shared__ struct pp_fused_sel tile[PP_PARAM_TILE];
+	const int b = blockIdx.x, wc = b % plan.wchunks, pc = b / plan.wchunks % plan.pchunks;
+	const int o = b / (plan.wchunks * plan.pchunks);
+	const int p0 = pc * plan.pb, np = parts - p0 < plan.pb ? parts - p0 : plan.pb;
+	const int w0 = wc * plan.wb, nw = plan.kw - w0 < plan.wb ? plan.kw - w0 : plan.wb;
+	const int tasks = nw * np, jn = g.conv.oc * plan.kw;
+	const size_t terms = (size_t)n * g.ph * g.pw;
+	const size_t steps_max = pp_fused_param_steps(terms, parts, p0);
+	struct pp_fused_tapw tw[PP_PARAM_TASKS];
+	size_t steps[PP_PARAM_TASKS];
+	float acc[PP_PARAM_TASKS];
 
-	if (i < (size_t)jn * parts)
-		partial[i] = pp_fused_param_partial(&g, dpool, idx, pooled, x, n, parts, (int)(i % jn),
-						    (int)(i / jn));
+	for (int r = 0; r < PP_PARAM_TASKS; r++) {
+		const int k = threadIdx.x + r * PP_PARAM_THREADS;
+
+		acc[r] = 0.0f;
+		steps[r] = k < tasks ? pp_fused_param_steps(terms, parts, p0 + k / nw) : 0;
+		tw[r] = pp_fused_param_tapw(&g, k < tasks ? w0 + k % nw : 0);
+	}
+	for (size_t m0 = 0; m0 < steps_max; m0 += (size_t)plan.tile_steps) {
+		const int ms = steps_max - m0 < (size_t)plan.tile_steps ? (int)(steps_max - m0)
+									: plan.tile_steps;
+
+		for (int e = threadIdx.x; e < ms * np; e += PP_PARAM_THREADS) {
+			const size_t t = (size_t)(p0 + e % np) + (m0 + (size_t)(e / np)) * (size_t)parts;
+
+			if (t < terms)
+				tile[e] = pp_fused_param_sel(&g, dpool, idx, pooled, o, t);
+		}
+		__syncthreads();
+#pragma unroll
+		for (int r = 0; r < PP_PARAM_TASKS; r++) {
+			const int k = threadIdx.x + r * PP_PARAM_THREADS, i = k / nw;
+			const int mend = steps[r] > m0 ? (steps[r] - m0 < (size_t)ms ? (int)(steps[r] - m0) : ms) : 0;
+
+			for (int mm = 0; mm < mend; mm++)
+				acc[r] += pp_fused_param_tap(&g, x, &tile[mm * np + i], &tw[r]);
+		}
+		__syncthreads();
+	}
+	for (int r = 0; r < PP_PARAM_TASKS; r++) {
+		const int k = threadIdx.x + r * PP_PARAM_THREADS, w = w0 + k % nw;
+
+		if (k < tasks)
+			partial[(size_t)(p0 + k / nw) * jn +
+				(w < plan.kw - 1 ? o * (plan.kw - 1) + w : g.conv.oc * (plan.kw - 1) + o)] = acc[r];
+	}
 }
 
 extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, const float *dpool,
@@ -136,7 +224,8 @@ extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, cons
 {
 	const cudaStream_t st = (cudaStream_t)stream;
 	const int jn = pp_fused_param_count(g), nw = jn - g->conv.oc;
-	const int parts = pp_red_parts(jn, (size_t)n * g->ph * g->pw);
+	const int parts = pp_fused_param_parts(jn, (size_t)n * g->ph * g->pw);
+	const struct pp_fused_param_plan plan = pp_fused_param_plan_of(g, parts);
 	int ret = 0;
 
 	if (din) {
@@ -148,8 +237,8 @@ extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, cons
 	}
 	if (ret)
 		return ret;
-	conv_pool_params_kernel<<<blocks_of((size_t)jn * parts, PP_CUDA_THREADS), PP_CUDA_THREADS, 0, st>>>(
-		scratch, dpool, idx, pooled, x, n, jn, parts, *g);
+	conv_pool_params_kernel<<<plan.blocks, PP_PARAM_THREADS, 0, st>>>(scratch, dpool, idx, pooled, x,
+									 n, parts, plan, *g);
 	ret = pp_cuda_launched("conv_pool_params");
 	return ret ? ret : sum_finish(dw, db, nw, scratch, jn, parts, st);
 }

@@ -238,30 +238,84 @@ PP_HD static inline float pp_fused_din(const struct pp_cuda_pool_geom *g, const 
  * OC C K K is the weight (o, c, ky, kx), the OC after it the biases;
  * term t = s PH PW + q of the n PH PW is sample s's pooled output q of
  * channel o: its gradient (pp_fused_grad()), times, for a weight, the
- * input the tap read at the selected position (0 in the padding).
+ * input the tap read at the selected position (0 in the padding).  A term
+ * is what the channel's outputs share (pp_fused_param_sel(): the gradient
+ * and where the selected window lies, loaded once per block by the
+ * kernel) and what a weight reads there (pp_fused_param_tap()).
  */
+struct pp_fused_sel {
+	float gr;        /* the gradient that reached the pooled output */
+	int iy0, ix0;    /* the input row and column of the selected window's first tap */
+	long long base;  /* x's index of that tap in channel 0 (may lie in the padding) */
+};
+
+/* A weight's (or the bias's) place in a window: the tap it is, once per thread. */
+struct pp_fused_tapw {
+	int bias;        /* the channel's bias: the term is the gradient itself */
+	int ky, kx;      /* the tap */
+	long long off;   /* x's index of the tap from the window's base: c H W + ky W + kx */
+};
+
+/* The term t of channel o: its gradient and where its selected window lies. */
+PP_HD static inline struct pp_fused_sel pp_fused_param_sel(const struct pp_cuda_pool_geom *g,
+							   const float *dpool, const int32_t *idx,
+							   const float *pooled, int o, size_t t)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const size_t pp = (size_t)g->ph * g->pw, s = t / pp;
+	const size_t at = (s * cg->oc + o) * pp + t % pp;
+	const size_t r = (size_t)idx[at] - (size_t)o * cg->oh * cg->ow;
+	struct pp_fused_sel e;
+
+	e.gr = pp_fused_grad(g, dpool, pooled, at);
+	e.iy0 = (int)(r / (size_t)cg->ow) * cg->stride - cg->pad;
+	e.ix0 = (int)(r % (size_t)cg->ow) * cg->stride - cg->pad;
+	e.base = (long long)s * cg->c * cg->h * cg->w + (long long)e.iy0 * cg->w + e.ix0;
+	return e;
+}
+
+/* Weight w (c K K + ky K + kx) of a channel, or w = C K K its bias. */
+PP_HD static inline struct pp_fused_tapw pp_fused_param_tapw(const struct pp_cuda_pool_geom *g, int w)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int kk = cg->c * cg->k * cg->k;
+	struct pp_fused_tapw tw = { w >= kk, 0, 0, 0 };
+
+	if (!tw.bias) {
+		const int c = w / (cg->k * cg->k);
+
+		tw.ky = w / cg->k % cg->k;
+		tw.kx = w % cg->k;
+		tw.off = ((long long)c * cg->h + tw.ky) * cg->w + tw.kx;
+	}
+	return tw;
+}
+
+/* The term's part of a weight's (or bias's) gradient. */
+PP_HD static inline float pp_fused_param_tap(const struct pp_cuda_pool_geom *g, const float *x,
+					     const struct pp_fused_sel *e,
+					     const struct pp_fused_tapw *tw)
+{
+	const int iy = e->iy0 + tw->ky, ix = e->ix0 + tw->kx;
+
+	if (tw->bias || e->gr == 0.0f)
+		return e->gr;
+	if (iy < 0 || iy >= g->conv.h || ix < 0 || ix >= g->conv.w)
+		return 0.0f;
+	return e->gr * x[e->base + tw->off];
+}
+
+/* Term t of output j of the reduction. */
 PP_HD static inline float pp_fused_param_term(const struct pp_cuda_pool_geom *g, const float *dpool,
 					      const int32_t *idx, const float *pooled,
 					      const float *x, int j, size_t t)
 {
-	const struct pp_cuda_geom *cg = &g->conv;
-	const int kk = cg->c * cg->k * cg->k, pp = g->ph * g->pw;
-	const int o = j < cg->oc * kk ? j / kk : j - cg->oc * kk;
-	const size_t s = t / (size_t)pp;
-	const size_t at = (s * cg->oc + o) * pp + t % (size_t)pp;
-	const float gr = pp_fused_grad(g, dpool, pooled, at);
+	const int kk = g->conv.c * g->conv.k * g->conv.k;
+	const int o = j < g->conv.oc * kk ? j / kk : j - g->conv.oc * kk;
+	const struct pp_fused_sel e = pp_fused_param_sel(g, dpool, idx, pooled, o, t);
+	const struct pp_fused_tapw tw = pp_fused_param_tapw(g, j < g->conv.oc * kk ? j % kk : kk);
 
-	if (j >= cg->oc * kk || gr == 0.0f)
-		return gr;
-
-	const int q = j % kk, c = q / (cg->k * cg->k), ky = q / cg->k % cg->k, kx = q % cg->k;
-	const size_t r = (size_t)idx[at] - (size_t)o * cg->oh * cg->ow;
-	const int iy = (int)(r / (size_t)cg->ow) * cg->stride - cg->pad + ky;
-	const int ix = (int)(r % (size_t)cg->ow) * cg->stride - cg->pad + kx;
-
-	if (iy < 0 || iy >= cg->h || ix < 0 || ix >= cg->w)
-		return 0.0f;
-	return gr * x[((s * cg->c + c) * cg->h + iy) * cg->w + ix];
+	return pp_fused_param_tap(g, x, &e, &tw);
 }
 
 /* The outputs of that reduction: OC C K K weights, then OC biases. */
@@ -270,7 +324,41 @@ PP_HD static inline int pp_fused_param_count(const struct pp_cuda_pool_geom *g)
 	return g->conv.oc * (g->conv.c * g->conv.k * g->conv.k + 1);
 }
 
-/* First pass, thread (j, part) of that reduction over n samples. */
+/* Terms a part of that reduction takes, at least (where there are that many). */
+#define PP_PARAM_MIN_TERMS 32
+/* (output, part) pairs of that reduction aimed at: a few times what an H100 holds at once. */
+#define PP_PARAM_TARGET_TASKS (1L << 20)
+
+/*
+ * The parts of that reduction over 'terms': more and shorter than
+ * pp_red_parts() gives (the kernel's blocks share each term's loads among
+ * a channel's weights, so a part's terms are cheap and many parts keep the
+ * GPU busy), by a rule of the shape alone.
+ */
+PP_HD static inline int pp_fused_param_parts(int outputs, size_t terms)
+{
+	size_t cap = (size_t)PP_PARAM_TARGET_TASKS / (size_t)(outputs > 0 ? outputs : 1);
+	size_t p = (terms + PP_PARAM_MIN_TERMS - 1) / PP_PARAM_MIN_TERMS;
+
+	cap = cap < 1 ? 1 : cap > PP_RED_MAX_PARTS ? PP_RED_MAX_PARTS : cap;
+	return (int)(p < 1 ? 1 : p > cap ? cap : p);
+}
+
+/* The floats of its partial sums for n samples (the scratch of pp_cuda_conv_pool_backward()). */
+PP_HD static inline size_t pp_fused_param_floats(const struct pp_cuda_pool_geom *g, int n)
+{
+	const size_t terms = (size_t)n * g->ph * g->pw;
+
+	return (size_t)pp_fused_param_count(g) * (size_t)pp_fused_param_parts(pp_fused_param_count(g), terms);
+}
+
+/* The terms of part 'part' of 'parts': part, part + parts, ... below 'terms'. */
+PP_HD static inline size_t pp_fused_param_steps(size_t terms, int parts, int part)
+{
+	return terms > (size_t)part ? (terms - (size_t)part + (size_t)parts - 1) / (size_t)parts : 0;
+}
+
+/* First pass, thread (j, part) of that reduction over n samples: its terms in order. */
 PP_HD static inline float pp_fused_param_partial(const struct pp_cuda_pool_geom *g,
 						 const float *dpool, const int32_t *idx,
 						 const float *pooled, const float *x, int n,
@@ -282,6 +370,44 @@ PP_HD static inline float pp_fused_param_partial(const struct pp_cuda_pool_geom 
 	for (size_t t = (size_t)part; t < terms; t += (size_t)parts)
 		sum += pp_fused_param_term(g, dpool, idx, pooled, x, j, t);
 	return sum;
+}
+
+/*
+ * How the first pass's kernel shares the terms' loads: a block of
+ * PP_PARAM_THREADS threads takes one channel o, 'pb' consecutive parts and
+ * 'wb' of the channel's C K K + 1 weights and bias, a (part, weight) pair
+ * per task, the weights fastest, each thread at most PP_PARAM_TASKS tasks;
+ * it loads the terms of its parts into shared memory tile by tile (a tile:
+ * 'tile_steps' terms of each part, PP_PARAM_TILE at most), and each task
+ * adds its part's terms in order, as pp_fused_param_partial() does: the same
+ * sums, so the same bits, whatever the tiles.
+ */
+#define PP_PARAM_THREADS 256
+#define PP_PARAM_TASKS 4
+#define PP_PARAM_TILE 1024
+
+struct pp_fused_param_plan {
+	int kw;             /* a channel's weights and bias: C K K + 1 */
+	int wb, pb;         /* weights and parts of a block */
+	int wchunks, pchunks; /* blocks of a channel: over its weights, over the parts */
+	int tile_steps;     /* terms of each part in a tile */
+	unsigned blocks;    /* OC pchunks wchunks, block b = (o pchunks + pc) wchunks + wc */
+};
+
+PP_HD static inline struct pp_fused_param_plan pp_fused_param_plan_of(const struct pp_cuda_pool_geom *g,
+								      int parts)
+{
+	const int cap = PP_PARAM_THREADS * PP_PARAM_TASKS;
+	struct pp_fused_param_plan p;
+
+	p.kw = g->conv.c * g->conv.k * g->conv.k + 1;
+	p.wb = p.kw < cap ? p.kw : cap;
+	p.pb = cap / p.wb < parts ? cap / p.wb : parts;
+	p.wchunks = (p.kw + p.wb - 1) / p.wb;
+	p.pchunks = (parts + p.pb - 1) / p.pb;
+	p.tile_steps = PP_PARAM_TILE / p.pb;
+	p.blocks = (unsigned)g->conv.oc * (unsigned)p.pchunks * (unsigned)p.wchunks;
+	return p;
 }
 
 /* ------------------------------------------------------------------ max-pool backward */

@@ -102,7 +102,7 @@ int pp_cuda_conv_pool_forward(const float *x, const float *w, const float *b, fl
  * output pooled (n, OC, PH, PW), as pp_nn_conv2d_backward_pooled(): dw
  * (OC, C, K, K) and db (OC) += the gradients (deterministic, see
  * nn/cuda/fused.h), din (n, C, H, W) = the input gradient unless NULL.
- * scratch: pp_red_floats(pp_fused_param_count(g), n PH PW) floats.
+ * scratch: pp_fused_param_floats(g, n) floats.
  */
 int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, const float *dpool,
 			       const int32_t *idx, const float *pooled, const float *x,
