@@ -148,6 +148,8 @@ PP_API void pp_loader_destroy(struct pp_loader *l)
 		free(l->windows);
 	}
 	pp_plan_free(&l->plan);
+	for (uint32_t i = 0; l->slots != NULL && i < l->depth; i++)
+		pthread_cond_destroy(&l->slots[i].freed);
 	free(l->slots);
 	if (l->device != NULL)
 		pp_host_free(l->device, l->ring);
@@ -163,7 +165,6 @@ PP_API void pp_loader_destroy(struct pp_loader *l)
 	pthread_cond_destroy(&l->cond_window);
 	pthread_cond_destroy(&l->cond_idle);
 	pthread_cond_destroy(&l->cond_ready);
-	pthread_cond_destroy(&l->cond_slot);
 	pthread_cond_destroy(&l->cond_work);
 	pthread_mutex_destroy(&l->mu);
 	free(l);
@@ -408,7 +409,6 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		snprintf(l->src.name, sizeof(l->src.name), "source");
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cond_work, NULL);
-	pthread_cond_init(&l->cond_slot, NULL);
 	pthread_cond_init(&l->cond_ready, NULL);
 	pthread_cond_init(&l->cond_idle, NULL);
 	pthread_cond_init(&l->cond_window, NULL);

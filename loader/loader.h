@@ -252,6 +252,9 @@ enum pp_loader_slot_state {
 struct pp_loader_slot {
 	enum pp_loader_slot_state state;
 	uint64_t expect;       /* the batch number allowed to fill it next */
+	pthread_cond_t freed;  /* the workers waiting to fill it: it was released, or the
+	                          epoch ends (one per slot, so that a release wakes only
+	                          those waiting for its slot) */
 	struct pp_batch batch; /* points into the ring */
 };
 
@@ -329,7 +332,6 @@ struct pp_loader {
 
 	pthread_mutex_t mu;
 	pthread_cond_t cond_work;   /* workers: a batch can be claimed, or stop */
-	pthread_cond_t cond_slot;   /* workers: a slot was freed, or cancel */
 	pthread_cond_t cond_ready;  /* consumer: a batch is ready, or an error */
 	pthread_cond_t cond_idle;   /* begin_epoch: a worker finished its batch */
 	pthread_cond_t cond_window; /* workers: a window changed */
@@ -353,6 +355,9 @@ int pp_loader_budget_add(struct pp_loader *l, const struct pp_loader_config *cfg
 
 /* ring.c: allocates the ring of l->depth slots and points each slot's batch into it; 0 or -errno. */
 int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg);
+
+/* ring.c: wakes every worker waiting for a slot (the epoch ends, the loader stops or failed).  Caller holds mu. */
+void pp_loader_wake_slots(struct pp_loader *l);
 
 /* worker.c: allocates the state of each worker (one for the consumer with 0 workers); 0 or -errno. */
 int pp_loader_workers_setup(struct pp_loader *l, const struct pp_loader_config *cfg);

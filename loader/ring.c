@@ -61,6 +61,7 @@ int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg
 		return pp_error(-ENOMEM, "loader: no memory for %u slots", l->depth);
 	for (uint32_t i = 0; i < l->depth; i++) {
 		struct pp_batch *bt = &l->slots[i].batch;
+		pthread_cond_init(&l->slots[i].freed, NULL);
 		uint8_t *p = l->ring + (size_t)i * l->slot_bytes;
 		bt->nfields = out->nfields;
 		for (uint32_t f = 0; f < out->nfields; f++) {
@@ -77,6 +78,12 @@ int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg
 	return 0;
 }
 
+void pp_loader_wake_slots(struct pp_loader *l)
+{
+	for (uint32_t i = 0; l->slots != NULL && i < l->depth; i++)
+		pthread_cond_broadcast(&l->slots[i].freed);
+}
+
 /* ------------------------------------------------------------------ epochs */
 
 /* Ends the current epoch (workers drop their batches) and starts 'epoch' at batch 'start'. */
@@ -91,7 +98,7 @@ static int start_epoch(struct pp_loader *l, uint64_t epoch, uint64_t start, bool
 		goto out_unlock;
 	}
 	l->cancel = true;
-	pthread_cond_broadcast(&l->cond_slot);
+	pp_loader_wake_slots(l);
 	pthread_cond_broadcast(&l->cond_window);
 	while (l->busy > 0)
 		pthread_cond_wait(&l->cond_idle, &l->mu);
@@ -260,7 +267,7 @@ PP_API int pp_loader_release(struct pp_loader *l, struct pp_batch *batch)
 		ret = pp_error(-EINVAL, "loader: release of a batch that is not held");
 	} else {
 		l->slots[batch->slot].state = PP_SLOT_FREE;
-		pthread_cond_broadcast(&l->cond_slot);
+		pthread_cond_broadcast(&l->slots[batch->slot].freed);
 	}
 	pthread_mutex_unlock(&l->mu);
 	return ret;

@@ -23,7 +23,7 @@ void pp_loader_error_record(struct pp_loader *l, int err)
 		snprintf(l->errmsg, sizeof(l->errmsg), "%s", pp_last_error());
 	}
 	pthread_cond_broadcast(&l->cond_ready);
-	pthread_cond_broadcast(&l->cond_slot);
+	pp_loader_wake_slots(l);
 	pthread_cond_broadcast(&l->cond_window);
 	pthread_cond_broadcast(&l->cond_work);
 }
@@ -345,7 +345,7 @@ static void *worker_main(void *arg)
 		}
 		t0 = pp_now_ns();
 		while (!pp_loader_must_quit(l) && !(sl->state == PP_SLOT_FREE && sl->expect == b))
-			pthread_cond_wait(&l->cond_slot, &l->mu);
+			pthread_cond_wait(&sl->freed, &l->mu);
 		wk->slot_wait_ns += pp_now_ns() - t0;
 		if (pp_loader_must_quit(l)) {
 			l->busy--;
@@ -384,7 +384,7 @@ void pp_loader_workers_stop(struct pp_loader *l)
 	l->stop = true;
 	l->cancel = true;
 	pthread_cond_broadcast(&l->cond_work);
-	pthread_cond_broadcast(&l->cond_slot);
+	pp_loader_wake_slots(l);
 	pthread_cond_broadcast(&l->cond_window);
 	pthread_cond_broadcast(&l->cond_ready);
 	pthread_mutex_unlock(&l->mu);
