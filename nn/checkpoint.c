@@ -171,7 +171,8 @@ static int read_file(const char *path, uint8_t **buf_p, size_t *len_p)
 	size_t got = 0;
 	int fd, ret = 0;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO in its place fails the S_ISREG check below instead of blocking open(). */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return pp_error(-errno, "%s: cannot open: %s", path, strerror(errno));
 	if (fstat(fd, &st)) {

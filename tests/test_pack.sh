@@ -36,6 +36,13 @@ expect 1 "emptydir: no train split found: looked for" "$pack" -o "$tmp/x" "$tmp/
 printf 'not an idx file at all' >"$tmp/junk-images"
 expect 1 "junk-images: offset 0: magic" "$pack" -o "$tmp/x" "$tmp/junk-images"
 [ -z "$(ls "$tmp" | grep '^x')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
+# A FIFO, as input or as a shard to verify, is refused at once, not
+# waited on for ever (timeout's 124 is a hang).
+mkfifo "$tmp/fifo-images" "$tmp/fifo-train-00000-of-00001.pps"
+expect 1 "fifo-images: a FIFO, expected a regular file" timeout 60 "$pack" -o "$tmp/x" "$tmp/fifo-images"
+expect 1 "fifo-train-00000-of-00001.pps: a FIFO, expected a regular file" \
+	timeout 60 "$pack" --verify "$tmp/fifo-train-00000-of-00001.pps"
+rm -f "$tmp/fifo-images" "$tmp/fifo-train-00000-of-00001.pps"
 
 # CIFAR-10 batches (records of zeros: label 0, a black image): one split each.
 dd if=/dev/zero of="$tmp/data_batch_1.bin" bs=3073 count=3 2>/dev/null

@@ -494,6 +494,17 @@ assert len(last(a)) == 1 and last(rows) == last(a), (last(rows), last(a))
 	expect 1 "memory budget of 1048576 bytes exceeded.*chunk windows" \
 		"$train" $small --device=cpu --stream=12 --memory-budget=1
 	expect 0 "train_loss" "$train" $small --device=cpu --stream=2 --memory-budget=1
+	# A FIFO in place of a shard (or of the checkpoint) is refused at once,
+	# not waited on for ever: timeout's 124 is a hang.
+	mkdir "$tmp/fifo"
+	cp "$tmp"/sh/*test* "$tmp/fifo/"
+	mkfifo "$tmp/fifo/x-train-00000-of-00001.pps" "$tmp/fifo.ckpt"
+	expect 1 "x-train-00000-of-00001.pps: a FIFO, expected a regular file" \
+		timeout 60 "$train" --data="$tmp/fifo" --epochs=1
+	expect 1 "x-train-00000-of-00001.pps: a FIFO, expected a regular file" \
+		timeout 60 "$train" --data="$tmp/fifo" --stream --epochs=1
+	expect 1 "fifo.ckpt: not a regular file" \
+		timeout 60 "$train" $small --checkpoint="$tmp/fifo.ckpt" --resume
 else
 	echo "FAIL: --stream not tested: Fashion-MNIST not installed in $fm, or $pack not built"
 	fail=1
