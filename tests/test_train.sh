@@ -359,6 +359,38 @@ expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
 expect 1 "$tmp/none" "$train" --data="$tmp/none"
 expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda:999,cpu --model=mlp --epochs=1 -q
 
+# 7a. A full disk.  A row that cannot be written to --jsonl or --csv ends
+# the run with exit 1 and the file named (/dev/full: every write is
+# ENOSPC); on a real full file system (a tmpfs of 12 KiB, as root) the
+# rows written before are whole lines, TensorBoard's failure is one warning
+# and the run goes on, and a checkpoint that does not fit fails the run.
+full="--data=synthetic:500 --model=flatten,fc:10 -q"
+expect 1 "--jsonl=/dev/full: cannot write: No space left on device" \
+	"$train" $full --epochs=3 --jsonl=/dev/full
+expect 1 "/dev/full: cannot write: No space left on device" "$train" $full --epochs=3 --csv=/dev/full
+mkdir "$tmp/full"
+if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=12k tmpfs "$tmp/full" 2>/dev/null; then
+	expect 1 "--jsonl=$tmp/full/r.jsonl: cannot write: No space left on device" \
+		"$train" $full --epochs=40 --jsonl="$tmp/full/r.jsonl"
+	python3 - "$tmp/full/r.jsonl" <<'EOPY' || { echo "FAIL: the rows before a full disk are not whole"; fail=1; }
+import json, sys
+text = open(sys.argv[1]).read()
+assert text == "" or text.endswith("\n"), "cut mid-line: %r" % text[-80:]
+rows = [json.loads(l) for l in text.splitlines()]
+assert [r["epoch"] for r in rows] == list(range(1, len(rows) + 1)), rows
+EOPY
+	rm -f "$tmp/full/r.jsonl"
+	expect 0 "train_loss" "$train" $full --epochs=40 --logdir="$tmp/full/tb"
+	[ "$(grep -c 'warning: --logdir: .*No space left on device; the run goes on' "$tmp/out")" -eq 1 ] ||
+		{ echo "FAIL: TensorBoard on a full disk is not one warning:"; cat "$tmp/out"; fail=1; }
+	rm -rf "$tmp/full/tb"
+	expect 1 "c.ckpt.tmp.*: write: No space left on device" \
+		"$train" $full --epochs=2 --checkpoint="$tmp/full/c.ckpt"
+	umount "$tmp/full"
+else
+	echo "test_train: not root, or no tmpfs: the full file system's cases left out (the /dev/full ones ran)"
+fi
+
 # 7b. The final table: one run reads in epoch order under a line naming the
 # order; a failed run's long reason (stderr has it whole) is cut to the
 # terminal's width ($COLUMNS here) and widens no other row; no line ends in

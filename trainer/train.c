@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -271,12 +272,33 @@ struct run {
 	struct tr_dist *dist;      /* the ranks of the job (one, without mpirun) */
 };
 
+/*
+ * A write of the run's TensorBoard events failed (a full disk): said once,
+ * with the file, and the run goes on without its events.
+ */
+static void tb_failed(struct run *r)
+{
+	fprintf(stderr, "pinpipe-train: warning: --logdir: %s; the run goes on without its "
+		"TensorBoard events\n", pp_last_error());
+	pp_summary_writer_destroy(r->tb);
+	r->tb = NULL;
+}
+
+/* Adds a scalar to the run's events, if it still has them. */
+static void tb_scalar(struct run *r, const char *tag, int64_t step, double value)
+{
+	if (r->tb != NULL && pp_summary_writer_add_scalar(r->tb, tag, step, value) < 0)
+		tb_failed(r);
+}
+
 static void run_close(struct run *r)
 {
 	/* First the communicator of the gradients: a reduction a failure left in flight
 	 * is aborted with it before the model's memory goes (nccl). */
 	if (r->dist != NULL)
 		tr_dist_run_end(r->dist);
+	if (r->tb != NULL && pp_summary_writer_flush(r->tb) < 0)
+		tb_failed(r);
 	pp_summary_writer_destroy(r->tb);
 	pp_model_destroy(r->model);
 	pp_transfer_destroy(r->test_xfer);
@@ -523,8 +545,11 @@ static void tb_image_grid(struct run *r, const struct pp_device_batch *b, const 
 		why = ret == -EINVAL ? "the samples are too large for a grid" : pp_strerror(ret);
 		goto out;
 	}
-	if (pp_summary_writer_add_image(r->tb, "images/first_batch", (int64_t)step, grid.pixels,
-					grid.height, grid.width, grid.channels) < 0)
+	ret = pp_summary_writer_add_image(r->tb, "images/first_batch", (int64_t)step, grid.pixels,
+					  grid.height, grid.width, grid.channels);
+	if (ret == -EIO)
+		tb_failed(r);
+	else if (ret < 0)
 		why = pp_last_error();
 out:
 	if (why != NULL)
@@ -565,7 +590,9 @@ static void tb_histograms(struct run *r, unsigned epoch)
 							      list[i].count);
 	}
 out:
-	if (ret < 0)
+	if (ret == -EIO)
+		tb_failed(r);
+	else if (ret < 0)
 		fprintf(stderr, "pinpipe-train: warning: no histograms: %s\n",
 			pp_last_error()[0] ? pp_last_error() : pp_strerror(ret));
 	free(grads);
@@ -640,9 +667,8 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 			/* The running totals since the last point give the mean loss of these steps. */
 			ret = pp_model_metrics(r->model, false, &m);
 			if (ret == 0 && m.samples > r->tb_samples) {
-				pp_summary_writer_add_scalar(r->tb, "loss/train_step", (int64_t)*steps + 1,
-							     (m.loss_sum - r->tb_loss) /
-								     (double)(m.samples - r->tb_samples));
+				tb_scalar(r, "loss/train_step", (int64_t)*steps + 1,
+					  (m.loss_sum - r->tb_loss) / (double)(m.samples - r->tb_samples));
 				r->tb_loss = m.loss_sum;
 				r->tb_samples = m.samples;
 			}
@@ -713,9 +739,45 @@ static void print_row(const struct tr_row *row, int progress)
 	fflush(stdout);
 }
 
+/*
+ * Set when a row could not be written to --csv or --jsonl (a full disk):
+ * the run that wrote it failed, and no other run starts.
+ */
+static bool output_failed;
+
+/*
+ * Writes one row to a file of rows and flushes it: a full disk shows here,
+ * not at the end, and a row that did not fit whole is cut off again, so
+ * that the file holds whole rows.  Returns 0, or -errno with the file named
+ * on stderr.
+ */
+static int write_row(FILE *f, const char *option, const char *path, const struct tr_row *row,
+		     int (*write)(const struct tr_row *, FILE *))
+{
+	struct stat st;
+	bool regular;
+	int err;
+
+	if (f == NULL)
+		return 0;
+	regular = fflush(f) == 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+	errno = 0;
+	if (!ferror(f) && write(row, f) == 0 && fflush(f) == 0 && !ferror(f))
+		return 0;
+	err = errno ? errno : EIO;
+	/* What stdio still holds of the row is dropped, not written at fclose(). */
+	__fpurge(f);
+	if (regular && ftruncate(fileno(f), st.st_size) != 0)
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot cut off a partial row: %s\n", option,
+			path, strerror(errno));
+	fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(err));
+	output_failed = true;
+	return -err;
+}
+
 /* A failed run's row; 'why' says why, or NULL for the library's last error. */
-static void fail_row(struct tr_results *res, unsigned run, const struct tr_params *p, int err,
-		     const char *why, FILE *jsonl)
+static void fail_row(const struct tr_options *opt, struct tr_results *res, unsigned run,
+		     const struct tr_params *p, int err, const char *why, FILE *jsonl)
 {
 	struct tr_row row;
 
@@ -732,8 +794,9 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 	snprintf(row.status, sizeof(row.status), "failed: %.*s", (int)sizeof(row.status) - 9, reason);
 	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, reason);
 	tr_results_add(res, &row);
-	if (jsonl)
-		tr_results_write_row_jsonl(&row, jsonl);
+	/* A file that failed already said so. */
+	if (jsonl && !ferror(jsonl))
+		write_row(jsonl, "--jsonl", opt->jsonl, &row, tr_results_write_row_jsonl);
 }
 
 /*
@@ -751,38 +814,46 @@ static unsigned usable_cores(void)
 }
 
 /* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
-/* Appends a finished row to the results, the terminal, the JSON lines and TensorBoard. */
-static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, int progress,
-		       struct tr_results *res, FILE *jsonl)
+/*
+ * Appends a finished row to the results, the terminal, the JSON lines and
+ * TensorBoard.  Returns 0, or -errno when the JSON lines could not be
+ * written (the file is named on stderr); TensorBoard's failures are a
+ * warning (tb_failed()).
+ */
+static int report_row(const struct tr_options *opt, struct run *r, const struct tr_row *row,
+		      uint64_t steps, struct tr_results *res, FILE *jsonl)
 {
+	int ret;
+
 	tr_results_add(res, row);
-	print_row(row, progress);
+	print_row(row, opt->progress);
 	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
-	if (jsonl) {
-		tr_results_write_row_jsonl(row, jsonl);
-		fflush(jsonl);
-	}
+	ret = write_row(jsonl, "--jsonl", opt->jsonl, row, tr_results_write_row_jsonl);
+	if (ret < 0)
+		return ret;
 	if (r->tb == NULL)
-		return;
-	pp_summary_writer_add_scalar(r->tb, "loss/train", (int64_t)steps, row->train_loss);
-	pp_summary_writer_add_scalar(r->tb, "accuracy/train", (int64_t)steps, row->train_acc);
+		return 0;
+	tb_scalar(r, "loss/train", (int64_t)steps, row->train_loss);
+	tb_scalar(r, "accuracy/train", (int64_t)steps, row->train_acc);
 	if (!isnan(row->val_acc)) {
-		pp_summary_writer_add_scalar(r->tb, "loss/val", (int64_t)steps, row->val_loss);
-		pp_summary_writer_add_scalar(r->tb, "accuracy/val", (int64_t)steps, row->val_acc);
+		tb_scalar(r, "loss/val", (int64_t)steps, row->val_loss);
+		tb_scalar(r, "accuracy/val", (int64_t)steps, row->val_acc);
 	}
 	if (!isnan(row->test_acc)) {
-		pp_summary_writer_add_scalar(r->tb, "loss/test", (int64_t)steps, row->test_loss);
-		pp_summary_writer_add_scalar(r->tb, "accuracy/test", (int64_t)steps, row->test_acc);
+		tb_scalar(r, "loss/test", (int64_t)steps, row->test_loss);
+		tb_scalar(r, "accuracy/test", (int64_t)steps, row->test_acc);
 	}
-	pp_summary_writer_add_scalar(r->tb, "time/epoch_s", row->epoch, row->epoch_s);
-	pp_summary_writer_add_scalar(r->tb, "time/samples_per_s", row->epoch, row->samples_per_s);
-	pp_summary_writer_add_scalar(r->tb, "time/wait_s", row->epoch, row->wait_s);
+	tb_scalar(r, "time/epoch_s", row->epoch, row->epoch_s);
+	tb_scalar(r, "time/samples_per_s", row->epoch, row->samples_per_s);
+	tb_scalar(r, "time/wait_s", row->epoch, row->wait_s);
 	if (r->dist->size > 1)
-		pp_summary_writer_add_scalar(r->tb, "time/allreduce_s", row->epoch, row->allreduce_s);
-	tb_histograms(r, row->epoch);
+		tb_scalar(r, "time/allreduce_s", row->epoch, row->allreduce_s);
+	if (r->tb != NULL)
+		tb_histograms(r, row->epoch);
 	/* The writer buffers: a full disk shows at the flush, once per epoch. */
-	if (pp_summary_writer_flush(r->tb) < 0)
-		fprintf(stderr, "pinpipe-train: warning: %s\n", pp_last_error());
+	if (r->tb != NULL && pp_summary_writer_flush(r->tb) < 0)
+		tb_failed(r);
+	return 0;
 }
 
 /*
@@ -1006,6 +1077,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	for (unsigned epoch = first_epoch; epoch < opt->epochs; epoch++) {
 		uint64_t steps_before = steps;
 		struct tr_row row;
+		int ret2;
 
 		if (opt->max_steps && steps >= opt->max_steps)
 			break;
@@ -1030,7 +1102,13 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			break;
 		row.run_s = now_s() - t_run;
 		snprintf(row.status, sizeof(row.status), "%s", ret == -EINTR ? "interrupted" : "ok");
-		report_row(&r, &row, steps, opt->progress, res, jsonl);
+		ret2 = report_row(opt, &r, &row, steps, res, jsonl);
+		if (ret2 < 0) {
+			snprintf(why, sizeof(why), "--jsonl=%s: cannot write: %s", opt->jsonl,
+				 pp_strerror(ret2));
+			ret = ret2;
+			goto fail;
+		}
 		/* An interrupted epoch's steps are whole: its checkpoint resumes exactly. */
 		if (opt->checkpoint[0] != '\0' && dist->rank == 0) {
 			int saved = pp_model_save(r.model, opt->checkpoint);
@@ -1057,7 +1135,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	return ret == -EINTR ? ret : 0;
 
 fail:
-	fail_row(res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, jsonl);
+	fail_row(opt, res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, jsonl);
 	run_close(&r);
 	return ret;
 }
@@ -1177,6 +1255,9 @@ int main(int argc, char **argv)
 			data_free(&d);
 			return rank_failed(&dist);
 		}
+		/* A file of rows could not be written: no other run starts. */
+		if (output_failed)
+			break;
 	}
 	if (dist.rank == 0 && interrupted && !told && started == 0)
 		fprintf(stderr, "pinpipe-train: interrupted before the first step: nothing trained%s%s%s\n",
@@ -1198,7 +1279,7 @@ int main(int argc, char **argv)
 			failed++;
 		}
 	}
-	if (jsonl && fclose(jsonl) != 0) {
+	if (jsonl && (ferror(jsonl) | fclose(jsonl)) != 0 && !output_failed) {
 		fprintf(stderr, "pinpipe-train: %s: cannot write: %s\n", opt.jsonl, strerror(errno));
 		failed++;
 	}
