@@ -143,6 +143,30 @@ assert got == sys.argv[3].split(","), got
 # step 7 of 12, it finishes epoch 1 and trains 2 and 3.
 check rb "$tmp/ra.csv" 2,3
 check rc "$tmp/ra.csv" 1,2,3
+# One --csv and --jsonl over a run and its resumes: stopped after step 7
+# (epoch 1's row, of 7 steps), resumed to 2 epochs (epoch 1's row is that
+# of the resume, which finishes it, then epoch 2), then to 3: each file
+# holds epochs 1, 2, 3 once, the CSV one header, and epochs 2 and 3 are
+# the uninterrupted run's.  A resume that emptied the files, or appended
+# a second epoch 1, fails this.
+"$train" $common --epochs=3 --max-steps=7 --checkpoint="$tmp/f.ckpt" --csv="$tmp/rf.csv" \
+	--jsonl="$tmp/rf.jsonl" >/dev/null 2>"$tmp/err" &&
+"$train" $common --epochs=2 --checkpoint="$tmp/f.ckpt" --resume --csv="$tmp/rf.csv" \
+	--jsonl="$tmp/rf.jsonl" >/dev/null 2>>"$tmp/err" &&
+"$train" $common --epochs=3 --checkpoint="$tmp/f.ckpt" --resume --csv="$tmp/rf.csv" \
+	--jsonl="$tmp/rf.jsonl" >/dev/null 2>>"$tmp/err" ||
+	{ echo "FAIL: resumes into the same files:"; cat "$tmp/err"; fail=1; }
+CHECK='
+import json
+a = [r for r in csv.DictReader(open(sys.argv[2]))]
+js = [json.loads(l) for l in open(sys.argv[3])]
+assert [r["epoch"] for r in rows] == ["1", "2", "3"], rows
+assert [r["epoch"] for r in js] == [1, 2, 3], js
+assert open(sys.argv[1]).read().count("run,epoch,") == 1
+key = lambda r: (r["epoch"], r["train_loss"], r["test_loss"], r["test_acc"])
+assert [key(r) for r in rows[1:]] == [key(r) for r in a[1:]], (rows, a)
+'
+check rf "$tmp/ra.csv" "$tmp/rf.jsonl"
 # A resume whose training data would come in another order (another batch
 # size, no shuffling) is refused, at an epoch's end and in the middle of
 # one, and leaves the checkpoint as it was.
@@ -335,6 +359,26 @@ elif ! grep -q "interrupted after" "$tmp/int.out" || ! grep -q ',interrupted$' "
 	[ ! -s "$tmp/int.ckpt" ]; then
 	echo "FAIL: after SIGINT, no message, no interrupted row or no checkpoint:"; cat "$tmp/int.out"; fail=1
 fi
+
+# 6a. A SIGKILL leaves the CSV and JSON lines of the epochs so far: each
+# row is on disk as it is made.  Waits for the second row of the JSON
+# lines (bounded), then kills; the CSV must hold the same whole rows.
+"$train" --data=synthetic:2000 --device=cpu --model=flatten,fc:10 --epochs=100000 -q \
+	--csv="$tmp/kill.csv" --jsonl="$tmp/kill.jsonl" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+	[ "$(cat "$tmp/kill.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
+	sleep 0.1
+done
+kill -KILL $pid
+wait $pid 2>/dev/null
+CHECK='
+import json
+js = [json.loads(l) for l in open(sys.argv[2])]
+assert len(js) >= 2 and len(rows) >= 2, (rows, js)
+assert [r["epoch"] for r in rows] == [str(i) for i in range(1, len(rows) + 1)], rows
+'
+check kill "$tmp/kill.jsonl"
 
 # 6b. -q is only the final table (its order line, then its header and rows),
 # also with --no-progress or --progress after it: no run header, no rows as
