@@ -180,6 +180,34 @@ expect 1 "d.ckpt $other" "$train" $common --epochs=2 --batch-size=50 --checkpoin
 expect 1 "e.ckpt $other" "$train" $common --epochs=3 --no-shuffle --checkpoint="$tmp/e.ckpt" --resume
 cmp -s "$tmp/d.ckpt" "$tmp/d0.ckpt" && cmp -s "$tmp/e.ckpt" "$tmp/e0.ckpt" ||
 	{ echo "FAIL: a refused resume changed its checkpoint"; fail=1; }
+# A resume with another --model, --optimizer or --momentum is refused,
+# naming both, and leaves the checkpoint as it was (the model and optimizer
+# came from the file, and the rows named the options'); another --lr is
+# said and used: the resumed epoch's results are not those of the
+# checkpoint's rate, and its row says the rate it trained with.
+base="--data=synthetic:1200 --device=cpu --seed=5 -q --epochs=2"
+"$train" $base --epochs=1 --model=mlp --checkpoint="$tmp/g.ckpt" >/dev/null 2>"$tmp/err" ||
+	{ echo "FAIL: a run to resume:"; cat "$tmp/err"; fail=1; }
+cp "$tmp/g.ckpt" "$tmp/g0.ckpt"
+expect 1 "g.ckpt holds the model 'flatten,fc:32,relu,fc:10', not --model=cnn \('conv:6:5" \
+	"$train" $base --model=cnn --checkpoint="$tmp/g.ckpt" --resume
+expect 1 "g.ckpt holds the optimizer adam, not --optimizer=sgd" \
+	"$train" $base --model=mlp --optimizer=sgd --checkpoint="$tmp/g.ckpt" --resume
+expect 1 "g.ckpt holds the optimizer's --momentum=0 .*not --momentum=0.5" \
+	"$train" $base --model=mlp --momentum=0.5 --checkpoint="$tmp/g.ckpt" --resume
+cmp -s "$tmp/g.ckpt" "$tmp/g0.ckpt" || { echo "FAIL: a refused resume changed its checkpoint"; fail=1; }
+expect 0 "g.ckpt was trained at the learning rate 0.01: it goes on at --lr=0.5" \
+	"$train" $base --model=flatten,fc:32,relu,fc:10 --lr=0.5 --checkpoint="$tmp/g.ckpt" --resume \
+	--csv="$tmp/glr.csv"
+cp "$tmp/g0.ckpt" "$tmp/g.ckpt"
+"$train" $base --model=mlp --checkpoint="$tmp/g.ckpt" --resume --csv="$tmp/g.csv" >/dev/null 2>"$tmp/err" ||
+	{ echo "FAIL: a resume:"; cat "$tmp/err"; fail=1; }
+CHECK='
+same = list(csv.DictReader(open(sys.argv[2])))
+assert [r["lr"] for r in rows] == ["0.5"] and [r["lr"] for r in same] == ["0.01"], (rows, same)
+assert rows[0]["train_loss"] != same[0]["train_loss"], (rows, same)
+'
+check glr "$tmp/g.csv"
 # A checkpoint whose step count was altered (and its CRC made right again)
 # is refused, naming the file, and kept as it was: 12 * 2^32 + 5 steps of
 # 12 batches is epoch 2^32 (which an unsigned epoch took for epoch 0, batch

@@ -1243,6 +1243,43 @@ static void blas_note(struct tr_params *p, bool say)
 	said = said || info.warning[0] != '\0';
 }
 
+/*
+ * --resume: the checkpoint's model and optimizer are those the options
+ * ask for (the rows name them), else the resume is refused, naming both,
+ * with -EINVAL and the reason in why.  A learning rate other than the
+ * checkpoint's is taken: the model trains with the --lr its rows show.
+ */
+static int resume_check(const struct tr_options *opt, const struct tr_params *p,
+			struct pp_model *model, bool say, char *why, size_t size)
+{
+	const char *want = pp_model_preset(p->model) ? pp_model_preset(p->model) : p->model;
+	struct pp_optimizer_config o;
+	const char *kind;
+
+	pp_model_get_optimizer(model, &o);
+	kind = o.kind == PP_OPTIM_SGD ? "sgd" : "adam";
+	if (strcmp(want, pp_model_spec(model)) != 0)
+		snprintf(why, size, "--resume: %s holds the model '%s', not --model=%s ('%s'): resume "
+			 "it with its own model", opt->checkpoint, pp_model_spec(model), p->model, want);
+	else if (strcmp(p->optimizer, kind) != 0)
+		snprintf(why, size, "--resume: %s holds the optimizer %s, not --optimizer=%s: resume "
+			 "it with its own optimizer", opt->checkpoint, kind, p->optimizer);
+	else if (o.momentum != (float)opt->momentum || o.weight_decay != (float)opt->weight_decay ||
+		 o.nesterov != opt->nesterov)
+		snprintf(why, size, "--resume: %s holds the optimizer's --momentum=%g "
+			 "--weight-decay=%g%s, not --momentum=%g --weight-decay=%g%s", opt->checkpoint,
+			 (double)o.momentum, (double)o.weight_decay, o.nesterov ? " --nesterov" : "",
+			 opt->momentum, opt->weight_decay, opt->nesterov ? " --nesterov" : "");
+	else if (o.lr != (float)p->lr) {
+		if (say)
+			fprintf(stderr, "pinpipe-train: --resume: %s was trained at the learning rate "
+				"%g: it goes on at --lr=%g\n", opt->checkpoint, (double)o.lr, p->lr);
+		return pp_model_set_lr(model, (float)p->lr);
+	} else
+		return 0;
+	return -EINVAL;
+}
+
 /* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
 		     const struct data *d, struct tr_dist *dist, struct tr_results *res,
@@ -1256,7 +1293,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	unsigned first_epoch;
 	struct pp_loader_position pos;
 	uint64_t resumed_key;
-	char why[sizeof(opt->checkpoint) + 256] = "";  /* why the run failed, when the trainer knows */
+	char why[sizeof(opt->checkpoint) + 1024] = "";  /* why the run failed, when the trainer knows */
 	unsigned cores;
 	int ret;
 
@@ -1267,6 +1304,8 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	ret = tr_dist_check_batch(dist, p->batch_size, why, sizeof(why));
 	if (ret == 0)
 		ret = run_open(opt, &params, run, d, dist, &r);
+	if (ret == 0 && opt->resume)
+		ret = resume_check(opt, &params, r.model, dist->rank == 0, why, sizeof(why));
 	if (ret < 0)
 		goto fail;
 	/* Rows name the device that ran ("auto" opens cpu or cuda:0), a CPU step's threads and BLAS. */

@@ -259,6 +259,12 @@ PP_API void pp_model_destroy(struct pp_model *model);
 /* The expanded spec (presets replaced by their layers). */
 PP_API const char *pp_model_spec(const struct pp_model *model);
 
+/* The layers of the preset 'name' ("mlp", "cnn") as pp_model_spec() gives them; NULL for no preset. */
+PP_API const char *pp_model_preset(const char *name);
+
+/* Copies the model's optimizer settings (kind, learning rate, momentum, ...) into *cfg_p. */
+PP_API void pp_model_get_optimizer(const struct pp_model *model, struct pp_optimizer_config *cfg_p);
+
 /* Number of trainable parameters (floats). */
 PP_API size_t pp_model_param_count(const struct pp_model *model);
 
