@@ -1527,6 +1527,7 @@ int main(int argc, char **argv)
 	struct tr_dist dist;
 	struct data d;
 	struct row_files rf;
+	char checked[1024];        /* why the ranks' options do not agree */
 	size_t runs, started = 0;
 	int ret, failed = 0;
 	bool told = false;         /* a run said where Ctrl-C stopped it */
@@ -1544,6 +1545,22 @@ int main(int argc, char **argv)
 		rows_finish(&opt, &rf, NULL);
 		data_free(&d);
 		return rank_failed(&dist);
+	}
+	/* The ranks of a job agree on the options, or none trains: exit 2, as for a bad option. */
+	ret = tr_dist_check_options(&dist, &opt, checked, sizeof(checked));
+	if (ret < 0) {
+		struct tr_params p;
+
+		tr_options_run_params(&opt, 0, &p);
+		if (dist.rank == 0)
+			fail_row(&opt, &res, 1, &p, ret, checked, &rf);
+		rows_finish(&opt, &rf, NULL);
+		tr_results_free(&res);
+		data_free(&d);
+		if (ret != -EINVAL)
+			return rank_failed(&dist);
+		tr_dist_close(&dist);
+		return 2;
 	}
 	runs = tr_options_runs(&opt);
 	for (size_t i = 0; i < runs; i++) {
