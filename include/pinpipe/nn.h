@@ -393,8 +393,10 @@ PP_API uint64_t pp_model_tag(const struct pp_model *model);
  * Saves the model to 'path': a versioned binary checkpoint with the spec,
  * the input shape, the parameters, the optimizer's settings and state, the
  * step count, the tag and a CRC-32 of the whole.  The file is written under a
- * temporary name and renamed, so an existing checkpoint is never left half
- * written.  Returns 0 or -errno with the path in the message.
+ * temporary name of its own beside 'path' ("PATH.tmp-XXXXXX", created anew:
+ * never a file or link found there, nor another writer's), synced and
+ * renamed, and the directory synced, so an existing checkpoint is never left
+ * half written.  Returns 0 or -errno with the path in the message.
  */
 PP_API int pp_model_save(struct pp_model *model, const char *path);
 
