@@ -143,8 +143,11 @@ int pp_nn_model_check_runtime(const struct pp_model_config *cfg)
 {
 	if (cfg->threads < 1 || cfg->threads > NN_MAX_THREADS)
 		return pp_error(-EINVAL, "model: %d threads (expected 1..%d)", cfg->threads, NN_MAX_THREADS);
-	if (!(cfg->std > 0.0f) || !isfinite(cfg->mean) || !isfinite(cfg->std))
-		return pp_error(-EINVAL, "model: normalisation mean %g, std %g (expected finite, std > 0)",
+	if (!(cfg->std > 0.0f) || !isfinite(cfg->mean) || !isfinite(cfg->std) ||
+	    fpclassify(cfg->mean) == FP_SUBNORMAL || fpclassify(cfg->std) == FP_SUBNORMAL ||
+	    !isfinite(1.0f / (255.0f * cfg->std)) || !isfinite(cfg->mean / cfg->std))
+		return pp_error(-EINVAL, "model: normalisation mean %g, std %g (expected finite, not "
+				"subnormal, std > 0, and a finite (x / 255 - mean) / std)",
 				(double)cfg->mean, (double)cfg->std);
 	return 0;
 }

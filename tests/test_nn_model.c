@@ -812,6 +812,19 @@ START_TEST(test_bad_specs)
 	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "Nesterov"));
 	ck_assert_ptr_null(m);
+	/* A subnormal std (or mean) makes every input infinite; NaN is refused too. */
+	for (int i = 0; i < 3; i++) {
+		pp_model_config_init(&cfg);
+		if (i == 0)
+			cfg.std = 1e-45f;
+		else if (i == 1)
+			cfg.mean = 1e-45f;
+		else
+			cfg.mean = NAN;
+		ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "normalisation mean"));
+		ck_assert_ptr_null(m);
+	}
 }
 END_TEST
 

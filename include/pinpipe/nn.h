@@ -131,7 +131,7 @@ struct pp_model_config {
 	uint64_t seed;         /* seeds the initialisation; same seed, same parameters */
 	int threads;           /* CPU threads for a step, >= 1; pp_model_cpu_threads() says how many pay */
 	float mean;            /* uint8 inputs become (x / 255 - mean) / std */
-	float std;             /* > 0 */
+	float std;             /* > 0; mean and std finite, not subnormal */
 	struct pp_stream *stream; /* cuda: the stream all the model's work goes on (required) */
 	/*
 	 * CPU: false (the default) runs the model's work with subnormal
