@@ -36,6 +36,20 @@ expect 1 "emptydir: no train split found: looked for" "$pack" -o "$tmp/x" "$tmp/
 printf 'not an idx file at all' >"$tmp/junk-images"
 expect 1 "junk-images: offset 0: magic" "$pack" -o "$tmp/x" "$tmp/junk-images"
 [ -z "$(ls "$tmp" | grep '^x')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
+# A raw IDX file's header is checked before the file is read: a sparse
+# 4 GiB file with a bad magic is refused having read a few bytes (its
+# memory a fraction of the file; reading it whole took 4 GiB).
+truncate -s 4G "$tmp/huge-images" && printf 'XXXX' | dd of="$tmp/huge-images" conv=notrunc 2>/dev/null
+python3 - "$pack" "$tmp" <<'EOPY' || fail=1
+import resource, subprocess, sys
+r = subprocess.run([sys.argv[1], "-o", sys.argv[2] + "/x", sys.argv[2] + "/huge-images"],
+                   capture_output=True, text=True)
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+if r.returncode != 1 or "huge-images: offset 0: magic 0x58585858" not in r.stderr or rss > 1 << 30:
+    sys.exit("FAIL: a 4 GiB raw IDX file with a bad header: exit %d, %d bytes of memory, %r"
+             % (r.returncode, rss, r.stderr))
+EOPY
+rm -f "$tmp/huge-images"
 # A FIFO, as input or as a shard to verify, is refused at once, not
 # waited on for ever (timeout's 124 is a hang).
 mkfifo "$tmp/fifo-images" "$tmp/fifo-train-00000-of-00001.pps"

@@ -425,6 +425,14 @@ expect 0 'Exit status' "$train" --help
 expect 2 "unknown option '--bogus'" "$train" --bogus
 expect 2 "--batch-size=0: not a batch size" "$train" --batch-size=0
 expect 2 "--device=tpu: not a device" "$train" --device=tpu
+# A rate a float does not hold is bad usage, not a failed run.
+expect 2 "--lr=1e39: not a positive learning rate a float holds" "$train" --lr=1e39
+expect 2 "--lr=1e-50: not a positive learning rate a float holds" "$train" --lr=1e-50
+# A link loop as --data is said as one, not as a missing directory.
+ln -s "$tmp/loop-b" "$tmp/loop-a" && ln -s "$tmp/loop-a" "$tmp/loop-b"
+expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" "$train" --data="$tmp/loop-a"
+expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" \
+	"$train" --data="$tmp/loop-a" --stream
 expect 2 "--sort=speed: not a column \(run,.*\) \(see --help\)$" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x

@@ -125,6 +125,11 @@ static int find_shards(const char *dir, const char *split, struct split *sp,
 	struct stat st;
 	int ret;
 
+	if (stat(dir, &st) != 0 && errno != ENOENT && errno != ENOTDIR) {
+		fprintf(stderr, "pinpipe-train: --stream: %s: cannot read the directory: %s\n", dir,
+			strerror(errno));
+		return -errno;
+	}
 	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "pinpipe-train: --stream: %s: no such directory\n", dir);
 		return -ENOENT;
