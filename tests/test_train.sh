@@ -374,10 +374,17 @@ fi
 
 # 6. Ctrl-C: stops after the step in progress, still prints the table, writes
 # the rows so far (the interrupted epoch's too) and the checkpoint, exit 130.
-"$train" --data=synthetic:60000 --device=cpu --model=cnn --epochs=50 -q --no-eval \
+# The signal comes once the progress bar has shown the first 8 steps done
+# (waited for, bounded), not after a fixed sleep: under a sanitizer on a
+# loaded machine the first step came later than 3 s.
+"$train" --data=synthetic:60000 --device=cpu --model=cnn --epochs=50 --progress --no-eval \
 	--csv="$tmp/int.csv" --checkpoint="$tmp/int.ckpt" >"$tmp/int.out" 2>&1 &
 pid=$!
-sleep 3
+i=0
+while ! grep -q 'samples/s' "$tmp/int.out" && [ $i -lt 3000 ] && kill -0 $pid 2>/dev/null; do
+	sleep 0.1
+	i=$((i + 1))
+done
 kill -INT $pid
 wait $pid
 code=$?
