@@ -78,6 +78,15 @@ expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 4096 \(int
 expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 0 .*No space left on device" \
 	env PP_FAULTS=write:ENOSPC:after=3 "$pack" -o "$tmp/c12" "$tmp/data_batch_1.bin"
 [ -z "$(ls "$tmp" | grep '^c12')" ] || { echo "FAIL: ENOSPC left files: $(ls "$tmp")"; fail=1; }
+# The temporary files a SIGKILLed run left (the shard writer's names) are
+# removed by the next run of the same prefix, which says so; another
+# prefix's are left alone.
+touch "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123"
+expect 0 "removed $tmp/c14-train-00000-of-00001.pps.tmp-AbC123, a temporary file of an interrupted run" \
+	"$pack" -o "$tmp/c14" "$tmp/data_batch_1.bin"
+[ ! -e "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" ] && [ -e "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123" ] ||
+	{ echo "FAIL: stale temporary files: $(ls "$tmp")"; fail=1; }
+rm -f "$tmp"/c14-* "$tmp"/c15-*
 # Short writes are continued: the shards verify.
 expect 0 "3 records, 1 chunks" env PP_FAULTS=write:short "$pack" -o "$tmp/c13" "$tmp/data_batch_1.bin"
 expect 0 "1 of 1 shards ok: 3 records" "$pack" --verify "$tmp"/c13-*.pps
