@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
@@ -577,15 +578,26 @@ static int open_dir_cifar10(const char *dir, const char *split, struct pp_datase
 PP_API int pp_dataset_open_dir(const char *dir, const char *split, struct pp_dataset **ds_p)
 {
 	struct stat st;
+	DIR *probe;
 	int ret;
 
+	if (dir == NULL || split == NULL || ds_p == NULL)
+		return pp_error(-EINVAL, "pp_dataset_open_dir: NULL directory, split or result");
 	if (strcmp(split, "train") != 0 && strcmp(split, "test") != 0)
 		return pp_error(-EINVAL, "split '%s', expected 'train' or 'test'", split);
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+	ret = stat(dir, &st) == 0 ? 0 : -errno;
+	if (ret == -ENOENT || ret == -ENOTDIR || (ret == 0 && !S_ISDIR(st.st_mode)))
 		return pp_error(-ENOENT,
 				"%s: no such directory (for Fashion-MNIST, install Debian's "
 				"dataset-fashion-mnist, which puts it in /usr/share/datasets/fashion-mnist)",
 				dir);
+	/* A link loop, a directory this user may not read: said as such, not as "not found". */
+	probe = ret == 0 ? opendir(dir) : NULL;
+	if (probe == NULL) {
+		ret = ret < 0 ? ret : -errno;
+		return pp_error(ret, "%s: cannot read the directory: %s", dir, strerror(-ret));
+	}
+	closedir(probe);
 	ret = open_dir_shards(dir, split, ds_p);
 	if (ret != 1)
 		return ret;

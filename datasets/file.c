@@ -62,6 +62,47 @@ int pp_pread_full(int fd, const char *path, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+static const char *file_kind(mode_t mode)
+{
+	return S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket" :
+	       S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device" :
+	       "not a regular file";
+}
+
+int pp_open_regular(const char *path, struct stat *st)
+{
+	int fd, flags, ret;
+
+	/* O_NONBLOCK: open() of a FIFO returns at once instead of waiting for a writer. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return pp_error(-errno, "%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, st) != 0) {
+		ret = pp_error(-errno, "%s: cannot stat: %s", path, strerror(errno));
+		goto err_close;
+	}
+	if (S_ISDIR(st->st_mode)) {
+		ret = pp_error(-EISDIR, "%s: is a directory, expected a file", path);
+		goto err_close;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		ret = pp_error(-EINVAL, "%s: %s, expected a regular file", path,
+			       file_kind(st->st_mode));
+		goto err_close;
+	}
+	/* Back to blocking reads: io_uring would answer -EAGAIN where the page cache misses. */
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+		ret = pp_error(-errno, "%s: fcntl: %s", path, strerror(errno));
+		goto err_close;
+	}
+	return fd;
+
+err_close:
+	close(fd);
+	return ret;
+}
+
 int pp_read_whole_file(const char *path, size_t extra, void **buf_p, size_t *len_p)
 {
 	struct stat st;
@@ -69,21 +110,9 @@ int pp_read_whole_file(const char *path, size_t extra, void **buf_p, size_t *len
 	size_t len, cap;
 	int fd, ret;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = pp_open_regular(path, &st);
 	if (fd < 0)
-		return pp_error(-errno, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0) {
-		ret = pp_error(-errno, "%s: cannot stat: %s", path, strerror(errno));
-		goto err_close;
-	}
-	if (S_ISDIR(st.st_mode)) {
-		ret = pp_error(-EISDIR, "%s: is a directory, expected a file", path);
-		goto err_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = pp_error(-EINVAL, "%s: not a regular file", path);
-		goto err_close;
-	}
+		return fd;
 	if (st.st_size == 0) {
 		ret = pp_error(-EBADMSG, "%s: empty file", path);
 		goto err_close;

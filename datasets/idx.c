@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/fault.h"
 #include "common/internal.h"
@@ -70,6 +71,40 @@ static int check_idx_header(const char *path, const uint8_t *hdr, uint32_t ndims
 	return 0;
 }
 
+/*
+ * A raw IDX file's header checked against its size before the file is
+ * read whole: a bad header is refused at once, whatever the file's size.
+ * A gzip file, an empty one and one shorter than the header are left to
+ * load_idx().  Returns 0 or -errno with a message.
+ */
+static int precheck_raw(const char *path, uint32_t ndims)
+{
+	size_t hdr_len = 4 + 4 * (size_t)ndims;
+	uint8_t hdr[4 + 4 * IDX_MAX_DIMS];
+	struct idx_data idx = { 0 };
+	struct stat st;
+	uint64_t total;
+	int fd, ret;
+
+	fd = pp_open_regular(path, &st);
+	if (fd < 0)
+		return fd;
+	ret = 0;
+	if ((uint64_t)st.st_size >= hdr_len)
+		ret = pp_pread_full(fd, path, hdr, hdr_len, 0);
+	if (ret == 0 && (uint64_t)st.st_size >= hdr_len && !(hdr[0] == 0x1f && hdr[1] == 0x8b)) {
+		ret = check_idx_header(path, hdr, ndims, &idx, &total);
+		if (ret == 0 && total != (uint64_t)st.st_size)
+			ret = pp_error(-EBADMSG,
+				       "%s: IDX header (offset 4..%zu) gives %llu bytes of file, the "
+				       "file has %llu",
+				       path, hdr_len - 1, (unsigned long long)total,
+				       (unsigned long long)st.st_size);
+	}
+	close(fd);
+	return ret;
+}
+
 /* Reads an IDX file of 'ndims' dimensions, raw or gzip, and checks its header against its size. */
 static int load_idx(const char *path, uint32_t ndims, struct pp_inflater *inf,
 		    struct idx_data *idx_p)
@@ -81,7 +116,9 @@ static int load_idx(const char *path, uint32_t ndims, struct pp_inflater *inf,
 	uint64_t total;
 	int ret;
 
-	ret = pp_read_whole_file(path, 0, (void **)&file, &flen);
+	ret = precheck_raw(path, ndims);
+	if (ret == 0)
+		ret = pp_read_whole_file(path, 0, (void **)&file, &flen);
 	if (ret < 0)
 		return ret;
 	if (flen >= 2 && file[0] == 0x1f && file[1] == 0x8b) {

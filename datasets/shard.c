@@ -430,18 +430,10 @@ PP_API int pp_shard_open(const char *path, struct pp_shard **shard_p)
 		ret = pp_error(-ENOMEM, "%s: no memory", path);
 		goto err_free;
 	}
-	sh->fd = open(path, O_RDONLY | O_CLOEXEC);
+	sh->fd = pp_open_regular(path, &st);
 	if (sh->fd < 0) {
-		ret = pp_error(-errno, "%s: cannot open: %s", path, strerror(errno));
+		ret = sh->fd;
 		goto err_free;
-	}
-	if (fstat(sh->fd, &st) != 0) {
-		ret = pp_error(-errno, "%s: cannot stat: %s", path, strerror(errno));
-		goto err_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = pp_error(-EINVAL, "%s: not a regular file", path);
-		goto err_close;
 	}
 	sh->file_size = (uint64_t)st.st_size;
 	if (sh->file_size == 0) {

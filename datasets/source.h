@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "pinpipe/dataset.h"
 
@@ -49,6 +50,15 @@ int pp_read_whole_file(const char *path, size_t extra, void **buf_p, size_t *len
  * Returns NULL when out of memory.
  */
 void *pp_alloc_large(size_t len);
+
+/*
+ * Opens the regular file at 'path' for reading without waiting on what is
+ * not one (a FIFO with no writer would block open() for ever), and fills
+ * *st.  Returns the descriptor (blocking, close-on-exec), or -errno with a
+ * message naming the file: -EISDIR for a directory, -EINVAL for a FIFO, a
+ * socket or a device.
+ */
+int pp_open_regular(const char *path, struct stat *st);
 
 /* Reads exactly len bytes at offset off (short reads resumed); -EIO or -EBADMSG at end of file, with a message. */
 int pp_pread_full(int fd, const char *path, void *buf, size_t len, uint64_t off);

@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -190,9 +191,18 @@ static int check_config(const struct pp_loader_config *cfg, const struct pp_samp
 				(int)cfg->cache, (int)cfg->io);
 	if (pp_dtype_size(info->dtype) == 0 || info->sample_bytes == 0)
 		return pp_error(-EINVAL, "loader: the source's samples have no known type or size");
-	for (int c = 0; c < PP_LOADER_MAX_CHANNELS; c++)
-		if (cfg->std[c] < 0.0f)
-			return pp_error(-EINVAL, "loader: std[%d] = %g is negative", c, (double)cfg->std[c]);
+	for (int c = 0; c < PP_LOADER_MAX_CHANNELS; c++) {
+		float sd = cfg->std[c] != 0.0f ? cfg->std[c] : 1.0f;
+
+		/* As nn's own check: a NaN, an infinity or a subnormal makes every
+		 * value of the batch NaN or infinite. */
+		if (!isfinite(cfg->mean[c]) || !isfinite(cfg->std[c]) || cfg->std[c] < 0.0f ||
+		    fpclassify(cfg->mean[c]) == FP_SUBNORMAL || fpclassify(sd) == FP_SUBNORMAL ||
+		    !isfinite(1.0f / (255.0f * sd)) || !isfinite(cfg->mean[c] / sd))
+			return pp_error(-EINVAL, "loader: channel %d: normalisation mean %g, std %g "
+					"(expected finite, not subnormal, std >= 0 (0: 1), and a finite "
+					"(x / 255 - mean) / std)", c, (double)cfg->mean[c], (double)cfg->std[c]);
+	}
 	if ((cfg->transforms == NULL) != (cfg->ntransforms == 0) ||
 	    (cfg->decoders == NULL) != (cfg->ndecoders == 0))
 		return pp_error(-EINVAL, "loader: %zu transforms at %p and %zu decoders at %p: give "

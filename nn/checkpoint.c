@@ -85,6 +85,24 @@ static int write_all(int fd, const uint8_t *buf, size_t len, const char *path)
 	return 0;
 }
 
+/* Makes a rename into the directory of 'path' durable (fsync of the directory). */
+static int sync_dir(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash == NULL ? strdup(".") : strndup(path, slash == path ? 1 : (size_t)(slash - path));
+	int fd, ret = 0;
+
+	if (dir == NULL)
+		return pp_error(-ENOMEM, "%s: no memory", path);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) != 0)
+		ret = pp_error(-errno, "%s: fsync of its directory %s: %s", path, dir, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	return ret;
+}
+
 PP_API void pp_model_set_tag(struct pp_model *m, uint64_t tag)
 {
 	m->tag = tag;
@@ -105,7 +123,7 @@ int pp_model_save(struct pp_model *m, const char *path)
 	int fd, ret;
 
 	buf = malloc(size);
-	tmp = malloc(strlen(path) + 8);
+	tmp = malloc(strlen(path) + 16);
 	if (!buf || !tmp) {
 		ret = pp_error(-ENOMEM, "%s: out of memory for a checkpoint of %zu bytes", path, size);
 		goto err_free;
@@ -143,13 +161,18 @@ int pp_model_save(struct pp_model *m, const char *path)
 		goto err_free;
 	pp_put_le32(buf + size - 4, pp_crc32(0, buf, size - 4));
 
-	sprintf(tmp, "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* A name of its own beside the target, created here (O_EXCL): never a
+	 * file or link planted under a fixed name, nor another run's. */
+	sprintf(tmp, "%s.tmp-XXXXXX", path);
+	fd = mkstemp(tmp);
 	if (fd < 0) {
 		ret = pp_error(-errno, "%s: cannot create: %s", tmp, strerror(errno));
 		goto err_free;
 	}
-	ret = write_all(fd, buf, size, tmp);
+	if (fchmod(fd, 0644) != 0)
+		ret = pp_error(-errno, "%s: chmod: %s", tmp, strerror(errno));
+	if (!ret)
+		ret = write_all(fd, buf, size, tmp);
 	if (!ret && fsync(fd))
 		ret = pp_error(-errno, "%s: fsync: %s", tmp, strerror(errno));
 	if (close(fd) && !ret)
@@ -158,6 +181,8 @@ int pp_model_save(struct pp_model *m, const char *path)
 		ret = pp_error(-errno, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
 	if (ret)
 		unlink(tmp);
+	else
+		ret = sync_dir(path);
 err_free:
 	free(tmp);
 	free(buf);
@@ -171,7 +196,8 @@ static int read_file(const char *path, uint8_t **buf_p, size_t *len_p)
 	size_t got = 0;
 	int fd, ret = 0;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO in its place fails the S_ISREG check below instead of blocking open(). */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return pp_error(-errno, "%s: cannot open: %s", path, strerror(errno));
 	if (fstat(fd, &st)) {

@@ -292,6 +292,11 @@ int pp_model_set_lr(struct pp_model *m, float lr)
 	return 0;
 }
 
+void pp_model_get_optimizer(const struct pp_model *m, struct pp_optimizer_config *cfg_p)
+{
+	*cfg_p = m->optim.cfg;
+}
+
 void pp_model_get_graph_stats(const struct pp_model *m, struct pp_model_graph_stats *stats_p)
 {
 	if (m->graphs)

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/internal.h"
 #include "nn/nn_internal.h"
@@ -143,10 +144,43 @@ int pp_nn_model_check_runtime(const struct pp_model_config *cfg)
 {
 	if (cfg->threads < 1 || cfg->threads > NN_MAX_THREADS)
 		return pp_error(-EINVAL, "model: %d threads (expected 1..%d)", cfg->threads, NN_MAX_THREADS);
-	if (!(cfg->std > 0.0f) || !isfinite(cfg->mean) || !isfinite(cfg->std))
-		return pp_error(-EINVAL, "model: normalisation mean %g, std %g (expected finite, std > 0)",
+	if (!(cfg->std > 0.0f) || !isfinite(cfg->mean) || !isfinite(cfg->std) ||
+	    fpclassify(cfg->mean) == FP_SUBNORMAL || fpclassify(cfg->std) == FP_SUBNORMAL ||
+	    !isfinite(1.0f / (255.0f * cfg->std)) || !isfinite(cfg->mean / cfg->std))
+		return pp_error(-EINVAL, "model: normalisation mean %g, std %g (expected finite, not "
+				"subnormal, std > 0, and a finite (x / 255 - mean) / std)",
 				(double)cfg->mean, (double)cfg->std);
 	return 0;
+}
+
+/*
+ * A model whose parameters, gradient and optimizer state alone exceed the
+ * memory of its device (the host's for the cpu and for NULL) is refused
+ * before anything is allocated, saying what it needs and for which input:
+ * a wide first layer on large samples asked for many gigabytes unsaid.
+ */
+static int check_memory(const struct pp_model *m, struct pp_device *dev)
+{
+	const uint64_t vectors = m->cfg.optim.kind == PP_OPTIM_ADAM ? 4 : 3;
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t have, need;
+
+	if (dev != NULL)
+		have = pp_device_get_props(dev)->total_memory;
+	else
+		have = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+	if (have == 0)
+		return 0;
+	if (!__builtin_mul_overflow((uint64_t)m->n_params, vectors * sizeof(float), &need) &&
+	    need <= have)
+		return 0;
+	return pp_error(-ENOMEM, "model spec '%s' on %u x %u x %u inputs: its %zu parameters need "
+			"%.1f GiB for themselves, their gradient and the optimizer's state, more "
+			"than the %.1f GiB of memory of %s", m->spec, m->cfg.in_channels,
+			m->cfg.in_height, m->cfg.in_width, m->n_params,
+			(double)m->n_params * (double)vectors * sizeof(float) / (1u << 30),
+			(double)have / (1u << 30),
+			dev != NULL ? pp_device_get_props(dev)->name : "this machine");
 }
 
 static int check_config(const struct pp_model_config *cfg)
@@ -228,6 +262,9 @@ int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_mod
 		goto err_destroy;
 	}
 	m->n_params = last->b_off + last->n_b;
+	ret = check_memory(m, dev);
+	if (ret)
+		goto err_destroy;
 	/* OpenBLAS starts its own threads here when it has none yet (in a
 	 * child after fork()): they take the mask of pinpipe's threads. */
 	masked = pp_signals_block(&caller) == 0;

@@ -155,6 +155,14 @@ static int shape_layer(const char *spec, size_t i, const char *tok, struct nn_la
 	return 0;
 }
 
+const char *pp_model_preset(const char *name)
+{
+	for (size_t i = 0; name != NULL && i < PP_ARRAY_SIZE(presets); i++)
+		if (strcmp(name, presets[i].name) == 0)
+			return presets[i].spec;
+	return NULL;
+}
+
 int pp_nn_spec_parse(const char *spec, int c, int h, int w, struct nn_layer **layers_p,
 		  size_t *n_p, char **expanded_p)
 {

@@ -188,18 +188,33 @@ static size_t varint_len(uint64_t v)
 	return n;
 }
 
+static int check_tag(const struct pp_summary_writer *w, const char *tag)
+{
+	size_t len;
+
+	if (w == NULL || tag == NULL)
+		return pp_error(-EINVAL, "summary writer: NULL writer or tag");
+	len = strlen(tag);
+
+	if (len == 0 || len > PP_TAG_MAX)
+		return pp_error(-EINVAL, "%s: summary tag of %zu bytes (1..%d allowed)", w->path, len,
+				PP_TAG_MAX);
+	return 0;
+}
+
 PP_API int pp_summary_writer_add_scalar(struct pp_summary_writer *w, const char *tag,
 					int64_t step, double value)
 {
 	uint8_t event[PP_TAG_MAX + 64];
-	size_t tag_len = strlen(tag);
+	size_t tag_len;
 	size_t n, val_len, summary_len;
 	float f = (float)value;
 	uint32_t fbits;
+	int ret = check_tag(w, tag);
 
-	if (tag_len == 0 || tag_len > PP_TAG_MAX)
-		return pp_error(-EINVAL, "%s: summary tag of %zu bytes (1..%d allowed)", w->path,
-				tag_len, PP_TAG_MAX);
+	if (ret < 0)
+		return ret;
+	tag_len = strlen(tag);
 	val_len = 1 + varint_len(tag_len) + tag_len + 5;
 	summary_len = 1 + varint_len(val_len) + val_len;
 
@@ -321,16 +336,6 @@ static int write_value(struct pp_summary_writer *w, const char *tag, int64_t ste
 	return ret;
 }
 
-static int check_tag(const struct pp_summary_writer *w, const char *tag)
-{
-	size_t len = strlen(tag);
-
-	if (len == 0 || len > PP_TAG_MAX)
-		return pp_error(-EINVAL, "%s: summary tag of %zu bytes (1..%d allowed)", w->path, len,
-				PP_TAG_MAX);
-	return 0;
-}
-
 /* Appends a PNG chunk: length, type, data, CRC-32 of type and data. */
 static void png_chunk(struct pb *m, const char *type, const void *data, size_t len)
 {
@@ -405,6 +410,8 @@ PP_API int pp_summary_writer_add_image(struct pp_summary_writer *w, const char *
 
 	if (ret < 0)
 		return ret;
+	if (pixels == NULL)
+		return pp_error(-EINVAL, "%s: %s: NULL pixels", w->path, tag);
 	if (channels != 1 && channels != 3 && channels != 4)
 		return pp_error(-EINVAL, "%s: %s: %u channels (1, 3 or 4 allowed)", w->path, tag,
 				channels);
@@ -441,6 +448,8 @@ PP_API int pp_summary_writer_add_histogram(struct pp_summary_writer *w, const ch
 
 	if (ret < 0)
 		return ret;
+	if (values == NULL && n > 0)
+		return pp_error(-EINVAL, "%s: %s: NULL values", w->path, tag);
 	for (size_t i = 0; i < n; i++) {
 		double v = values[i];
 
@@ -488,6 +497,8 @@ PP_API int pp_summary_writer_add_histogram(struct pp_summary_writer *w, const ch
 
 PP_API int pp_summary_writer_flush(struct pp_summary_writer *w)
 {
+	if (w == NULL)
+		return pp_error(-EINVAL, "summary writer: NULL writer");
 	if (fflush(w->file) != 0)
 		return pp_error(-EIO, "%s: cannot write: %s", w->path, strerror(errno));
 	return 0;

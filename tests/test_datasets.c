@@ -649,6 +649,22 @@ START_TEST(test_missing_and_empty)
 	ck_assert_int_eq(pp_dataset_open_dir(missing, "train", &ds), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no such directory"));
 	ck_assert_int_eq(pp_dataset_open_dir(dir, "validation", &ds), -EINVAL);
+	/* NULL where the contract promises -EINVAL, not a crash. */
+	ck_assert_int_eq(pp_dataset_open_dir(dir, NULL, &ds), -EINVAL);
+	ck_assert_int_eq(pp_dataset_open_dir(NULL, "train", &ds), -EINVAL);
+	ck_assert_int_eq(pp_dataset_open_dir(dir, "train", NULL), -EINVAL);
+	/* A link loop is said as one, not as a missing directory or split. */
+	{
+		char a[4096], b[4096];
+
+		snprintf(a, sizeof(a), "%s/loop-a", dir);
+		snprintf(b, sizeof(b), "%s/loop-b", dir);
+		ck_assert_int_eq(symlink(b, a), 0);
+		ck_assert_int_eq(symlink(a, b), 0);
+		ck_assert_int_eq(pp_dataset_open_dir(a, "train", &ds), -ELOOP);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "cannot read the directory: Too many "
+					     "levels of symbolic links"));
+	}
 	ck_assert_ptr_null(ds);
 	ck_assert_ptr_null(sh);
 	pp_test_rmtree(dir);

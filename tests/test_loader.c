@@ -13,6 +13,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <math.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -636,6 +637,43 @@ START_TEST(test_try_next)
 END_TEST
 
 /*
+ * A NaN or infinite mean or std, or a subnormal one, is refused at create
+ * with -EINVAL naming the channel, as nn's own check does.  Fails if one
+ * is taken: every value of its batches would be NaN or infinite.
+ */
+START_TEST(test_bad_normalisation)
+{
+	static const struct {
+		float mean, std;
+	} bad[] = { { NAN, 0.5f }, { 0.5f, NAN }, { INFINITY, 0.5f }, { 0.5f, INFINITY },
+		    { 0.5f, -INFINITY }, { 0.5f, 1e-45f }, { 1e-45f, 0.5f }, { 1e30f, 1e-10f } };
+	struct pp_loader *l = NULL;
+
+	/* A source is the loader's from create on, even a failed one: one each. */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct pp_loader_config cfg = { .batch_size = 4, .dtype = PP_DTYPE_F32 };
+		struct pp_loader_source src = tsource_make(T_ARRAY, 8, 0, NULL);
+
+		cfg.mean[1] = bad[i].mean;
+		cfg.std[1] = bad[i].std;
+		ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), -EINVAL);
+		ck_assert_ptr_null(l);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "channel 1: normalisation mean"));
+	}
+	/* The smallest normal std, and 0 (taken as 1), are taken. */
+	for (int i = 0; i < 2; i++) {
+		struct pp_loader_config cfg = { .batch_size = 4, .dtype = PP_DTYPE_F32 };
+		struct pp_loader_source src = tsource_make(T_ARRAY, 8, 0, NULL);
+
+		cfg.std[0] = i ? 0.0f : 1e-30f;
+		ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), 0);
+		pp_loader_destroy(l);
+		l = NULL;
+	}
+}
+END_TEST
+
+/*
  * Float output is (x / 255 - mean) / std per channel, for 3 channels, with
  * the bits of the library's one normalisation (nn computes the same from a
  * uint8 batch).  Fails if the channels are mixed up, the formula is wrong,
@@ -1236,6 +1274,7 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(te, test_enobufs, 0, 3);
 	tcase_add_loop_test(te, test_try_next, 0, 2);
 	tcase_add_test(te, test_normalise_channels);
+	tcase_add_test(te, test_bad_normalisation);
 	tcase_add_test(te, test_convert_kernels);
 	tcase_add_test(te, test_bad_config);
 	tcase_add_test(te, test_stats);

@@ -7,9 +7,11 @@
 #include "config.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/internal.h"
 #include "nn/nn_internal.h"
@@ -140,6 +142,56 @@ START_TEST(test_checkpoint_tag)
 END_TEST
 
 /*
+ * Fails if a save follows a link planted at the old fixed temporary name
+ * "PATH.tmp" (the file it points to must stay as it was), leaves a
+ * temporary file behind, or writes a checkpoint that does not load; and if
+ * two models saving to the same path in turn collide.
+ */
+START_TEST(test_checkpoint_planted_link)
+{
+	char *dir = pp_test_tmpdir();
+	char path[512], link[512], victim[512];
+	struct pp_model_config cfg;
+	struct pp_model *m, *m2, *a;
+	struct dirent *e;
+	uint8_t *buf;
+	size_t len, files = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/c.ckpt", dir);
+	snprintf(link, sizeof(link), "%s/c.ckpt.tmp", dir);
+	snprintf(victim, sizeof(victim), "%s/victim", dir);
+	pp_test_write_file(victim, "precious", 8);
+	ck_assert_int_eq(symlink(victim, link), 0);
+	pp_model_config_init(&cfg);
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), 0);
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m2), 0);
+	pp_test_train(m, 1, 5);
+	ck_assert_int_eq(pp_model_save(m, path), 0);
+	ck_assert_int_eq(pp_model_save(m2, path), 0);
+	ck_assert_int_eq(pp_model_save(m, path), 0);
+	buf = pp_test_read_file(victim, &len);
+	ck_assert_uint_eq(len, 8);
+	ck_assert_int_eq(memcmp(buf, "precious", 8), 0);
+	free(buf);
+	ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &a), 0);
+	ck_assert_uint_eq(pp_model_steps(a), 1);
+	/* c.ckpt, the link and its victim: no temporary file left. */
+	d = opendir(dir);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		files += e->d_name[0] != '.';
+	closedir(d);
+	ck_assert_uint_eq(files, 3);
+	pp_model_destroy(a);
+	pp_model_destroy(m2);
+	pp_model_destroy(m);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * Fails if a truncated, extended, bit-flipped, wrongly versioned or
  * mislabelled checkpoint (or one whose spec is bad under a valid CRC) is
  * loaded, or is rejected without a message naming the file and the place.
@@ -215,6 +267,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(ckpt, test_checkpoint_resume);
 	tcase_add_test(ckpt, test_checkpoint_damaged);
 	tcase_add_test(ckpt, test_checkpoint_tag);
+	tcase_add_test(ckpt, test_checkpoint_planted_link);
 	tcase_set_timeout(ckpt, 30);
 	suite_add_tcase(s, ckpt);
 	return s;

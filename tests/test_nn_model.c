@@ -812,6 +812,38 @@ START_TEST(test_bad_specs)
 	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "Nesterov"));
 	ck_assert_ptr_null(m);
+	/* A subnormal std (or mean) makes every input infinite; NaN is refused too. */
+	for (int i = 0; i < 3; i++) {
+		pp_model_config_init(&cfg);
+		if (i == 0)
+			cfg.std = 1e-45f;
+		else if (i == 1)
+			cfg.mean = 1e-45f;
+		else
+			cfg.mean = NAN;
+		ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "normalisation mean"));
+		ck_assert_ptr_null(m);
+	}
+	/* A model larger than its device's memory is refused before it is
+	 * allocated, saying what it needs for which input: 16.8 M parameters
+	 * with Adam's state are 256 MiB, on a device of 64 MiB. */
+	{
+		struct pp_device *dev;
+
+		ck_assert_int_eq(pp_device_open("sim:mem=64MiB", &dev), 0);
+		pp_model_config_init(&cfg);
+		cfg.in_height = cfg.in_width = 64;
+		ck_assert_int_eq(pp_model_create("flatten,fc:4096,relu,fc:10", dev, &cfg, &m), -ENOMEM);
+		ck_assert_msg(strstr(pp_last_error(), "on 1 x 64 x 64 inputs: its 16822282 parameters "
+				     "need 0.3 GiB") != NULL &&
+			      strstr(pp_last_error(), "more than the 0.1 GiB of memory of sim") != NULL,
+			      "%s", pp_last_error());
+		ck_assert_ptr_null(m);
+		ck_assert_int_eq(pp_model_create("flatten,fc:64,relu,fc:10", dev, &cfg, &m), 0);
+		pp_model_destroy(m);
+		pp_device_close(dev);
+	}
 }
 END_TEST
 

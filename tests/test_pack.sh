@@ -39,6 +39,27 @@ expect 1 "emptydir: no train split found: looked for" "$pack" -o "$tmp/x" "$tmp/
 printf 'not an idx file at all' >"$tmp/junk-images"
 expect 1 "junk-images: offset 0: magic" "$pack" -o "$tmp/x" "$tmp/junk-images"
 [ -z "$(ls "$tmp" | grep '^x')" ] || { echo "FAIL: a failed pack left files: $(ls "$tmp")"; fail=1; }
+# A raw IDX file's header is checked before the file is read: a sparse
+# 4 GiB file with a bad magic is refused having read a few bytes (its
+# memory a fraction of the file; reading it whole took 4 GiB).
+truncate -s 4G "$tmp/huge-images" && printf 'XXXX' | dd of="$tmp/huge-images" conv=notrunc 2>/dev/null
+python3 - "$pack" "$tmp" <<'EOPY' || fail=1
+import resource, subprocess, sys
+r = subprocess.run([sys.argv[1], "-o", sys.argv[2] + "/x", sys.argv[2] + "/huge-images"],
+                   capture_output=True, text=True)
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+if r.returncode != 1 or "huge-images: offset 0: magic 0x58585858" not in r.stderr or rss > 1 << 30:
+    sys.exit("FAIL: a 4 GiB raw IDX file with a bad header: exit %d, %d bytes of memory, %r"
+             % (r.returncode, rss, r.stderr))
+EOPY
+rm -f "$tmp/huge-images"
+# A FIFO, as input or as a shard to verify, is refused at once, not
+# waited on for ever (timeout's 124 is a hang).
+mkfifo "$tmp/fifo-images" "$tmp/fifo-train-00000-of-00001.pps"
+expect 1 "fifo-images: a FIFO, expected a regular file" timeout 60 "$pack" -o "$tmp/x" "$tmp/fifo-images"
+expect 1 "fifo-train-00000-of-00001.pps: a FIFO, expected a regular file" \
+	timeout 60 "$pack" --verify "$tmp/fifo-train-00000-of-00001.pps"
+rm -f "$tmp/fifo-images" "$tmp/fifo-train-00000-of-00001.pps"
 
 # CIFAR-10 batches (records of zeros: label 0, a black image): one split each.
 dd if=/dev/zero of="$tmp/data_batch_1.bin" bs=3073 count=3 2>/dev/null
@@ -60,6 +81,15 @@ expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 4096 \(int
 expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 0 .*No space left on device" \
 	env PP_FAULTS=write:ENOSPC:after=3 "$pack" -o "$tmp/c12" "$tmp/data_batch_1.bin"
 [ -z "$(ls "$tmp" | grep '^c12')" ] || { echo "FAIL: ENOSPC left files: $(ls "$tmp")"; fail=1; }
+# The temporary files a SIGKILLed run left (the shard writer's names) are
+# removed by the next run of the same prefix, which says so; another
+# prefix's are left alone.
+touch "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123"
+expect 0 "removed $tmp/c14-train-00000-of-00001.pps.tmp-AbC123, a temporary file of an interrupted run" \
+	"$pack" -o "$tmp/c14" "$tmp/data_batch_1.bin"
+[ ! -e "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" ] && [ -e "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123" ] ||
+	{ echo "FAIL: stale temporary files: $(ls "$tmp")"; fail=1; }
+rm -f "$tmp"/c14-* "$tmp"/c15-*
 # Short writes are continued: the shards verify.
 expect 0 "3 records, 1 chunks" env PP_FAULTS=write:short "$pack" -o "$tmp/c13" "$tmp/data_batch_1.bin"
 expect 0 "1 of 1 shards ok: 3 records" "$pack" --verify "$tmp"/c13-*.pps

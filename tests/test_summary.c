@@ -431,6 +431,14 @@ START_TEST(test_two_writers_and_errors)
 	ck_assert_str_ne(pp_summary_writer_path(a), pp_summary_writer_path(b));
 	ck_assert_int_eq(pp_summary_writer_add_scalar(a, "", 1, 1.0), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "tag"));
+	/* NULL where the contract promises -EINVAL, not a crash. */
+	ck_assert_int_eq(pp_summary_writer_add_image(a, "img", 0, NULL, 2, 2, 1), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "NULL pixels"));
+	ck_assert_int_eq(pp_summary_writer_add_image(NULL, "img", 0, (const uint8_t *)"abcd", 2, 2, 1),
+			 -EINVAL);
+	ck_assert_int_eq(pp_summary_writer_add_scalar(a, NULL, 1, 1.0), -EINVAL);
+	ck_assert_int_eq(pp_summary_writer_add_histogram(a, "h", 1, NULL, 3), -EINVAL);
+	ck_assert_int_eq(pp_summary_writer_flush(NULL), -EINVAL);
 	pp_summary_writer_destroy(a);
 	pp_summary_writer_destroy(b);
 	pp_summary_writer_destroy(NULL);

@@ -143,6 +143,30 @@ assert got == sys.argv[3].split(","), got
 # step 7 of 12, it finishes epoch 1 and trains 2 and 3.
 check rb "$tmp/ra.csv" 2,3
 check rc "$tmp/ra.csv" 1,2,3
+# One --csv and --jsonl over a run and its resumes: stopped after step 7
+# (epoch 1's row, of 7 steps), resumed to 2 epochs (epoch 1's row is that
+# of the resume, which finishes it, then epoch 2), then to 3: each file
+# holds epochs 1, 2, 3 once, the CSV one header, and epochs 2 and 3 are
+# the uninterrupted run's.  A resume that emptied the files, or appended
+# a second epoch 1, fails this.
+"$train" $common --epochs=3 --max-steps=7 --checkpoint="$tmp/f.ckpt" --csv="$tmp/rf.csv" \
+	--jsonl="$tmp/rf.jsonl" >/dev/null 2>"$tmp/err" &&
+"$train" $common --epochs=2 --checkpoint="$tmp/f.ckpt" --resume --csv="$tmp/rf.csv" \
+	--jsonl="$tmp/rf.jsonl" >/dev/null 2>>"$tmp/err" &&
+"$train" $common --epochs=3 --checkpoint="$tmp/f.ckpt" --resume --csv="$tmp/rf.csv" \
+	--jsonl="$tmp/rf.jsonl" >/dev/null 2>>"$tmp/err" ||
+	{ echo "FAIL: resumes into the same files:"; cat "$tmp/err"; fail=1; }
+CHECK='
+import json
+a = [r for r in csv.DictReader(open(sys.argv[2]))]
+js = [json.loads(l) for l in open(sys.argv[3])]
+assert [r["epoch"] for r in rows] == ["1", "2", "3"], rows
+assert [r["epoch"] for r in js] == [1, 2, 3], js
+assert open(sys.argv[1]).read().count("run,epoch,") == 1
+key = lambda r: (r["epoch"], r["train_loss"], r["test_loss"], r["test_acc"])
+assert [key(r) for r in rows[1:]] == [key(r) for r in a[1:]], (rows, a)
+'
+check rf "$tmp/ra.csv" "$tmp/rf.jsonl"
 # A resume whose training data would come in another order (another batch
 # size, no shuffling) is refused, at an epoch's end and in the middle of
 # one, and leaves the checkpoint as it was.
@@ -156,6 +180,34 @@ expect 1 "d.ckpt $other" "$train" $common --epochs=2 --batch-size=50 --checkpoin
 expect 1 "e.ckpt $other" "$train" $common --epochs=3 --no-shuffle --checkpoint="$tmp/e.ckpt" --resume
 cmp -s "$tmp/d.ckpt" "$tmp/d0.ckpt" && cmp -s "$tmp/e.ckpt" "$tmp/e0.ckpt" ||
 	{ echo "FAIL: a refused resume changed its checkpoint"; fail=1; }
+# A resume with another --model, --optimizer or --momentum is refused,
+# naming both, and leaves the checkpoint as it was (the model and optimizer
+# came from the file, and the rows named the options'); another --lr is
+# said and used: the resumed epoch's results are not those of the
+# checkpoint's rate, and its row says the rate it trained with.
+base="--data=synthetic:1200 --device=cpu --seed=5 -q --epochs=2"
+"$train" $base --epochs=1 --model=mlp --checkpoint="$tmp/g.ckpt" >/dev/null 2>"$tmp/err" ||
+	{ echo "FAIL: a run to resume:"; cat "$tmp/err"; fail=1; }
+cp "$tmp/g.ckpt" "$tmp/g0.ckpt"
+expect 1 "g.ckpt holds the model 'flatten,fc:32,relu,fc:10', not --model=cnn \('conv:6:5" \
+	"$train" $base --model=cnn --checkpoint="$tmp/g.ckpt" --resume
+expect 1 "g.ckpt holds the optimizer adam, not --optimizer=sgd" \
+	"$train" $base --model=mlp --optimizer=sgd --checkpoint="$tmp/g.ckpt" --resume
+expect 1 "g.ckpt holds the optimizer's --momentum=0 .*not --momentum=0.5" \
+	"$train" $base --model=mlp --momentum=0.5 --checkpoint="$tmp/g.ckpt" --resume
+cmp -s "$tmp/g.ckpt" "$tmp/g0.ckpt" || { echo "FAIL: a refused resume changed its checkpoint"; fail=1; }
+expect 0 "g.ckpt was trained at the learning rate 0.01: it goes on at --lr=0.5" \
+	"$train" $base --model=flatten,fc:32,relu,fc:10 --lr=0.5 --checkpoint="$tmp/g.ckpt" --resume \
+	--csv="$tmp/glr.csv"
+cp "$tmp/g0.ckpt" "$tmp/g.ckpt"
+"$train" $base --model=mlp --checkpoint="$tmp/g.ckpt" --resume --csv="$tmp/g.csv" >/dev/null 2>"$tmp/err" ||
+	{ echo "FAIL: a resume:"; cat "$tmp/err"; fail=1; }
+CHECK='
+same = list(csv.DictReader(open(sys.argv[2])))
+assert [r["lr"] for r in rows] == ["0.5"] and [r["lr"] for r in same] == ["0.01"], (rows, same)
+assert rows[0]["train_loss"] != same[0]["train_loss"], (rows, same)
+'
+check glr "$tmp/g.csv"
 # A checkpoint whose step count was altered (and its CRC made right again)
 # is refused, naming the file, and kept as it was: 12 * 2^32 + 5 steps of
 # 12 batches is epoch 2^32 (which an unsigned epoch took for epoch 0, batch
@@ -322,10 +374,17 @@ fi
 
 # 6. Ctrl-C: stops after the step in progress, still prints the table, writes
 # the rows so far (the interrupted epoch's too) and the checkpoint, exit 130.
-"$train" --data=synthetic:60000 --device=cpu --model=cnn --epochs=50 -q --no-eval \
+# The signal comes once the progress bar has shown the first 8 steps done
+# (waited for, bounded), not after a fixed sleep: under a sanitizer on a
+# loaded machine the first step came later than 3 s.
+"$train" --data=synthetic:60000 --device=cpu --model=cnn --epochs=50 --progress --no-eval \
 	--csv="$tmp/int.csv" --checkpoint="$tmp/int.ckpt" >"$tmp/int.out" 2>&1 &
 pid=$!
-sleep 3
+i=0
+while ! grep -q 'samples/s' "$tmp/int.out" && [ $i -lt 3000 ] && kill -0 $pid 2>/dev/null; do
+	sleep 0.1
+	i=$((i + 1))
+done
 kill -INT $pid
 wait $pid
 code=$?
@@ -335,6 +394,26 @@ elif ! grep -q "interrupted after" "$tmp/int.out" || ! grep -q ',interrupted$' "
 	[ ! -s "$tmp/int.ckpt" ]; then
 	echo "FAIL: after SIGINT, no message, no interrupted row or no checkpoint:"; cat "$tmp/int.out"; fail=1
 fi
+
+# 6a. A SIGKILL leaves the CSV and JSON lines of the epochs so far: each
+# row is on disk as it is made.  Waits for the second row of the JSON
+# lines (bounded), then kills; the CSV must hold the same whole rows.
+"$train" --data=synthetic:2000 --device=cpu --model=flatten,fc:10 --epochs=100000 -q \
+	--csv="$tmp/kill.csv" --jsonl="$tmp/kill.jsonl" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+	[ "$(cat "$tmp/kill.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
+	sleep 0.1
+done
+kill -KILL $pid
+wait $pid 2>/dev/null
+CHECK='
+import json
+js = [json.loads(l) for l in open(sys.argv[2])]
+assert len(js) >= 2 and len(rows) >= 2, (rows, js)
+assert [r["epoch"] for r in rows] == [str(i) for i in range(1, len(rows) + 1)], rows
+'
+check kill "$tmp/kill.jsonl"
 
 # 6b. -q is only the final table (its order line, then its header and rows),
 # also with --no-progress or --progress after it: no run header, no rows as
@@ -353,11 +432,51 @@ expect 0 'Exit status' "$train" --help
 expect 2 "unknown option '--bogus'" "$train" --bogus
 expect 2 "--batch-size=0: not a batch size" "$train" --batch-size=0
 expect 2 "--device=tpu: not a device" "$train" --device=tpu
+# A rate a float does not hold is bad usage, not a failed run.
+expect 2 "--lr=1e39: not a positive learning rate a float holds" "$train" --lr=1e39
+expect 2 "--lr=1e-50: not a positive learning rate a float holds" "$train" --lr=1e-50
+# A link loop as --data is said as one, not as a missing directory.
+ln -s "$tmp/loop-b" "$tmp/loop-a" && ln -s "$tmp/loop-a" "$tmp/loop-b"
+expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" "$train" --data="$tmp/loop-a"
+expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" \
+	"$train" --data="$tmp/loop-a" --stream
 expect 2 "--sort=speed: not a column \(run,.*\) \(see --help\)$" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
 expect 1 "$tmp/none" "$train" --data="$tmp/none"
 expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda:999,cpu --model=mlp --epochs=1 -q
+
+# 7a. A full disk.  A row that cannot be written to --jsonl or --csv ends
+# the run with exit 1 and the file named (/dev/full: every write is
+# ENOSPC); on a real full file system (a tmpfs of 12 KiB, as root) the
+# rows written before are whole lines, TensorBoard's failure is one warning
+# and the run goes on, and a checkpoint that does not fit fails the run.
+full="--data=synthetic:500 --model=flatten,fc:10 -q"
+expect 1 "--jsonl=/dev/full: cannot write: No space left on device" \
+	"$train" $full --epochs=3 --jsonl=/dev/full
+expect 1 "/dev/full: cannot write: No space left on device" "$train" $full --epochs=3 --csv=/dev/full
+mkdir "$tmp/full"
+if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=12k tmpfs "$tmp/full" 2>/dev/null; then
+	expect 1 "--jsonl=$tmp/full/r.jsonl: cannot write: No space left on device" \
+		"$train" $full --epochs=40 --jsonl="$tmp/full/r.jsonl"
+	python3 - "$tmp/full/r.jsonl" <<'EOPY' || { echo "FAIL: the rows before a full disk are not whole"; fail=1; }
+import json, sys
+text = open(sys.argv[1]).read()
+assert text == "" or text.endswith("\n"), "cut mid-line: %r" % text[-80:]
+rows = [json.loads(l) for l in text.splitlines()]
+assert [r["epoch"] for r in rows] == list(range(1, len(rows) + 1)), rows
+EOPY
+	rm -f "$tmp/full/r.jsonl"
+	expect 0 "train_loss" "$train" $full --epochs=40 --logdir="$tmp/full/tb"
+	[ "$(grep -c 'warning: --logdir: .*No space left on device; the run goes on' "$tmp/out")" -eq 1 ] ||
+		{ echo "FAIL: TensorBoard on a full disk is not one warning:"; cat "$tmp/out"; fail=1; }
+	rm -rf "$tmp/full/tb"
+	expect 1 "c.ckpt.tmp.*: write: No space left on device" \
+		"$train" $full --epochs=2 --checkpoint="$tmp/full/c.ckpt"
+	umount "$tmp/full"
+else
+	echo "test_train: not root, or no tmpfs: the full file system's cases left out (the /dev/full ones ran)"
+fi
 
 # 7b. The final table: one run reads in epoch order under a line naming the
 # order; a failed run's long reason (stderr has it whole) is cut to the
@@ -514,6 +633,17 @@ assert len(last(a)) == 1 and last(rows) == last(a), (last(rows), last(a))
 	expect 1 "memory budget of 1048576 bytes exceeded.*chunk windows" \
 		"$train" $small --device=cpu --stream=12 --memory-budget=1
 	expect 0 "train_loss" "$train" $small --device=cpu --stream=2 --memory-budget=1
+	# A FIFO in place of a shard (or of the checkpoint) is refused at once,
+	# not waited on for ever: timeout's 124 is a hang.
+	mkdir "$tmp/fifo"
+	cp "$tmp"/sh/*test* "$tmp/fifo/"
+	mkfifo "$tmp/fifo/x-train-00000-of-00001.pps" "$tmp/fifo.ckpt"
+	expect 1 "x-train-00000-of-00001.pps: a FIFO, expected a regular file" \
+		timeout 60 "$train" --data="$tmp/fifo" --epochs=1
+	expect 1 "x-train-00000-of-00001.pps: a FIFO, expected a regular file" \
+		timeout 60 "$train" --data="$tmp/fifo" --stream --epochs=1
+	expect 1 "fifo.ckpt: not a regular file" \
+		timeout 60 "$train" $small --checkpoint="$tmp/fifo.ckpt" --resume
 else
 	echo "FAIL: --stream not tested: Fashion-MNIST not installed in $fm, or $pack not built"
 	fail=1

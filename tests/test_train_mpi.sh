@@ -167,18 +167,42 @@ expect 0 "" $mpi -np 2 "$train" $dl --batch-size=30 --checkpoint="$tmp/dl2.ckpt"
 # 5. A failing rank: exit 1 and its reason, never a hang (timeout(1) guards the test).
 job="$common --batch-size=30 --no-eval -q --comm-timeout=1"
 expect 1 "comm mpi: rank 1 of 2: i?allreduce: Input/output error \(injected fault\)" \
-	timeout 120 $mpirun -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:EIO:after=5 "$train" $job
+	timeout 120 $mpirun -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:EIO:after=7 "$train" $job
 expect 1 "comm mpi: rank 0 of 2: i?allreduce: .*not done within the timeout of 1 s" \
-	timeout 120 $mpirun -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:stall:after=5 "$train" $job
+	timeout 120 $mpirun -np 1 "$train" $job : -np 1 env PP_FAULTS=comm:stall:after=7 "$train" $job
 expect 1 "$tmp/none: no such directory" \
 	timeout 120 $mpirun -np 1 "$train" $job : -np 1 "$train" $job --data="$tmp/none"
 
-# The final barrier failing on rank 1 (its 5th collective, after the
-# broadcast, the step's stop agreement, gradient in one bucket, and
-# metrics): the job ends failed, never exit 0 nor a hang in MPI_Finalize.
+# Ranks given other options: the job ends before training with exit 2,
+# each differing rank saying its value and rank 0's, rank 0 naming the
+# options and the ranks, in its JSON lines too (a failed row).  Without the
+# check, another --seed trained on silently and another --batch-size ended
+# in MPI_ERR_TRUNCATE.
+opts="--data=synthetic:1200 --device=cpu --epochs=1 --max-steps=20 --no-eval -q --comm-timeout=1"
+expect 2 "rank 1 of 3: --seed=2, but rank 0 has --seed=1" \
+	timeout 120 $mpirun -np 1 "$train" $opts --batch-size=30 --jsonl="$tmp/opts.jsonl" \
+	: -np 1 "$train" $opts --batch-size=30 --seed=2 : -np 1 "$train" $opts --batch-size=60 --lr=0.5
+grep -q "rank 2 of 3: --batch-size=60, but rank 0 has --batch-size=30" "$tmp/out" ||
+	{ echo "FAIL: rank 2's other --batch-size not said:"; cat "$tmp/out"; fail=1; }
+python3 - "$tmp/opts.jsonl" <<'EOPY' || fail=1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+want = "failed: the ranks of the job were given other options"
+if len(rows) != 1 or not rows[0]["status"].startswith(want) or "--seed on rank 1" not in rows[0]["status"] \
+   or "--batch-size on rank 2" not in rows[0]["status"]:
+    sys.exit("FAIL: the JSON lines of ranks given other options: %r" % rows)
+EOPY
+# What may differ does: the workers, threads and output of a rank.
+expect 0 "train_loss" \
+	timeout 120 $mpirun -np 1 "$train" $opts --batch-size=30 -w 0 -t 1 \
+	: -np 1 "$train" $opts --batch-size=30 -w 1 -t 2 --no-progress --csv="$tmp/r1.csv"
+
+# The final barrier failing on rank 1 (its 7th collective, after the
+# check of the options (a broadcast and an allreduce), the broadcast, the
+# step's stop agreement, gradient in one bucket, and metrics): the job ends failed, never exit 0 nor a hang in MPI_Finalize.
 one="$common --batch-size=30 --max-steps=1 --no-eval -q --comm-timeout=1 --bucket-kb=1000000"
 expect 1 "rank 1 of 2: barrier: Input/output error \(injected fault\)" \
-	timeout 120 $mpirun -np 1 "$train" $one : -np 1 env PP_FAULTS=comm:EIO:after=5 "$train" $one
+	timeout 120 $mpirun -np 1 "$train" $one : -np 1 env PP_FAULTS=comm:EIO:after=7 "$train" $one
 
 # 6. Ctrl-C on mpirun, once rank 0 has written a row.  mpirun passes it on
 # as SIGTERM odls_base_sigkill_timeout seconds later (default 1), and kills

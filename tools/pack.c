@@ -444,6 +444,35 @@ static int remove_stale(const struct pack_options *opt, const struct written *w)
 	return ret;
 }
 
+/*
+ * Removes the temporary files of this prefix's shards that a pinpipe-pack
+ * killed while writing left behind (PREFIX-*-of-*.pps.tmp-XXXXXX, the
+ * shard writer's names), saying so.  Returns 0, or 1 when one cannot be
+ * removed (said on stderr).
+ */
+static int remove_stale_tmp(const struct pack_options *opt)
+{
+	char pattern[4096 + 64];
+	int ret = 0;
+	glob_t g;
+
+	snprintf(pattern, sizeof(pattern), "%s-*-of-*.pps.tmp-??????", opt->prefix);
+	if (glob(pattern, 0, NULL, &g) == 0) {
+		for (size_t k = 0; k < g.gl_pathc; k++) {
+			if (unlink(g.gl_pathv[k]) != 0) {
+				fprintf(stderr, "pinpipe-pack: %s: a temporary file of an interrupted run, "
+					"cannot remove it: %s\n", g.gl_pathv[k], strerror(errno));
+				ret = 1;
+			} else if (!opt->quiet) {
+				printf("removed %s, a temporary file of an interrupted run\n",
+				       g.gl_pathv[k]);
+			}
+		}
+	}
+	globfree(&g);
+	return ret;
+}
+
 static int pack(const struct pack_options *opt, char **inputs, int n)
 {
 	struct written written = {NULL, 0};
@@ -451,6 +480,8 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 	bool all_bin = true;
 	int ret, stale = 0;
 
+	if (remove_stale_tmp(opt) != 0)
+		return 1;
 	for (int k = 0; k < n; k++)
 		all_bin = all_bin && has_suffix(inputs[k], ".bin");
 	if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode)) {

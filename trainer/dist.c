@@ -32,6 +32,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,149 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 	if (d->bucket_floats == 0)
 		d->bucket_floats = 1; /* --bucket-kb=0: each range a bucket */
 	return 0;
+}
+
+/* Appends a line "--name=value" to buf[0..cap) at *len (cut where the buffer ends). */
+static void __attribute__((format(printf, 4, 5))) opt_line(char *buf, size_t cap, size_t *len,
+							   const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (*len + 1 >= cap)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf + *len, cap - *len - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	*len = *len + (size_t)n < cap - 2 ? *len + (size_t)n : cap - 2;
+	buf[(*len)++] = '\n';
+	buf[*len] = '\0';
+}
+
+static void axis_line(char *buf, size_t cap, size_t *len, const char *name, const struct tr_axis *a)
+{
+	char v[TR_MAX_VALUES * 161] = "";
+	size_t n = 0;
+
+	for (size_t i = 0; i < a->n; i++)
+		n += (size_t)snprintf(v + n, sizeof(v) - n, "%s%s", i ? "," : "", a->values[i]);
+	opt_line(buf, cap, len, "--%s=%s", name, v);
+}
+
+/*
+ * The options every rank must be given alike, one "--name=value" a line:
+ * those of the data's order, the model and its training, and the grid's
+ * shape (its number of runs; a run's collectives are the same on every
+ * rank only where the runs are).  Left out: paths (each rank reads --data
+ * and --checkpoint itself), the output, the loader's threads and pinning.
+ */
+static size_t options_text(const struct tr_options *o, char *buf, size_t cap)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	axis_line(buf, cap, &len, "batch-size", &o->batch_size);
+	axis_line(buf, cap, &len, "lr", &o->lr);
+	axis_line(buf, cap, &len, "model", &o->model);
+	axis_line(buf, cap, &len, "optimizer", &o->optimizer);
+	opt_line(buf, cap, &len, "--epochs=%u", o->epochs);
+	opt_line(buf, cap, &len, "--max-steps=%" PRIu64, o->max_steps);
+	opt_line(buf, cap, &len, "--seed=%" PRIu64, o->seed);
+	opt_line(buf, cap, &len, "--momentum=%.17g", o->momentum);
+	opt_line(buf, cap, &len, "--weight-decay=%.17g", o->weight_decay);
+	opt_line(buf, cap, &len, "--nesterov=%d", o->nesterov);
+	opt_line(buf, cap, &len, "--val-split=%" PRIu64, o->val_split);
+	opt_line(buf, cap, &len, "--no-shuffle=%d", !o->shuffle);
+	opt_line(buf, cap, &len, "--drop-last=%d", o->drop_last);
+	opt_line(buf, cap, &len, "--no-eval=%d", !o->eval);
+	opt_line(buf, cap, &len, "--resume=%d", o->resume);
+	opt_line(buf, cap, &len, "--stream=%d:%" PRIu32, o->stream, o->window_chunks);
+	opt_line(buf, cap, &len, "--keep-denormals=%d", o->keep_denormals);
+	opt_line(buf, cap, &len, "--comm=%s", o->comm);
+	opt_line(buf, cap, &len, "--deterministic=%d", o->deterministic);
+	opt_line(buf, cap, &len, "--micro-batches=%u", o->micro_batches);
+	opt_line(buf, cap, &len, "--bucket-kb=%u", o->bucket_kb);
+	/* Last: an axis above names the difference first where it can. */
+	opt_line(buf, cap, &len, "the grid's runs=%zu", tr_options_runs(o));
+	return len;
+}
+
+/* The option of a line: "--seed" of "--seed=2". */
+static int option_name_len(const char *line)
+{
+	return (int)strcspn(line, "=\n");
+}
+
+int tr_dist_check_options(struct tr_dist *d, const struct tr_options *opt, char *why, size_t len)
+{
+	enum { CAP = 16384 };
+	char *mine = calloc(2, CAP), *theirs = mine + CAP;
+	double *first = calloc((size_t)d->size, sizeof(double));
+	const char *a, *b;
+	size_t n, line = 0;
+	int ret = 0, bad = 0, differ = 0;
+
+	if (d->size < 2) {
+		free(mine);
+		free(first);
+		return 0;
+	}
+	if (mine == NULL || first == NULL) {
+		ret = -ENOMEM;
+		snprintf(why, len, "the ranks' options: no memory");
+		goto out;
+	}
+	n = options_text(opt, mine, CAP);
+	memcpy(theirs, mine, n + 1);
+	ret = pp_comm_broadcast(d->comm, theirs, CAP, 0, NULL);
+	if (ret < 0) {
+		snprintf(why, len, "the ranks' options: %s", pp_last_error());
+		goto out;
+	}
+	/* The first line of this rank's options that is not rank 0's. */
+	for (a = mine, b = theirs; *a != '\0' || *b != '\0'; line++) {
+		size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+
+		if (la != lb || memcmp(a, b, la) != 0) {
+			bad = (int)line + 1;
+			fprintf(stderr, "pinpipe-train: rank %d of %d: %.*s, but rank 0 has %.*s\n", d->rank,
+				d->size, (int)la, a, (int)lb, b);
+			break;
+		}
+		a += la + (a[la] == '\n');
+		b += lb + (b[lb] == '\n');
+	}
+	/* Every rank learns which ranks differ, and on which option. */
+	first[d->rank] = bad;
+	ret = pp_comm_allreduce(d->comm, first, (size_t)d->size, PP_COMM_F64, PP_COMM_SUM, NULL);
+	if (ret < 0) {
+		snprintf(why, len, "the ranks' options: %s", pp_last_error());
+		goto out;
+	}
+	for (int r = 0; r < d->size; r++) {
+		size_t at = 0;
+		const char *l = theirs;
+
+		if (first[r] == 0)
+			continue;
+		for (size_t k = 1; k < (size_t)first[r] && *l != '\0'; k++)
+			l += strcspn(l, "\n") + 1;
+		if (differ++ == 0)
+			at = (size_t)snprintf(why, len, "the ranks of the job were given other options "
+					      "(each rank must be given the same):");
+		else
+			at = strlen(why);
+		if (at < len)
+			snprintf(why + at, len - at, "%s %.*s on rank %d", differ > 1 ? ";" : "",
+				 option_name_len(l), l, r);
+		ret = -EINVAL;
+	}
+out:
+	free(mine);
+	free(first);
+	return ret;
 }
 
 int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev)

@@ -46,6 +46,16 @@ struct tr_dist {
 
 /* Makes the communicator of --comm and --comm-timeout; prints why not.  0 or -errno. */
 int tr_dist_open(const struct tr_options *opt, struct tr_dist *d);
+
+/*
+ * Several ranks: checks that every rank was given the options that must
+ * agree (those of the training and of the grid, not paths, output or
+ * threads): rank 0's are broadcast and each rank compares its own.
+ * Returns 0, -EINVAL when one differs (each differing rank says its value
+ * and rank 0's on stderr; why, on every rank, names the option and the
+ * ranks), or -errno of a failed collective (why says so).
+ */
+int tr_dist_check_options(struct tr_dist *d, const struct tr_options *opt, char *why, size_t len);
 void tr_dist_close(struct tr_dist *d);
 
 /*

@@ -238,7 +238,9 @@ static const char *check_value(int opt, const char *v)
 	case 'p':
 		return parse_bool(v, &b) ? NULL : "not on or off";
 	case OPT_LR:
-		return parse_real(v, 0, &d) == 0 && d > 0 ? NULL : "not a positive learning rate";
+		/* The model keeps it as a float: finite, and not rounded to 0, as one. */
+		return parse_real(v, 0, &d) == 0 && d > 0 && isfinite((float)d) && (float)d > 0
+		       ? NULL : "not a positive learning rate a float holds";
 	case 'o':
 		return !strcmp(v, "adam") || !strcmp(v, "sgd") ? NULL : "not an optimizer (adam, sgd)";
 	case 't':

@@ -315,22 +315,33 @@ static void write_csv_text(const char *s, FILE *out)
 	fputc('"', out);
 }
 
-int tr_results_write_csv(const struct tr_results *res, FILE *out)
+int tr_results_write_csv_header(FILE *out)
 {
-	char cell[256];
-
 	for (size_t c = 0; c < NCOLS; c++)
 		fprintf(out, "%s%s", c ? "," : "", columns[c].name);
 	fputc('\n', out);
-	for (size_t r = 0; r < res->n; r++) {
-		for (size_t c = 0; c < NCOLS; c++) {
-			if (c)
-				fputc(',', out);
-			format_cell(&res->rows[r], &columns[c], false, cell, sizeof(cell));
-			write_csv_text(cell, out);
-		}
-		fputc('\n', out);
+	return ferror(out) ? -EIO : 0;
+}
+
+int tr_results_write_row_csv(const struct tr_row *row, FILE *out)
+{
+	char cell[256];
+
+	for (size_t c = 0; c < NCOLS; c++) {
+		if (c)
+			fputc(',', out);
+		format_cell(row, &columns[c], false, cell, sizeof(cell));
+		write_csv_text(cell, out);
 	}
+	fputc('\n', out);
+	return ferror(out) ? -EIO : 0;
+}
+
+int tr_results_write_csv(const struct tr_results *res, FILE *out)
+{
+	tr_results_write_csv_header(out);
+	for (size_t r = 0; r < res->n; r++)
+		tr_results_write_row_csv(&res->rows[r], out);
 	return ferror(out) ? -EIO : 0;
 }
 

@@ -92,6 +92,10 @@ void tr_results_print_table(const struct tr_results *res, const char *sort, size
 /* Writes a header line and the rows as CSV (RFC 4180 quoting). */
 int tr_results_write_csv(const struct tr_results *res, FILE *out);
 
+/* Writes the CSV's header line, or one row as a CSV line; 0 or -EIO. */
+int tr_results_write_csv_header(FILE *out);
+int tr_results_write_row_csv(const struct tr_row *row, FILE *out);
+
 /* Writes one JSON object per row and line. */
 int tr_results_write_row_jsonl(const struct tr_row *row, FILE *out);
 

@@ -9,11 +9,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -123,6 +125,11 @@ static int find_shards(const char *dir, const char *split, struct split *sp,
 	struct stat st;
 	int ret;
 
+	if (stat(dir, &st) != 0 && errno != ENOENT && errno != ENOTDIR) {
+		fprintf(stderr, "pinpipe-train: --stream: %s: cannot read the directory: %s\n", dir,
+			strerror(errno));
+		return -errno;
+	}
 	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "pinpipe-train: --stream: %s: no such directory\n", dir);
 		return -ENOENT;
@@ -274,12 +281,33 @@ struct run {
 	struct tr_dist *dist;      /* the ranks of the job (one, without mpirun) */
 };
 
+/*
+ * A write of the run's TensorBoard events failed (a full disk): said once,
+ * with the file, and the run goes on without its events.
+ */
+static void tb_failed(struct run *r)
+{
+	fprintf(stderr, "pinpipe-train: warning: --logdir: %s; the run goes on without its "
+		"TensorBoard events\n", pp_last_error());
+	pp_summary_writer_destroy(r->tb);
+	r->tb = NULL;
+}
+
+/* Adds a scalar to the run's events, if it still has them. */
+static void tb_scalar(struct run *r, const char *tag, int64_t step, double value)
+{
+	if (r->tb != NULL && pp_summary_writer_add_scalar(r->tb, tag, step, value) < 0)
+		tb_failed(r);
+}
+
 static void run_close(struct run *r)
 {
 	/* First the communicator of the gradients: a reduction a failure left in flight
 	 * is aborted with it before the model's memory goes (nccl). */
 	if (r->dist != NULL)
 		tr_dist_run_end(r->dist);
+	if (r->tb != NULL && pp_summary_writer_flush(r->tb) < 0)
+		tb_failed(r);
 	pp_summary_writer_destroy(r->tb);
 	pp_model_destroy(r->model);
 	pp_transfer_destroy(r->test_xfer);
@@ -526,8 +554,11 @@ static void tb_image_grid(struct run *r, const struct pp_device_batch *b, const 
 		why = ret == -EINVAL ? "the samples are too large for a grid" : pp_strerror(ret);
 		goto out;
 	}
-	if (pp_summary_writer_add_image(r->tb, "images/first_batch", (int64_t)step, grid.pixels,
-					grid.height, grid.width, grid.channels) < 0)
+	ret = pp_summary_writer_add_image(r->tb, "images/first_batch", (int64_t)step, grid.pixels,
+					  grid.height, grid.width, grid.channels);
+	if (ret == -EIO)
+		tb_failed(r);
+	else if (ret < 0)
 		why = pp_last_error();
 out:
 	if (why != NULL)
@@ -568,7 +599,9 @@ static void tb_histograms(struct run *r, unsigned epoch)
 							      list[i].count);
 	}
 out:
-	if (ret < 0)
+	if (ret == -EIO)
+		tb_failed(r);
+	else if (ret < 0)
 		fprintf(stderr, "pinpipe-train: warning: no histograms: %s\n",
 			pp_last_error()[0] ? pp_last_error() : pp_strerror(ret));
 	free(grads);
@@ -643,9 +676,8 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 			/* The running totals since the last point give the mean loss of these steps. */
 			ret = pp_model_metrics(r->model, false, &m);
 			if (ret == 0 && m.samples > r->tb_samples) {
-				pp_summary_writer_add_scalar(r->tb, "loss/train_step", (int64_t)*steps + 1,
-							     (m.loss_sum - r->tb_loss) /
-								     (double)(m.samples - r->tb_samples));
+				tb_scalar(r, "loss/train_step", (int64_t)*steps + 1,
+					  (m.loss_sum - r->tb_loss) / (double)(m.samples - r->tb_samples));
 				r->tb_loss = m.loss_sum;
 				r->tb_samples = m.samples;
 			}
@@ -716,9 +748,312 @@ static void print_row(const struct tr_row *row, int progress)
 	fflush(stdout);
 }
 
+/*
+ * Set when a row could not be written to --csv or --jsonl (a full disk):
+ * the run that wrote it failed, and no other run starts.
+ */
+static bool output_failed;
+
+/*
+ * Writes one row to a file of rows and flushes it: a full disk shows here,
+ * not at the end, and a row that did not fit whole is cut off again, so
+ * that the file holds whole rows.  Returns 0, or -errno with the file named
+ * on stderr.
+ */
+static int write_row(FILE *f, const char *option, const char *path, const struct tr_row *row,
+		     int (*write)(const struct tr_row *, FILE *))
+{
+	struct stat st;
+	bool regular;
+	int err;
+
+	if (f == NULL)
+		return 0;
+	regular = fflush(f) == 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+	errno = 0;
+	if (!ferror(f) && write(row, f) == 0 && fflush(f) == 0 && !ferror(f))
+		return 0;
+	err = errno ? errno : EIO;
+	/* What stdio still holds of the row is dropped, not written at fclose(). */
+	__fpurge(f);
+	if (regular && ftruncate(fileno(f), st.st_size) != 0)
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot cut off a partial row: %s\n", option,
+			path, strerror(errno));
+	fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(err));
+	output_failed = true;
+	return -err;
+}
+
+/*
+ * The files of rows, --csv and --jsonl (rank 0's): each row is written and
+ * flushed as it is made, so that a SIGKILL, a killed rank or a timeout
+ * leaves the rows so far.  A resume appends to them, after the rows of the
+ * epochs its checkpoint holds (rows_resume()).  At the end the CSV's rows
+ * of this process are written again in --sort's order (rows_finish()).
+ */
+struct row_files {
+	FILE *csv;             /* --csv, or NULL */
+	FILE *jsonl;           /* --jsonl, or NULL */
+	off_t csv_base;        /* bytes of the CSV before this process's rows: its header and
+				  the rows a resume kept */
+};
+
+/* Opens a file of rows: appended to by a resume, else emptied.  NULL with the file named on stderr. */
+static FILE *rows_open(const char *option, const char *path, bool resume)
+{
+	FILE *f = fopen(path, resume ? "a+" : "w+");
+
+	if (f == NULL)
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path, strerror(errno));
+	return f;
+}
+
+/*
+ * The length of the record at the start of s[0..len): a line of JSON, or a
+ * CSV record (a quoted cell may hold a newline), with its newline.
+ */
+static size_t record_len(const char *s, size_t len, bool csv)
+{
+	bool quoted = false;
+
+	for (size_t i = 0; i < len; i++) {
+		if (csv && s[i] == '"')
+			quoted = !quoted;
+		else if (s[i] == '\n' && !quoted)
+			return i + 1;
+	}
+	return len;
+}
+
+/*
+ * The epoch of a row: its "epoch" key (JSON), or its cell number 'col'
+ * (CSV); 0 when there is none (a failed run's row, a partial line).
+ */
+static unsigned long record_epoch(const char *s, size_t len, bool csv, size_t col)
+{
+	char buf[24];
+	size_t i = 0, n = 0;
+
+	if (!csv) {
+		static const char key[] = "\"epoch\":";
+
+		for (; i + sizeof(key) - 1 < len && memcmp(s + i, key, sizeof(key) - 1) != 0; i++)
+			;
+		i += sizeof(key) - 1;
+	} else {
+		for (size_t c = 0; c < col && i < len; i++) {
+			if (s[i] == '"')
+				for (i++; i < len && !(s[i] == '"' && (i + 1 >= len || s[i + 1] != '"')); i++)
+					i += s[i] == '"';
+			else if (s[i] == ',')
+				c++;
+		}
+	}
+	while (i < len && n + 1 < sizeof(buf) && s[i] >= '0' && s[i] <= '9')
+		buf[n++] = s[i++];
+	buf[n] = '\0';
+	return n ? strtoul(buf, NULL, 10) : 0;
+}
+
+/*
+ * Replaces 'path' with text[0..len) followed by the CSV rows of 'res' (when
+ * not NULL), through a temporary file beside it that is renamed over it:
+ * a SIGKILL leaves the old file or the new one.  Returns 0, or -errno with
+ * the file named on stderr.
+ */
+static int rows_replace(const char *option, const char *path, const char *text, size_t len,
+			const struct tr_results *res)
+{
+	char tmp[PATH_MAX];
+	FILE *f;
+	int fd, ret = 0;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path) >= (int)sizeof(tmp)) {
+		fprintf(stderr, "pinpipe-train: %s=%s: the path is too long\n", option, path);
+		return -ENAMETOOLONG;
+	}
+	fd = mkstemp(tmp);
+	if (fd < 0 || (f = fdopen(fd, "w")) == NULL) {
+		ret = -errno;
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot create %s: %s\n", option, path, tmp,
+			strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		return ret;
+	}
+	errno = 0;
+	fwrite(text, 1, len, f);
+	for (size_t i = 0; res != NULL && i < res->n; i++)
+		tr_results_write_row_csv(&res->rows[i], f);
+	if (fflush(f) != 0 || ferror(f) || fsync(fd) != 0)
+		ret = -(errno ? errno : EIO);
+	if (fclose(f) != 0 && ret == 0)
+		ret = -errno;
+	if (ret == 0 && rename(tmp, path) != 0)
+		ret = -errno;
+	if (ret < 0) {
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(-ret));
+		unlink(tmp);
+	}
+	return ret;
+}
+
+/* The whole content of a file of rows; NULL with the file named on stderr. */
+static char *rows_read(const char *option, const char *path, FILE *f, size_t *len_p)
+{
+	struct stat st;
+	char *text;
+	ssize_t got = 0;
+
+	if (fflush(f) != 0 || fstat(fileno(f), &st) != 0) {
+		fprintf(stderr, "pinpipe-train: %s=%s: %s\n", option, path, strerror(errno));
+		return NULL;
+	}
+	text = malloc((size_t)st.st_size + 1);
+	if (text == NULL) {
+		fprintf(stderr, "pinpipe-train: %s=%s: no memory for its %lld bytes\n", option, path,
+			(long long)st.st_size);
+		return NULL;
+	}
+	for (ssize_t n = 1; got < st.st_size && n > 0; got += n > 0 ? n : 0)
+		n = pread(fileno(f), text + got, (size_t)(st.st_size - got), got);
+	if (got < st.st_size) {
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot read: %s\n", option, path,
+			strerror(errno ? errno : EIO));
+		free(text);
+		return NULL;
+	}
+	*len_p = (size_t)got;
+	return text;
+}
+
+/*
+ * A resume at the end of epoch 'epochs' (or in the epoch after it): the
+ * file keeps its rows of epochs 1 to 'epochs' and drops the others (an
+ * interrupted epoch's, which the resume trains again; failed runs'), so
+ * that the resumed rows follow with no epoch twice.  A file that is not a
+ * regular one (a pipe) is left as it is.  Returns 0 or -errno.
+ */
+static int rows_resume_one(const char *option, const char *path, FILE **f_p, bool csv,
+			   unsigned epochs, off_t *base_p)
+{
+	struct stat st;
+	size_t len, kept = 0, col = 0, at = 0;
+	char *text;
+	int ret;
+
+	if (*f_p == NULL || fstat(fileno(*f_p), &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	text = rows_read(option, path, *f_p, &len);
+	if (text == NULL)
+		return -EIO;
+	if (csv && len > 0) {
+		/* The header stays; it says which cell is the epoch. */
+		size_t n = record_len(text, len, true);
+
+		for (const char *c = text; c < text + n && strncmp(c, "epoch,", 6) != 0; c++)
+			col += *c == ',';
+		at = kept = n;
+	}
+	while (at < len) {
+		size_t n = record_len(text + at, len - at, csv);
+		unsigned long e = record_epoch(text + at, n, csv, col);
+
+		if (text[at + n - 1] == '\n' && e >= 1 && e <= epochs) {
+			memmove(text + kept, text + at, n);
+			kept += n;
+		}
+		at += n;
+	}
+	ret = rows_replace(option, path, text, kept, NULL);
+	free(text);
+	if (ret < 0)
+		return ret;
+	fclose(*f_p);
+	*f_p = rows_open(option, path, true);
+	if (*f_p == NULL)
+		return -EIO;
+	if (base_p != NULL)
+		*base_p = (off_t)kept;
+	return 0;
+}
+
+static int rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned epochs)
+{
+	int ret = rows_resume_one("--csv", opt->csv, &rf->csv, true, epochs, &rf->csv_base);
+
+	if (ret == 0)
+		ret = rows_resume_one("--jsonl", opt->jsonl, &rf->jsonl, false, epochs, NULL);
+	if (ret < 0)
+		output_failed = true;
+	return ret;
+}
+
+/*
+ * Opens the files of rows of rank 0 (the other ranks write none); the CSV
+ * gets its header when it is new.  Returns 0, or -errno with the file named.
+ */
+static int rows_start(const struct tr_options *opt, struct row_files *rf)
+{
+	struct stat st;
+
+	memset(rf, 0, sizeof(*rf));
+	if (opt->jsonl[0] != '\0' && (rf->jsonl = rows_open("--jsonl", opt->jsonl, opt->resume)) == NULL)
+		return -EIO;
+	if (opt->csv[0] == '\0')
+		return 0;
+	rf->csv = rows_open("--csv", opt->csv, opt->resume);
+	if (rf->csv == NULL)
+		return -EIO;
+	if (fstat(fileno(rf->csv), &st) == 0 && st.st_size > 0) {
+		rf->csv_base = st.st_size;
+		return 0;
+	}
+	if (tr_results_write_csv_header(rf->csv) < 0 || fflush(rf->csv) != 0) {
+		fprintf(stderr, "pinpipe-train: --csv=%s: cannot write: %s\n", opt->csv, strerror(errno));
+		return -EIO;
+	}
+	rf->csv_base = ftello(rf->csv);
+	return 0;
+}
+
+/*
+ * Closes the files of rows; the CSV, a regular file, gets this process's
+ * rows again in 'res''s order (sorted by --sort), after its header and the
+ * rows a resume kept.  Returns 0, or -errno with the file named.
+ */
+static int rows_finish(const struct tr_options *opt, struct row_files *rf,
+		       const struct tr_results *res)
+{
+	struct stat st;
+	size_t len;
+	char *text;
+	int ret = 0;
+
+	if (rf->csv != NULL && res != NULL && !output_failed && fstat(fileno(rf->csv), &st) == 0 &&
+	    S_ISREG(st.st_mode)) {
+		text = rows_read("--csv", opt->csv, rf->csv, &len);
+		ret = text == NULL ? -EIO
+		      : rows_replace("--csv", opt->csv, text, len < (size_t)rf->csv_base ? len : (size_t)rf->csv_base, res);
+		free(text);
+	}
+	if (rf->csv != NULL && (ferror(rf->csv) | fclose(rf->csv)) != 0 && !output_failed && ret == 0) {
+		fprintf(stderr, "pinpipe-train: --csv=%s: cannot write: %s\n", opt->csv, strerror(errno));
+		ret = -EIO;
+	}
+	if (rf->jsonl != NULL && (ferror(rf->jsonl) | fclose(rf->jsonl)) != 0 && !output_failed) {
+		fprintf(stderr, "pinpipe-train: --jsonl=%s: cannot write: %s\n", opt->jsonl,
+			strerror(errno));
+		ret = -EIO;
+	}
+	return ret;
+}
+
 /* A failed run's row; 'why' says why, or NULL for the library's last error. */
-static void fail_row(struct tr_results *res, unsigned run, const struct tr_params *p, int err,
-		     const char *why, FILE *jsonl)
+static void fail_row(const struct tr_options *opt, struct tr_results *res, unsigned run,
+		     const struct tr_params *p, int err, const char *why, struct row_files *rf)
 {
 	struct tr_row row;
 
@@ -735,8 +1070,11 @@ static void fail_row(struct tr_results *res, unsigned run, const struct tr_param
 	snprintf(row.status, sizeof(row.status), "failed: %.*s", (int)sizeof(row.status) - 9, reason);
 	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, reason);
 	tr_results_add(res, &row);
-	if (jsonl)
-		tr_results_write_row_jsonl(&row, jsonl);
+	/* A file that failed already said so. */
+	if (rf->jsonl && !ferror(rf->jsonl))
+		write_row(rf->jsonl, "--jsonl", opt->jsonl, &row, tr_results_write_row_jsonl);
+	if (rf->csv && !ferror(rf->csv))
+		write_row(rf->csv, "--csv", opt->csv, &row, tr_results_write_row_csv);
 }
 
 /*
@@ -754,38 +1092,48 @@ static unsigned usable_cores(void)
 }
 
 /* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
-/* Appends a finished row to the results, the terminal, the JSON lines and TensorBoard. */
-static void report_row(struct run *r, const struct tr_row *row, uint64_t steps, int progress,
-		       struct tr_results *res, FILE *jsonl)
+/*
+ * Appends a finished row to the results, the terminal, the JSON lines and
+ * TensorBoard.  Returns 0, or -errno when the JSON lines could not be
+ * written (the file is named on stderr); TensorBoard's failures are a
+ * warning (tb_failed()).
+ */
+static int report_row(const struct tr_options *opt, struct run *r, const struct tr_row *row,
+		      uint64_t steps, struct tr_results *res, struct row_files *rf)
 {
+	int ret;
+
 	tr_results_add(res, row);
-	print_row(row, progress);
+	print_row(row, opt->progress);
 	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
-	if (jsonl) {
-		tr_results_write_row_jsonl(row, jsonl);
-		fflush(jsonl);
-	}
+	ret = write_row(rf->jsonl, "--jsonl", opt->jsonl, row, tr_results_write_row_jsonl);
+	if (ret == 0)
+		ret = write_row(rf->csv, "--csv", opt->csv, row, tr_results_write_row_csv);
+	if (ret < 0)
+		return ret;
 	if (r->tb == NULL)
-		return;
-	pp_summary_writer_add_scalar(r->tb, "loss/train", (int64_t)steps, row->train_loss);
-	pp_summary_writer_add_scalar(r->tb, "accuracy/train", (int64_t)steps, row->train_acc);
+		return 0;
+	tb_scalar(r, "loss/train", (int64_t)steps, row->train_loss);
+	tb_scalar(r, "accuracy/train", (int64_t)steps, row->train_acc);
 	if (!isnan(row->val_acc)) {
-		pp_summary_writer_add_scalar(r->tb, "loss/val", (int64_t)steps, row->val_loss);
-		pp_summary_writer_add_scalar(r->tb, "accuracy/val", (int64_t)steps, row->val_acc);
+		tb_scalar(r, "loss/val", (int64_t)steps, row->val_loss);
+		tb_scalar(r, "accuracy/val", (int64_t)steps, row->val_acc);
 	}
 	if (!isnan(row->test_acc)) {
-		pp_summary_writer_add_scalar(r->tb, "loss/test", (int64_t)steps, row->test_loss);
-		pp_summary_writer_add_scalar(r->tb, "accuracy/test", (int64_t)steps, row->test_acc);
+		tb_scalar(r, "loss/test", (int64_t)steps, row->test_loss);
+		tb_scalar(r, "accuracy/test", (int64_t)steps, row->test_acc);
 	}
-	pp_summary_writer_add_scalar(r->tb, "time/epoch_s", row->epoch, row->epoch_s);
-	pp_summary_writer_add_scalar(r->tb, "time/samples_per_s", row->epoch, row->samples_per_s);
-	pp_summary_writer_add_scalar(r->tb, "time/wait_s", row->epoch, row->wait_s);
+	tb_scalar(r, "time/epoch_s", row->epoch, row->epoch_s);
+	tb_scalar(r, "time/samples_per_s", row->epoch, row->samples_per_s);
+	tb_scalar(r, "time/wait_s", row->epoch, row->wait_s);
 	if (r->dist->size > 1)
-		pp_summary_writer_add_scalar(r->tb, "time/allreduce_s", row->epoch, row->allreduce_s);
-	tb_histograms(r, row->epoch);
+		tb_scalar(r, "time/allreduce_s", row->epoch, row->allreduce_s);
+	if (r->tb != NULL)
+		tb_histograms(r, row->epoch);
 	/* The writer buffers: a full disk shows at the flush, once per epoch. */
-	if (pp_summary_writer_flush(r->tb) < 0)
-		fprintf(stderr, "pinpipe-train: warning: %s\n", pp_last_error());
+	if (r->tb != NULL && pp_summary_writer_flush(r->tb) < 0)
+		tb_failed(r);
+	return 0;
 }
 
 /*
@@ -903,9 +1251,47 @@ static void blas_note(struct tr_params *p, bool say)
 	said = said || info.warning[0] != '\0';
 }
 
+/*
+ * --resume: the checkpoint's model and optimizer are those the options
+ * ask for (the rows name them), else the resume is refused, naming both,
+ * with -EINVAL and the reason in why.  A learning rate other than the
+ * checkpoint's is taken: the model trains with the --lr its rows show.
+ */
+static int resume_check(const struct tr_options *opt, const struct tr_params *p,
+			struct pp_model *model, bool say, char *why, size_t size)
+{
+	const char *want = pp_model_preset(p->model) ? pp_model_preset(p->model) : p->model;
+	struct pp_optimizer_config o;
+	const char *kind;
+
+	pp_model_get_optimizer(model, &o);
+	kind = o.kind == PP_OPTIM_SGD ? "sgd" : "adam";
+	if (strcmp(want, pp_model_spec(model)) != 0)
+		snprintf(why, size, "--resume: %s holds the model '%s', not --model=%s ('%s'): resume "
+			 "it with its own model", opt->checkpoint, pp_model_spec(model), p->model, want);
+	else if (strcmp(p->optimizer, kind) != 0)
+		snprintf(why, size, "--resume: %s holds the optimizer %s, not --optimizer=%s: resume "
+			 "it with its own optimizer", opt->checkpoint, kind, p->optimizer);
+	else if (o.momentum != (float)opt->momentum || o.weight_decay != (float)opt->weight_decay ||
+		 o.nesterov != opt->nesterov)
+		snprintf(why, size, "--resume: %s holds the optimizer's --momentum=%g "
+			 "--weight-decay=%g%s, not --momentum=%g --weight-decay=%g%s", opt->checkpoint,
+			 (double)o.momentum, (double)o.weight_decay, o.nesterov ? " --nesterov" : "",
+			 opt->momentum, opt->weight_decay, opt->nesterov ? " --nesterov" : "");
+	else if (o.lr != (float)p->lr) {
+		if (say)
+			fprintf(stderr, "pinpipe-train: --resume: %s was trained at the learning rate "
+				"%g: it goes on at --lr=%g\n", opt->checkpoint, (double)o.lr, p->lr);
+		return pp_model_set_lr(model, (float)p->lr);
+	} else
+		return 0;
+	return -EINVAL;
+}
+
 /* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
-		     const struct data *d, struct tr_dist *dist, struct tr_results *res, FILE *jsonl)
+		     const struct data *d, struct tr_dist *dist, struct tr_results *res,
+		     struct row_files *rf)
 {
 	struct tr_params params = *p;
 	const struct pp_sample_info *info;
@@ -915,7 +1301,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	unsigned first_epoch;
 	struct pp_loader_position pos;
 	uint64_t resumed_key;
-	char why[sizeof(opt->checkpoint) + 256] = "";  /* why the run failed, when the trainer knows */
+	char why[sizeof(opt->checkpoint) + 1024] = "";  /* why the run failed, when the trainer knows */
 	unsigned cores;
 	int ret;
 
@@ -926,6 +1312,8 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	ret = tr_dist_check_batch(dist, p->batch_size, why, sizeof(why));
 	if (ret == 0)
 		ret = run_open(opt, &params, run, d, dist, &r);
+	if (ret == 0 && opt->resume)
+		ret = resume_check(opt, &params, r.model, dist->rank == 0, why, sizeof(why));
 	if (ret < 0)
 		goto fail;
 	/* Rows name the device that ran ("auto" opens cpu or cuda:0), a CPU step's threads and BLAS. */
@@ -975,6 +1363,12 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		run_close(&r);
 		return 0;
 	}
+	/* The files of rows keep the epochs the checkpoint holds, and no later ones. */
+	if (opt->resume && rows_resume(opt, rf, first_epoch) < 0) {
+		snprintf(why, sizeof(why), "--resume: a file of rows cannot be rewritten");
+		ret = -EIO;
+		goto fail;
+	}
 	/* The model keeps the order of its training data (the loader's plan key)
 	 * in its checkpoints, so that a resume can be checked against it. */
 	ret = pp_loader_get_position(r.train_loader, &pos);
@@ -1009,6 +1403,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	for (unsigned epoch = first_epoch; epoch < opt->epochs; epoch++) {
 		uint64_t steps_before = steps;
 		struct tr_row row;
+		int ret2;
 
 		if (opt->max_steps && steps >= opt->max_steps)
 			break;
@@ -1033,7 +1428,13 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			break;
 		row.run_s = now_s() - t_run;
 		snprintf(row.status, sizeof(row.status), "%s", ret == -EINTR ? "interrupted" : "ok");
-		report_row(&r, &row, steps, opt->progress, res, jsonl);
+		ret2 = report_row(opt, &r, &row, steps, res, rf);
+		if (ret2 < 0) {
+			snprintf(why, sizeof(why), "a file of rows cannot be written: %s",
+				 pp_strerror(ret2));
+			ret = ret2;
+			goto fail;
+		}
 		/* An interrupted epoch's steps are whole: its checkpoint resumes exactly. */
 		if (opt->checkpoint[0] != '\0' && dist->rank == 0) {
 			int saved = pp_model_save(r.model, opt->checkpoint);
@@ -1060,7 +1461,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	return ret == -EINTR ? ret : 0;
 
 fail:
-	fail_row(res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, jsonl);
+	fail_row(opt, res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, rf);
 	run_close(&r);
 	return ret;
 }
@@ -1133,7 +1534,8 @@ int main(int argc, char **argv)
 	struct tr_results res = { 0 };
 	struct tr_dist dist;
 	struct data d;
-	FILE *jsonl = NULL;
+	struct row_files rf;
+	char checked[1024];        /* why the ranks' options do not agree */
 	size_t runs, started = 0;
 	int ret, failed = 0;
 	bool told = false;         /* a run said where Ctrl-C stopped it */
@@ -1147,10 +1549,26 @@ int main(int argc, char **argv)
 	ranks_setup(&opt, &dist);
 	if (data_open(&opt, &d) < 0)
 		return rank_failed(&dist);
-	if (opt.jsonl[0] != '\0' && (jsonl = fopen(opt.jsonl, "w")) == NULL) {
-		fprintf(stderr, "pinpipe-train: %s: %s\n", opt.jsonl, strerror(errno));
+	if (rows_start(&opt, &rf) < 0) {
+		rows_finish(&opt, &rf, NULL);
 		data_free(&d);
 		return rank_failed(&dist);
+	}
+	/* The ranks of a job agree on the options, or none trains: exit 2, as for a bad option. */
+	ret = tr_dist_check_options(&dist, &opt, checked, sizeof(checked));
+	if (ret < 0) {
+		struct tr_params p;
+
+		tr_options_run_params(&opt, 0, &p);
+		if (dist.rank == 0)
+			fail_row(&opt, &res, 1, &p, ret, checked, &rf);
+		rows_finish(&opt, &rf, NULL);
+		tr_results_free(&res);
+		data_free(&d);
+		if (ret != -EINVAL)
+			return rank_failed(&dist);
+		tr_dist_close(&dist);
+		return 2;
 	}
 	runs = tr_options_runs(&opt);
 	for (size_t i = 0; i < runs; i++) {
@@ -1171,7 +1589,7 @@ int main(int argc, char **argv)
 
 		tr_options_run_params(&opt, i, &p);
 		started++;
-		ret = train_run(&opt, &p, (unsigned)i + 1, &d, &dist, &res, jsonl);
+		ret = train_run(&opt, &p, (unsigned)i + 1, &d, &dist, &res, &rf);
 		told = ret == -EINTR;
 		if (ret < 0)
 			failed++;
@@ -1180,6 +1598,9 @@ int main(int argc, char **argv)
 			data_free(&d);
 			return rank_failed(&dist);
 		}
+		/* A file of rows could not be written: no other run starts. */
+		if (output_failed)
+			break;
 	}
 	if (dist.rank == 0 && interrupted && !told && started == 0)
 		fprintf(stderr, "pinpipe-train: interrupted before the first step: nothing trained%s%s%s\n",
@@ -1193,18 +1614,8 @@ int main(int argc, char **argv)
 		printf("\n");
 	if (dist.rank == 0)
 		tr_results_print_table(&res, opt.sort, table_width(), stdout);
-	if (opt.csv[0] != '\0') {
-		FILE *f = fopen(opt.csv, "w");
-
-		if (f == NULL || tr_results_write_csv(&res, f) < 0 || fclose(f) != 0) {
-			fprintf(stderr, "pinpipe-train: %s: cannot write: %s\n", opt.csv, strerror(errno));
-			failed++;
-		}
-	}
-	if (jsonl && fclose(jsonl) != 0) {
-		fprintf(stderr, "pinpipe-train: %s: cannot write: %s\n", opt.jsonl, strerror(errno));
+	if (rows_finish(&opt, &rf, &res) < 0)
 		failed++;
-	}
 	tr_results_free(&res);
 	data_free(&d);
 	/* mpirun ends the job when a rank exits non-zero (130 after Ctrl-C): no rank

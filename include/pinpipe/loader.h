@@ -112,7 +112,9 @@ struct pp_loader_config {
 	enum pp_dtype dtype;    /* output element type; 0: as stored.  PP_DTYPE_F32 from
 	                           uint8 gives (x / 255 - mean) / std, as ToTensor + Normalize */
 	float mean[PP_LOADER_MAX_CHANNELS]; /* per channel, in units of the output (0..1 for uint8) */
-	float std[PP_LOADER_MAX_CHANNELS];  /* per channel; 0: 1 */
+	float std[PP_LOADER_MAX_CHANNELS];  /* per channel; 0: 1.  Each mean and std finite and
+	                                       not subnormal, else pp_loader_create() fails
+	                                       with -EINVAL */
 
 	enum pp_loader_cache cache; /* for shards only; in-memory datasets are used where they lie */
 	uint32_t window_chunks; /* streaming: chunks whose samples are shuffled together; 0: 8.

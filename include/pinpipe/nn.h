@@ -131,7 +131,7 @@ struct pp_model_config {
 	uint64_t seed;         /* seeds the initialisation; same seed, same parameters */
 	int threads;           /* CPU threads for a step, >= 1; pp_model_cpu_threads() says how many pay */
 	float mean;            /* uint8 inputs become (x / 255 - mean) / std */
-	float std;             /* > 0 */
+	float std;             /* > 0; mean and std finite, not subnormal */
 	struct pp_stream *stream; /* cuda: the stream all the model's work goes on (required) */
 	/*
 	 * CPU: false (the default) runs the model's work with subnormal
@@ -258,6 +258,12 @@ PP_API void pp_model_destroy(struct pp_model *model);
 
 /* The expanded spec (presets replaced by their layers). */
 PP_API const char *pp_model_spec(const struct pp_model *model);
+
+/* The layers of the preset 'name' ("mlp", "cnn") as pp_model_spec() gives them; NULL for no preset. */
+PP_API const char *pp_model_preset(const char *name);
+
+/* Copies the model's optimizer settings (kind, learning rate, momentum, ...) into *cfg_p. */
+PP_API void pp_model_get_optimizer(const struct pp_model *model, struct pp_optimizer_config *cfg_p);
 
 /* Number of trainable parameters (floats). */
 PP_API size_t pp_model_param_count(const struct pp_model *model);
@@ -387,8 +393,10 @@ PP_API uint64_t pp_model_tag(const struct pp_model *model);
  * Saves the model to 'path': a versioned binary checkpoint with the spec,
  * the input shape, the parameters, the optimizer's settings and state, the
  * step count, the tag and a CRC-32 of the whole.  The file is written under a
- * temporary name and renamed, so an existing checkpoint is never left half
- * written.  Returns 0 or -errno with the path in the message.
+ * temporary name of its own beside 'path' ("PATH.tmp-XXXXXX", created anew:
+ * never a file or link found there, nor another writer's), synced and
+ * renamed, and the directory synced, so an existing checkpoint is never left
+ * half written.  Returns 0 or -errno with the path in the message.
  */
 PP_API int pp_model_save(struct pp_model *model, const char *path);
 
