@@ -239,8 +239,9 @@ static int blas_load(void)
 	blas.preloaded = blas.lib != NULL;
 	if (blas.lib == NULL) {
 		blas.arranged = env == NULL ? pp_blas_arrangement(&blas.cpu) : NULL;
-		/* Not overwritten: another thread may have set it since (setenv is the caller's to order) */
-		if (blas.arranged != NULL && setenv("OPENBLAS_CORETYPE", blas.arranged, 0) != 0)
+		/* Named only while nobody else does (and then taken away again below). */
+		if (blas.arranged != NULL && (setenv("OPENBLAS_CORETYPE", blas.arranged, 0) != 0 ||
+					      strcmp(getenv("OPENBLAS_CORETYPE"), blas.arranged) != 0))
 			blas.arranged = NULL;
 		/* OpenBLAS starts its threads as it is loaded: they take the library's mask. */
 		masked = pp_signals_block(&caller) == 0;
