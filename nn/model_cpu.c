@@ -32,9 +32,9 @@
  * sleeps on the condition variable, as OpenMP's runtimes do, since a
  * futex's wake-up, and the waking threads' queue on the mutex, cost tens
  * of microseconds a job; only where the threads leave a processor free,
- * as pinpipe-train's do, so that they never spin in another's way.  The counters the threads write (struct
- * nn_sched) have a cache line each, apart from the model's fields that
- * they all read.
+ * as pinpipe-train's do, so that they never spin in another's way.  The
+ * counters the threads write (struct nn_sched) have a cache line each,
+ * apart from the model's fields that they all read.
  */
 #include "config.h"
 
@@ -81,7 +81,7 @@ struct nn_sched {
 	alignas(NN_LINE) size_t next_chunk;   /* the next chunk a thread takes (atomic) */
 	alignas(NN_LINE) size_t next_dw_task; /* the next task, then the next optimizer slice (atomic) */
 	alignas(NN_LINE) uint64_t generation; /* bumped for each job (atomic: release, acquire) */
-	alignas(NN_LINE) int pending;         /* workers still running the job (atomic) */
+	alignas(NN_LINE) uint64_t pending;    /* workers still running the job (atomic) */
 	alignas(NN_LINE) int sleepers;        /* workers asleep on m->go (under m->lock) */
 	bool caller_waits;                    /* the caller asleep on m->done (under m->lock) */
 	uint64_t spin_ns;                     /* NN_SPIN_NS, or 0 where the threads have no core
@@ -447,29 +447,16 @@ static void run_updates(struct nn_worker *wk)
 	}
 }
 
-/* Spins until *v differs from 'old' (acquire), 'ns' at most; true when it does. */
-static bool spin_while_eq(const uint64_t *v, uint64_t old, uint64_t ns)
+/*
+ * Spins until *v is 'value' (is_value) or is not (!is_value), read with
+ * acquire, for 'ns' at most; true when it came to that.
+ */
+static bool spin_until(const uint64_t *v, uint64_t value, bool is_value, uint64_t ns)
 {
 	const uint64_t t0 = pp_now_ns();
 
 	for (unsigned i = 1;; i++) {
-		if (__atomic_load_n(v, __ATOMIC_ACQUIRE) != old)
-			return true;
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
-		if (i % 64 == 0 && pp_now_ns() - t0 >= ns)
-			return false;
-	}
-}
-
-/* Spins until *v is 0 (acquire), 'ns' at most; true when it is. */
-static bool spin_until_zero(const int *v, uint64_t ns)
-{
-	const uint64_t t0 = pp_now_ns();
-
-	for (unsigned i = 1;; i++) {
-		if (__atomic_load_n(v, __ATOMIC_ACQUIRE) == 0)
+		if ((__atomic_load_n(v, __ATOMIC_ACQUIRE) == value) == is_value)
 			return true;
 #if defined(__x86_64__) || defined(__i386__)
 		__builtin_ia32_pause();
@@ -503,7 +490,9 @@ static void *worker_main(void *arg)
 
 	nn_fp_enter(!m->cfg.keep_denormals); /* the thread's own, for its whole life */
 	for (;;) {
-		if (!spin_while_eq(&s->generation, seen, __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED))) {
+		const uint64_t spin = __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED);
+
+		if (!spin_until(&s->generation, seen, false, spin)) {
 			pthread_mutex_lock(&m->lock);
 			s->sleepers++;
 			while (!m->quit && __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE) == seen)
@@ -536,7 +525,7 @@ static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
 	m->work = work;
 	if (m->threads > 1) {
 		m->fp_csr = nn_fp_get();
-		__atomic_store_n(&s->pending, m->threads - 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->pending, (uint64_t)m->threads - 1, __ATOMIC_RELAXED);
 		/* release: the job, its work and the controls are seen with the generation */
 		__atomic_add_fetch(&s->generation, 1, __ATOMIC_RELEASE);
 		/* those that sleep are woken; one going to sleep sees the generation under the lock */
@@ -547,7 +536,7 @@ static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
 	}
 	work(&m->workers[0]);
 	if (m->threads > 1 &&
-	    !spin_until_zero(&s->pending, __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED))) {
+	    !spin_until(&s->pending, 0, true, __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED))) {
 		pthread_mutex_lock(&m->lock);
 		s->caller_waits = true;
 		while (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) != 0)
