@@ -20,13 +20,13 @@
  */
 #include "config.h"
 
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/internal.h"
+#include "nn/blas.h"
 #include "nn/nn_internal.h"
 #include "pinpipe/dataset.h"
 
@@ -69,23 +69,33 @@ static int sgemm_peak(void)
 	const int n = 1024;
 	float *a = calloc((size_t)n * n, sizeof(float)), *b = calloc((size_t)n * n, sizeof(float));
 	float *c = calloc((size_t)n * n, sizeof(float));
+	struct pp_blas_info info;
 	double best = 0.0;
 
 	if (!a || !b || !c) {
 		fprintf(stderr, "bench_nn: out of memory\n");
 		return 1;
 	}
-	openblas_set_num_threads(1);
+	if (pp_blas_open() < 0) {
+		fprintf(stderr, "bench_nn: %s\n", pp_last_error());
+		free(a);
+		free(b);
+		free(c);
+		return 1;
+	}
+	pp_blas_single_thread();
+	pp_blas_get_info(&info);
 	for (size_t i = 0; i < (size_t)n * n; i++)
 		a[i] = b[i] = (float)(i % 7) * 0.1f;
 	for (int r = 0; r < 5; r++) {
 		uint64_t t0 = pp_now_ns();
 
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
-			    c, n);
+		pp_blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n,
+			      0.0f, c, n);
 		best = PP_MAX(best, 2.0 * n * n * n / (double)(pp_now_ns() - t0));
 	}
-	printf("openblas sgemm n=%d threads=1 core=%s: %.1f GFLOP/s\n", n, openblas_get_corename(), best);
+	printf("openblas sgemm n=%d threads=1 core=%s (chosen by %s): %.1f GFLOP/s\n", n, info.core,
+	       info.chosen_by, best);
 	free(a);
 	free(b);
 	free(c);

@@ -1,13 +1,19 @@
 /*
- * common/cpu.h: the one probe of the processor's instruction sets, and the
- * one spelling of the target attribute of each level, for the kernels that
- * come in a version per level (nn/, the loader's conversion).  Not exported.
+ * common/cpu.h: the one probe of the processor (its instruction sets, and
+ * its vendor, family and model for the choices made from what it is: the
+ * BLAS's kernels, nn/blas.c), and the one spelling of the target attribute
+ * of each level, for the kernels that come in a version per level (nn/,
+ * the loader's conversion).  Not exported.  A test fakes the processor by
+ * handing a struct pp_cpu_id or an enum pp_isa of its own to the function
+ * that takes one (pp_blas_arrangement(), the kernels' _isa versions).
  *
  * A function marked PP_TARGET_AVX2 or PP_TARGET_AVX512 may run only where
  * pp_isa_best() returns that level or a higher one.
  */
 #ifndef PP_COMMON_CPU_H
 #define PP_COMMON_CPU_H
+
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,6 +37,26 @@ enum pp_isa {
 
 /* The best level this processor runs (PP_ISA_BASE off x86-64). */
 enum pp_isa pp_isa_best(void);
+
+/*
+ * What a processor says it is (cpuid), with the instruction sets that it
+ * and the operating system both enable.
+ */
+struct pp_cpu_id {
+	char vendor[13];    /* "GenuineIntel", "AuthenticAMD", "HygonGenuine", ...; "" off x86-64 */
+	unsigned family;    /* as Intel and AMD number them: the base family, plus the
+			     * extended one where the base is 0xf (0x6; 0x19 for Zen 3 and 4) */
+	unsigned model;     /* the base model, plus the extended one << 4 where the base
+			     * family is 0x6 or 0xf (0x8f Sapphire Rapids, 0xcf Emerald Rapids) */
+	bool avx;
+	bool avx2;
+	bool avx512vl;      /* AVX-512 VL (with F), the ZMM registers enabled by the system */
+	bool avx512bf16;    /* AVX-512 BF16, likewise */
+	enum pp_isa isa;    /* the best level of the library's kernels (pp_isa_best()) */
+};
+
+/* Fills *id for this processor (all zero but isa off x86-64). */
+void pp_cpu_identify(struct pp_cpu_id *id);
 
 #ifdef __cplusplus
 }

@@ -12,11 +12,11 @@
  */
 #include "config.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 #include <string.h>
 
 #include "common/internal.h"
+#include "nn/blas.h"
 #include "nn/nn_internal.h"
 
 /* Copies k floats; constant sizes for the common kernels, so that the copy is inlined. */
@@ -147,8 +147,8 @@ void pp_nn_conv2d_forward_impl(const struct nn_layer *l, float *out, const float
 			for (int j = 0; j < pos; j++)
 				y[(size_t)o * pos + j] = b[o];
 		/* y (OC, P) += W (OC, CKK) . col^T (CKK, P) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, pos, kk, 1.0f, w, kk, c, kk,
-			    1.0f, y, pos);
+		pp_blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, pos, kk, 1.0f, w, kk, c, kk,
+			      1.0f, y, pos);
 	}
 }
 
@@ -175,13 +175,13 @@ void pp_nn_conv2d_backward(const struct nn_layer *l, float *din, float *dw, floa
 			db[o] += s;
 		}
 		/* dW (OC, CKK) += dy (OC, P) . col (P, CKK) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, kk, pos, 1.0f, dy, pos, col,
-			    kk, 1.0f, dw, kk);
+		pp_blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, oc, kk, pos, 1.0f, dy, pos, col,
+			      kk, 1.0f, dw, kk);
 		if (!din)
 			continue;
 		/* dcol (P, CKK) = dy^T (P, OC) . W (OC, CKK) */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pos, kk, oc, 1.0f, dy, pos, w, kk,
-			    0.0f, dcol, kk);
+		pp_blas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pos, kk, oc, 1.0f, dy, pos, w, kk,
+			      0.0f, dcol, kk);
 		float *dx = din + (size_t)i * l->in_size;
 		memset(dx, 0, l->in_size * sizeof(float));
 		col2im(l, dx, dcol);

@@ -10,10 +10,10 @@
  */
 #include "config.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 #include <string.h>
 
+#include "nn/blas.h"
 #include "nn/nn_internal.h"
 
 void pp_nn_linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
@@ -25,8 +25,8 @@ void pp_nn_linear_forward(const struct nn_layer *l, float *out, const float *in,
 		for (int o = 0; o < oc; o++)
 			out[(size_t)i * oc + o] = b[o];
 	/* out (n, oc) += in (n, ic) . W^T (ic, oc) */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, oc, ic, 1.0f, in, ic, w, ic, 1.0f,
-		    out, oc);
+	pp_blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, oc, ic, 1.0f, in, ic, w, ic, 1.0f,
+		      out, oc);
 }
 
 void pp_nn_linear_backward_input(const struct nn_layer *l, float *din, const float *dout, const float *w,
@@ -35,8 +35,8 @@ void pp_nn_linear_backward_input(const struct nn_layer *l, float *din, const flo
 	const int ic = (int)l->in_size, oc = l->out_c;
 
 	/* din (n, ic) = dout (n, oc) . W (oc, ic) */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, ic, oc, 1.0f, dout, oc, w, ic, 0.0f,
-		    din, ic);
+	pp_blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, ic, oc, 1.0f, dout, oc, w, ic, 0.0f,
+		      din, ic);
 }
 
 /* The mask of the first k of 16 lanes (all for k >= 16, none for k <= 0). */
@@ -124,8 +124,8 @@ void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float
 		return;
 	}
 	/* dW[:, j0:j1] (oc, j1 - j0) = beta dW[:, j0:j1] + dout^T (oc, n) . in[:, j0:j1] (n, j1 - j0) */
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, j1 - j0, n, 1.0f, dout, oc, in + j0,
-		    ic, beta, dw + j0, ic);
+	pp_blas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, j1 - j0, n, 1.0f, dout, oc, in + j0,
+		      ic, beta, dw + j0, ic);
 }
 
 void pp_nn_linear_backward_params(const struct nn_layer *l, float *dw, float *db, const float *dout,

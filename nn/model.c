@@ -6,7 +6,6 @@
  */
 #include "config.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/internal.h"
+#include "nn/blas.h"
 #include "nn/nn_internal.h"
 
 #define NN_MAX_THREADS 256
@@ -265,12 +265,17 @@ int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_mod
 	ret = check_memory(m, dev);
 	if (ret)
 		goto err_destroy;
-	/* OpenBLAS starts its own threads here when it has none yet (in a
-	 * child after fork()): they take the mask of pinpipe's threads. */
-	masked = pp_signals_block(&caller) == 0;
-	openblas_set_num_threads(1);
-	if (masked)
-		pp_signals_restore(&caller);
+	if (m->backend == &pp_nn_backend_cpu) {
+		ret = pp_blas_open();
+		if (ret)
+			goto err_destroy;
+		/* OpenBLAS starts its own threads here when it has none yet (in a
+		 * child after fork()): they take the mask of pinpipe's threads. */
+		masked = pp_signals_block(&caller) == 0;
+		pp_blas_single_thread();
+		if (masked)
+			pp_signals_restore(&caller);
+	}
 	ret = model_setup(m);
 	if (ret)
 		goto err_destroy;

@@ -25,10 +25,22 @@
  * NN_GROUP_BYTES, taken forward and at once backward (a sample's gradient
  * needs only its own loss), so that the columns are made once and are
  * still in cache when the backward uses them.
+ *
+ * A step is three jobs for the threads (chunks, gradient tasks, optimizer
+ * slices), a few hundred microseconds each at a batch of 100: a thread
+ * that has finished one spins a while (NN_SPIN_NS) for the next before it
+ * sleeps on the condition variable, as OpenMP's runtimes do, since a
+ * futex's wake-up, and the waking threads' queue on the mutex, cost tens
+ * of microseconds a job; only where the threads leave a processor free,
+ * as pinpipe-train's do, so that they never spin in another's way.  The
+ * counters the threads write (struct nn_sched) have a cache line each,
+ * apart from the model's fields that they all read.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +67,26 @@
 #define NN_SUM_FLOATS 256
 /* Parameters in one slice of the optimizer's update. */
 #define NN_OPT_FLOATS 4096
+/* How long a thread that has run its part of a job spins for the next before it sleeps. */
+#define NN_SPIN_NS 50000
+/* A cache line (x86-64, and the ARM cores' L1). */
+#define NN_LINE 64
+
+/*
+ * What the step's threads write as they take work: each counter on a line
+ * of its own (a line written by one thread is taken from all the others'
+ * caches, and the model's fields beside it with it).  Allocated aligned.
+ */
+struct nn_sched {
+	alignas(NN_LINE) size_t next_chunk;   /* the next chunk a thread takes (atomic) */
+	alignas(NN_LINE) size_t next_dw_task; /* the next task, then the next optimizer slice (atomic) */
+	alignas(NN_LINE) uint64_t generation; /* bumped for each job (atomic: release, acquire) */
+	alignas(NN_LINE) uint64_t pending;    /* workers still running the job (atomic) */
+	alignas(NN_LINE) int sleepers;        /* workers asleep on m->go (under m->lock) */
+	bool caller_waits;                    /* the caller asleep on m->done (under m->lock) */
+	uint64_t spin_ns;                     /* NN_SPIN_NS, or 0 where the threads have no core
+					       * to spare (they would spin in the way of others) */
+};
 
 /* One thread's scratch; worker 0 is the calling thread. */
 struct nn_worker {
@@ -310,7 +342,7 @@ static void run_chunks(struct nn_worker *wk)
 	struct pp_model *m = wk->m;
 
 	for (;;) {
-		size_t c = __atomic_fetch_add(&m->next_chunk, 1, __ATOMIC_RELAXED);
+		size_t c = __atomic_fetch_add(&m->sched->next_chunk, 1, __ATOMIC_RELAXED);
 
 		if (c >= m->job_chunks)
 			break;
@@ -379,7 +411,7 @@ static void run_dw_tasks(struct nn_worker *wk)
 	const bool hands_over = wk == &m->workers[0] && m->cfg.grad_hook != NULL;
 
 	for (;;) {
-		size_t t = __atomic_fetch_add(&m->next_dw_task, 1, __ATOMIC_RELAXED);
+		size_t t = __atomic_fetch_add(&m->sched->next_dw_task, 1, __ATOMIC_RELAXED);
 
 		if (t >= m->n_dw_tasks)
 			break;
@@ -402,7 +434,8 @@ static void run_updates(struct nn_worker *wk)
 	struct pp_model *m = wk->m;
 
 	for (;;) {
-		size_t off = __atomic_fetch_add(&m->next_dw_task, 1, __ATOMIC_RELAXED) * NN_OPT_FLOATS;
+		size_t off = __atomic_fetch_add(&m->sched->next_dw_task, 1, __ATOMIC_RELAXED) *
+			     NN_OPT_FLOATS;
 		struct nn_optim part = m->optim;
 
 		if (off >= m->n_params)
@@ -414,48 +447,101 @@ static void run_updates(struct nn_worker *wk)
 	}
 }
 
+/*
+ * Spins until *v is 'value' (is_value) or is not (!is_value), read with
+ * acquire, for 'ns' at most; true when it came to that.
+ */
+static bool spin_until(const uint64_t *v, uint64_t value, bool is_value, uint64_t ns)
+{
+	const uint64_t t0 = pp_now_ns();
+
+	for (unsigned i = 1;; i++) {
+		if ((__atomic_load_n(v, __ATOMIC_ACQUIRE) == value) == is_value)
+			return true;
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+		if (i % 64 == 0 && pp_now_ns() - t0 >= ns)
+			return false;
+	}
+}
+
+/* The processors this process may run on (1 when it cannot tell). */
+static unsigned cpus_available(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return 1;
+	return (unsigned)PP_MAX(CPU_COUNT(&set), 1);
+}
+
+void pp_nn_cpu_set_spin(struct pp_model *m, uint64_t ns)
+{
+	__atomic_store_n(&m->sched->spin_ns, ns, __ATOMIC_RELAXED);
+}
+
 static void *worker_main(void *arg)
 {
 	struct nn_worker *wk = arg;
 	struct pp_model *m = wk->m;
+	struct nn_sched *s = m->sched;
 	uint64_t seen = 0;
 
 	nn_fp_enter(!m->cfg.keep_denormals); /* the thread's own, for its whole life */
-	pthread_mutex_lock(&m->lock);
 	for (;;) {
-		while (!m->quit && m->generation == seen)
-			pthread_cond_wait(&m->go, &m->lock);
-		if (m->quit)
+		const uint64_t spin = __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED);
+
+		if (!spin_until(&s->generation, seen, false, spin)) {
+			pthread_mutex_lock(&m->lock);
+			s->sleepers++;
+			while (!m->quit && __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE) == seen)
+				pthread_cond_wait(&m->go, &m->lock);
+			s->sleepers--;
+			pthread_mutex_unlock(&m->lock);
+		}
+		/* quit is set before the generation is bumped: seen with it */
+		if (__atomic_load_n(&m->quit, __ATOMIC_ACQUIRE))
 			break;
-		seen = m->generation;
+		seen = __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE);
 		nn_fp_follow(m->fp_csr);
-		pthread_mutex_unlock(&m->lock);
 		m->work(wk);
-		pthread_mutex_lock(&m->lock);
-		if (--m->pending == 0)
-			pthread_cond_signal(&m->done);
+		/* the last one wakes the caller if it sleeps; acq_rel: the caller sees the work */
+		if (__atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+			pthread_mutex_lock(&m->lock);
+			if (s->caller_waits)
+				pthread_cond_signal(&m->done);
+			pthread_mutex_unlock(&m->lock);
+		}
 	}
-	pthread_mutex_unlock(&m->lock);
 	return NULL;
 }
 
 /* Runs m->work on every worker, the caller being worker 0, and waits for them all. */
 static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
 {
+	struct nn_sched *s = m->sched;
+
 	m->work = work;
 	if (m->threads > 1) {
-		pthread_mutex_lock(&m->lock);
 		m->fp_csr = nn_fp_get();
-		m->pending = m->threads - 1;
-		m->generation++;
-		pthread_cond_broadcast(&m->go);
+		__atomic_store_n(&s->pending, (uint64_t)m->threads - 1, __ATOMIC_RELAXED);
+		/* release: the job, its work and the controls are seen with the generation */
+		__atomic_add_fetch(&s->generation, 1, __ATOMIC_RELEASE);
+		/* those that sleep are woken; one going to sleep sees the generation under the lock */
+		pthread_mutex_lock(&m->lock);
+		if (s->sleepers > 0)
+			pthread_cond_broadcast(&m->go);
 		pthread_mutex_unlock(&m->lock);
 	}
 	work(&m->workers[0]);
-	if (m->threads > 1) {
+	if (m->threads > 1 &&
+	    !spin_until(&s->pending, 0, true, __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED))) {
 		pthread_mutex_lock(&m->lock);
-		while (m->pending)
+		s->caller_waits = true;
+		while (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) != 0)
 			pthread_cond_wait(&m->done, &m->lock);
+		s->caller_waits = false;
 		pthread_mutex_unlock(&m->lock);
 	}
 }
@@ -467,7 +553,7 @@ static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
 static int run_job(struct pp_model *m, struct nn_job *job)
 {
 	m->job_chunks = nn_chunks_for(job->batch, conv_params_end(m));
-	m->next_chunk = 0;
+	m->sched->next_chunk = 0;
 	m->job = job;
 	run_workers(m, run_chunks);
 	for (size_t c = 0; c < m->job_chunks; c++)
@@ -484,7 +570,9 @@ static int run_job(struct pp_model *m, struct nn_job *job)
 static void stop_workers(struct pp_model *m, int started)
 {
 	pthread_mutex_lock(&m->lock);
-	m->quit = true;
+	__atomic_store_n(&m->quit, true, __ATOMIC_RELEASE);
+	/* a new generation, for those that spin */
+	__atomic_add_fetch(&m->sched->generation, 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&m->go);
 	pthread_mutex_unlock(&m->lock);
 	for (int t = 0; t < started; t++)
@@ -501,6 +589,8 @@ static void cpu_teardown(struct pp_model *m)
 	}
 	free(m->tids);
 	m->tids = NULL;
+	free(m->sched);
+	m->sched = NULL;
 	if (m->workers)
 		for (int t = 0; t < m->threads; t++) {
 			pp_nn_mem_free(m->dev, m->workers[t].col);
@@ -601,8 +691,11 @@ static int cpu_setup(struct pp_model *m)
 	m->threads = m->cfg.threads;
 	m->workers = calloc((size_t)m->threads, sizeof(*m->workers));
 	m->chunks = calloc(NN_CHUNKS, sizeof(*m->chunks));
-	if (!m->workers || !m->chunks)
+	m->sched = aligned_alloc(NN_LINE, sizeof(*m->sched));
+	if (!m->workers || !m->chunks || !m->sched)
 		return pp_error(-ENOMEM, "model: out of memory");
+	memset(m->sched, 0, sizeof(*m->sched));
+	m->sched->spin_ns = (unsigned)m->threads < cpus_available() ? NN_SPIN_NS : 0;
 	m->chunks[0].grads = m->grads;
 	m->chunks_ready = 1;
 	ret = make_tasks(m);
@@ -675,7 +768,7 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 		       job->batch * last->out_size * sizeof(float));
 	if (!job->train)
 		return 0;
-	m->next_dw_task = 0;
+	m->sched->next_dw_task = 0;
 	m->next_range = 0;
 	m->range_status = 0;
 	for (size_t r = 0; r < m->n_ranges; r++)
@@ -692,7 +785,7 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 	}
 	if (ret)
 		return ret < 0 ? ret : 0;
-	m->next_dw_task = 0;
+	m->sched->next_dw_task = 0;
 	run_workers(m, run_updates);
 	m->optim.t++; /* the slices' updates were step t + 1 (run_updates()) */
 	return 0;

@@ -364,6 +364,7 @@ struct nn_graphs;
 struct pp_cuda_optim_state;
 struct nn_chunk;
 struct nn_dw_task;
+struct nn_sched;
 
 /* A batch to run through a model. */
 struct nn_job {
@@ -479,11 +480,9 @@ struct pp_model {
 	size_t chunks_ready;      /* chunks whose gradient buffers are allocated */
 	double *losses;           /* (capacity) each sample's loss in the step */
 	size_t job_chunks;        /* chunks in the step being run */
-	size_t next_chunk;        /* the next chunk a thread takes (atomic) */
 	struct nn_dw_task *dw_tasks; /* n_dw_tasks: slices of the parameters, each finished
 				      * (gradient, then update) by one task after the chunks */
 	size_t n_dw_tasks;
-	size_t next_dw_task;      /* the next task, then the next optimizer slice, a thread takes (atomic) */
 	/* the layers with parameters, the last first: the gradient's ranges in the order of
 	 * the tasks, each handed to the gradient hook once its tasks are done */
 	struct nn_grad_range *ranges;
@@ -497,11 +496,10 @@ struct pp_model {
 	pthread_t *tids;           /* threads - 1 */
 	int threads_started;       /* of tids */
 	struct nn_job *job;        /* the step being run */
-	pthread_mutex_t lock;      /* guards generation, pending, quit */
+	pthread_mutex_t lock;      /* guards the sleeping threads' waits (struct nn_sched), quit */
 	pthread_cond_t go;         /* signalled when a job is posted or the workers are to quit */
 	pthread_cond_t done;       /* signalled when the last worker finishes a job */
-	uint64_t generation;       /* bumped for each job */
-	int pending;               /* workers still running the job */
+	struct nn_sched *sched;    /* the counters the threads take work and jobs from (model_cpu.c) */
 	unsigned fp_csr;           /* the caller's floating-point controls for the job (x86 MXCSR) */
 	bool quit;                 /* the workers are to exit */
 	struct pp_model_metrics metrics; /* cuda: samples only; the sums are in 'acc' */
@@ -528,6 +526,13 @@ struct nn_cuda_acc {
 	unsigned long long correct; /* samples whose largest logit was their label */
 	int bad_label;            /* 1 once a label outside the classes was seen */
 };
+
+/*
+ * CPU: how long the step's threads spin for the next job before they
+ * sleep on a condition variable (nn/model_cpu.c), which the backend sets
+ * from the processors the threads leave free; a test's, to run either way.
+ */
+void pp_nn_cpu_set_spin(struct pp_model *m, uint64_t ns);
 
 /* Builds a model with its buffers, parameters not yet set (nn/model.c). */
 int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,

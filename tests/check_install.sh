@@ -5,7 +5,10 @@
 # examples/custom_source every token window with its targets shifted, and
 # examples/train_by_hand must pass 75% test accuracy on cpu and on sim.  The
 # cuBLAS variant is built when the CUDA toolkit is there, and run only on a
-# GPU.  Run from a configured and built tree (the lead's CI runs it).
+# GPU.  A program linked with the static library and `pkg-config --static`
+# (no OpenBLAS among its libraries: the library opens it at run time) must
+# create a model on the CPU and name the OpenBLAS kernels it runs.  Run from
+# a configured and built tree (the lead's CI runs it).
 set -eu
 top=$(pwd)
 dest=$(mktemp -d "${TMPDIR:-/tmp}/pinpipe-install-XXXXXX")
@@ -44,5 +47,40 @@ done
 # On a GPU (batches opens "cuda" only where there is one), the cuBLAS variant too.
 if [ -x "$dest/examples/train_by_hand_cuda" ] && "$dest/examples/batches" "$fm" cuda >/dev/null 2>&1; then
 	"$dest/examples/train_by_hand_cuda" "$fm" cuda 1
+fi
+# The static library: what Libs.private names must be enough, and OpenBLAS is found at run time.
+if [ -f "$dest$libdir/libpinpipe.a" ]; then
+	cat >"$dest/static.c" <<'EOF'
+#include <stdio.h>
+#include <pinpipe/pinpipe.h>
+
+int main(void)
+{
+	struct pp_model_config cfg;
+	struct pp_blas_info info;
+	struct pp_device *dev;
+	struct pp_model *m;
+
+	pp_model_config_init(&cfg);
+	if (pp_device_open("cpu", &dev) || pp_model_create("mlp", dev, &cfg, &m)) {
+		fprintf(stderr, "static: %s\n", pp_last_error());
+		return 1;
+	}
+	pp_blas_get_info(&info);
+	printf("blas: %s %s, chosen by %s\n", info.library, info.core, info.chosen_by);
+	pp_model_destroy(m);
+	pp_device_close(dev);
+	return 0;
+}
+EOF
+	${CC:-cc} "$dest/static.c" $(pkg-config --cflags pinpipe) "$dest$libdir/libpinpipe.a" \
+		$(pkg-config --static --libs pinpipe | sed 's/-lpinpipe//') -o "$dest/static"
+	if ldd "$dest/static" | grep -q 'libpinpipe\|libopenblas'; then
+		echo "check_install: the static program links libpinpipe or OpenBLAS:"; ldd "$dest/static"; exit 1
+	fi
+	"$dest/static" >"$dest/out" || { cat "$dest/out"; exit 1; }
+	grep -q '^blas: OpenBLAS [A-Za-z0-9_]*, chosen by [A-Za-z_]*$' "$dest/out" ||
+		{ echo "check_install: the static program printed:"; cat "$dest/out"; exit 1; }
+	echo "check_install: static library: $(cat "$dest/out")"
 fi
 echo "check_install: examples built with pkg-config and ran correctly"

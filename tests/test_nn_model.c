@@ -615,6 +615,9 @@ struct thread_run {
 	float *logits;                    /* (batch, 10) of the evaluation */
 };
 
+/* The spin of the step's threads run_with_threads() sets (pp_nn_cpu_set_spin()); -1: the model's own. */
+static int64_t forced_spin_ns = -1;
+
 static struct thread_run run_with_threads(const char *spec, size_t batch, int threads, int steps)
 {
 	const size_t lshape[2] = { batch, 10 };
@@ -630,6 +633,8 @@ static struct thread_run run_with_threads(const char *spec, size_t batch, int th
 	cfg.threads = threads;
 	cfg.optim.lr = 0.01f;
 	ck_assert_int_eq(pp_model_create(spec, NULL, &cfg, &m), 0);
+	if (forced_spin_ns >= 0)
+		pp_nn_cpu_set_spin(m, (uint64_t)forced_spin_ns);
 	for (int s = 0; s < steps; s++) {
 		struct pp_tensor *x = pp_test_synth_batch(batch, 300 + (uint64_t)s, labels);
 
@@ -734,6 +739,48 @@ START_TEST(test_threads_bit_identical)
 			free(one.params);
 			free(one.logits);
 		}
+}
+END_TEST
+
+/*
+ * Fails if the threads of a step, spinning for each next job before they
+ * sleep or sleeping at once, change a bit of the results of one thread,
+ * or hang (a job posted while a thread goes to sleep and never seen by it,
+ * a last worker's end never seen by the caller: the test's timeout): the
+ * cnn at batch 37 and the mlp at 100, at 2 and 5 threads (more than this
+ * machine may have cores, where the model itself would not spin), each
+ * spinning 0 (sleep at once), 2 us (a thread now spinning, now asleep when
+ * a job comes) and 1 ms.
+ */
+START_TEST(test_threads_spin)
+{
+	static const char *specs[] = { "cnn", "mlp" };
+	static const size_t batches[] = { 37, 100 };
+	static const int64_t spins[] = { 0, 2000, 1000000 };
+
+	for (size_t k = 0; k < 2; k++) {
+		struct thread_run one;
+
+		forced_spin_ns = -1;
+		one = run_with_threads(specs[k], batches[k], 1, 3);
+		for (size_t i = 0; i < 3; i++)
+			for (int t = 2; t <= 5; t += 3) {
+				struct thread_run r;
+
+				forced_spin_ns = spins[i];
+				r = run_with_threads(specs[k], batches[k], t, 3);
+				forced_spin_ns = -1;
+				ck_assert_msg(memcmp(one.params, r.params, r.n_params * sizeof(float)) == 0 &&
+					      memcmp(&one.train, &r.train, sizeof(r.train)) == 0 &&
+					      memcmp(one.logits, r.logits, batches[k] * 10 * sizeof(float)) == 0,
+					      "%s batch %zu, %d threads spinning %lld ns: results differ",
+					      specs[k], batches[k], t, (long long)spins[i]);
+				free(r.params);
+				free(r.logits);
+			}
+		free(one.params);
+		free(one.logits);
+	}
 }
 END_TEST
 
@@ -1514,6 +1561,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(model, test_grads_and_param_list);
 	tcase_add_test(model, test_grad_hook);
 	tcase_add_test(model, test_threads_bit_identical);
+	tcase_add_test(model, test_threads_spin);
 	tcase_add_test(model, test_cpu_threads);
 	tcase_add_test(model, test_denormals);
 	tcase_add_test(model, test_presets_and_summary);

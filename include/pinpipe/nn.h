@@ -242,13 +242,16 @@ struct pp_model;
  * The last layer must produce cfg->num_classes outputs.
  *
  * The CPU kernels run single-threaded OpenBLAS calls and split a batch
- * across cfg->threads threads: this calls openblas_set_num_threads(1),
- * which is process-wide.  On cuda, cfg->stream (a stream of 'dev') is
+ * across cfg->threads threads: on the CPU this loads OpenBLAS when it is
+ * not yet (pp_blas_get_info() says how its kernels were chosen) and calls
+ * its openblas_set_num_threads(1), which is process-wide where the
+ * program links the same OpenBLAS.  On cuda, cfg->stream (a stream of 'dev') is
  * required and all the model's work goes on it.
  *
  * Returns 0 and the model in *model_p, or -EINVAL (a bad spec or config;
  * the message names the layer and what was expected; no stream on cuda),
- * -ENODEV, -ENOMEM, -EIO (a CUDA call failed).
+ * -ENODEV, -ENOMEM, -EIO (a CUDA call failed), -ENOENT (OpenBLAS, for a
+ * model on the CPU, cannot be loaded; the message names it).
  */
 PP_API int pp_model_create(const char *spec, struct pp_device *dev,
 			   const struct pp_model_config *cfg, struct pp_model **model_p);
@@ -439,6 +442,10 @@ struct pp_blas_info {
 			     * ("SkylakeX", "Haswell", "Prescott"), or "" */
 	char cpu_isa[16];   /* this processor's best vector instructions: "AVX-512", "AVX2", or ""
 			     * for neither */
+	char chosen_by[24]; /* who chose the core: "OpenBLAS" (its own table of processors),
+			     * "OPENBLAS_CORETYPE" (the user's environment), "pinpipe" (named
+			     * in OPENBLAS_CORETYPE by the library when it loaded OpenBLAS, as
+			     * OpenBLAS does not know the processor); "" with core */
 	char fix[48];       /* when the kernels are slower than this processor allows, the
 			     * environment setting that chooses the right ones
 			     * ("OPENBLAS_CORETYPE=SkylakeX"), else "" */
@@ -447,18 +454,23 @@ struct pp_blas_info {
 };
 
 /*
- * Fills *info with what the BLAS runs.  OpenBLAS built for many
- * processors (Debian's) chooses its kernels from a table of the
- * processors it knows, and on one it does not know runs its generic
- * kernels (Prescott's: SSE3) without a word, its matrix products then
- * several times slower; OPENBLAS_CORETYPE, read when OpenBLAS is loaded,
- * overrides the choice.  'fix' is set when the core's kernels use neither
- * AVX2 nor AVX-512 on a processor that has either, or, with
- * OPENBLAS_CORETYPE unset, AVX2 kernels on a processor with AVX-512; a
- * core with AVX2 or better that the user chose is taken as meant.  A
- * trainer says the warning once, at start, as pinpipe-train and
- * pinpipe-bench do (pinpipe-train records the core in its rows too).
- * Another BLAS leaves library and core empty.  Never fails.
+ * Fills *info with what the BLAS runs, loading it if no CPU model did.
+ * OpenBLAS built for many processors (Debian's) chooses its kernels from
+ * a table of the processors it knows, and on one it does not know runs
+ * its generic kernels (Prescott's: SSE3) without a word, its matrix
+ * products then several times slower; OPENBLAS_CORETYPE, read when
+ * OpenBLAS is loaded, overrides the choice.  pinpipe loads OpenBLAS
+ * itself, when it is first needed, and names the right core in
+ * OPENBLAS_CORETYPE for the load where OpenBLAS would choose a slower one
+ * (chosen_by "pinpipe"), unless the user's environment names a core or
+ * the program links OpenBLAS (loaded then before any of pinpipe's code
+ * runs).  'fix' is set when the kernels that run use neither AVX2 nor
+ * AVX-512 on a processor that has either, or AVX2 kernels on a processor
+ * with AVX-512 that the user did not choose; a core with AVX2 or better
+ * that the user chose is taken as meant.  A trainer says the warning
+ * once, at start, as pinpipe-train and pinpipe-bench do (pinpipe-train
+ * records the core in its rows too).  When OpenBLAS cannot be loaded,
+ * only the warning is set, saying why.  Never fails.
  */
 PP_API void pp_blas_get_info(struct pp_blas_info *info);
 
