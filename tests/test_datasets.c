@@ -1784,6 +1784,12 @@ START_TEST(test_shard_records_damage)
 	uint8_t *f0 = t + PP_SH2_FIELDS;
 
 	ck_assert_int_eq(open_and_verify(p), 0);
+	/* A header field changed and its CRC left: the CRC is what is wrong. */
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH_LABEL_KIND, 7);
+	pp_test_write_file(p, t, len);
+	ck_assert_int_eq(open_and_verify(p), -EBADMSG);
+	assert_says("header CRC", "offset 624: header CRC-32 mismatch", NULL);
 	/* Record 2's END before record 1's. */
 	memcpy(t, buf, len);
 	pp_put_le32(t + ends + 4 * 2, pp_le32(buf + ends + 4 * 1) - 1);
