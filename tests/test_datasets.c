@@ -1342,9 +1342,6 @@ static int check_record(void *arg, uint64_t record, const void *bytes, size_t le
 
 static int stop_at_three(void *arg, uint64_t record, const void *bytes, size_t len, int32_t label)
 {
-	(void)bytes;
-	(void)len;
-	(void)label;
 	*(uint64_t *)arg = record;
 	return record == 3 ? -ECANCELED : 0;
 }
