@@ -1493,6 +1493,17 @@ START_TEST(test_shard_records_roundtrip)
 		ck_assert_int_eq(pp_dataset_open_shards(paths, 1, &ds), -EPROTONOSUPPORT);
 		ck_assert_ptr_nonnull(strstr(pp_last_error(), "read them through a loader"));
 		ck_assert_ptr_null(ds);
+		if (v == 0) {
+			/* pp_dataset_open_dir finds a set of them, and refuses it so. */
+			char *set = path_in(dir, "rec-train-00000-of-00001.pps");
+
+			ck_assert_int_eq(rename(p, set), 0);
+			ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &ds), -EPROTONOSUPPORT);
+			ck_assert_ptr_nonnull(strstr(pp_last_error(), set));
+			ck_assert_ptr_nonnull(strstr(pp_last_error(), "read them through a loader"));
+			ck_assert_int_eq(unlink(set), 0);
+			free(set);
+		}
 	}
 	for (int k = 0; k < 4; k++)
 		free(one_thread[k]);
@@ -1805,6 +1816,11 @@ START_TEST(test_shard_records_damage)
 	pp_put_le32(t + ends + 4 * 15, pp_le32(buf + ends + 4 * 15) - 1);
 	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
 	assert_says("last END", "chunk 0 at offset 4096: the last record ends at", NULL);
+	/* A label outside the classes (the labels block leads the chunk). */
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SHARD_ALIGN + 4 * 5, 10);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("label", "chunk 0 at offset 4096: record 5 has label 10, expected 0..9", NULL);
 	/* A lower bound in the header: the raw sizes no longer fit it. */
 	memcpy(t, buf, len);
 	pp_put_le32(t + PP_SH2_MAX_RECORD, 2);
