@@ -298,9 +298,9 @@ struct pp_shard_writer_config {
 					    * is added by info->label_kind, not listed here);
 					    * info's dtype and shape are then ignored */
 	const char *decoder;               /* version 2: the decoder's name (pinpipe/source.h),
-					    * 1..31 characters; NULL: "raw" */
+					    * 1..31 letters, digits, '_', '.', '-'; NULL: "raw" */
 	uint32_t max_record_bytes;         /* version 2: the largest record allowed, which a
-					    * reader enforces; 0: 64 MiB */
+					    * reader enforces; at most 1 GiB; 0: 64 MiB */
 };
 
 /*
