@@ -104,22 +104,31 @@ static bool all_zero(const uint8_t *p, size_t n, size_t *at_p)
 	return true;
 }
 
-/* Version 2's record bound, decoder and layout. */
-static int check_header_v2(struct pp_shard *sh, const uint8_t *h)
+/* Version 2's header CRC and padding. */
+static int check_crc_v2(struct pp_shard *sh, const uint8_t *h)
 {
-	const char *path = sh->path;
-	struct pp_sample_info *info = &sh->info;
-	uint32_t crc = pp_crc32(0, h, PP_SH2_CRC), len, nfields;
-	uint32_t max_fields = PP_MAX_FIELDS - (info->label_kind == PP_LABEL_CLASS);
+	uint32_t crc = pp_crc32(0, h, PP_SH2_CRC);
 	size_t at;
 
 	if (crc != pp_le32(h + PP_SH2_CRC))
 		return pp_error(-EBADMSG,
 				"%s: offset %d: header CRC-32 mismatch (expected 0x%08x, got 0x%08x)",
-				path, PP_SH2_CRC, pp_le32(h + PP_SH2_CRC), crc);
+				sh->path, PP_SH2_CRC, pp_le32(h + PP_SH2_CRC), crc);
 	if (!all_zero(h + PP_SH2_SIZE, PP_SHARD_ALIGN - PP_SH2_SIZE, &at))
 		return pp_error(-EBADMSG, "%s: offset %zu: header padding byte 0x%02x, expected 0",
-				path, PP_SH2_SIZE + at, h[PP_SH2_SIZE + at]);
+				sh->path, PP_SH2_SIZE + at, h[PP_SH2_SIZE + at]);
+	return 0;
+}
+
+/* Version 2's record bound, decoder and layout. */
+static int check_header_v2(struct pp_shard *sh, const uint8_t *h)
+{
+	const char *path = sh->path;
+	struct pp_sample_info *info = &sh->info;
+	uint32_t len, nfields;
+	uint32_t max_fields = PP_MAX_FIELDS - (info->label_kind == PP_LABEL_CLASS);
+	size_t at;
+
 	if (!all_zero(h + PP_SH_DTYPE, PP_SH_LABEL_KIND - PP_SH_DTYPE, &at))
 		return pp_error(-EBADMSG, "%s: offset %zu: byte 0x%02x, expected 0 (version 2 keeps "
 				"dtype and shape in its layout)",
@@ -223,7 +232,7 @@ static int check_header(struct pp_shard *sh, const uint8_t *h)
 	sh->nchunks = pp_le64(h + PP_SH_CHUNKS);
 	sh->compression = pp_le32(h + PP_SH_COMPRESSION);
 	/* The CRC first (in the version's check), so that a damaged header says so. */
-	ret = version == PP_SHARD_VERSION ? check_header_v1(sh, h) : 0;
+	ret = version == PP_SHARD_VERSION ? check_header_v1(sh, h) : check_crc_v2(sh, h);
 	if (ret < 0)
 		return ret;
 	if (info->label_kind == PP_LABEL_NONE) {

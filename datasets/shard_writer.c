@@ -185,14 +185,12 @@ static bool name_ok(const char *name, size_t max)
 }
 
 /* Version 2's layout, decoder and record bound; -EINVAL with a message (not naming the path). */
-static int config_records(struct pp_shard_writer *w, const char *path,
-			  const struct pp_shard_writer_config *cfg)
+static int config_records(struct pp_shard_writer *w, const struct pp_shard_writer_config *cfg)
 {
 	const char *decoder = cfg->decoder != NULL ? cfg->decoder : "raw";
 	uint32_t max_record = cfg->max_record_bytes != 0 ? cfg->max_record_bytes
 							 : PP_SHARD_DEFAULT_MAX_RECORD;
 
-	(void)path;
 	if (pp_layout_check(cfg->layout) < 0)
 		return -EINVAL;
 	if (!name_ok(decoder, PP_SHARD_DECODER_MAX))
@@ -238,7 +236,7 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 	w->info.count = 0;
 	w->version = cfg->layout != NULL ? PP_SHARD_VERSION_RECORDS : PP_SHARD_VERSION;
 	ret = w->version == PP_SHARD_VERSION ? pp_sample_info_finish(&w->info)
-					     : config_records(w, path, cfg);
+					     : config_records(w, cfg);
 	if (ret < 0) {
 		ret = pp_error(ret, "%s: %s", path, pp_last_error());
 		goto err_free;
@@ -396,7 +394,6 @@ static int assemble_slot(struct pp_shard_writer *w, struct chunk_slot *s)
 
 	if (s->records == 0)
 		return 0;
-
 	s->raw_size = area + s->bytes_len;
 	out_need = pp_shard_align_up(s->def != NULL ? pp_deflate_bound(s->def, s->raw_size)
 						    : s->raw_size);

@@ -31,7 +31,6 @@ static void add(struct digest *d, const void *bytes, size_t len, int32_t label)
 
 static int add_record(void *arg, uint64_t record, const void *bytes, size_t len, int32_t label)
 {
-	(void)record;
 	add(arg, bytes, len, label);
 	return 0;
 }

@@ -1358,9 +1358,6 @@ static int check_record(void *arg, uint64_t record, const void *bytes, size_t le
 
 static int stop_at_three(void *arg, uint64_t record, const void *bytes, size_t len, int32_t label)
 {
-	(void)bytes;
-	(void)len;
-	(void)label;
 	*(uint64_t *)arg = record;
 	return record == 3 ? -ECANCELED : 0;
 }
@@ -1512,6 +1509,17 @@ START_TEST(test_shard_records_roundtrip)
 		ck_assert_int_eq(pp_dataset_open_shards(paths, 1, &ds), -EPROTONOSUPPORT);
 		ck_assert_ptr_nonnull(strstr(pp_last_error(), "read them through a loader"));
 		ck_assert_ptr_null(ds);
+		if (v == 0) {
+			/* pp_dataset_open_dir finds a set of them, and refuses it so. */
+			char *set = path_in(dir, "rec-train-00000-of-00001.pps");
+
+			ck_assert_int_eq(rename(p, set), 0);
+			ck_assert_int_eq(pp_dataset_open_dir(dir, "train", &ds), -EPROTONOSUPPORT);
+			ck_assert_ptr_nonnull(strstr(pp_last_error(), set));
+			ck_assert_ptr_nonnull(strstr(pp_last_error(), "read them through a loader"));
+			ck_assert_int_eq(unlink(set), 0);
+			free(set);
+		}
 	}
 	for (int k = 0; k < 4; k++)
 		free(one_thread[k]);
@@ -1800,6 +1808,12 @@ START_TEST(test_shard_records_damage)
 	uint8_t *f0 = t + PP_SH2_FIELDS;
 
 	ck_assert_int_eq(open_and_verify(p), 0);
+	/* A header field changed and its CRC left: the CRC is what is wrong. */
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SH_LABEL_KIND, 7);
+	pp_test_write_file(p, t, len);
+	ck_assert_int_eq(open_and_verify(p), -EBADMSG);
+	assert_says("header CRC", "offset 624: header CRC-32 mismatch", NULL);
 	/* Record 2's END before record 1's. */
 	memcpy(t, buf, len);
 	pp_put_le32(t + ends + 4 * 2, pp_le32(buf + ends + 4 * 1) - 1);
@@ -1818,6 +1832,11 @@ START_TEST(test_shard_records_damage)
 	pp_put_le32(t + ends + 4 * 15, pp_le32(buf + ends + 4 * 15) - 1);
 	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
 	assert_says("last END", "chunk 0 at offset 4096: the last record ends at", NULL);
+	/* A label outside the classes (the labels block leads the chunk). */
+	memcpy(t, buf, len);
+	pp_put_le32(t + PP_SHARD_ALIGN + 4 * 5, 10);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("label", "chunk 0 at offset 4096: record 5 has label 10, expected 0..9", NULL);
 	/* A lower bound in the header: the raw sizes no longer fit it. */
 	memcpy(t, buf, len);
 	pp_put_le32(t + PP_SH2_MAX_RECORD, 2);

@@ -73,7 +73,9 @@ PP_API int pp_dataset_open_cifar10(const char *const *paths, size_t npaths,
  * records into memory, in the order of 'paths'.  Every shard is opened and
  * validated before any chunk is read.  The shards must agree on dtype, shape
  * and labels (else -EINVAL).  Every chunk's CRC-32, size and labels are
- * checked.  Returns 0 or -errno as pp_shard_open() and pp_shard_read_chunk().
+ * checked.  Returns 0 or -errno as pp_shard_open() and pp_shard_read_chunk(),
+ * or -EPROTONOSUPPORT for a version 2 shard (records for a decoder: read
+ * them through a loader).
  */
 PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
 				  struct pp_dataset **ds_p);
@@ -177,16 +179,18 @@ struct pp_shard;
 struct pp_shard_chunk_info {
 	uint64_t offset;       /* bytes from the start of the file; a multiple of 4096 */
 	uint32_t stored_size;  /* bytes on disk (compressed, or raw when stored) */
-	uint32_t raw_size;     /* bytes once decoded: records * (label bytes + sample_bytes) */
+	uint32_t raw_size;     /* bytes once decoded: records * (label bytes + sample_bytes);
+				* version 2: records * (label bytes + 4) + the records' bytes */
 	uint32_t records;      /* number of records */
 	uint32_t crc32;        /* CRC-32 of the stored bytes */
 	uint64_t first_record; /* index in the shard of the chunk's first record */
 };
 
 /*
- * Opens a shard and validates its header, chunk index and trailer (magic,
- * version, sizes, index CRC, offsets inside the file).  Chunks themselves
- * are checked when read.  Returns 0 and the shard in *shard_p, or -errno:
+ * Opens a shard of format version 1 or 2 and validates its header, chunk
+ * index and trailer (magic, version, sizes, index CRC, offsets inside the
+ * file; version 2's layout, decoder name and record bound).  Chunks
+ * themselves are checked when read.  Returns 0 and the shard in *shard_p, or -errno:
  * -ENOENT, -EBADMSG (damaged or truncated), -EPROTONOSUPPORT (a version this
  * library does not read).
  */
@@ -236,7 +240,8 @@ PP_API uint32_t pp_shard_max_record(const struct pp_shard *shard);
 
 /*
  * Reads chunk i of a version 2 shard, checks it as pp_shard_read_chunk()
- * does (and its record table), and calls fn once per record, in order,
+ * does and its record table (each record within the chunk and at most
+ * pp_shard_max_record() bytes), and calls fn once per record, in order,
  * with the record's index in the shard, its bytes and its label (-1
  * without labels); fn returns 0 to go on, or an error that ends the read
  * and is returned.  Returns 0 or -errno (-EINVAL for a version 1 shard,
@@ -258,15 +263,18 @@ PP_API int pp_shard_chunk(const struct pp_shard *shard, uint64_t i,
 /*
  * Reads chunk i, checks its CRC-32 and decodes its records into 'samples'
  * (records * sample_bytes bytes) and 'labels' (records int32; may be NULL).
- * Returns 0 or -errno (-EBADMSG with the file, chunk and offset named).
+ * Returns 0 or -errno (-EBADMSG with the file, chunk and offset named;
+ * -EINVAL for a version 2 shard, which has no fixed-size samples: see
+ * pp_shard_read_records()).
  * Not thread-safe on one shard: each thread opens its own.
  */
 PP_API int pp_shard_read_chunk(struct pp_shard *shard, uint64_t i, void *samples,
 			       int32_t *labels);
 
 /*
- * Reads every chunk and checks its CRC-32, its decoded size, its labels and
- * that its padding up to the next 4 KiB boundary is zero, so that any byte
+ * Reads every chunk and checks its CRC-32, its decoded size, its labels,
+ * version 2's record table, and that its padding up to the next 4 KiB
+ * boundary is zero, so that any byte
  * changed anywhere in the file is found.  Returns 0 when the whole shard is
  * sound, or the first error found (-EBADMSG, with the file, chunk and offset
  * named).  Not thread-safe on one shard.
@@ -290,9 +298,9 @@ struct pp_shard_writer_config {
 					    * is added by info->label_kind, not listed here);
 					    * info's dtype and shape are then ignored */
 	const char *decoder;               /* version 2: the decoder's name (pinpipe/source.h),
-					    * 1..31 characters; NULL: "raw" */
+					    * 1..31 letters, digits, '_', '.', '-'; NULL: "raw" */
 	uint32_t max_record_bytes;         /* version 2: the largest record allowed, which a
-					    * reader enforces; 0: 64 MiB */
+					    * reader enforces; at most 1 GiB; 0: 64 MiB */
 };
 
 /*
