@@ -41,6 +41,12 @@ int pp_error(int err, const char *fmt, ...) PP_PRINTF(2, 3);
 /* Copies an already formatted message into pp_last_error() and returns 'err'. */
 int pp_error_set(int err, const char *msg);
 
+/*
+ * Whether 'name' is 1..max letters, digits, '_', '.' or '-' (a field's name in
+ * a layout, a decoder's in a version 2 shard).  common/layout.c.
+ */
+bool pp_name_ok(const char *name, size_t max);
+
 /* Writes a * b into *out_p; returns false (and writes nothing) on overflow. */
 static inline bool pp_mul_size(size_t a, size_t b, size_t *out_p)
 {

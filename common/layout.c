@@ -30,11 +30,11 @@ PP_API size_t pp_field_bytes(const struct pp_field *field)
 	return (size_t)n;
 }
 
-static bool name_ok(const char *name)
+bool pp_name_ok(const char *name, size_t max)
 {
-	size_t n = strnlen(name, PP_FIELD_NAME_MAX);
+	size_t n = strnlen(name, max + 1);
 
-	if (n == 0 || n == PP_FIELD_NAME_MAX)
+	if (n < 1 || n > max)
 		return false;
 	for (size_t k = 0; k < n; k++) {
 		char c = name[k];
@@ -56,7 +56,7 @@ PP_API int pp_layout_check(const struct pp_layout *layout)
 	for (uint32_t f = 0; f < layout->nfields; f++) {
 		const struct pp_field *fd = &layout->fields[f];
 
-		if (!name_ok(fd->name))
+		if (!pp_name_ok(fd->name, PP_FIELD_NAME_MAX - 1))
 			return pp_error(-EINVAL, "layout: field %u: name \"%.*s\" is not 1..%d "
 					"letters, digits, '_', '.' or '-'",
 					f, PP_FIELD_NAME_MAX, fd->name, PP_FIELD_NAME_MAX - 1);

@@ -167,23 +167,6 @@ static int alloc_slots(struct pp_shard_writer *w, const char *path, int level)
 	return 0;
 }
 
-/* True for a name of letters, digits, '_', '.' and '-' (a decoder's, in a version 2 header). */
-static bool name_ok(const char *name, size_t max)
-{
-	size_t n = strnlen(name, max + 1);
-
-	if (n < 1 || n > max)
-		return false;
-	for (size_t k = 0; k < n; k++) {
-		char c = name[k];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
 /* Version 2's layout, decoder and record bound; -EINVAL with a message (not naming the path). */
 static int config_records(struct pp_shard_writer *w, const struct pp_shard_writer_config *cfg)
 {
@@ -193,7 +176,7 @@ static int config_records(struct pp_shard_writer *w, const struct pp_shard_write
 
 	if (pp_layout_check(cfg->layout) < 0)
 		return -EINVAL;
-	if (!name_ok(decoder, PP_SHARD_DECODER_MAX))
+	if (!pp_name_ok(decoder, PP_SHARD_DECODER_MAX))
 		return pp_error(-EINVAL, "decoder name \"%.40s\" is not 1..%d letters, digits, '_', "
 				"'.' or '-'", decoder, PP_SHARD_DECODER_MAX);
 	if (max_record > PP_SHARD_MAX_SAMPLE_BYTES)
