@@ -141,11 +141,22 @@ PP_API int pp_loader_begin_epoch(struct pp_loader *l, uint64_t epoch)
 
 PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position *pos)
 {
-	if (pos->plan_key != l->plan_key)
+	uint64_t global = (uint64_t)l->batch_size * l->params.world_size;
+
+	if (pos->plan_key == l->plan_key)
+		return start_epoch(l, pos->epoch, pos->batch, true);
+	if (pos->order_key == 0 || pos->order_key != l->order_key)
 		return pp_error(-EINVAL, "loader: the position was saved by a loader with other "
 				"settings (seed, shuffle, batch size, ranks, drop rules, window or "
-				"source size differ)");
-	return start_epoch(l, pos->epoch, pos->batch, true);
+				"source size differ)%s", l->streaming || pos->order_key == 0 ? "" :
+				"; at another rank count or batch size, only with the same seed, "
+				"shuffle and source size");
+	if (pos->samples % global != 0)
+		return pp_error(-EINVAL, "loader: the position lies at sample %llu of epoch %llu's "
+				"order, which is not a multiple of this loader's global batch of "
+				"%u ranks x %u samples", (unsigned long long)pos->samples,
+				(unsigned long long)pos->epoch, l->params.world_size, l->batch_size);
+	return start_epoch(l, pos->epoch, pos->samples / global, true);
 }
 
 PP_API int pp_loader_get_position(struct pp_loader *l, struct pp_loader_position *pos_p)
@@ -154,6 +165,8 @@ PP_API int pp_loader_get_position(struct pp_loader *l, struct pp_loader_position
 	pos_p->epoch = l->plan.epoch;
 	pos_p->batch = l->active ? l->next_deliver : 0;
 	pos_p->plan_key = l->plan_key;
+	pos_p->samples = pos_p->batch * l->batch_size * l->params.world_size;
+	pos_p->order_key = l->order_key;
 	pthread_mutex_unlock(&l->mu);
 	return 0;
 }
