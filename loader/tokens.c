@@ -6,8 +6,8 @@
  * source's read_batch, on a loader worker, locates each window (a binary
  * search of the prefix sums), reads the ranges of up to io_depth windows at
  * once through the worker's reader (loader/io.c: io_uring, or pread) into
- * the worker's staging buffer, and splits each into inputs and targets,
- * widening to int32 when asked.
+ * the worker's staging buffer (a run of consecutive windows as one read),
+ * and splits each into inputs and targets, widening to int32 when asked.
  */
 #include "config.h"
 
@@ -198,9 +198,9 @@ static void tk_worker_close(void *ctx, void *wctx)
 	free(w);
 }
 
-/* Splits window k of the staging buffer into place k of the fields. */
-static int split_window(const struct pp_tokens *tk, const struct pp_read *q, const uint8_t *src,
-			size_t k, void *const *fields)
+/* Splits a window (at byte 'offset' of 'path', read to 'src') into place k of the fields. */
+static int split_window(const struct pp_tokens *tk, const char *path, uint64_t offset,
+			const uint8_t *src, size_t k, void *const *fields)
 {
 	size_t T = tk->cfg.seq_len;
 
@@ -225,8 +225,8 @@ static int split_window(const struct pp_tokens *tk, const struct pp_read *q, con
 			for (size_t i = 0; i <= T; i++)
 				if (t[i] > INT32_MAX)
 					return pp_set_error(-EBADMSG, "%s: offset %llu: token %u does not "
-							    "fit the int32 it is widened to", q->path,
-							    (unsigned long long)(q->offset + 4 * i), t[i]);
+							    "fit the int32 it is widened to", path,
+							    (unsigned long long)(offset + 4 * i), t[i]);
 		}
 		for (size_t i = 0; i < T; i++) {
 			in[i] = (int32_t)t[i];
@@ -236,39 +236,59 @@ static int split_window(const struct pp_tokens *tk, const struct pp_read *q, con
 	return 0;
 }
 
+/*
+ * Reads windows indices[0..n) into the fields: runs of consecutive windows
+ * of one shard (an unshuffled order) as one read of their tokens, up to
+ * the staging buffer; up to io_depth reads in flight at once.
+ */
 static int tk_read_batch(void *ctx, void *wctx, const uint64_t *indices, size_t n,
 			 void *const *fields)
 {
 	struct pp_tokens *tk = ctx;
 	struct tk_worker *w = wctx;
-	size_t win = ((size_t)tk->cfg.seq_len + 1) * tk->info.token_bytes;
-	uint64_t stride = (uint64_t)tk->cfg.seq_len * tk->info.token_bytes;
+	size_t tb = tk->info.token_bytes, cap = (size_t)w->reader.depth * (tk->cfg.seq_len + 1);
+	uint64_t T = tk->cfg.seq_len;
 	int ret;
 
-	for (size_t k0 = 0; k0 < n; k0 += w->reader.depth) {
-		size_t m = PP_MIN((size_t)w->reader.depth, n - k0);
-		for (size_t j = 0; j < m; j++) {
-			uint64_t id = indices[k0 + j];
+	for (size_t k = 0; k < n;) {
+		size_t nreq = 0, used = 0, k0 = k;
+		/* gather reads while the buffer and the queue have room */
+		while (k < n && nreq < w->reader.depth) {
+			uint64_t id = indices[k];
 			const struct tk_shard *sh;
+			size_t m = 1;
 			if (id >= tk->info.windows)
 				return pp_set_error(-EINVAL, "tokens: window %llu of %llu",
 						    (unsigned long long)id,
 						    (unsigned long long)tk->info.windows);
+			if (used + T + 1 > cap)
+				break;
 			sh = &tk->shards[shard_of(tk, id)];
-			w->reqs[j] = (struct pp_read){ .fd = sh->fd, .fd_buffered = sh->fd,
-				.offset = PP_TOKENS_HEADER_BYTES + (id - sh->first) * stride,
-				.len = win, .need = win, .buf = w->buf + j * win, .path = sh->path,
-				.chunk = id - sh->first };
+			while (k + m < n && indices[k + m] == id + m &&
+			       id + m < sh->first + sh->windows && used + (m + 1) * T + 1 <= cap)
+				m++;
+			w->reqs[nreq++] = (struct pp_read){ .fd = sh->fd, .fd_buffered = sh->fd,
+				.offset = PP_TOKENS_HEADER_BYTES + (id - sh->first) * T * tb,
+				.len = (m * T + 1) * tb, .need = (m * T + 1) * tb,
+				.buf = w->buf + used * tb, .path = sh->path, .chunk = id - sh->first };
+			used += m * T + 1;
+			k += m;
 		}
-		if ((ret = pp_reader_read(&w->reader, w->reqs, m)) < 0) {
+		if ((ret = pp_reader_read(&w->reader, w->reqs, nreq)) < 0) {
 			char msg[768];
 			snprintf(msg, sizeof(msg), "%s", pp_last_error());
 			return pp_set_error(ret, "tokens: window %llu: %s",
 					    (unsigned long long)indices[k0], msg);
 		}
-		for (size_t j = 0; j < m; j++)
-			if ((ret = split_window(tk, &w->reqs[j], w->buf + j * win, k0 + j, fields)) < 0)
-				return ret;
+		for (size_t r = 0, j = k0; r < nreq; r++) {
+			const struct pp_read *q = &w->reqs[r];
+			size_t m = (q->len / tb - 1) / T;
+			for (size_t i = 0; i < m; i++, j++)
+				if ((ret = split_window(tk, q->path, q->offset + i * T * tb,
+							(const uint8_t *)q->buf + i * T * tb, j,
+							fields)) < 0)
+					return ret;
+		}
 	}
 	return 0;
 }

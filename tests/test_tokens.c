@@ -152,7 +152,11 @@ static struct pp_tokens *open_set(const char *pattern, bool widen, uint64_t grou
 	return tk;
 }
 
-/* Fails if the set's counts, its windows' tokens (either size, widened or not), or the order at 0, 1 and 2 workers differ from what the shards hold. */
+/*
+ * Fails if the set's counts, its windows' tokens (either size, widened or
+ * not; shuffled, and in order, where runs of windows are read at once), or
+ * the order at 0, 1 and 2 workers differ from what the shards hold.
+ */
 START_TEST(test_windows)
 {
 	for (uint32_t tb = 2; tb <= 4; tb += 2) {
@@ -168,16 +172,17 @@ START_TEST(test_windows)
 			ck_assert_uint_eq(info->tokens, sizes[0] + sizes[1] + sizes[2]);
 			ck_assert_int_eq(info->dtype, widen ? PP_DTYPE_I32
 						     : tb == 2 ? PP_DTYPE_U16 : PP_DTYPE_U32);
-			for (uint32_t w = 0; w <= 2; w++) {
-				struct pp_loader_config cfg = config(tk, w, 0, 1, false);
+			for (uint32_t w = 0; w <= 5; w++) {
+				struct pp_loader_config cfg = config(tk, w % 3, 0, 1, false);
 				struct pp_loader *l;
 				struct run r = { 0 };
+				cfg.shuffle = w < 3;
 				ck_assert_msg(pp_loader_create(&cfg, &l) == 0, "%s", pp_last_error());
 				ck_assert_int_eq(pp_loader_begin_epoch(l, 3), 0);
 				drain(l, tk, widen, tb, UINT64_MAX, &r);
 				for (size_t i = 0; i < NWIN; i++)
 					ck_assert_uint_eq(r.seen[i], 1);
-				if (w == 0)
+				if (w % 3 == 0)
 					first = r.digest;
 				ck_assert_uint_eq(r.digest, first);
 				pp_loader_destroy(l);
