@@ -141,16 +141,24 @@ PP_API int pp_loader_begin_epoch(struct pp_loader *l, uint64_t epoch)
 
 PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position *pos)
 {
-	uint64_t global = (uint64_t)l->batch_size * l->params.world_size;
-
-	if (pos->plan_key == l->plan_key)
-		return start_epoch(l, pos->epoch, pos->batch, true);
-	if (pos->order_key == 0 || pos->order_key != l->order_key)
+	if (pos->plan_key != l->plan_key)
 		return pp_error(-EINVAL, "loader: the position was saved by a loader with other "
 				"settings (seed, shuffle, batch size, ranks, drop rules, window or "
-				"source size differ)%s", l->streaming || pos->order_key == 0 ? "" :
-				"; at another rank count or batch size, only with the same seed, "
-				"shuffle and source size");
+				"source size differ)");
+	return start_epoch(l, pos->epoch, pos->batch, true);
+}
+
+PP_API int pp_loader_resume_samples(struct pp_loader *l, const struct pp_loader_position *pos)
+{
+	uint64_t global = (uint64_t)l->batch_size * l->params.world_size;
+
+	if (l->streaming)
+		return pp_error(-EINVAL, "loader: streamed shards are dealt to the ranks by chunk: "
+				"their order depends on the rank count, so a position resumes only "
+				"with the same settings (pp_loader_resume)");
+	if (pos->order_key == 0 || pos->order_key != l->order_key)
+		return pp_error(-EINVAL, "loader: the position was saved by a loader of another "
+				"order (seed, shuffle or source size differ, or it was streamed)");
 	if (pos->samples % global != 0)
 		return pp_error(-EINVAL, "loader: the position lies at sample %llu of epoch %llu's "
 				"order, which is not a multiple of this loader's global batch of "

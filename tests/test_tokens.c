@@ -330,7 +330,8 @@ START_TEST(test_resume)
 			struct run r = { 0 };
 			cfg = config(tk, rank % 3, rank, 4, !slices);
 			ck_assert_int_eq(pp_loader_create(&cfg, &l), 0);
-			ck_assert_msg(pp_loader_resume(l, &pos) == 0, "%s", pp_last_error());
+			ck_assert_int_eq(pp_loader_resume(l, &pos), -EINVAL);
+			ck_assert_msg(pp_loader_resume_samples(l, &pos) == 0, "%s", pp_last_error());
 			drain(l, tk, false, 4, UINT64_MAX, &r);
 			for (size_t i = 0; i < NWIN; i++)
 				seen[i] += r.seen[i];
@@ -342,14 +343,15 @@ START_TEST(test_resume)
 		/* 3 ranks of 4 cannot start at window 16 of the order */
 		cfg = config(tk, 0, 0, 3, slices);
 		ck_assert_int_eq(pp_loader_create(&cfg, &l), 0);
-		ck_assert_int_eq(pp_loader_resume(l, &pos), -EINVAL);
+		ck_assert_int_eq(pp_loader_resume_samples(l, &pos), -EINVAL);
 		ck_assert_ptr_nonnull(strstr(pp_last_error(), "sample 16"));
 		/* another seed cannot resume it */
 		pp_loader_destroy(l);
 		cfg = config(tk, 0, 0, 4, slices);
 		cfg.seed = 8;
 		ck_assert_int_eq(pp_loader_create(&cfg, &l), 0);
-		ck_assert_int_eq(pp_loader_resume(l, &pos), -EINVAL);
+		ck_assert_int_eq(pp_loader_resume_samples(l, &pos), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "another order"));
 		pp_loader_destroy(l);
 	}
 	pp_tokens_close(tk);

@@ -173,8 +173,7 @@ struct pp_batch {
 /*
  * Where the consumer stands, to save with a checkpoint and resume from.
  * 'samples' and 'order_key' let a loader with another rank count or batch
- * size resume it (pp_loader_resume()); a position without them (zero)
- * resumes only with the same settings.
+ * size resume it (pp_loader_resume_samples()).
  */
 struct pp_loader_position {
 	uint64_t epoch;        /* current epoch */
@@ -270,20 +269,26 @@ PP_API int pp_loader_get_position(struct pp_loader *l, struct pp_loader_position
 /*
  * Begins pos->epoch at batch pos->batch: the batches that follow are exactly
  * those a loader with the same settings would have handed out after the
- * first pos->batch.  A position saved by a loader of the same order
- * (pos->order_key: seed, shuffle, source size; in memory) but another rank
- * count, batch size, rank split or drop rule resumes at position
- * pos->samples of the epoch's order, when this loader's global batch
- * (world_size x batch_size) divides it: its ranks together then take
- * exactly the positions from there on that they would have taken after a
- * start from the epoch's beginning, so no sample of the order is repeated
- * or skipped across the change (past the order's end the new settings'
- * padding or drop rules apply).  Returns 0, or -EINVAL when the position
- * was saved with another order (or by streamed shards with other
- * settings), when pos->samples is not a multiple of this loader's global
- * batch, or when it lies past the end of the epoch.
+ * first pos->batch.  Returns 0, or -EINVAL when the position was saved with
+ * other settings (seed, shuffle, batch size, ranks, drop rules, window,
+ * dataset size) or lies past the end of the epoch.
  */
 PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position *pos);
+
+/*
+ * Begins pos->epoch at position pos->samples of the epoch's order of all
+ * ranks: a resume at another rank count, batch size, rank split or drop
+ * rule, of a position saved by a loader of the same order (pos->order_key:
+ * the same seed, shuffle and source size) held in memory.  This loader's
+ * ranks then take exactly the positions from there on that they would take
+ * after a start at the epoch's beginning, so across the change no sample
+ * of the order is repeated or skipped (past the order's end, the new
+ * settings' padding or drop rules apply).  Returns 0, or -EINVAL when the
+ * order differs, the loader streams shards (whose order depends on the
+ * rank count), pos->samples is not a multiple of this loader's global
+ * batch (world_size x batch_size), or it lies past the end of the epoch.
+ */
+PP_API int pp_loader_resume_samples(struct pp_loader *l, const struct pp_loader_position *pos);
 
 /*
  * Returns the number of batches of the current epoch on this rank (the same
