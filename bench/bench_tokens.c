@@ -14,7 +14,8 @@
  *            the device widens)
  *   memcpy   one thread's plain memcpy of the same bytes as pp16 from the
  *            shards mapped and cached: each window's inputs and targets
- *            (T uint16 each) into a batch buffer, windows in order
+ *            (T uint16 each) into a batch buffer, windows in order or,
+ *            shuffled, drawn at random
  *   nanogpt  nanoGPT's get_batch (bench/bench_tokens.py: np.memmap made
  *            every batch, B random offsets, astype(int64), torch.stack),
  *            when -p names the script
@@ -217,11 +218,11 @@ fail:
 }
 
 /* memcpy of each window's inputs and targets from the cached mapping, shard after shard; returns tokens/s. */
-static double run_memcpy(size_t B)
+static double run_memcpy(size_t B, int shuffle)
 {
-	size_t per = (size_t)(ntok - 1) / (B * T);
+	size_t per = (size_t)(ntok - 1) / (B * T), nwin = (size_t)(ntok - 1) / T;
 	uint8_t *dst = malloc(B * T * 4);
-	uint64_t batches = 0;
+	uint64_t batches = 0, x = 7;
 	double t0 = now_s(), t;
 	char path[512];
 
@@ -235,10 +236,16 @@ static double run_memcpy(size_t B)
 		if (m == MAP_FAILED)
 			abort();
 		for (size_t i = 0; i < per; i++) {
-			const uint8_t *src = m + 1024 + i * B * T * 2;
 			for (size_t k = 0; k < B; k++) {
-				memcpy(dst + k * T * 2, src + k * T * 2, T * 2);
-				memcpy(dst + (B + k) * T * 2, src + k * T * 2 + 2, T * 2);
+				size_t w = i * B + k;
+				const uint8_t *src;
+				if (shuffle) {
+					x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+					w = x % nwin;
+				}
+				src = m + 1024 + w * T * 2;
+				memcpy(dst + k * T * 2, src, T * 2);
+				memcpy(dst + (B + k) * T * 2, src + 2, T * 2);
 			}
 			__asm__ volatile("" : : "r"(dst) : "memory");
 			batches++;
@@ -305,7 +312,7 @@ int main(int argc, char **argv)
 			double p2 = run_pinpipe(bs[i], shuffle, 2);
 			double s1 = run_stored(bs[i], shuffle, 1);
 			double s2 = run_stored(bs[i], shuffle, 2);
-			double mc = run_memcpy(bs[i]);
+			double mc = run_memcpy(bs[i], shuffle);
 			printf("%3zu %7s %8.1f %8.1f %7.0f %7.0f %8.0f %8.0f %7.0f %7.2f %7.2f %7.2f "
 			       "%7.2f\n", bs[i], shuffle ? "yes" : "no", ng / 1e6, lc / 1e6, p1 / 1e6,
 			       p2 / 1e6, s1 / 1e6, s2 / 1e6, mc / 1e6, p1 / lc, p2 / lc, s1 / mc, s2 / mc);
