@@ -327,6 +327,7 @@ PP_API int pp_tokens_open(const char *pattern, const struct pp_tokens_config *cf
 {
 	struct pp_tokens *tk;
 	struct pp_layout lay = { .nfields = 2 };
+	struct pp_reader probe;
 	glob_t g;
 	int ret;
 
@@ -385,6 +386,11 @@ PP_API int pp_tokens_open(const char *pattern, const struct pp_tokens_config *cf
 		.count = tk->info.windows, .layout = &lay, .ops = &tk_ops, .ctx = tk }, &tk->src);
 	if (ret < 0)
 		goto err_close;
+	/* the workers' readers will go the way this one goes; io_uring asked for and refused fails here */
+	if ((ret = pp_reader_init(&probe, cfg->io, 1, PP_LOADER_IO_TIMEOUT_MS)) < 0)
+		goto err_close;
+	pp_source_set_io_path(tk->src, probe.uring ? "io_uring" : "pread");
+	pp_reader_fini(&probe);
 	*tk_p = tk;
 	return 0;
 err_close:

@@ -182,6 +182,14 @@ START_TEST(test_windows)
 				drain(l, tk, widen, tb, UINT64_MAX, &r);
 				for (size_t i = 0; i < NWIN; i++)
 					ck_assert_uint_eq(r.seen[i], 1);
+				{
+					struct pp_loader_stats st;
+					ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+					ck_assert_msg(strcmp(st.io_path, "pread") == 0 ||
+						      (!pp_test_io_pread() &&
+						       strcmp(st.io_path, "io_uring") == 0),
+						      "io_path %s", st.io_path);
+				}
 				if (w % 3 == 0)
 					first = r.digest;
 				ck_assert_uint_eq(r.digest, first);
