@@ -93,7 +93,8 @@ struct pp_tokens;
  * header, a bad magic, a version that is not its magic's, a token count
  * that is not positive or does not match the file's size, versions mixed in
  * one set, no window of seq_len + 1 tokens in any shard), -EINVAL (a bad
- * configuration), -EMFILE, -EACCES... from open(2), or -ENOMEM.
+ * configuration), -EMFILE, -EACCES... from open(2), -ENOSYS or -EPERM
+ * (PP_LOADER_IO_URING where the kernel refuses io_uring), or -ENOMEM.
  */
 PP_API int pp_tokens_open(const char *pattern, const struct pp_tokens_config *cfg,
 			  struct pp_tokens **tk_p);
