@@ -87,7 +87,13 @@ struct pp_source {
 	uint32_t num_classes;
 	const struct pp_source_ops *ops;
 	void *ctx;
+	const char *io_path;    /* what its reads go through, for the statistics, or NULL */
 };
+
+void pp_source_set_io_path(struct pp_source *src, const char *io_path)
+{
+	src->io_path = io_path;
+}
 
 PP_API int pp_source_create(const struct pp_source_desc *desc, struct pp_source **src_p)
 {
@@ -141,7 +147,7 @@ void pp_loader_source_user(const struct pp_source *user, struct pp_loader_source
 	src->worker_create = user->ops->worker_open;
 	src->worker_destroy = user->ops->worker_close;
 	src->ctx = user->ctx;
-	src->io_path = "none";
+	src->io_path = user->io_path ? user->io_path : "none";
 	src->info.count = user->count;
 	src->info.dtype = f0->dtype;
 	src->info.ndim = f0->ndim ? f0->ndim : 1;  /* a scalar is a sample of shape {1} */

@@ -439,8 +439,15 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		.drop_last = cfg->drop_last,
 		.batch_size = l->batch_size,
 		.window_chunks = l->streaming ? (cfg->window_chunks ? cfg->window_chunks : 8) : 0,
+		.rank_slices = cfg->rank_slices,
 	};
 	l->plan_key = pp_plan_key(&l->params, src->info.count, l->streaming ? src->nchunks : 0);
+	l->order_key = l->streaming ? 0 : pp_plan_order_key(&l->params, src->info.count);
+	if (l->streaming && cfg->rank_slices) {
+		ret = pp_error(-EINVAL, "loader: rank_slices is for sources in memory, not streamed "
+			       "shards (use PP_LOADER_CACHE_MEMORY)");
+		goto err_destroy;
+	}
 	if ((ret = fields_setup(l, cfg)) < 0)
 		goto err_destroy;
 	if ((ret = pp_loader_workers_setup(l, cfg)) < 0)

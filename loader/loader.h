@@ -51,6 +51,7 @@ struct pp_plan_params {
 	bool drop_last;
 	uint32_t batch_size;
 	uint32_t window_chunks; /* streaming only */
+	bool rank_slices;      /* rank r takes the r-th slice of each global batch (in memory) */
 };
 
 /* This rank's plan of one epoch. */
@@ -77,6 +78,9 @@ uint64_t pp_plan_mix(uint64_t a, uint64_t b);
 
 /* Hash of the parameters and the source size: what a saved position must match. */
 uint64_t pp_plan_key(const struct pp_plan_params *p, uint64_t count, uint64_t nchunks);
+
+/* Hash of what decides the order of all ranks in memory (seed, shuffle, count); never 0. */
+uint64_t pp_plan_order_key(const struct pp_plan_params *p, uint64_t count);
 
 /* Allocates a plan for a source of n samples (in memory) or of the given chunks (streaming). */
 int pp_plan_alloc_memory(struct pp_plan *plan, const struct pp_plan_params *p, uint64_t n);
@@ -237,6 +241,9 @@ void pp_layout_from_info(const struct pp_sample_info *info, struct pp_layout *la
 /* Bytes of a slot's array of field f for 'batch' samples: 64-byte aligned, as the slot lays them out. */
 size_t pp_layout_field_span(const struct pp_layout *layout, uint32_t f, uint32_t batch);
 
+/* layout.c: names the system calls a library's own source reads with ("io_uring", "pread"), for the loader's statistics. */
+void pp_source_set_io_path(struct pp_source *src, const char *io_path);
+
 /* layout.c: the loader's view of a source of the user's own (its functions, layout and count). */
 void pp_loader_source_user(const struct pp_source *user, struct pp_loader_source *src);
 
@@ -309,6 +316,7 @@ struct pp_loader {
 	uint32_t claimers;       /* threads that decode chunks: max(nworkers, 1) */
 	bool streaming;
 	uint64_t plan_key;
+	uint64_t order_key;      /* pp_plan_order_key(), or 0 when streaming */
 
 	struct pp_device *device; /* the ring's allocator, or NULL for posix_memalign */
 	uint8_t *ring;           /* depth * slot_bytes, 4096-aligned */

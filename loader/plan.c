@@ -7,7 +7,12 @@
  * In memory: the dataset is permuted by a Fisher-Yates shuffle driven by a
  * counter-based generator keyed with (seed, epoch); rank r takes positions
  * r, r + W, r + 2W... of it, the permutation being padded by repeating its
- * start (as PyTorch's DistributedSampler) or cut to a multiple of W.
+ * start (as PyTorch's DistributedSampler) or cut to a multiple of W.  With
+ * rank_slices, the permutation is cut into global batches of W x B and
+ * rank r takes the r-th B of each (llm.c), padded the same way to whole
+ * global batches or cut to them.  Either way, the ranks' first k batches
+ * are the permutation's first k x W x B positions, so a loader of another
+ * W or B can start where they stopped (pp_loader_resume()).
  *
  * Streaming: the chunks are permuted the same way and dealt to the ranks
  * in turn; each rank groups its chunks into windows of window_chunks and
@@ -43,7 +48,25 @@ uint64_t pp_plan_key(const struct pp_plan_params *p, uint64_t count, uint64_t nc
 	k = pp_plan_mix(k, p->batch_size);
 	k = pp_plan_mix(k, p->window_chunks);
 	k = pp_plan_mix(k, count);
+	k = pp_plan_mix(k, p->rank_slices);
 	return pp_plan_mix(k, nchunks);
+}
+
+uint64_t pp_plan_order_key(const struct pp_plan_params *p, uint64_t count)
+{
+	uint64_t k = pp_plan_mix(pp_plan_mix(pp_plan_mix(p->seed, p->shuffle), count), 0x6f72646572ull);
+
+	return k ? k : 1;
+}
+
+/* Positions of each rank's epoch in memory, before drop_last: with rank_slices a multiple of B. */
+static uint64_t memory_per_rank(const struct pp_plan_params *p, uint64_t n)
+{
+	uint64_t w = p->world_size, g = w * p->batch_size;
+
+	if (p->rank_slices)
+		return (p->rank_drop ? n / g : (n + g - 1) / g) * p->batch_size;
+	return p->rank_drop ? n / w : (n + w - 1) / w;
 }
 
 /* A uniform integer below 'bound' from the generator (key, *ctr), by Lemire's method. */
@@ -87,7 +110,7 @@ static uint64_t batches_of(const struct pp_plan_params *p, uint64_t len)
 
 int pp_plan_alloc_memory(struct pp_plan *plan, const struct pp_plan_params *p, uint64_t n)
 {
-	uint64_t cap = (n + p->world_size - 1) / p->world_size;
+	uint64_t cap = memory_per_rank(p, n);
 
 	memset(plan, 0, sizeof(*plan));
 	plan->order = pp_malloc((cap ? cap : 1) * sizeof(uint64_t));
@@ -141,17 +164,24 @@ void pp_plan_free(struct pp_plan *plan)
 void pp_plan_make_memory(struct pp_plan *plan, const struct pp_plan_params *p, uint64_t n,
 			 uint64_t epoch)
 {
-	uint64_t w = p->world_size, r = p->rank;
-	uint64_t per = p->rank_drop ? n / w : (n + w - 1) / w;
+	uint64_t w = p->world_size, r = p->rank, bs = p->batch_size;
+	uint64_t per = memory_per_rank(p, n);
 	uint64_t real = r < n ? PP_MIN(per, (n - r + w - 1) / w) : 0;
 
+	if (p->rank_slices) {
+		/* whole global batches, then this rank's slice of the partial one */
+		uint64_t full = n / (w * bs), rest = n % (w * bs);
+		real = PP_MIN(per, full * bs + PP_MIN(bs, rest > r * bs ? rest - r * bs : 0));
+	}
 	plan->epoch = epoch;
 	for (uint64_t i = 0; i < n; i++)
 		plan->perm[i] = i;
 	if (p->shuffle)
 		shuffle2(plan->perm, NULL, n, pp_plan_mix(p->seed, epoch));
-	for (uint64_t k = 0; k < per; k++)
-		plan->order[k] = plan->perm[(r + k * w) % n];
+	for (uint64_t k = 0; k < per; k++) {
+		uint64_t at = p->rank_slices ? (k / bs * w + r) * bs + k % bs : r + k * w;
+		plan->order[k] = plan->perm[at % n];
+	}
 	plan->batches = batches_of(p, per);
 	plan->len = PP_MIN(per, plan->batches * p->batch_size);
 	plan->real = PP_MIN(real, plan->len);

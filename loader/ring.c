@@ -155,12 +155,33 @@ PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position
 	return start_epoch(l, pos->epoch, pos->batch, true);
 }
 
+PP_API int pp_loader_resume_samples(struct pp_loader *l, const struct pp_loader_position *pos)
+{
+	uint64_t global = (uint64_t)l->batch_size * l->params.world_size;
+
+	if (l->streaming)
+		return pp_error(-EINVAL, "loader: streamed shards are dealt to the ranks by chunk: "
+				"their order depends on the rank count, so a position resumes only "
+				"with the same settings (pp_loader_resume)");
+	if (pos->order_key == 0 || pos->order_key != l->order_key)
+		return pp_error(-EINVAL, "loader: the position was saved by a loader of another "
+				"order (seed, shuffle or source size differ, or it was streamed)");
+	if (pos->samples % global != 0)
+		return pp_error(-EINVAL, "loader: the position lies at sample %llu of epoch %llu's "
+				"order, which is not a multiple of this loader's global batch of "
+				"%u ranks x %u samples", (unsigned long long)pos->samples,
+				(unsigned long long)pos->epoch, l->params.world_size, l->batch_size);
+	return start_epoch(l, pos->epoch, pos->samples / global, true);
+}
+
 PP_API int pp_loader_get_position(struct pp_loader *l, struct pp_loader_position *pos_p)
 {
 	pthread_mutex_lock(&l->mu);
 	pos_p->epoch = l->plan.epoch;
 	pos_p->batch = l->active ? l->next_deliver : 0;
 	pos_p->plan_key = l->plan_key;
+	pos_p->samples = pos_p->batch * l->batch_size * l->params.world_size;
+	pos_p->order_key = l->order_key;
 	pthread_mutex_unlock(&l->mu);
 	return 0;
 }

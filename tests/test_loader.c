@@ -465,6 +465,26 @@ START_TEST(test_resume)
 	ck_assert_int_eq(pp_loader_resume(l, &pos), -EINVAL);
 	pp_loader_destroy(l);
 
+	/* at another rank count: in memory when the new global batch divides 13 x 9 x 2, never streamed */
+	cfg.world_size = 3;
+	cfg.rank = 0;
+	l = make_loader(kind, 1500, 40, &cfg, NULL);
+	ck_assert_int_eq(pp_loader_resume(l, &pos), -EINVAL);
+	ck_assert_int_eq(pp_loader_resume_samples(l, &pos), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), kind == T_ARRAY ? "not a multiple" : "streamed"));
+	pp_loader_destroy(l);
+	cfg.world_size = 1;
+	l = make_loader(kind, 1500, 40, &cfg, NULL);
+	ck_assert_int_eq(pp_loader_resume_samples(l, &pos), kind == T_ARRAY ? 0 : -EINVAL);
+	if (kind == T_ARRAY) {
+		ck_assert_int_eq(pp_loader_get_position(l, &pos), 0);
+		ck_assert_uint_eq(pos.batch, 13 * 2);
+		ck_assert_uint_eq(pos.samples, 13 * 9 * 2);
+	}
+	pp_loader_destroy(l);
+	cfg.world_size = 2;
+	cfg.rank = 1;
+
 	cfg.seed = 78;
 	l = make_loader(kind, 1500, 40, &cfg, NULL);
 	pos.batch = 1;
@@ -784,6 +804,12 @@ START_TEST(test_bad_config)
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "3 chunks are too few to stream to 4 ranks"));
 
 	cfg.world_size = 1;
+	cfg.rank_slices = true;
+	src = tsource_make(T_CHUNKS, 100, 40, NULL);
+	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "rank_slices is for sources in memory"));
+	cfg.rank_slices = false;
+
 	src = tsource_make(T_ARRAY, 100, 0, NULL);
 	ck_assert_int_eq(pp_loader_create_source(&cfg, &src, &l), 0);
 	ck_assert_int_eq(pp_loader_next(l, &(struct pp_batch *){ NULL }), -EINVAL);

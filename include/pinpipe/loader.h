@@ -109,6 +109,16 @@ struct pp_loader_config {
 	                           every rank cut to the shortest), so that no sample is
 	                           repeated */
 
+	bool rank_slices;       /* false: rank r takes positions r, r + W, r + 2W... of the
+	                           epoch's order (rank_drop above).  true (in memory only):
+	                           the order is cut into global batches of world_size x
+	                           batch_size positions and rank r takes the r-th slice of
+	                           batch_size of each, as llm.c's loader does; every rank
+	                           has ceil(n / (W x B)) batches of batch_size, the
+	                           positions past the order's end padding that repeats its
+	                           start (with rank_drop, floor(n / (W x B)) batches and no
+	                           padding) */
+
 	enum pp_dtype dtype;    /* output element type; 0: as stored.  PP_DTYPE_F32 from
 	                           uint8 gives (x / 255 - mean) / std, as ToTensor + Normalize */
 	float mean[PP_LOADER_MAX_CHANNELS]; /* per channel, in units of the output (0..1 for uint8) */
@@ -162,11 +172,20 @@ struct pp_batch {
 	                                shape, 64-byte aligned; fields[0] == samples */
 };
 
-/* Where the consumer stands, to save with a checkpoint and resume from. */
+/*
+ * Where the consumer stands, to save with a checkpoint and resume from.
+ * 'samples' and 'order_key' let a loader with another rank count or batch
+ * size resume it (pp_loader_resume_samples()).
+ */
 struct pp_loader_position {
 	uint64_t epoch;        /* current epoch */
 	uint64_t batch;        /* batches handed out in this epoch so far */
 	uint64_t plan_key;     /* hash of the settings that decide the order; checked on resume */
+	uint64_t samples;      /* positions of the epoch's order that all ranks took, when each
+	                          handed out 'batch' batches: batch x batch_size x world_size */
+	uint64_t order_key;    /* hash of what decides the epoch's order of all ranks (seed,
+	                          shuffle, source size); 0 when that order depends on the rank
+	                          count (streamed shards) */
 };
 
 /* Counters since the loader was created. */
@@ -257,6 +276,21 @@ PP_API int pp_loader_get_position(struct pp_loader *l, struct pp_loader_position
  * dataset size) or lies past the end of the epoch.
  */
 PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position *pos);
+
+/*
+ * Begins pos->epoch at position pos->samples of the epoch's order of all
+ * ranks: a resume at another rank count, batch size, rank split or drop
+ * rule, of a position saved by a loader of the same order (pos->order_key:
+ * the same seed, shuffle and source size) held in memory.  This loader's
+ * ranks then take exactly the positions from there on that they would take
+ * after a start at the epoch's beginning, so across the change no sample
+ * of the order is repeated or skipped (past the order's end, the new
+ * settings' padding or drop rules apply).  Returns 0, or -EINVAL when the
+ * order differs, the loader streams shards (whose order depends on the
+ * rank count), pos->samples is not a multiple of this loader's global
+ * batch (world_size x batch_size), or it lies past the end of the epoch.
+ */
+PP_API int pp_loader_resume_samples(struct pp_loader *l, const struct pp_loader_position *pos);
 
 /*
  * Returns the number of batches of the current epoch on this rank (the same

@@ -18,5 +18,6 @@
 #include "pinpipe/source.h"
 #include "pinpipe/loader.h"
 #include "pinpipe/transfer.h"
+#include "pinpipe/tokens.h"
 
 #endif
