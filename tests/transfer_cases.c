@@ -531,7 +531,7 @@ START_TEST(test_misuse_refused)
 	ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &b1), 1);
 	ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &b2), 1);
 	ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &b3), -ENOBUFS);
-	ck_assert_ptr_nonnull(strstr(pp_last_error(), "slots"));
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "transfer: all"));
 	ck_assert_int_eq(pp_transfer_release(f.t, b1, f.compute), 0);
 	ck_assert_int_eq(pp_transfer_release(f.t, b1, f.compute), -EINVAL);
 	ck_assert_int_eq(pp_transfer_release(f.t, NULL, f.compute), -EINVAL);
