@@ -317,6 +317,11 @@ PP_API const struct pp_source *pp_image_folder_source(const struct pp_image_fold
 	return f->src;
 }
 
+PP_API uint64_t pp_image_folder_count(const struct pp_image_folder *f)
+{
+	return f->count;
+}
+
 PP_API uint32_t pp_image_folder_classes(const struct pp_image_folder *f)
 {
 	return f->nclasses;

@@ -116,6 +116,9 @@ PP_API void pp_image_folder_close(struct pp_image_folder *f);
 /* Returns the folder's source (pp_loader_config.source), valid while the folder is open. */
 PP_API const struct pp_source *pp_image_folder_source(const struct pp_image_folder *f);
 
+/* Returns the number of images. */
+PP_API uint64_t pp_image_folder_count(const struct pp_image_folder *f);
+
 /* Returns the number of classes (the subdirectories of the root). */
 PP_API uint32_t pp_image_folder_classes(const struct pp_image_folder *f);
 
