@@ -21,8 +21,11 @@
 
 struct pp_jpeg_worker {
 	struct pp_tj *tj;
-	int32_t *x0;                 /* [size] left source column of each output column */
-	float *fx;                   /* [size] weight of the column right of it */
+	uint32_t *x0;                /* [size] offset of each output column's left source pixel */
+	uint16_t *fx;                /* [size] weight of the pixel right of it, of 256 */
+	uint16_t *hrow[2];           /* [size * channels] two source rows resized across, x 256 */
+	uint32_t hrow_y[2];          /* the source row each holds (UINT32_MAX: none) */
+	uint8_t *vrow;               /* [size * channels] an output row, interleaved */
 	/* the decoder's pool: */
 	struct pp_jpeg_decoder *owner;
 	bool in_use;
@@ -157,11 +160,19 @@ void pp_jpeg_plan(const struct pp_jpeg_config *cfg, uint32_t width, uint32_t hei
 		c->w = s * ax;
 		c->h = s * ay;
 	}
-	/* the smallest DCT scale whose image still holds the crop at the output's size */
-	c->denom = 1;
-	for (unsigned d = 8; d > 1; d /= 2) {
-		if (c->w >= s * d && c->h >= s * d) {
-			c->denom = d;
+	/*
+	 * The smallest DCT scale (1/8, 1/4, 1/2) whose image still holds the
+	 * crop at the output's size: libjpeg-turbo's scaled inverse DCT does
+	 * the first part of the downscale (low-passed, as a resize should be)
+	 * for less work than the whole image's decode; the bilinear resize does
+	 * the rest.  Not the other M/8: their inverse DCTs have no SIMD in
+	 * libjpeg-turbo 2.1, and measured slower than the whole decode
+	 * (bench/README.md).
+	 */
+	c->scale8 = 8;
+	for (unsigned m = 1; m < 8; m *= 2) {
+		if (c->w * m >= s * 8 && c->h * m >= s * 8) {
+			c->scale8 = m;
 			break;
 		}
 	}
@@ -178,7 +189,11 @@ int pp_jpeg_worker_create(const struct pp_jpeg_decoder *d, struct pp_jpeg_worker
 		return pp_error(-ENOMEM, "JPEG: no memory for a worker");
 	w->x0 = pp_malloc(d->cfg.size * sizeof(*w->x0));
 	w->fx = pp_malloc(d->cfg.size * sizeof(*w->fx));
-	if (w->x0 == NULL || w->fx == NULL) {
+	w->hrow[0] = pp_malloc((size_t)d->cfg.size * d->cfg.channels * sizeof(uint16_t));
+	w->hrow[1] = pp_malloc((size_t)d->cfg.size * d->cfg.channels * sizeof(uint16_t));
+	w->vrow = pp_malloc((size_t)d->cfg.size * d->cfg.channels);
+	if (w->x0 == NULL || w->fx == NULL || w->hrow[0] == NULL || w->hrow[1] == NULL ||
+	    w->vrow == NULL) {
 		ret = pp_error(-ENOMEM, "JPEG: no memory for a worker");
 		goto err_free;
 	}
@@ -199,16 +214,24 @@ void pp_jpeg_worker_destroy(struct pp_jpeg_worker *w)
 	pp_tj_destroy(w->tj);
 	free(w->x0);
 	free(w->fx);
+	free(w->hrow[0]);
+	free(w->hrow[1]);
+	free(w->vrow);
 	free(w);
 }
 
-/* Where output coordinate o falls in a scaled image of n pixels: the left one and the right's weight. */
+/*
+ * Where output coordinate o falls in a scaled image of n pixels: the left
+ * (or upper) one and the weight of the next, of 256 (0 at an edge, so that
+ * the next is never read past it).
+ */
 static void source_pixel(double start, double step, uint32_t o, double scale, uint32_t n,
-			 int32_t *i0, float *f)
+			 uint32_t *i0, uint16_t *f)
 {
 	double src = start + (o + 0.5) * step - 0.5;       /* in the image's pixels */
 	double sc = (src + 0.5) * scale - 0.5;             /* in the decoded image's */
 	double fl;
+	long q;
 
 	if (sc <= 0) {
 		*i0 = 0;
@@ -216,13 +239,14 @@ static void source_pixel(double start, double step, uint32_t o, double scale, ui
 		return;
 	}
 	if (sc >= n - 1) {
-		*i0 = (int32_t)n - 1;
+		*i0 = n - 1;
 		*f = 0;
 		return;
 	}
 	fl = floor(sc);
-	*i0 = (int32_t)fl;
-	*f = (float)(sc - fl);
+	q = lround((sc - fl) * 256);
+	*i0 = (uint32_t)fl + (q == 256);
+	*f = (uint16_t)(q == 256 ? 0 : q);
 }
 
 /* Reads the header and checks that the image may be decoded. */
@@ -255,27 +279,67 @@ static int decode_crop(const struct pp_jpeg_config *cfg, struct pp_jpeg_worker *
 	uint32_t sw, sh;
 	int ret;
 
-	if ((ret = pp_tj_decode(w->tj, jpeg, len, c.denom, ch, &pix, &sw, &sh)) < 0)
+	if ((ret = pp_tj_decode(w->tj, jpeg, len, c.scale8, ch, &pix, &sw, &sh)) < 0)
 		return ret;
-	for (uint32_t ox = 0; ox < s; ox++)
+	for (uint32_t ox = 0; ox < s; ox++) {
 		source_pixel(c.x, c.w / s, ox, (double)sw / hd.width, sw, &w->x0[ox], &w->fx[ox]);
+		w->x0[ox] *= ch;
+	}
+	/*
+	 * Bilinear in 8-bit fixed point, exact where a weight is 0 (a pixel on
+	 * the grid): each source row used is resized across once (hrow), then
+	 * each output row is the weighted sum of two of those.
+	 */
+	w->hrow_y[0] = w->hrow_y[1] = UINT32_MAX;
 	for (uint32_t oy = 0; oy < s; oy++) {
-		int32_t y0;
-		float fy;
+		uint32_t y0, rows[2];
+		uint16_t fy;
+		const uint16_t *h[2];
 		source_pixel(c.y, c.h / s, oy, (double)sh / hd.height, sh, &y0, &fy);
-		const uint8_t *r0 = pix + (size_t)y0 * sw * ch;
-		const uint8_t *r1 = fy > 0 ? r0 + (size_t)sw * ch : r0;
-		for (uint32_t ox = 0; ox < s; ox++) {
-			int32_t x0 = w->x0[ox];
-			float fx = w->fx[ox];
-			int32_t x1 = fx > 0 ? x0 + 1 : x0;
-			uint32_t dx = c.flip ? s - 1 - ox : ox;
-			for (uint32_t k = 0; k < ch; k++) {
-				float top = r0[x0 * ch + k] + fx * (r0[x1 * ch + k] - r0[x0 * ch + k]);
-				float bot = r1[x0 * ch + k] + fx * (r1[x1 * ch + k] - r1[x0 * ch + k]);
-				float v = top + fy * (bot - top);
-				out[k * plane + (size_t)oy * s + dx] = (uint8_t)(v + 0.5f);
+		rows[0] = y0;
+		rows[1] = fy > 0 ? y0 + 1 : y0;
+		for (int r = 0; r < 2; r++) {
+			int slot = w->hrow_y[0] == rows[r] ? 0 : w->hrow_y[1] == rows[r] ? 1 : -1;
+			if (slot < 0) {
+				/* replace the row not needed now */
+				slot = w->hrow_y[0] == rows[1 - r] ? 1 : 0;
+				const uint8_t *src = pix + (size_t)rows[r] * sw * ch;
+				uint16_t *dst = w->hrow[slot];
+				if (ch == 3) {
+					for (uint32_t ox = 0; ox < s; ox++) {
+						const uint32_t a = w->x0[ox], wx1 = w->fx[ox];
+						const uint32_t wx0 = 256 - wx1, b = wx1 ? a + 3 : a;
+						dst[ox * 3] = (uint16_t)(src[a] * wx0 + src[b] * wx1);
+						dst[ox * 3 + 1] = (uint16_t)(src[a + 1] * wx0 +
+									     src[b + 1] * wx1);
+						dst[ox * 3 + 2] = (uint16_t)(src[a + 2] * wx0 +
+									     src[b + 2] * wx1);
+					}
+				} else {
+					for (uint32_t ox = 0; ox < s; ox++) {
+						const uint32_t a = w->x0[ox], wx1 = w->fx[ox];
+						const uint32_t b = wx1 ? a + 1 : a;
+						dst[ox] = (uint16_t)(src[a] * (256 - wx1) + src[b] * wx1);
+					}
+				}
+				w->hrow_y[slot] = rows[r];
 			}
+			h[r] = w->hrow[slot];
+		}
+		/* down, over the interleaved row (contiguous: the compiler's vectors), then apart */
+		const uint32_t wy1 = fy, wy0 = 256 - fy, n = s * ch;
+		const uint16_t *t0 = h[0], *t1 = h[1];
+		uint8_t *v = w->vrow;
+		for (uint32_t i = 0; i < n; i++)
+			v[i] = (uint8_t)(((uint32_t)t0[i] * wy0 + (uint32_t)t1[i] * wy1 + 32768) >> 16);
+		for (uint32_t k = 0; k < ch; k++) {
+			uint8_t *dst = out + k * plane + (size_t)oy * s;
+			if (c.flip)
+				for (uint32_t ox = 0; ox < s; ox++)
+					dst[s - 1 - ox] = v[ox * ch + k];
+			else
+				for (uint32_t ox = 0; ox < s; ox++)
+					dst[ox] = v[ox * ch + k];
 		}
 	}
 	return 0;

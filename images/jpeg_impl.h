@@ -10,12 +10,12 @@
 /*
  * The region of the image (in its pixels, possibly fractional for eval)
  * that the output square is resized from, whether it is flipped, and the
- * DCT scale (1/denom) the image is decoded at.
+ * DCT scale (scale8 / 8) the image is decoded at.
  */
 struct pp_jpeg_crop {
 	double x, y, w, h;
 	bool flip;
-	unsigned denom;
+	unsigned scale8;     /* 1..8 */
 };
 
 /*

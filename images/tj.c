@@ -76,10 +76,10 @@ int pp_tj_header(struct pp_tj *t, const void *buf, size_t len, struct pp_tj_head
 	return 0;
 }
 
-int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned denom, uint32_t channels,
+int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned scale8, uint32_t channels,
 		 const uint8_t **pix, uint32_t *w_p, uint32_t *h_p)
 {
-	tjscalingfactor sf = { 1, (int)denom };
+	tjscalingfactor sf = { (int)scale8, 8 };
 	int w, h, subsamp, cs;
 	size_t need;
 

@@ -33,13 +33,13 @@ void pp_tj_destroy(struct pp_tj *t);
 int pp_tj_header(struct pp_tj *t, const void *buf, size_t len, struct pp_tj_header *h);
 
 /*
- * Decodes the whole image at 1/denom of its size (denom 1, 2, 4 or 8),
+ * Decodes the whole image at scale8/8 of its size (scale8 1..8),
  * 'channels' (3: RGB, 1: grayscale) interleaved, into the decompressor's
  * buffer (grown as needed), a warning being an error.  Returns 0 with the
  * pixels in *pix (rows of *w_p * channels bytes, *h_p rows), or -EBADMSG
  * or -ENOMEM with a message.
  */
-int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned denom, uint32_t channels,
+int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned scale8, uint32_t channels,
 		 const uint8_t **pix, uint32_t *w_p, uint32_t *h_p);
 #else
 #define PP_TJ_MISSING "JPEG: pinpipe was built without libjpeg-turbo: install Debian's " \
@@ -63,10 +63,10 @@ static inline int pp_tj_header(struct pp_tj *t, const void *buf, size_t len,
 	return pp_error(-ENOTSUP, PP_TJ_MISSING);
 }
 
-static inline int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned denom,
+static inline int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned scale8,
 			       uint32_t channels, const uint8_t **pix, uint32_t *w_p, uint32_t *h_p)
 {
-	(void)t, (void)buf, (void)len, (void)denom, (void)channels, (void)pix, (void)w_p, (void)h_p;
+	(void)t, (void)buf, (void)len, (void)scale8, (void)channels, (void)pix, (void)w_p, (void)h_p;
 	return pp_error(-ENOTSUP, PP_TJ_MISSING);
 }
 #endif

@@ -127,7 +127,7 @@ START_TEST(test_eval_equals_reference)
 
 		ck_assert_int_eq(pp_jpeg_decoder_create(&jc, &d), 0);
 		pp_jpeg_plan(&jc, cases[i].w, cases[i].h, NULL, &c);
-		ck_assert_uint_eq(c.denom, cases[i].denom);
+		ck_assert_uint_eq(c.scale8, 8 / cases[i].denom);
 		ck_assert_msg(pp_jpeg_decode(d, jpeg, len, NULL, out) == 0, "%s", pp_last_error());
 		snprintf(what, sizeof(what), "%u x %u, %u channels", cases[i].w, cases[i].h,
 			 cases[i].ch);
@@ -188,11 +188,11 @@ START_TEST(test_crop_and_flip)
 	ck_assert_int_eq(pp_jpeg_decoder_create(&jc, &d), 0);
 	ck_assert_int_eq(pp_jpeg_worker_create(d, &w), 0);
 	for (int flip = 0; flip < 2; flip++) {
-		struct pp_jpeg_crop c = { .x = 17, .y = 9, .w = 32, .h = 32, .flip = flip, .denom = 1 };
+		struct pp_jpeg_crop c = { .x = 17, .y = 9, .w = 32, .h = 32, .flip = flip, .scale8 = 8 };
 		ck_assert_int_eq(pp_jpeg_decode_crop(d, w, jpeg, len, &c, out), 0);
 		assert_crop_of(out, full, 200, 3, 32, 17, 9, flip, "scale 1");
 		c = (struct pp_jpeg_crop){ .x = 60, .y = 40, .w = 64, .h = 64, .flip = flip,
-					   .denom = 2 };
+					   .scale8 = 4 };
 		ck_assert_int_eq(pp_jpeg_decode_crop(d, w, jpeg, len, &c, out), 0);
 		assert_crop_of(out, half, 100, 3, 32, 30, 20, flip, "scale 1/2");
 	}
@@ -208,7 +208,7 @@ END_TEST
  * Fails if RandomResizedCrop's crops leave the image, break its scale and
  * ratio bounds, flip far from half the time, or miss torchvision's
  * centre-crop fallback when no try fits; or if the DCT scale chosen leaves
- * the crop smaller than the output.
+ * the crop smaller than the output, or is not the smallest that does not.
  */
 START_TEST(test_train_plan)
 {
@@ -233,8 +233,11 @@ START_TEST(test_train_plan)
 				      c.w / c.h >= 0.75 * (1 - 1 / c.h) - 1 / c.h &&
 				      c.w / c.h <= 4.0 / 3 * (1 + 1 / c.h) + 1 / c.h,
 				      "%g x %g of %g x %g", c.w, c.h, W, H);
-			ck_assert(c.denom == 1 || (c.w >= 32.0 * c.denom && c.h >= 32.0 * c.denom));
-			ck_assert(c.denom == 8 || c.w < 64.0 * c.denom || c.h < 64.0 * c.denom);
+			/* the smallest of 1/8, 1/4, 1/2, 1 that holds the crop at 32 x 32 or more */
+			ck_assert(c.scale8 == 1 || c.scale8 == 2 || c.scale8 == 4 || c.scale8 == 8);
+			ck_assert(c.scale8 == 8 || (c.w * c.scale8 >= 32 * 8 && c.h * c.scale8 >= 32 * 8));
+			ck_assert(c.scale8 == 1 || c.w * (c.scale8 / 2) < 32 * 8 ||
+				  c.h * (c.scale8 / 2) < 32 * 8);
 			flips += c.flip;
 		}
 	}
