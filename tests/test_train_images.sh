@@ -5,8 +5,9 @@
 # >= 95% test accuracy within 3 epochs from the folder itself and from the
 # shards pinpipe-pack makes of it (--stream); a truncated file in the
 # folder must fail the run naming it; shards packed for another
-# --image-size are refused.  Exit 77 only where libjpeg-turbo was not built
-# in (the message naming libturbojpeg0-dev is checked then).
+# --image-size are refused, as is --image-size for data without JPEGs.
+# Exit 77 only where libjpeg-turbo was not built in (the message naming
+# libturbojpeg0-dev is checked then).
 set -u
 
 train=${PINPIPE_TRAIN:-./pinpipe-train}
@@ -69,6 +70,9 @@ expect 0 "img/val \(val\): 60 JPEGs in 3 classes" "$pack" -n 2 --image-size=16 -
 check_acc "$tmp/shards.csv" "the shards"
 expect 1 "JPEGs packed for --image-size=16, not 24" "$train" --data="$tmp/shards" --stream \
 	--image-size=24 --epochs=1 --device=cpu -q
+
+expect 1 "--image-size is for JPEGs, and --data=synthetic:600 holds none" "$train" \
+	--data=synthetic:600 --image-size=16 --epochs=1 --device=cpu -q
 
 # A truncated file fails the run, by name.
 f="$tmp/img/train/red/017.jpg"

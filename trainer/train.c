@@ -314,12 +314,22 @@ static int data_open(const struct tr_options *opt, struct data *d)
 			ret = find_shards(opt->data, val ? "val" : "test", &d->test, &test, opt);
 		if (ret == 0 && opt->eval)
 			ret = check_samples(opt->data, "test split's", &train, &test);
+		if (ret == 0 && opt->image_size != 0 && d->train.jpeg == NULL) {
+			fprintf(stderr, "pinpipe-train: --image-size is for JPEGs, and the shards of "
+				"%s hold none\n", opt->data);
+			ret = -EINVAL;
+		}
 		if (ret < 0)
 			data_free(d);
 		return ret;
 	}
 	if (strncmp(opt->data, "synthetic", 9) != 0 && is_image_folder(opt->data))
 		return open_images(opt, d);
+	if (opt->image_size != 0) {
+		fprintf(stderr, "pinpipe-train: --image-size is for JPEGs, and --data=%s holds none "
+			"(DIR/train/CLASS/*.jpg or DIR/CLASS/*.jpg)\n", opt->data);
+		return -EINVAL;
+	}
 	if (strncmp(opt->data, "synthetic", 9) == 0) {
 		ret = open_synthetic(opt->data + 9, opt->seed, d);
 		if (ret < 0)
