@@ -74,6 +74,12 @@ expect 1 "JPEGs packed for --image-size=16, not 24" "$train" --data="$tmp/shards
 expect 1 "--image-size is for JPEGs, and --data=synthetic:600 holds none" "$train" \
 	--data=synthetic:600 --image-size=16 --epochs=1 --device=cpu -q
 
+# pinpipe-bench's loader through the transfer stage on the folder: images/s.
+if [ -x ./pinpipe-bench ]; then
+	expect 0 "180 samples of 3x16x16 u8" ./pinpipe-bench overlap --device=cpu --data="$tmp/img" \
+		--image-size=16 --batch-size=20 --batches=5 --dtype=u8
+fi
+
 # A truncated file fails the run, by name.
 f="$tmp/img/train/red/017.jpg"
 head -c 300 "$f" >"$tmp/cut" && mv "$tmp/cut" "$f"
