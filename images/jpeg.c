@@ -275,8 +275,8 @@ static int decode_crop(const struct pp_jpeg_config *cfg, struct pp_jpeg_worker *
 	const size_t plane = (size_t)s * s;
 	const struct pp_tj_header hd = *hdp;
 	const struct pp_jpeg_crop c = *cp;
-	const uint8_t *pix;
-	uint32_t sw, sh;
+	const uint8_t *pix = NULL;
+	uint32_t sw = 0, sh = 0;
 	int ret;
 
 	if ((ret = pp_tj_decode(w->tj, jpeg, len, c.scale8, ch, &pix, &sw, &sh)) < 0)

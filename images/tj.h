@@ -48,7 +48,8 @@ int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned scale8, 
 static inline int pp_tj_create(struct pp_tj **t_p)
 {
 	(void)t_p;
-	return pp_error(-ENOTSUP, PP_TJ_MISSING);
+	pp_error(-ENOTSUP, PP_TJ_MISSING);
+	return -ENOTSUP;
 }
 
 static inline void pp_tj_destroy(struct pp_tj *t)
@@ -60,14 +61,16 @@ static inline int pp_tj_header(struct pp_tj *t, const void *buf, size_t len,
 			       struct pp_tj_header *h)
 {
 	(void)t, (void)buf, (void)len, (void)h;
-	return pp_error(-ENOTSUP, PP_TJ_MISSING);
+	pp_error(-ENOTSUP, PP_TJ_MISSING);
+	return -ENOTSUP;
 }
 
 static inline int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned scale8,
 			       uint32_t channels, const uint8_t **pix, uint32_t *w_p, uint32_t *h_p)
 {
 	(void)t, (void)buf, (void)len, (void)scale8, (void)channels, (void)pix, (void)w_p, (void)h_p;
-	return pp_error(-ENOTSUP, PP_TJ_MISSING);
+	pp_error(-ENOTSUP, PP_TJ_MISSING);
+	return -ENOTSUP;
 }
 #endif
 
