@@ -56,7 +56,8 @@ static int tj_reset(struct pp_tj *t, int err)
 
 int pp_tj_header(struct pp_tj *t, const void *buf, size_t len, struct pp_tj_header *h)
 {
-	int w, hh, subsamp, cs;
+	/* set: a JPEG of tables alone reads "successfully" and leaves them as they are */
+	int w = 0, hh = 0, subsamp = -1, cs = -1;
 
 	if (len == 0)
 		return pp_error(-EBADMSG, "an empty file, not a JPEG");
@@ -68,8 +69,9 @@ int pp_tj_header(struct pp_tj *t, const void *buf, size_t len, struct pp_tj_head
 	if (tjDecompressHeader3(t->h, buf, (unsigned long)len, &w, &hh, &subsamp, &cs) < 0)
 		return tj_reset(t, pp_error(-EBADMSG, "a bad JPEG header: %s",
 					    tjGetErrorStr2(t->h)));
-	if (w <= 0 || hh <= 0)
-		return pp_error(-EBADMSG, "a JPEG of %d x %d pixels", w, hh);
+	if (w <= 0 || hh <= 0 || w > 65535 || hh > 65535)
+		return tj_reset(t, pp_error(-EBADMSG, "a JPEG of %d x %d pixels (or of tables alone, "
+					    "no image)", w, hh));
 	h->width = (uint32_t)w;
 	h->height = (uint32_t)hh;
 	h->cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
@@ -80,12 +82,14 @@ int pp_tj_decode(struct pp_tj *t, const void *buf, size_t len, unsigned scale8, 
 		 const uint8_t **pix, uint32_t *w_p, uint32_t *h_p)
 {
 	tjscalingfactor sf = { (int)scale8, 8 };
-	int w, h, subsamp, cs;
+	int w = 0, h = 0, subsamp = -1, cs = -1;
 	size_t need;
 
 	if (tjDecompressHeader3(t->h, buf, (unsigned long)len, &w, &h, &subsamp, &cs) < 0)
 		return tj_reset(t, pp_error(-EBADMSG, "a bad JPEG header: %s",
 					    tjGetErrorStr2(t->h)));
+	if (w <= 0 || h <= 0 || w > 65535 || h > 65535)
+		return tj_reset(t, pp_error(-EBADMSG, "a JPEG of %d x %d pixels", w, h));
 	w = TJSCALED(w, sf);
 	h = TJSCALED(h, sf);
 	need = (size_t)w * (size_t)h * channels;
