@@ -4,7 +4,7 @@
 # any input crashes, trips a sanitizer or is missing.
 set -e
 srcdir=${srcdir:-.}
-for t in datasets nn train bench pack shard tokens; do
+for t in datasets nn train bench pack shard tokens jpeg; do
 	dir="$srcdir/tests/corpus/fuzz_$t"
 	test -d "$dir" || { echo "fuzz_replay.sh: $dir: no corpus" >&2; exit 1; }
 	echo "fuzz_$t:"

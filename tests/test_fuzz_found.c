@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "pinpipe/image.h"
 #include "pinpipe/nn.h"
 #include "tests/testutil.h"
 
@@ -88,6 +89,36 @@ START_TEST(test_checkpoint_matching_count_loads)
 }
 END_TEST
 
+/*
+ * fuzz_jpeg, tests/corpus/fuzz_jpeg/tables-only-crash-3f338d26: a JPEG cut
+ * inside its quantisation table reads as tables alone (libjpeg-turbo
+ * supplies the end), and tjDecompressHeader3() then succeeds without
+ * writing the dimensions: the decoder went on with uninitialised ones.
+ * Fails unless it is refused as having no image.
+ */
+START_TEST(test_jpeg_tables_only)
+{
+	static const uint8_t jpeg[] = { 0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 'J', 'F', 'I', 'F', 0,
+					1, 1, 0, 0, 1, 0, 1, 0, 0, 0xff, 0xdb, 0x00, 0x43, 0x00,
+					2, 1, 1, 1, 1, 1, 2, 1, 1, 1, 2, 2, 2, 2, 2, 4, 3, 2, 2 };
+	struct pp_jpeg_config jc = { .size = 8, .mode = PP_JPEG_EVAL };
+	struct pp_jpeg_decoder *d;
+	uint8_t out[3 * 8 * 8];
+	int ret = pp_jpeg_decoder_create(&jc, &d);
+
+	if (ret == -ENOTSUP) {
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "libturbojpeg0-dev"));
+		return; /* built without libjpeg-turbo: nothing decodes */
+	}
+	ck_assert_int_eq(ret, 0);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(pp_jpeg_decode(d, jpeg, sizeof(jpeg), NULL, out), -EBADMSG);
+		ck_assert_msg(strstr(pp_last_error(), "no image") != NULL, "%s", pp_last_error());
+	}
+	pp_jpeg_decoder_destroy(d);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("fuzz_found");
@@ -95,6 +126,7 @@ Suite *pp_test_suite(void)
 
 	tcase_add_test(tc, test_checkpoint_huge_spec);
 	tcase_add_test(tc, test_checkpoint_matching_count_loads);
+	tcase_add_test(tc, test_jpeg_tables_only);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -188,4 +188,32 @@ if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
 else
 	echo "test_pack: $fm not found (install dataset-fashion-mnist): real-data checks skipped"
 fi
+# An image folder (JPEGs made by Pillow): train/ and val/ become the splits,
+# version 2 records of the files' bytes for the decoder "jpeg", labels by
+# class name; a file that is not a JPEG fails the pack by name, leaving
+# nothing.
+if /usr/bin/python3 -c 'import PIL' 2>/dev/null; then
+	/usr/bin/python3 - "$tmp/img" <<'PY' || { echo "FAIL: cannot make the JPEGs"; fail=1; }
+import os, sys
+from PIL import Image
+for split, n in (("train", 6), ("val", 2)):
+    for c, col in (("red", (200, 30, 30)), ("blue", (30, 30, 200)), ("green", (30, 200, 30))):
+        os.makedirs(f"{sys.argv[1]}/{split}/{c}", exist_ok=True)
+        for i in range(n):
+            Image.new("RGB", (40 + i, 30), col).save(f"{sys.argv[1]}/{split}/{c}/{i}.jpg")
+PY
+	expect 0 "img/train \(train\): 18 JPEGs in 3 classes" "$pack" -n 2 --image-size=32 -o "$tmp/im" "$tmp/img"
+	expect 0 "img/val \(val\): 6 JPEGs in 3 classes" "$pack" -n 2 --image-size=32 -o "$tmp/im" "$tmp/img"
+	expect 0 "4 of 4 shards ok: 24 records" "$pack" --verify "$tmp"/im-*.pps
+	expect 0 "version 2, decoder jpeg, layout image: u8\[3,32,32\] normalize, labels: i32" \
+		"$pack" --verify "$tmp"/im-val-00001-of-00002.pps
+	# a class folder alone is the train split
+	expect 0 "1 shards: 18 records" "$pack" -o "$tmp/one" "$tmp/img/train"
+	expect 2 "--image-size: expected 8..4096, got '4'" "$pack" --image-size=4 -o "$tmp/x" "$tmp/img"
+	printf 'not a jpeg' >"$tmp/img/val/red/9.jpg"
+	expect 1 "img/val/red/9.jpg: not a JPEG" "$pack" -o "$tmp/bad" "$tmp/img"
+	[ -z "$(ls "$tmp" | grep '^bad')" ] || { echo "FAIL: a failed image pack left files"; fail=1; }
+else
+	echo "test_pack: no Pillow (python3-pil): the image folder checks skipped"
+fi
 exit $fail

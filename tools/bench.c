@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <glob.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/size.h"
@@ -55,6 +57,7 @@ struct options {
 	uint32_t depth;         /* overlap: copies ahead */
 	enum pp_dtype dtype;    /* overlap: batch element type */
 	const char *data;       /* overlap: "synthetic" or a dataset directory */
+	uint32_t image_size;    /* overlap, a folder of JPEGs: the decoded side */
 };
 
 /* A table of results: named columns, rows of formatted cells. */
@@ -82,7 +85,7 @@ static void usage(FILE *f)
 	      "                             [--batch-size=N] [--batches=N] [--workers=N]\n"
 	      "                             [--depth=N] [--time-every=N]\n"
 	      "                             [--dtype=u8|f32] [--data=synthetic|DIR]\n"
-	      "                             [--csv=FILE] [--json=FILE]\n"
+	      "                             [--image-size=S] [--csv=FILE] [--json=FILE]\n"
 	      "\n"
 	      "How much pinned host memory buys on this machine, pinned against pageable:\n"
 	      "  bandwidth  host-to-device and device-to-host GB/s per copy size, and the\n"
@@ -109,7 +112,11 @@ static void usage(FILE *f)
 	      "  --depth=N         batches copied ahead (default 2)\n"
 	      "  --dtype=u8|f32    batches as stored (u8) or converted to float32 (default f32)\n"
 	      "  --data=synthetic|DIR  synthetic 1x28x28 images (default), or the training\n"
-	      "                    split of a dataset directory (e.g. Fashion-MNIST)\n"
+	      "                    split of a dataset directory (e.g. Fashion-MNIST), or a\n"
+	      "                    folder of JPEGs (DIR/train/CLASS/*.jpg or DIR/CLASS/*.jpg),\n"
+	      "                    decoded by the workers with RandomResizedCrop and flips:\n"
+	      "                    samples_per_s is then images/s\n"
+	      "  --image-size=S    the JPEGs' decoded side (default 224)\n"
 	      "  --csv=FILE        also write the rows as CSV\n"
 	      "  --json=FILE       also write the rows as a JSON array of objects\n"
 	      "  --help            this text\n"
@@ -168,7 +175,7 @@ static int parse_sizes(const char *arg, struct options *o)
 }
 
 enum {
-	OPT_DEVICE = 256, OPT_SIZES, OPT_TOTAL, OPT_COMPUTE, OPT_BATCH, OPT_BATCHES, OPT_WORKERS,
+	OPT_DEVICE = 256, OPT_IMAGE_SIZE, OPT_SIZES, OPT_TOTAL, OPT_COMPUTE, OPT_BATCH, OPT_BATCHES, OPT_WORKERS,
 	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSON, OPT_HELP, OPT_KERNELS, OPT_TIME_EVERY,
 };
 
@@ -188,6 +195,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "depth", required_argument, NULL, OPT_DEPTH },
 		{ "dtype", required_argument, NULL, OPT_DTYPE },
 		{ "data", required_argument, NULL, OPT_DATA },
+		{ "image-size", required_argument, NULL, OPT_IMAGE_SIZE },
 		{ "csv", required_argument, NULL, OPT_CSV },
 		{ "json", required_argument, NULL, OPT_JSON },
 		{ "help", no_argument, NULL, OPT_HELP },
@@ -200,7 +208,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 	*o = (struct options){ .device = "auto", .total = 64ull << 20, .compute_us = -1,
 			       .kernels = 1, .batch_size = 256, .batches = 200, .workers = 2, .depth = 2,
-			       .dtype = PP_DTYPE_F32, .data = "synthetic" };
+			       .dtype = PP_DTYPE_F32, .data = "synthetic", .image_size = 224 };
 	o->nsizes = (int)(sizeof(default_sizes) / sizeof(default_sizes[0]));
 	memcpy(o->sizes, default_sizes, sizeof(default_sizes));
 	if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
@@ -251,6 +259,10 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case OPT_BATCHES:
 			if (!parse_u32(optarg, 1, 1 << 24, &o->batches))
 				return bad_usage("--batches: not a number from 1: '%s'", optarg);
+			break;
+		case OPT_IMAGE_SIZE:
+			if (!parse_u32(optarg, 8, 4096, &o->image_size))
+				return bad_usage("--image-size: not a number from 8 to 4096: '%s'", optarg);
 			break;
 		case OPT_WORKERS:
 			if (!parse_u32(optarg, 0, 64, &o->workers))
@@ -508,9 +520,10 @@ static struct pp_transfer_stats stats_diff(const struct pp_transfer_stats *s1,
  * 'pin', after a warm-up of a tenth as many (at most 20) that is not counted.
  */
 static int overlap_run(const struct options *o, struct pp_device *dev, const struct pp_dataset *ds,
-		       bool pin, uint64_t compute_ns, struct overlap_result *r)
+		       const struct pp_source *src, bool pin, uint64_t compute_ns,
+		       struct overlap_result *r)
 {
-	struct pp_loader_config lc = { .dataset = ds, .batch_size = o->batch_size, .shuffle = true,
+	struct pp_loader_config lc = { .dataset = ds, .source = src, .batch_size = o->batch_size, .shuffle = true,
 				       .seed = 1, .workers = o->workers, .device = dev,
 				       .pin_memory = pin, .dtype = o->dtype,
 				       .mean = { 0.2860f }, .std = { 0.3530f } };
@@ -593,15 +606,38 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 					  .num_classes = 10, .seed = 1, .dtype = PP_DTYPE_U8 };
 	const char *name = pp_device_get_props(dev)->name;
 	struct pp_dataset *ds = NULL;
+	struct pp_image_folder *img = NULL;
+	const struct pp_source *src = NULL;
+	struct pp_sample_info img_info;
 	const struct pp_sample_info *info;
 	uint64_t compute_ns = 0;
+	char train[4096 + 8], pattern[4096 + 32];
+	struct stat st;
+	glob_t g = { 0 };
 	int ret;
 
 	table_cols(t, cols, num, 16);
-	if (strcmp(o->data, "synthetic") == 0)
+	/* a folder of JPEGs: its train/ if it has one */
+	snprintf(train, sizeof(train), "%s/train", o->data);
+	if (stat(train, &st) != 0 || !S_ISDIR(st.st_mode))
+		snprintf(train, sizeof(train), "%s", o->data);
+	snprintf(pattern, sizeof(pattern), "%s/*/*.[jJ][pP]*[gG]", train);
+	if (strcmp(o->data, "synthetic") != 0 && glob(pattern, 0, NULL, &g) == 0) {
+		struct pp_jpeg_config jc = { .size = o->image_size, .mode = PP_JPEG_TRAIN };
+		ret = pp_image_folder_open(train, &jc, &img);
+		if (ret == 0) {
+			src = pp_image_folder_source(img);
+			img_info = (struct pp_sample_info){ .count = pp_image_folder_count(img),
+							    .dtype = PP_DTYPE_U8, .ndim = 3,
+							    .shape = { 3, o->image_size,
+								       o->image_size } };
+		}
+	} else if (strcmp(o->data, "synthetic") == 0) {
 		ret = pp_dataset_create_synthetic(&sc, &ds);
-	else
+	} else {
 		ret = pp_dataset_open_dir(o->data, "train", &ds);
+	}
+	globfree(&g);
 	if (ret < 0)
 		return fail(o->data, ret);
 	if (o->compute_us >= 0) {
@@ -619,14 +655,15 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 		for (int i = 0; i < 2; i++) {
 			struct overlap_result r = { 0 };
 
-			if (overlap_run(&co, dev, ds, true, compute_ns, &r) != 0) {
+			if (overlap_run(&co, dev, ds, src, true, compute_ns, &r) != 0) {
 				pp_dataset_destroy(ds);
+				pp_image_folder_close(img);
 				return 1;
 			}
 			compute_ns = r.st.copies_timed ? r.st.copy_ns / r.st.copies_timed : 0;
 		}
 	}
-	info = pp_dataset_info(ds);
+	info = ds != NULL ? pp_dataset_info(ds) : &img_info;
 	printf("# data: %s, %llu samples of %u", strcmp(o->data, "synthetic") == 0 ? "synthetic" : o->data,
 	       (unsigned long long)info->count, info->ndim ? info->shape[0] : 1);
 	for (uint32_t k = 1; k < info->ndim; k++)
@@ -642,8 +679,9 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 		uint64_t n;
 		char c[16][CELL];
 
-		if (overlap_run(o, dev, ds, pin, compute_ns, &r) != 0) {
+		if (overlap_run(o, dev, ds, src, pin, compute_ns, &r) != 0) {
 			pp_dataset_destroy(ds);
+			pp_image_folder_close(img);
 			return 1;
 		}
 		n = r.st.copies_timed ? r.st.copies_timed : 1;
@@ -670,6 +708,7 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 		table_add(t, c);
 	}
 	pp_dataset_destroy(ds);
+	pp_image_folder_close(img);
 	return 0;
 }
 

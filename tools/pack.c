@@ -2,8 +2,9 @@
  * tools/pack.c: pinpipe-pack, which converts IDX (MNIST, Fashion-MNIST;
  * raw or gzip) and CIFAR-10 binary batches into pinpipe shards (version 1,
  * fixed-size samples, or with --shard-version=2 records for the "raw"
- * decoder), and checks every chunk of a set of shards with --verify.  It
- * uses the public API only.
+ * decoder), an ImageFolder of JPEGs into version 2 shards of the files'
+ * bytes for the "jpeg" decoder, and checks every chunk of a set of shards
+ * with --verify.  It uses the public API only.
  */
 #include "config.h"
 
@@ -41,6 +42,10 @@ static const char usage_text[] =
 	"  IMAGES [LABELS]    an idx3 images file and its idx1 labels file, raw or gzip; the split\n"
 	"                     is 'test' when the images file's name holds t10k or test, else 'train'\n"
 	"  BATCH.bin...       CIFAR-10 binary batches: data_batch_* to train, test_batch* to test\n"
+	"  an image folder    DIR/CLASS/*.jpg|jpeg (torchvision's ImageFolder; classes sorted by\n"
+	"                     name, labels their index), or DIR/train/CLASS/... and DIR/val/CLASS/...\n"
+	"                     as the splits train and val: version 2 shards of the JPEG files' bytes\n"
+	"                     as they are, for the decoder \"jpeg\" (-l 0 unless given)\n"
 	"\n"
 	"Options:\n"
 	"  -n, --shards=N        write N shards per split (default: as many as --size gives)\n"
@@ -49,6 +54,8 @@ static const char usage_text[] =
 	"  -l, --level=LEVEL     zlib level 1..9, or 0 to store chunks uncompressed (default: 6)\n"
 	"  -j, --threads=N       compress N chunks at once, one per thread, 1..64\n"
 	"                        (default: the number of CPUs online)\n"
+	"      --image-size=S    an image folder's decoded side, the shards' layout\n"
+	"                        image: u8[3,S,S] (default: 224)\n"
 	"      --shard-version=V 1: fixed-size samples (default); 2: records of any length,\n"
 	"                        here each sample as one record for the \"raw\" decoder, of\n"
 	"                        the layout samples: DTYPE[SHAPE] (normalize), and the labels\n"
@@ -76,6 +83,8 @@ struct pack_options {
 	uint32_t shard_version;     /* 1 fixed-size samples, 2 records for the "raw" decoder */
 	const char *prefix;
 	bool quiet;
+	bool level_given;           /* -l given: image folders are otherwise stored (level 0) */
+	uint32_t image_size;        /* an image folder's decoded side */
 };
 
 /* The files a run has written so far, removed again if the run fails. */
@@ -410,11 +419,11 @@ static bool was_written(const struct written *w, const char *path)
  */
 static int remove_stale(const struct pack_options *opt, const struct written *w)
 {
-	static const char *const splits[] = {"train", "test"};
+	static const char *const splits[] = {"train", "test", "val"};
 	char pattern[4096 + 64], stem[4096 + 16];
 	int ret = 0;
 
-	for (size_t s = 0; s < 2; s++) {
+	for (size_t s = 0; s < 3; s++) {
 		bool packed = false;
 		glob_t g;
 
@@ -473,6 +482,149 @@ static int remove_stale_tmp(const struct pack_options *opt)
 	return ret;
 }
 
+/* Whether dir holds a subdirectory holding a .jpg or .jpeg file: an image folder. */
+static bool is_image_folder(const char *dir)
+{
+	char pattern[4096 + 32];
+	bool found = false;
+	static const char *const pats[] = {"*/*.[jJ][pP][gG]", "*/*.[jJ][pP][eE][gG]",
+					   "train/*/*.[jJ][pP][gG]", "train/*/*.[jJ][pP][eE][gG]"};
+
+	for (size_t k = 0; k < 4 && !found; k++) {
+		glob_t g;
+		snprintf(pattern, sizeof(pattern), "%s/%s", dir, pats[k]);
+		found = glob(pattern, 0, NULL, &g) == 0;
+		globfree(&g);
+	}
+	return found;
+}
+
+/* Packs the image folder at dir as split 'split'; returns 0 or 1 (the message printed). */
+static int pack_image_split(const struct pack_options *opt, const char *dir, const char *split,
+			    struct written *written)
+{
+	struct pp_jpeg_config jc = {.size = opt->image_size, .mode = PP_JPEG_EVAL};
+	struct pp_image_folder *f;
+	struct pp_layout lay;
+	struct pp_sample_info info = {.label_kind = PP_LABEL_CLASS};
+	struct pp_shard_writer_config cfg = {.info = &info, .records_per_chunk = opt->records_per_chunk,
+					      .level = opt->level_given ? opt->level : 0,
+					      .threads = opt->threads, .layout = &lay,
+					      .decoder = "jpeg"};
+	uint64_t n, total = 0, shards = opt->shards, stored = 0;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	double t0 = now_s(), dt;
+	int ret = 0;
+
+	if (pp_image_folder_open(dir, &jc, &f) < 0 || pp_jpeg_layout(&jc, false, &lay) < 0) {
+		fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+		return 1;
+	}
+	info.num_classes = pp_image_folder_classes(f);
+	info.count = n = pp_image_folder_count(f);
+	for (uint64_t i = 0; i < n; i++) {
+		struct stat st;
+		if (stat(pp_image_folder_path(f, i), &st) == 0)
+			total += (uint64_t)st.st_size;
+	}
+	if (shards == 0)
+		shards = total / opt->shard_bytes + (total % opt->shard_bytes != 0);
+	shards = shards > n ? n : shards == 0 ? 1 : shards;
+	if (!opt->quiet)
+		printf("%s (%s): %llu JPEGs in %u classes, %.1f MB\n", dir, split,
+		       (unsigned long long)n, info.num_classes, mb(total));
+	for (uint64_t k = 0; k < shards && ret == 0; k++) {
+		uint64_t first = k * n / shards, last = (k + 1) * n / shards;
+		struct pp_shard_writer *w;
+		char path[4096];
+		struct stat st;
+
+		if ((size_t)snprintf(path, sizeof(path), "%s-%s-%05llu-of-%05llu.pps", opt->prefix,
+				     split, (unsigned long long)k,
+				     (unsigned long long)shards) >= sizeof(path)) {
+			fprintf(stderr, "pinpipe-pack: %s: prefix too long\n", opt->prefix);
+			ret = 1;
+			break;
+		}
+		if (pp_shard_writer_create(path, &cfg, &w) < 0) {
+			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+			ret = 1;
+			break;
+		}
+		for (uint64_t i = first; i < last && ret == 0; i++) {
+			const char *file = pp_image_folder_path(f, i);
+			FILE *fp = fopen(file, "rb");
+			size_t len = 0;
+			if (fp == NULL || fstat(fileno(fp), &st) != 0) {
+				fprintf(stderr, "pinpipe-pack: %s: %s\n", file, strerror(errno));
+				ret = 1;
+			} else if ((size_t)st.st_size > cap && (free(buf), cap = (size_t)st.st_size,
+								buf = malloc(cap)) == NULL) {
+				fprintf(stderr, "pinpipe-pack: %s: out of memory\n", file);
+				cap = 0;
+				ret = 1;
+			} else if ((len = fread(buf, 1, (size_t)st.st_size, fp)) != (size_t)st.st_size) {
+				fprintf(stderr, "pinpipe-pack: %s: a short read\n", file);
+				ret = 1;
+			} else if (len < 3 || buf[0] != 0xff || buf[1] != 0xd8 || buf[2] != 0xff) {
+				fprintf(stderr, "pinpipe-pack: %s: not a JPEG (no start-of-image "
+					"marker)\n", file);
+				ret = 1;
+			} else if (pp_shard_writer_add_record(w, buf, len,
+							      pp_image_folder_label(f, i)) < 0) {
+				fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+				ret = 1;
+			}
+			if (fp != NULL)
+				fclose(fp);
+		}
+		if (ret == 0 && pp_shard_writer_finish(w) < 0) {
+			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+			ret = 1;
+		}
+		pp_shard_writer_destroy(w);
+		if (ret == 0 && !remember(written, path)) {
+			fprintf(stderr, "pinpipe-pack: out of memory\n");
+			ret = 1;
+		}
+		if (ret == 0 && stat(path, &st) == 0) {
+			stored += (uint64_t)st.st_size;
+			if (!opt->quiet)
+				printf("  %s: %llu records, %.1f MB on disk\n", path,
+				       (unsigned long long)(last - first), mb((uint64_t)st.st_size));
+		}
+	}
+	dt = now_s() - t0;
+	if (ret == 0 && !opt->quiet)
+		printf("  %llu shards: %llu records, %.1f MB of JPEGs in %.1f MB on disk, written in "
+		       "%.3f s\n", (unsigned long long)shards, (unsigned long long)n, mb(total),
+		       mb(stored), dt);
+	free(buf);
+	pp_image_folder_close(f);
+	return ret;
+}
+
+/* Packs an image folder: its train/ and val/ subfolders as those splits, or itself as train. */
+static int pack_images(const struct pack_options *opt, const char *dir, struct written *written)
+{
+	static const char *const splits[] = {"train", "val"};
+	char sub[4096];
+	struct stat st;
+	int ret = 0, found = 0;
+
+	for (size_t s = 0; s < 2 && ret == 0; s++) {
+		snprintf(sub, sizeof(sub), "%s/%s", dir, splits[s]);
+		if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+			found++;
+			ret = pack_image_split(opt, sub, splits[s], written);
+		}
+	}
+	if (found == 0)
+		ret = pack_image_split(opt, dir, "train", written);
+	return ret;
+}
+
 static int pack(const struct pack_options *opt, char **inputs, int n)
 {
 	struct written written = {NULL, 0};
@@ -484,7 +636,10 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 		return 1;
 	for (int k = 0; k < n; k++)
 		all_bin = all_bin && has_suffix(inputs[k], ".bin");
-	if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode)) {
+	if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode) &&
+	    is_image_folder(inputs[0])) {
+		ret = pack_images(opt, inputs[0], &written);
+	} else if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode)) {
 		ret = pack_dir_split(opt, inputs[0], "train", false, &written);
 		if (ret == 0)
 			ret = pack_dir_split(opt, inputs[0], "test", true, &written);
@@ -616,6 +771,7 @@ int main(int argc, char **argv)
 		{"level", required_argument, NULL, 'l'},
 		{"threads", required_argument, NULL, 'j'},
 		{"shard-version", required_argument, NULL, 'S'},
+		{"image-size", required_argument, NULL, 'I'},
 		{"output", required_argument, NULL, 'o'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"verify", no_argument, NULL, 'v'},
@@ -626,7 +782,7 @@ int main(int argc, char **argv)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct pack_options opt = {0, DEFAULT_SHARD_BYTES, DEFAULT_RECORDS_PER_CHUNK, DEFAULT_LEVEL,
 				   cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (uint32_t)cpus,
-				   1, NULL, false};
+				   1, NULL, false, false, 224};
 	bool do_verify = false, have_n = false, have_s = false;
 	uint64_t v;
 	int c;
@@ -657,6 +813,12 @@ int main(int argc, char **argv)
 			if (!parse_u64(optarg, 9, &v))
 				return usage_error("--level: expected 0..9, got", optarg);
 			opt.level = (int)v;
+			opt.level_given = true;
+			break;
+		case 'I':
+			if (!parse_u64(optarg, 4096, &v) || v < 8)
+				return usage_error("--image-size: expected 8..4096, got", optarg);
+			opt.image_size = (uint32_t)v;
 			break;
 		case 'j':
 			if (!parse_u64(optarg, MAX_THREADS, &v) || v == 0)

@@ -41,8 +41,14 @@ static const char usage[] =
 "\n"
 "Run options:\n"
 "      --data=DIR          Fashion-MNIST, MNIST or CIFAR-10 directory, or pinpipe\n"
-"                          shards, or synthetic[:COUNT]   [$PINPIPE_DATA or\n"
+"                          shards, or synthetic[:COUNT], or JPEGs as torchvision's\n"
+"                          ImageFolder: DIR/train/CLASS/*.jpg and DIR/val/CLASS/*.jpg\n"
+"                          (or DIR/CLASS/*.jpg, then with --no-eval)\n"
+"                                                          [$PINPIPE_DATA or\n"
 "                          " DEFAULT_DATA "]\n"
+"      --image-size=S      JPEGs: decoded to S x S, RandomResizedCrop(S) and a\n"
+"                          random flip in training, Resize(S*8/7) and\n"
+"                          CenterCrop(S) in evaluation (8..4096)     [224]\n"
 "  -e, --epochs=N          epochs per run                            [3]\n"
 "  -s, --seed=N            seed of initialisation and shuffling      [1]\n"
 "      --momentum=X        SGD momentum                              [0]\n"
@@ -123,7 +129,7 @@ enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,
 	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
 	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_KEEP_DENORMALS, OPT_GRAPH, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
-	OPT_COMM, OPT_COMM_TIMEOUT, OPT_DETERMINISTIC, OPT_MICRO_BATCHES, OPT_BUCKET_KB,
+	OPT_IMAGE_SIZE, OPT_COMM, OPT_COMM_TIMEOUT, OPT_DETERMINISTIC, OPT_MICRO_BATCHES, OPT_BUCKET_KB,
 };
 
 static const struct option long_options[] = {
@@ -150,6 +156,7 @@ static const struct option long_options[] = {
 	{ "max-steps", required_argument, NULL, OPT_MAX_STEPS },
 	{ "stream", optional_argument, NULL, OPT_STREAM },
 	{ "memory-budget", required_argument, NULL, OPT_MEMORY_BUDGET },
+	{ "image-size", required_argument, NULL, OPT_IMAGE_SIZE },
 	{ "threads", required_argument, NULL, 't' },
 	{ "keep-denormals", no_argument, NULL, OPT_KEEP_DENORMALS },
 	{ "graph", required_argument, NULL, OPT_GRAPH },
@@ -401,6 +408,11 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			if (optarg != NULL && parse_u64(optarg, 1, 1u << 20, &u) < 0)
 				ret = bad(name, optarg, "not a window of chunks (1..1048576)");
 			opt->window_chunks = optarg != NULL ? (uint32_t)u : 0;
+			break;
+		case OPT_IMAGE_SIZE:
+			if (parse_u64(optarg, 8, 4096, &u) < 0)
+				ret = bad(name, optarg, "not an image side of 8..4096 pixels");
+			opt->image_size = (uint32_t)u;
 			break;
 		case OPT_MEMORY_BUDGET:
 			if (parse_u64(optarg, 1, SIZE_MAX >> 20, &u) < 0)

@@ -45,6 +45,7 @@ struct tr_options {
 	bool stream;              /* stream the shards (PP_LOADER_CACHE_STREAM), not decode them whole */
 	uint32_t window_chunks;   /* --stream: chunks shuffled together; 0: the loader's default */
 	size_t memory_budget;     /* bytes each loader may allocate; 0: no limit */
+	uint32_t image_size;      /* JPEGs (a folder, or shards of them): the decoded side */
 	uint64_t max_steps;       /* 0: no limit */
 	bool keep_denormals;      /* pp_model_config.keep_denormals */
 	enum pp_model_graph graph; /* pp_model_config.graph */

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -65,6 +66,8 @@ struct split {
 	char **shards;             /* --stream: the split's shard files (pp_shard_find()),
 				      or NULL */
 	size_t nshards;            /* their count */
+	struct pp_image_folder *images; /* a folder of JPEGs, or NULL */
+	struct pp_jpeg_decoder *jpeg;   /* --stream: the decoder of shards of JPEGs, or NULL */
 };
 
 /* The data of every run of the grid, opened once. */
@@ -76,13 +79,15 @@ struct data {
 
 static bool split_present(const struct split *s)
 {
-	return s->ds != NULL || s->nshards > 0;
+	return s->ds != NULL || s->nshards > 0 || s->images != NULL;
 }
 
 static void split_free(struct split *s)
 {
 	pp_dataset_destroy(s->ds);
 	pp_shard_paths_free(s->shards);
+	pp_image_folder_close(s->images);
+	pp_jpeg_decoder_destroy(s->jpeg);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -120,7 +125,7 @@ static int check_samples(const char *where, const char *what, const struct pp_sa
  * written to *info.
  */
 static int find_shards(const char *dir, const char *split, struct split *sp,
-		       struct pp_sample_info *info)
+		       struct pp_sample_info *info, const struct tr_options *opt)
 {
 	struct stat st;
 	int ret;
@@ -157,6 +162,22 @@ static int find_shards(const char *dir, const char *split, struct split *sp,
 		if (k == 0)
 			*info = *pp_shard_info(sh);
 		ret = check_samples(sp->shards[k], "shard's", info, pp_shard_info(sh));
+		/* JPEGs: decoded as the shards' layout says, augmented in training */
+		if (ret == 0 && k == 0 && pp_shard_decoder(sh) != NULL &&
+		    strcmp(pp_shard_decoder(sh), "jpeg") == 0) {
+			const struct pp_field *f = &pp_shard_layout(sh)->fields[0];
+			struct pp_jpeg_config jc = { .size = f->shape[1], .channels = f->shape[0],
+						     .mode = strcmp(split, "train") == 0 ? PP_JPEG_TRAIN
+											: PP_JPEG_EVAL };
+			if (opt->image_size != 0 && opt->image_size != f->shape[1]) {
+				fprintf(stderr, "pinpipe-train: %s: JPEGs packed for --image-size=%u, "
+					"not %u (pinpipe-pack --image-size)\n", sp->shards[k],
+					f->shape[1], opt->image_size);
+				ret = -EINVAL;
+			} else if ((ret = pp_jpeg_decoder_create(&jc, &sp->jpeg)) < 0) {
+				fprintf(stderr, "pinpipe-train: %s: %s\n", sp->shards[k], pp_last_error());
+			}
+		}
 		pp_shard_close(sh);
 		if (ret < 0)
 			goto err_free;
@@ -208,6 +229,75 @@ bad_spec:
 }
 
 /*
+ * Whether dir is a folder of JPEGs (torchvision's ImageFolder): JPEG files
+ * (.jpg or .jpeg, either case) in DIR/train/CLASS/ or in DIR/CLASS/.
+ */
+static bool is_image_folder(const char *dir)
+{
+	static const char *const pats[] = { "train/*/*.[jJ][pP][gG]", "train/*/*.[jJ][pP][eE][gG]",
+					    "*/*.[jJ][pP][gG]", "*/*.[jJ][pP][eE][gG]" };
+	char pattern[4096 + 32];
+	bool found = false;
+
+	for (size_t k = 0; k < 4 && !found; k++) {
+		glob_t g;
+		snprintf(pattern, sizeof(pattern), "%s/%s", dir, pats[k]);
+		found = glob(pattern, 0, NULL, &g) == 0;
+		globfree(&g);
+	}
+	return found;
+}
+
+/*
+ * A folder of JPEGs: DIR/train (or DIR itself) to train on, with
+ * RandomResizedCrop and flips; DIR/val (or DIR/test) to evaluate on.
+ */
+static int open_images(const struct tr_options *opt, struct data *d)
+{
+	struct pp_jpeg_config jc = { .size = opt->image_size ? opt->image_size : 224,
+				     .mode = PP_JPEG_TRAIN };
+	char train[4096 + 8], test[4096 + 8];
+	struct stat st;
+	int ret;
+
+	if (opt->val_split > 0) {
+		fprintf(stderr, "pinpipe-train: --val-split is for data in memory, not a folder of "
+			"JPEGs: give it a val/ folder\n");
+		return -EINVAL;
+	}
+	snprintf(train, sizeof(train), "%s/train", opt->data);
+	if (stat(train, &st) != 0 || !S_ISDIR(st.st_mode))
+		snprintf(train, sizeof(train), "%s", opt->data);
+	snprintf(test, sizeof(test), "%s/val", opt->data);
+	if (stat(test, &st) != 0 || !S_ISDIR(st.st_mode))
+		snprintf(test, sizeof(test), "%s/test", opt->data);
+	ret = pp_image_folder_open(train, &jc, &d->train.images);
+	if (ret == 0 && opt->eval) {
+		jc.mode = PP_JPEG_EVAL;
+		if (stat(test, &st) != 0 || !S_ISDIR(st.st_mode)) {
+			fprintf(stderr, "pinpipe-train: %s: no val/ or test/ folder to evaluate on: "
+				"add one, or train without evaluation (--no-eval)\n", opt->data);
+			data_free(d);
+			return -ENOENT;
+		}
+		ret = pp_image_folder_open(test, &jc, &d->test.images);
+	}
+	if (ret == 0 && d->test.images != NULL &&
+	    pp_image_folder_classes(d->test.images) != pp_image_folder_classes(d->train.images)) {
+		fprintf(stderr, "pinpipe-train: %s: %u classes, but %s has %u\n", test,
+			pp_image_folder_classes(d->test.images), train,
+			pp_image_folder_classes(d->train.images));
+		data_free(d);
+		return -EINVAL;
+	}
+	if (ret < 0) {
+		fprintf(stderr, "pinpipe-train: %s\n", pp_last_error());
+		data_free(d);
+	}
+	return ret;
+}
+
+/*
  * Opens --data (a directory of a known dataset, or synthetic[:COUNT]) and
  * holds out --val-split; with --stream, finds the shard files instead.
  */
@@ -219,14 +309,33 @@ static int data_open(const struct tr_options *opt, struct data *d)
 	if (opt->stream) {
 		struct pp_sample_info train, test;
 
-		ret = find_shards(opt->data, "train", &d->train, &train);
+		/* a packed image folder's evaluation split is its val/ */
+		char pattern[4096 + 16];
+		glob_t g;
+		bool val;
+		snprintf(pattern, sizeof(pattern), "%s/*val*.pps", opt->data);
+		val = glob(pattern, 0, NULL, &g) == 0;
+		globfree(&g);
+		ret = find_shards(opt->data, "train", &d->train, &train, opt);
 		if (ret == 0 && opt->eval)
-			ret = find_shards(opt->data, "test", &d->test, &test);
+			ret = find_shards(opt->data, val ? "val" : "test", &d->test, &test, opt);
 		if (ret == 0 && opt->eval)
 			ret = check_samples(opt->data, "test split's", &train, &test);
+		if (ret == 0 && opt->image_size != 0 && d->train.jpeg == NULL) {
+			fprintf(stderr, "pinpipe-train: --image-size is for JPEGs, and the shards of "
+				"%s hold none\n", opt->data);
+			ret = -EINVAL;
+		}
 		if (ret < 0)
 			data_free(d);
 		return ret;
+	}
+	if (strncmp(opt->data, "synthetic", 9) != 0 && is_image_folder(opt->data))
+		return open_images(opt, d);
+	if (opt->image_size != 0) {
+		fprintf(stderr, "pinpipe-train: --image-size is for JPEGs, and --data=%s holds none "
+			"(DIR/train/CLASS/*.jpg or DIR/CLASS/*.jpg)\n", opt->data);
+		return -EINVAL;
 	}
 	if (strncmp(opt->data, "synthetic", 9) == 0) {
 		ret = open_synthetic(opt->data + 9, opt->seed, d);
@@ -331,11 +440,17 @@ static void loader_config(const struct tr_options *opt, const struct tr_params *
 	memset(&lc, 0, sizeof(lc));
 	if (s->ds != NULL) {
 		lc.dataset = s->ds;
+	} else if (s->images != NULL) {
+		lc.source = pp_image_folder_source(s->images);
 	} else {
 		lc.shard_paths = (const char *const *)s->shards;
 		lc.nshards = s->nshards;
 		lc.cache = PP_LOADER_CACHE_STREAM;
 		lc.window_chunks = opt->window_chunks;
+		if (s->jpeg != NULL) {
+			lc.decoders = pp_jpeg_decoder_get(s->jpeg);
+			lc.ndecoders = 1;
+		}
 	}
 	lc.memory_budget = opt->memory_budget;
 	lc.batch_size = p->batch_size;

@@ -16,6 +16,7 @@
 #include "pinpipe/nn.h"
 #include "pinpipe/summary.h"
 #include "pinpipe/source.h"
+#include "pinpipe/image.h"
 #include "pinpipe/loader.h"
 #include "pinpipe/transfer.h"
 #include "pinpipe/tokens.h"

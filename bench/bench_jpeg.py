@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""bench/bench_jpeg.py: torchvision's side of bench/bench_jpeg: images/s of
+ImageFolder + DataLoader(num_workers=N, batch_size=64, shuffle) with the
+same transforms as pinpipe's JPEG decoder, uint8 out (PILToTensor, no
+normalisation, as pinpipe hands out), and Pillow's decode alone on one
+thread.  Debian's python3-torchvision and python3-pil.
+
+    /usr/bin/python3 bench/bench_jpeg.py DIR [SIZE] [ROUNDS] [WORKERS,...]   (224, 3, 1,2)
+"""
+import sys
+import time
+
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms as T
+
+
+def epoch(ds, workers):
+    dl = DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers,
+                    persistent_workers=False)
+    t0 = time.perf_counter()
+    n = 0
+    for x, y in dl:
+        n += x.shape[0]
+    return n / (time.perf_counter() - t0)
+
+
+def main():
+    root = sys.argv[1]
+    size = int(sys.argv[2]) if len(sys.argv) > 2 else 224
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    workers = [int(w) for w in (sys.argv[4] if len(sys.argv) > 4 else "1,2").split(",")]
+    torch.set_num_threads(1)
+    plain = datasets.ImageFolder(root)
+    best = 0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for path, _ in plain.samples:
+            with open(path, "rb") as f:
+                Image.open(f).convert("RGB")
+        best = max(best, len(plain.samples) / (time.perf_counter() - t0))
+    print(f"Pillow {Image.__version__}, open + convert('RGB'), one thread: {best:.0f} images/s "
+          f"(best of {rounds})")
+    modes = (("Resize(S*8/7) + CenterCrop(S)",
+              T.Compose([T.Resize(size * 8 // 7), T.CenterCrop(size), T.PILToTensor()])),
+             ("RandomResizedCrop(S) + flip",
+              T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.PILToTensor()])))
+    for name, tf in modes:
+        ds = datasets.ImageFolder(root, transform=tf)
+        for w in workers:
+            r = max(epoch(ds, w) for _ in range(rounds))
+            print(f"torchvision {__import__('torchvision').__version__} ImageFolder + DataLoader, "
+                  f"{name}, {w} workers: {r:.0f} images/s")
+
+
+if __name__ == "__main__":
+    main()

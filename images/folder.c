@@ -1,0 +1,343 @@
+/*
+ * images/folder.c: torchvision's ImageFolder as a source: ROOT/CLASS/FILE
+ * listed once (classes and files sorted by name), each sample's file read
+ * whole by the worker that loads it (pread) and decoded there with the
+ * worker's own JPEG state.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fault.h"
+#include "common/internal.h"
+#include "images/jpeg_impl.h"
+
+/* The largest file read: far above any JPEG of max_pixels, far below memory. */
+#define FOLDER_MAX_FILE (256u << 20)
+
+struct pp_image_folder {
+	struct pp_jpeg_decoder *dec;
+	struct pp_source *src;
+	uint32_t nclasses;
+	char **classes;              /* [nclasses] */
+	uint64_t count;
+	char **paths;                /* [count] */
+	int32_t *labels;             /* [count] */
+};
+
+struct folder_worker {
+	struct pp_jpeg_worker *jw;
+	uint8_t *buf;
+	size_t cap;
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_jpeg_name(const char *name)
+{
+	const char *dot = strrchr(name, '.');
+	return dot != NULL && dot != name && (strcasecmp(dot, ".jpg") == 0 ||
+					      strcasecmp(dot, ".jpeg") == 0);
+}
+
+/* Appends s to the growing list *v of *n (capacity *cap).  Returns 0 or -ENOMEM. */
+static int push(char ***v, size_t *n, size_t *cap, char *s)
+{
+	if (s == NULL)
+		return -ENOMEM;
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		char **nv = realloc(*v, nc * sizeof(**v));
+		if (nv == NULL) {
+			free(s);
+			return -ENOMEM;
+		}
+		*v = nv;
+		*cap = nc;
+	}
+	(*v)[(*n)++] = s;
+	return 0;
+}
+
+/* Lists the entries of dir that are directories (want_dirs) or JPEG files, sorted. */
+static int list_dir(const char *dir, bool want_dirs, char ***names_p, size_t *n_p)
+{
+	DIR *dp = opendir(dir);
+	struct dirent *e;
+	char **v = NULL;
+	size_t n = 0, cap = 0;
+	int ret = 0;
+
+	if (dp == NULL) {
+		ret = -errno;
+		return pp_error(ret, "%s: cannot open the directory: %s", dir, pp_strerror(ret));
+	}
+	while ((e = readdir(dp)) != NULL) {
+		char path[4096];
+		struct stat st;
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (!want_dirs && !is_jpeg_name(e->d_name))
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path)) {
+			ret = pp_error(-ENAMETOOLONG, "%s/%s: a path too long", dir, e->d_name);
+			break;
+		}
+		if (stat(path, &st) != 0 || S_ISDIR(st.st_mode) != want_dirs ||
+		    (!want_dirs && !S_ISREG(st.st_mode)))
+			continue;
+		if ((ret = push(&v, &n, &cap, strdup(want_dirs ? e->d_name : path))) < 0) {
+			ret = pp_error(ret, "%s: no memory to list it", dir);
+			break;
+		}
+	}
+	closedir(dp);
+	if (ret < 0) {
+		for (size_t i = 0; i < n; i++)
+			free(v[i]);
+		free(v);
+		return ret;
+	}
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_str);
+	*names_p = v;
+	*n_p = n;
+	return 0;
+}
+
+static int folder_worker_open(void *ctx, void **wctx_p)
+{
+	struct pp_image_folder *f = ctx;
+	struct folder_worker *w = pp_calloc(1, sizeof(*w));
+	int ret;
+
+	if (w == NULL)
+		return pp_error(-ENOMEM, "images: no memory for a worker");
+	if ((ret = pp_jpeg_worker_create(f->dec, &w->jw)) < 0) {
+		free(w);
+		return ret;
+	}
+	*wctx_p = w;
+	return 0;
+}
+
+static void folder_worker_close(void *ctx, void *wctx)
+{
+	struct folder_worker *w = wctx;
+
+	(void)ctx;
+	if (w == NULL)
+		return;
+	pp_jpeg_worker_destroy(w->jw);
+	free(w->buf);
+	free(w);
+}
+
+/* Reads the whole file into the worker's buffer. */
+static int read_file(struct folder_worker *w, const char *path, size_t *len_p)
+{
+	struct stat st;
+	size_t done = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
+
+	if (fd < 0) {
+		ret = -errno;
+		return pp_set_error(ret, "%s: cannot open: %s", path, pp_strerror(ret));
+	}
+	if (fstat(fd, &st) != 0) {
+		ret = -errno;
+		ret = pp_set_error(ret, "%s: cannot stat: %s", path, pp_strerror(ret));
+		goto out;
+	}
+	if ((uint64_t)st.st_size > FOLDER_MAX_FILE) {
+		ret = pp_set_error(-EFBIG, "%s: a file of %llu bytes, over the %u MiB an image may "
+				   "take", path, (unsigned long long)st.st_size, FOLDER_MAX_FILE >> 20);
+		goto out;
+	}
+	if ((size_t)st.st_size > w->cap) {
+		size_t nc = (size_t)st.st_size;
+		uint8_t *nb = pp_malloc(nc ? nc : 1);
+		if (nb == NULL) {
+			ret = pp_set_error(-ENOMEM, "%s: no memory for its %zu bytes", path, nc);
+			goto out;
+		}
+		free(w->buf);
+		w->buf = nb;
+		w->cap = nc;
+	}
+	while (done < (size_t)st.st_size) {
+		ssize_t r = pread(fd, w->buf + done, (size_t)st.st_size - done, (off_t)done);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			ret = r < 0 ? -errno : -EIO;
+			ret = pp_set_error(ret, "%s: read failed at byte %zu: %s", path, done,
+					   r < 0 ? pp_strerror(ret) : "the file shrank");
+			goto out;
+		}
+		done += (size_t)r;
+	}
+	*len_p = done;
+out:
+	close(fd);
+	return ret;
+}
+
+static int folder_read(void *ctx, void *wctx, const struct pp_sample *s)
+{
+	struct pp_image_folder *f = ctx;
+	struct folder_worker *w = wctx;
+	const char *path = f->paths[s->index];
+	size_t len = 0;
+	int ret;
+
+	if ((ret = read_file(w, path, &len)) < 0)
+		return ret;
+	ret = pp_jpeg_decode_with(f->dec, w->jw, w->buf, len, s->rng, s->fields[0]);
+	if (ret < 0) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", pp_last_error());
+		return pp_set_error(ret, "%s: %s", path, msg);
+	}
+	*(int32_t *)s->fields[1] = f->labels[s->index];
+	return 0;
+}
+
+static const struct pp_source_ops folder_ops = {
+	.read = folder_read,
+	.worker_open = folder_worker_open,
+	.worker_close = folder_worker_close,
+};
+
+PP_API void pp_image_folder_close(struct pp_image_folder *f)
+{
+	if (f == NULL)
+		return;
+	pp_source_destroy(f->src);
+	pp_jpeg_decoder_destroy(f->dec);
+	for (uint32_t c = 0; c < f->nclasses; c++)
+		free(f->classes[c]);
+	for (uint64_t i = 0; i < f->count; i++)
+		free(f->paths[i]);
+	free(f->classes);
+	free(f->paths);
+	free(f->labels);
+	free(f);
+}
+
+PP_API int pp_image_folder_open(const char *root, const struct pp_jpeg_config *cfg,
+				struct pp_image_folder **f_p)
+{
+	struct pp_image_folder *f;
+	struct pp_layout lay;
+	char **classes = NULL;
+	size_t nclasses = 0, cap = 0;
+	int ret;
+
+	if (root == NULL || f_p == NULL)
+		return pp_error(-EINVAL, "pp_image_folder_open: root and f_p must not be NULL");
+	if ((ret = pp_jpeg_layout(cfg, true, &lay)) < 0)
+		return ret;
+	f = pp_calloc(1, sizeof(*f));
+	if (f == NULL)
+		return pp_error(-ENOMEM, "images: no memory");
+	if ((ret = pp_jpeg_decoder_create(cfg, &f->dec)) < 0)
+		goto err_close;
+	if ((ret = list_dir(root, true, &classes, &nclasses)) < 0)
+		goto err_close;
+	f->classes = classes;
+	f->nclasses = (uint32_t)nclasses;
+	if (nclasses == 0) {
+		ret = pp_error(-ENOENT, "%s: no class directories (ROOT/CLASS/*.jpg)", root);
+		goto err_close;
+	}
+	for (uint32_t c = 0; c < f->nclasses; c++) {
+		char dir[4096], **files;
+		size_t nfiles;
+		snprintf(dir, sizeof(dir), "%s/%s", root, classes[c]);
+		if ((ret = list_dir(dir, false, &files, &nfiles)) < 0)
+			goto err_close;
+		if (nfiles == 0) {
+			free(files);
+			ret = pp_error(-ENOENT, "%s: class \"%s\" has no .jpg or .jpeg file (torchvision's "
+				       "ImageFolder refuses an empty class too)", dir, classes[c]);
+			goto err_close;
+		}
+		for (size_t i = 0; i < nfiles; i++) {
+			size_t n = f->count;
+			if (ret == 0 && (ret = push(&f->paths, &n, &cap, files[i])) == 0) {
+				int32_t *nl = realloc(f->labels, cap * sizeof(*nl));
+				if (nl == NULL)
+					ret = -ENOMEM;
+				else
+					f->labels = nl;
+				f->count = n;
+				if (ret == 0)
+					f->labels[n - 1] = (int32_t)c;
+			} else if (ret != 0) {
+				free(files[i]);
+			}
+		}
+		free(files);
+		if (ret < 0) {
+			ret = pp_error(ret, "%s: no memory to list it", dir);
+			goto err_close;
+		}
+	}
+	{
+		char name[256];
+		snprintf(name, sizeof(name), "images %s", root);
+		struct pp_source_desc d = { .name = name, .count = f->count, .layout = &lay,
+					    .num_classes = f->nclasses, .ops = &folder_ops,
+					    .ctx = f };
+		if ((ret = pp_source_create(&d, &f->src)) < 0)
+			goto err_close;
+	}
+	*f_p = f;
+	return 0;
+
+err_close:
+	pp_image_folder_close(f);
+	return ret;
+}
+
+PP_API const struct pp_source *pp_image_folder_source(const struct pp_image_folder *f)
+{
+	return f->src;
+}
+
+PP_API uint64_t pp_image_folder_count(const struct pp_image_folder *f)
+{
+	return f->count;
+}
+
+PP_API uint32_t pp_image_folder_classes(const struct pp_image_folder *f)
+{
+	return f->nclasses;
+}
+
+PP_API const char *pp_image_folder_class(const struct pp_image_folder *f, uint32_t i)
+{
+	return i < f->nclasses ? f->classes[i] : NULL;
+}
+
+PP_API const char *pp_image_folder_path(const struct pp_image_folder *f, uint64_t i)
+{
+	return i < f->count ? f->paths[i] : NULL;
+}
+
+PP_API int32_t pp_image_folder_label(const struct pp_image_folder *f, uint64_t i)
+{
+	return i < f->count ? f->labels[i] : -1;
+}
