@@ -687,18 +687,12 @@ static int ensure_scratch(struct pp_shard *sh)
 	return 0;
 }
 
-PP_API int pp_shard_read_chunk(struct pp_shard *shard, uint64_t i, void *samples,
-			       int32_t *labels)
+/* Reads chunk i into the shard's scratch and decodes it there (shard->raw); its entry in *c_p. */
+static int read_decoded(struct pp_shard *shard, uint64_t i, const struct pp_shard_chunk_info **c_p)
 {
 	const struct pp_shard_chunk_info *c;
-	size_t label_bytes;
 	int ret;
 
-	if (shard->version != PP_SHARD_VERSION)
-		return pp_error(-EINVAL, "%s: a version %u shard holds records of any length for "
-				"the decoder \"%s\", not fixed-size samples: read them with "
-				"pp_shard_read_records() or a loader",
-				shard->path, shard->version, shard->decoder);
 	if (i >= shard->nchunks)
 		return pp_error(-ERANGE, "%s: chunk %llu, the shard has %llu", shard->path,
 				(unsigned long long)i, (unsigned long long)shard->nchunks);
@@ -711,6 +705,24 @@ PP_API int pp_shard_read_chunk(struct pp_shard *shard, uint64_t i, void *samples
 		return ret;
 	ret = pp_shard_decode_chunk(shard, i, shard->stored, shard->raw, shard->inf);
 	if (ret < 0)
+		return ret;
+	*c_p = c;
+	return 0;
+}
+
+PP_API int pp_shard_read_chunk(struct pp_shard *shard, uint64_t i, void *samples,
+			       int32_t *labels)
+{
+	const struct pp_shard_chunk_info *c;
+	size_t label_bytes;
+	int ret;
+
+	if (shard->version != PP_SHARD_VERSION)
+		return pp_error(-EINVAL, "%s: a version %u shard holds records of any length for "
+				"the decoder \"%s\", not fixed-size samples: read them with "
+				"pp_shard_read_records() or a loader",
+				shard->path, shard->version, shard->decoder);
+	if ((ret = read_decoded(shard, i, &c)) < 0)
 		return ret;
 	label_bytes = pp_shard_label_bytes(shard, c->records);
 	if (labels != NULL && label_bytes > 0)
@@ -732,18 +744,7 @@ PP_API int pp_shard_read_records(struct pp_shard *shard, uint64_t i,
 		return pp_error(-EINVAL, "%s: a version %u shard holds fixed-size samples, not "
 				"records: read them with pp_shard_read_chunk()",
 				shard->path, shard->version);
-	if (i >= shard->nchunks)
-		return pp_error(-ERANGE, "%s: chunk %llu, the shard has %llu", shard->path,
-				(unsigned long long)i, (unsigned long long)shard->nchunks);
-	ret = ensure_scratch(shard);
-	if (ret < 0)
-		return ret;
-	c = &shard->chunks[i];
-	ret = pp_pread_full(shard->fd, shard->path, shard->stored, c->stored_size, c->offset);
-	if (ret < 0)
-		return ret;
-	ret = pp_shard_decode_chunk(shard, i, shard->stored, shard->raw, shard->inf);
-	if (ret < 0)
+	if ((ret = read_decoded(shard, i, &c)) < 0)
 		return ret;
 	label_bytes = pp_shard_label_bytes(shard, c->records);
 	for (uint32_t r = 0; r < c->records; r++) {

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,4 +341,21 @@ PP_API const char *pp_image_folder_path(const struct pp_image_folder *f, uint64_
 PP_API int32_t pp_image_folder_label(const struct pp_image_folder *f, uint64_t i)
 {
 	return i < f->count ? f->labels[i] : -1;
+}
+
+PP_API bool pp_image_folder_probe(const char *dir)
+{
+	static const char *const pats[] = { "train/*/*.[jJ][pP][gG]", "train/*/*.[jJ][pP][eE][gG]",
+					    "*/*.[jJ][pP][gG]", "*/*.[jJ][pP][eE][gG]" };
+	char pattern[4096 + 32];
+	bool found = false;
+
+	for (size_t k = 0; dir != NULL && k < 4 && !found; k++) {
+		glob_t g;
+		if ((size_t)snprintf(pattern, sizeof(pattern), "%s/%s", dir, pats[k]) >= sizeof(pattern))
+			return false;
+		found = glob(pattern, 0, NULL, &g) == 0;
+		globfree(&g);
+	}
+	return found;
 }

@@ -482,23 +482,6 @@ static int remove_stale_tmp(const struct pack_options *opt)
 	return ret;
 }
 
-/* Whether dir holds a subdirectory holding a .jpg or .jpeg file: an image folder. */
-static bool is_image_folder(const char *dir)
-{
-	char pattern[4096 + 32];
-	bool found = false;
-	static const char *const pats[] = {"*/*.[jJ][pP][gG]", "*/*.[jJ][pP][eE][gG]",
-					   "train/*/*.[jJ][pP][gG]", "train/*/*.[jJ][pP][eE][gG]"};
-
-	for (size_t k = 0; k < 4 && !found; k++) {
-		glob_t g;
-		snprintf(pattern, sizeof(pattern), "%s/%s", dir, pats[k]);
-		found = glob(pattern, 0, NULL, &g) == 0;
-		globfree(&g);
-	}
-	return found;
-}
-
 /* Packs the image folder at dir as split 'split'; returns 0 or 1 (the message printed). */
 static int pack_image_split(const struct pack_options *opt, const char *dir, const char *split,
 			    struct written *written)
@@ -637,7 +620,7 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 	for (int k = 0; k < n; k++)
 		all_bin = all_bin && has_suffix(inputs[k], ".bin");
 	if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode) &&
-	    is_image_folder(inputs[0])) {
+	    pp_image_folder_probe(inputs[0])) {
 		ret = pack_images(opt, inputs[0], &written);
 	} else if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode)) {
 		ret = pack_dir_split(opt, inputs[0], "train", false, &written);

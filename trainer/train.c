@@ -229,26 +229,6 @@ bad_spec:
 }
 
 /*
- * Whether dir is a folder of JPEGs (torchvision's ImageFolder): JPEG files
- * (.jpg or .jpeg, either case) in DIR/train/CLASS/ or in DIR/CLASS/.
- */
-static bool is_image_folder(const char *dir)
-{
-	static const char *const pats[] = { "train/*/*.[jJ][pP][gG]", "train/*/*.[jJ][pP][eE][gG]",
-					    "*/*.[jJ][pP][gG]", "*/*.[jJ][pP][eE][gG]" };
-	char pattern[4096 + 32];
-	bool found = false;
-
-	for (size_t k = 0; k < 4 && !found; k++) {
-		glob_t g;
-		snprintf(pattern, sizeof(pattern), "%s/%s", dir, pats[k]);
-		found = glob(pattern, 0, NULL, &g) == 0;
-		globfree(&g);
-	}
-	return found;
-}
-
-/*
  * A folder of JPEGs: DIR/train (or DIR itself) to train on, with
  * RandomResizedCrop and flips; DIR/val (or DIR/test) to evaluate on.
  */
@@ -330,7 +310,7 @@ static int data_open(const struct tr_options *opt, struct data *d)
 			data_free(d);
 		return ret;
 	}
-	if (strncmp(opt->data, "synthetic", 9) != 0 && is_image_folder(opt->data))
+	if (strncmp(opt->data, "synthetic", 9) != 0 && pp_image_folder_probe(opt->data))
 		return open_images(opt, d);
 	if (opt->image_size != 0) {
 		fprintf(stderr, "pinpipe-train: --image-size is for JPEGs, and --data=%s holds none "

@@ -101,6 +101,14 @@ PP_API int pp_jpeg_decode(const struct pp_jpeg_decoder *d, const void *jpeg, siz
 struct pp_image_folder;
 
 /*
+ * Whether 'dir' looks like a folder of JPEGs (torchvision's ImageFolder):
+ * JPEG files (.jpg or .jpeg, either case) in DIR/train/CLASS/ or in
+ * DIR/CLASS/.  For programs that choose how to open a --data directory;
+ * answers without libjpeg-turbo too.
+ */
+PP_API bool pp_image_folder_probe(const char *dir);
+
+/*
  * Lists the ImageFolder at 'root' (ROOT/CLASS/FILE.jpg or .jpeg) and makes a
  * source of it, whose samples ("image" by cfg, "labels") each worker reads
  * from its file (pread, whole) and decodes as pp_jpeg_decode() does.
