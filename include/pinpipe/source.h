@@ -157,7 +157,8 @@ PP_API int pp_set_error(int err, const char *fmt, ...)
  * must not call the loader or transfer stage that uses them; they return 0,
  * or -errno, optionally with a message set by pp_set_error(), which ends
  * the loader: pp_loader_next() returns the error, with the source's name
- * and the sample's index, and every later call does too.
+ * and the sample's index (for read_batch, the first of its list), and every
+ * later call does too.
  */
 struct pp_source_ops {
 	/*
