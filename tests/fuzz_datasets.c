@@ -23,6 +23,7 @@
 #include "datasets/shard.h"
 #include "datasets/shard_format.h"
 #include "pinpipe/dataset.h"
+#include "tests/fuzz_util.h"
 
 static const char *scratch_path(const char *what)
 {
@@ -32,17 +33,6 @@ static const char *scratch_path(const char *what)
 	if (paths[k][0] == '\0')
 		snprintf(paths[k], sizeof(paths[k]), "/tmp/pp-fuzz-%d-%s", (int)getpid(), what);
 	return paths[k];
-}
-
-static void put(const char *path, const uint8_t *data, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-
-	if (f == NULL)
-		abort();
-	if (len > 0 && fwrite(data, 1, len, f) != len)
-		abort();
-	fclose(f);
 }
 
 static void read_everything(const struct pp_dataset *ds)
@@ -55,30 +45,6 @@ static void read_everything(const struct pp_dataset *ds)
 	if (s != NULL && pp_dataset_read(ds, info->count - n, n, s, labels) != 0)
 		abort();
 	free(s);
-}
-
-/* Recomputes the header, chunk, index and trailer CRCs of a would-be shard, where they lie inside it. */
-static void fix_crcs(uint8_t *f, size_t len)
-{
-	uint8_t *t = f + len - PP_ST_SIZE;
-	uint64_t index_offset, n;
-
-	if (len < PP_SHARD_ALIGN + PP_ST_SIZE)
-		return;
-	pp_put_le32(f + PP_SH_CRC, pp_crc32(0, f, PP_SH_CRC));
-	index_offset = pp_le64(t + PP_ST_INDEX_OFFSET);
-	if (index_offset <= len - PP_ST_SIZE) {
-		n = (len - PP_ST_SIZE - index_offset) / PP_SI_SIZE;
-		for (uint64_t i = 0; i < n; i++) {
-			uint8_t *e = f + index_offset + i * PP_SI_SIZE;
-			uint64_t off = pp_le64(e + PP_SI_OFFSET), size = pp_le32(e + PP_SI_STORED);
-
-			if (off <= len && size <= len - off)
-				pp_put_le32(e + PP_SI_CRC, pp_crc32(0, f + off, size));
-		}
-		pp_put_le32(t + PP_ST_INDEX_CRC, pp_crc32(0, f + index_offset, n * PP_SI_SIZE));
-	}
-	pp_put_le32(t + PP_ST_CRC, pp_crc32(0, t, PP_ST_CRC));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
@@ -98,11 +64,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 		if (f == NULL)
 			abort();
 		memcpy(f, data + 1, len - 1);
-		fix_crcs(f, len - 1);
-		put(a, f, len - 1);
+		pp_fuzz_fix_crcs(f, len - 1);
+		pp_fuzz_put(a, f, len - 1);
 		free(f);
 	} else {
-		put(a, data + 1, len - 1);
+		pp_fuzz_put(a, data + 1, len - 1);
 	}
 	switch (data[0] % 5) {
 	case 0:
@@ -119,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 			read_everything(ds);
 		break;
 	case 2:
-		put(b, images, sizeof(images));
+		pp_fuzz_put(b, images, sizeof(images));
 		if (pp_dataset_open_idx(b, a, &ds) == 0)
 			read_everything(ds);
 		break;

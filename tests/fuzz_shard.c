@@ -29,36 +29,10 @@
 #include "datasets/shard.h"
 #include "datasets/shard_format.h"
 #include "pinpipe/dataset.h"
+#include "tests/fuzz_util.h"
 
 /* Chunks read per input at most, so that one input stays quick. */
 #define MAX_CHUNKS 64u
-
-/* Recomputes the header, chunk, index and trailer CRCs of a would-be shard, where they lie inside it. */
-static void fix_crcs(uint8_t *f, size_t len)
-{
-	uint8_t *t = f + len - PP_ST_SIZE;
-	uint64_t index_offset, n;
-
-	if (len < PP_SHARD_ALIGN + PP_ST_SIZE)
-		return;
-	if (pp_le32(f + PP_SH_VERSION) == PP_SHARD_VERSION_RECORDS)
-		pp_put_le32(f + PP_SH2_CRC, pp_crc32(0, f, PP_SH2_CRC));
-	else
-		pp_put_le32(f + PP_SH_CRC, pp_crc32(0, f, PP_SH_CRC));
-	index_offset = pp_le64(t + PP_ST_INDEX_OFFSET);
-	if (index_offset <= len - PP_ST_SIZE) {
-		n = (len - PP_ST_SIZE - index_offset) / PP_SI_SIZE;
-		for (uint64_t i = 0; i < n; i++) {
-			uint8_t *e = f + index_offset + i * PP_SI_SIZE;
-			uint64_t off = pp_le64(e + PP_SI_OFFSET), size = pp_le32(e + PP_SI_STORED);
-
-			if (off <= len && size <= len - off)
-				pp_put_le32(e + PP_SI_CRC, pp_crc32(0, f + off, size));
-		}
-		pp_put_le32(t + PP_ST_INDEX_CRC, pp_crc32(0, f + index_offset, n * PP_SI_SIZE));
-	}
-	pp_put_le32(t + PP_ST_CRC, pp_crc32(0, t, PP_ST_CRC));
-}
 
 struct walk {
 	uint64_t next;       /* the record expected next */
@@ -136,7 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 		abort();
 	memcpy(f, data + 1, len - 1);
 	if (data[0] & 1)
-		fix_crcs(f, len - 1);
+		pp_fuzz_fix_crcs(f, len - 1);
 	out = fopen(path, "wb");
 	if (out == NULL || (len > 1 && fwrite(f, 1, len - 1, out) != len - 1))
 		abort();

@@ -25,17 +25,7 @@
 
 #include "pinpipe/loader.h"
 #include "pinpipe/tokens.h"
-
-static void put(const char *path, const uint8_t *data, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-
-	if (f == NULL)
-		abort();
-	if (len > 0 && fwrite(data, 1, len, f) != len)
-		abort();
-	fclose(f);
-}
+#include "tests/fuzz_util.h"
 
 /* Reads every window of the set; aborts when a promise of pinpipe/tokens.h breaks. */
 static void read_all(struct pp_tokens *tk, uint32_t T, bool widen, size_t file_len)
@@ -101,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 	snprintf(path, sizeof(path), "%s/shard_000.bin", dir);
 	snprintf(other, sizeof(other), "%s/shard_001.bin", dir);
 	snprintf(pattern, sizeof(pattern), "%s/shard_*.bin", dir);
-	put(path, f, len);
+	pp_fuzz_put(path, f, len);
 	if (mode == 3) {
 		/* a valid shard of the version the first is not: the set is refused */
 		int32_t two[256 + 4] = { 0 };
@@ -109,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 		two[0] = v1 ? PP_TOKENS_MAGIC_LLAMA3 : PP_TOKENS_MAGIC_GPT2;
 		two[1] = v1 ? PP_TOKENS_VERSION_LLAMA3 : PP_TOKENS_VERSION_GPT2;
 		two[2] = 4;
-		put(other, (const uint8_t *)two, 1024 + (size_t)4 * (v1 ? 4 : 2));
+		pp_fuzz_put(other, (const uint8_t *)two, 1024 + (size_t)4 * (v1 ? 4 : 2));
 	}
 	tc.seq_len = T;
 	tc.widen = widen;

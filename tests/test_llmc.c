@@ -26,32 +26,12 @@
 
 #include "examples/llmc/dataloader.h"
 #include "tests/testutil.h"
+#include "tests/tokens_testutil.h"
 
 static uint32_t tok(size_t s, uint64_t j, uint32_t tb)
 {
 	uint32_t v = (uint32_t)(s * 7919 + j * 13 + 1);
 	return tb == 2 ? (uint16_t)v : v % 1000003u + 70000u;
-}
-
-static void write_shard(const char *path, size_t s, uint64_t n, uint32_t tb)
-{
-	size_t len = 1024 + n * tb;
-	uint8_t *buf = calloc(1, len);
-	int32_t h[3] = { tb == 2 ? 20240520 : 20240801, tb == 2 ? 1 : 7, (int32_t)n };
-
-	ck_assert_ptr_nonnull(buf);
-	memcpy(buf, h, sizeof(h));
-	for (uint64_t j = 0; j < n; j++) {
-		uint32_t v = tok(s, j, tb);
-		if (tb == 2) {
-			uint16_t u = (uint16_t)v;
-			memcpy(buf + 1024 + j * 2, &u, 2);
-		} else {
-			memcpy(buf + 1024 + j * 4, &v, 4);
-		}
-	}
-	pp_test_write_file(path, buf, len);
-	free(buf);
 }
 
 #define B 3
@@ -65,7 +45,7 @@ static char *make_set(char **dir_p, uint32_t tb)
 
 	for (size_t s = 0; s < 4; s++) {
 		snprintf(path, sizeof(path), "%s/tok_train_%06zu.bin", dir, s);
-		write_shard(path, s, sizes[s], tb);
+		pp_test_write_tokens(path, s, sizes[s], tb, tok);
 	}
 	snprintf(pattern, 512, "%s/tok_train_*.bin", dir);
 	*dir_p = dir;

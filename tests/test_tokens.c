@@ -21,35 +21,13 @@
 #include "pinpipe/loader.h"
 #include "pinpipe/tokens.h"
 #include "tests/testutil.h"
+#include "tests/tokens_testutil.h"
 
 /* Token j of shard s: above 65535 for uint32 shards, so a narrowing shows. */
 static uint32_t tok(size_t s, uint64_t j, uint32_t tb)
 {
 	uint32_t v = (uint32_t)(s * 7919 + j * 13 + 1);
 	return tb == 2 ? (uint16_t)v : v + 70000u;
-}
-
-/* Writes a shard of n tokens as llm.c's data_common.py does. */
-static void write_shard(const char *path, size_t s, uint64_t n, uint32_t tb)
-{
-	size_t len = 1024 + n * tb;
-	uint8_t *buf = calloc(1, len);
-	int32_t h[3] = { tb == 2 ? PP_TOKENS_MAGIC_GPT2 : PP_TOKENS_MAGIC_LLAMA3,
-			 tb == 2 ? PP_TOKENS_VERSION_GPT2 : PP_TOKENS_VERSION_LLAMA3, (int32_t)n };
-
-	ck_assert_ptr_nonnull(buf);
-	memcpy(buf, h, sizeof(h));
-	for (uint64_t j = 0; j < n; j++) {
-		uint32_t v = tok(s, j, tb);
-		if (tb == 2) {
-			uint16_t u = (uint16_t)v;
-			memcpy(buf + 1024 + j * 2, &u, 2);
-		} else {
-			memcpy(buf + 1024 + j * 4, &v, 4);
-		}
-	}
-	pp_test_write_file(path, buf, len);
-	free(buf);
 }
 
 /* Shard sizes of the sets: windows of T = 16: 12, 3 (tail of 15 tokens) and 25. */
@@ -64,7 +42,7 @@ static char *make_set(char **dir_p, uint32_t tb)
 
 	for (size_t s = 0; s < 3; s++) {
 		snprintf(path, sizeof(path), "%s/train_%06zu.bin", dir, s);
-		write_shard(path, s, sizes[s], tb);
+		pp_test_write_tokens(path, s, sizes[s], tb, tok);
 	}
 	snprintf(pattern, 512, "%s/train_*.bin", dir);
 	*dir_p = dir;
@@ -435,7 +413,7 @@ START_TEST(test_headers)
 	/* versions mixed in one set: named with both files */
 	pattern = make_set(&dir, 2);
 	snprintf(path, sizeof(path), "%s/train_000001.bin", dir);
-	write_shard(path, 1, 100, 4);
+	pp_test_write_tokens(path, 1, 100, 4, tok);
 	ck_assert_int_eq(pp_tokens_open(pattern, &tc, &tk), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "train_000001.bin: offset 4: version 7 "
 						       "(uint32 tokens) in a set whose first shard"));
