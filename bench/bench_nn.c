@@ -25,9 +25,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/blas.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 #include "pinpipe/dataset.h"
 
 /*

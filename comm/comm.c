@@ -17,7 +17,6 @@
 #include <time.h>
 
 #include "comm/comm_impl.h"
-#include "device/device_impl.h"
 
 void pp_comm_config_init(struct pp_comm_config *cfg)
 {
@@ -237,7 +236,7 @@ static int run_host(struct pp_comm *c, const struct coll *k, void *buf, size_t b
 static int run_staged(struct pp_comm *c, const struct coll *k, void *buf, size_t bytes,
 		      struct pp_stream *stream, const char *call)
 {
-	struct pp_device *dev = stream->dev;
+	struct pp_device *dev = pp_stream_device(stream);
 	const struct pp_device_props *props = pp_device_get_props(dev);
 	int ret;
 
@@ -342,7 +341,7 @@ int pp_comm_request_start(struct pp_comm *c, void *buf, size_t count, enum pp_co
 	if (count == 0) {
 		r->done = true;
 	} else if (stream != NULL && !c->ops->device_buffers &&
-		   !pp_device_get_props(stream->dev)->host_addressable) {
+		   !pp_device_get_props(pp_stream_device(stream))->host_addressable) {
 		/* Staged through the one pinned buffer: done here, the host waiting. */
 		ret = run_staged(c, &k, buf, bytes, stream, "iallreduce");
 		r->done = true;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/comm.h"
 
 struct pp_comm;

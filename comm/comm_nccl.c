@@ -40,7 +40,6 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
-#include "device/device_impl.h"
 
 /* NCCL's entry points, resolved by name in the library. */
 struct nccl_api {
@@ -213,9 +212,9 @@ static int nccl_allreduce(struct pp_comm *c, void *buf, size_t count, enum pp_co
 
 	if (stream == NULL)
 		return x->host->ops->allreduce(x->host, buf, count, dtype, op, NULL);
-	if (stream->dev != c->device)
+	if (pp_stream_device(stream) != c->device)
 		return pp_comm_fail(c, -EINVAL, "allreduce", "a stream of %s, the communicator's "
-				    "device is %s", pp_device_get_props(stream->dev)->name,
+				    "device is %s", pp_device_get_props(pp_stream_device(stream))->name,
 				    pp_device_get_props(c->device)->name);
 	const uint64_t deadline = nccl_deadline(c);
 	cudaStream_t s = (cudaStream_t)pp_stream_cuda_handle(stream);
@@ -236,9 +235,9 @@ static int nccl_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root,
 
 	if (stream == NULL)
 		return x->host->ops->broadcast(x->host, buf, bytes, root, NULL);
-	if (stream->dev != c->device)
+	if (pp_stream_device(stream) != c->device)
 		return pp_comm_fail(c, -EINVAL, "broadcast", "a stream of %s, the communicator's "
-				    "device is %s", pp_device_get_props(stream->dev)->name,
+				    "device is %s", pp_device_get_props(pp_stream_device(stream))->name,
 				    pp_device_get_props(c->device)->name);
 	const uint64_t deadline = nccl_deadline(c);
 	cudaStream_t s = (cudaStream_t)pp_stream_cuda_handle(stream);
@@ -259,9 +258,9 @@ struct nccl_req {
 /* Checks that 'stream' is of the communicator's device, for 'call'. */
 static int nccl_own_device(struct pp_comm *c, const struct pp_stream *stream, const char *call)
 {
-	if (stream->dev != c->device)
+	if (pp_stream_device(stream) != c->device)
 		return pp_comm_fail(c, -EINVAL, call, "a stream of %s, the communicator's device is %s",
-				    pp_device_get_props(stream->dev)->name,
+				    pp_device_get_props(pp_stream_device(stream))->name,
 				    pp_device_get_props(c->device)->name);
 	return 0;
 }

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/source.h"
 
 static _Thread_local char pp_msg[1024];

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 
 _Thread_local struct pp_fault_plan *pp_fault_thread;
 

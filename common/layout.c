@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/source.h"
 
 #define PP_FIELD_MAX_BYTES ((uint64_t)1 << 30)

@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 
 /*
  * The signals a library thread keeps: those the kernel sends to the thread

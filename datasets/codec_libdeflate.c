@@ -11,7 +11,7 @@
 #include <libdeflate.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/codec.h"
 
 struct pp_inflater {

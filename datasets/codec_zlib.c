@@ -11,7 +11,7 @@
 #include <zlib.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/codec.h"
 
 /* zlib counts in uInt: feed it at most this much at a time. */

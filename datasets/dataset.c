@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/source.h"
 
 int pp_sample_info_finish(struct pp_sample_info *info)

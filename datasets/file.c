@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/source.h"
 
 const char *pp_path_base(const char *path)

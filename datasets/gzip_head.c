@@ -9,7 +9,7 @@
 
 #include <zlib.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/codec.h"
 
 int pp_gunzip_head(const void *src, size_t src_len, void *dst, size_t dst_len)

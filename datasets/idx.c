@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/codec.h"
 #include "datasets/source.h"
 

@@ -427,7 +427,7 @@ PP_API void pp_host_free(struct pp_device *dev, void *ptr)
 		host_release(dev, &r);
 }
 
-void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes)
+PP_API void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes)
 {
 	if (dev->ops->release != NULL && ptr != NULL && bytes > 0)
 		dev->ops->release(dev, ptr, bytes);
@@ -541,6 +541,11 @@ PP_API void pp_stream_destroy(struct pp_stream *stream)
 	if (dev->ops->stream_destroy != NULL)
 		dev->ops->stream_destroy(stream);
 	free(stream);
+}
+
+PP_API struct pp_device *pp_stream_device(const struct pp_stream *stream)
+{
+	return stream != NULL ? stream->dev : NULL;
 }
 
 PP_API void *pp_stream_cuda_handle(struct pp_stream *stream)

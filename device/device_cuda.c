@@ -598,7 +598,7 @@ int pp_device_cuda_open(struct pp_device *dev, int index)
 	if (cd == NULL)
 		return pp_error(-ENOMEM, "%s: out of memory", dev->props.name);
 	cd->index = index;
-	dev->sticky_errors = true;
+	dev->props.sticky_errors = true;
 	dev->ops = &cuda_ops;
 	dev->ctx = cd;
 	return 0;

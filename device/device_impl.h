@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/device.h"
 
 #ifdef __cplusplus
@@ -148,9 +148,6 @@ struct pp_device {
 	struct pp_dev_link *streams; /* open streams, by their link */
 	struct pp_dev_link *events;  /* open events, by their link */
 	unsigned next_stream_id;     /* id of the next stream, from 1 */
-	bool sticky_errors;          /* a copy that fails on the device makes every later call
-				      * fail (CUDA's asynchronous errors); false: the error
-				      * stays with its stream, told by its events (sim) */
 	void *ctx;                   /* the backend's context */
 };
 
@@ -200,14 +197,6 @@ static inline void pp_device_add_copy_ns(struct pp_device *dev, uint64_t ns)
  */
 int pp_device_cpu_open(struct pp_device *dev, const char *options);
 int pp_device_sim_open(struct pp_device *dev, const char *options);
-
-/*
- * Marks [ptr, ptr + bytes) of device memory as released by its user: the
- * sim with poisoning on overwrites it with PP_SIM_POISON_BYTE, so that a
- * later read of it shows; elsewhere it does nothing.  For the transfer stage,
- * when a device slot goes back to FREE.
- */
-void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes);
 
 /* Failures the sim can be told to inject (for the tests of the error paths). */
 enum pp_sim_fault {

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "device/device_impl.h"
 #include "pinpipe/device.h"
 

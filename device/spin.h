@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "images/jpeg_impl.h"
 
 /* The largest file read: far above any JPEG of max_pixels, far below memory. */

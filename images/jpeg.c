@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "images/jpeg_impl.h"
 #include "images/tj.h"
 

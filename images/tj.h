@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 
 /* One thread's decompressor, with the buffer it decodes into. */
 struct pp_tj;

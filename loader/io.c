@@ -24,8 +24,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "common/internal.h"
-#include "loader/loader.h"
+#include "common/common_impl.h"
+#include "loader/loader_impl.h"
 
 int pp_reader_init(struct pp_reader *r, enum pp_loader_io mode, unsigned depth,
 		   uint32_t timeout_ms)

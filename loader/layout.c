@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/internal.h"
-#include "loader/loader.h"
+#include "common/common_impl.h"
+#include "loader/loader_impl.h"
 
 /* ------------------------------------------------------------------ layouts */
 

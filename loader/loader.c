@@ -16,9 +16,9 @@
 #include <stdlib.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "loader/convert.h"
-#include "loader/loader.h"
+#include "loader/loader_impl.h"
 
 /* ------------------------------------------------------------------ conversion */
 

@@ -26,8 +26,8 @@
 #include <stdlib.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
-#include "loader/loader.h"
+#include "common/common_impl.h"
+#include "loader/loader_impl.h"
 
 uint64_t pp_plan_mix(uint64_t a, uint64_t b)
 {

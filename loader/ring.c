@@ -11,8 +11,8 @@
 
 #include <errno.h>
 
-#include "common/internal.h"
-#include "loader/loader.h"
+#include "common/common_impl.h"
+#include "loader/loader_impl.h"
 
 /*
  * Allocates the ring within the budget, from the device's host allocator when

@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/shard.h"
-#include "loader/loader.h"
+#include "loader/loader_impl.h"
 
 /* ------------------------------------------------------------------ in-memory datasets */
 

@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/internal.h"
-#include "loader/loader.h"
+#include "common/common_impl.h"
+#include "loader/loader_impl.h"
 #include "pinpipe/tokens.h"
 
 #define TOKENS_IO_DEPTH 64u

@@ -9,9 +9,9 @@
 
 #include <errno.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/shard.h"
-#include "loader/loader.h"
+#include "loader/loader_impl.h"
 
 /* Batches from 'from_batch' on that take samples of segment s. */
 static uint64_t batches_in(const struct pp_loader *l, const struct pp_plan_segment *s,

@@ -10,8 +10,8 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "common/internal.h"
-#include "loader/loader.h"
+#include "common/common_impl.h"
+#include "loader/loader_impl.h"
 
 /* ------------------------------------------------------------------ errors */
 

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/blas.h"
 #include "pinpipe/nn.h"
 

@@ -15,9 +15,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/blas.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 
 /* Copies k floats; constant sizes for the common kernels, so that the copy is inlined. */
 static inline void copy_run(float *dst, const float *src, int k)

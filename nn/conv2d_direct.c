@@ -22,7 +22,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 
 /* 8 floats, one AVX register (kept in memory where AVX is not enabled) */
 typedef float nn_f32x8 __attribute__((vector_size(32)));

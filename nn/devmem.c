@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/cuda/kernels.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 #include "pinpipe/device.h"
 
 const char *pp_nn_device_name(const struct pp_device *dev)

@@ -27,9 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/internal.h"
-#include "device/device_impl.h" /* struct pp_stream: a stream's device */
-#include "nn/nn_internal.h"
+#include "common/common_impl.h"
+#include "nn/nn_impl.h"
 
 /* Graphs a model keeps, at most (and keys it remembers having seen). */
 #define NN_GRAPHS 16
@@ -75,9 +74,9 @@ int pp_nn_graph_init(struct pp_model *m)
 	if (m->cfg.stream == NULL)
 		return pp_error(-EINVAL, "model on %s: steps as graphs need a stream (config field "
 				"'stream')", pp_nn_device_name(m->dev));
-	if (m->cfg.stream->dev != m->dev)
+	if (pp_stream_device(m->cfg.stream) != m->dev)
 		return pp_error(-EINVAL, "model stream: expected device %s but got %s",
-				pp_nn_device_name(m->dev), pp_nn_device_name(m->cfg.stream->dev));
+				pp_nn_device_name(m->dev), pp_nn_device_name(pp_stream_device(m->cfg.stream)));
 	m->graphs = calloc(1, sizeof(*m->graphs));
 	if (m->graphs == NULL)
 		return pp_error(-ENOMEM, "model: out of memory");

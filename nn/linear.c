@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "nn/blas.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 
 void pp_nn_linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, int n)

@@ -16,8 +16,8 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "common/internal.h"
-#include "nn/nn_internal.h"
+#include "common/common_impl.h"
+#include "nn/nn_impl.h"
 
 /* Classes the AVX-512 version takes: one vector of floats. */
 #define XENT_AVX512_MAX_CLASSES 16

@@ -11,7 +11,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 
 /* 4 lanes of int32, for the comparison masks and indices */
 typedef int32_t nn_i32x4 __attribute__((vector_size(16)));

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/blas.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 
 #define NN_MAX_THREADS 256
 

@@ -45,9 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "common/normalize.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 
 /* The im2col columns of a group of samples, at most: within a core's L2 (1 MiB here). */
 #define NN_GROUP_BYTES (768 * 1024)

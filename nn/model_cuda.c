@@ -24,12 +24,11 @@
 #include <errno.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
 #include "nn/cuda/optim.h"
-#include "nn/nn_internal.h"
-#include "device/device_impl.h" /* struct pp_stream: a stream's device */
+#include "nn/nn_impl.h"
 
 static struct pp_cuda_geom geom_of(const struct nn_layer *l)
 {
@@ -90,9 +89,9 @@ static int cuda_setup(struct pp_model *m)
 	if (!s)
 		return pp_error(-EINVAL, "model on %s: no stream given (config field 'stream')",
 				pp_nn_device_name(m->dev));
-	if (s->dev != m->dev)
+	if (pp_stream_device(s) != m->dev)
 		return pp_error(-EINVAL, "model stream: expected device %s but got %s",
-				pp_nn_device_name(m->dev), pp_nn_device_name(s->dev));
+				pp_nn_device_name(m->dev), pp_nn_device_name(pp_stream_device(s)));
 	m->stream = pp_nn_cuda_stream(s);
 	ret = pp_cuda_blas_create(m->stream, &m->blas);
 	if (!ret)

@@ -25,8 +25,8 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "common/internal.h"
-#include "nn/nn_internal.h"
+#include "common/common_impl.h"
+#include "nn/nn_impl.h"
 
 int pp_nn_optim_check(const struct pp_optimizer_config *c)
 {

@@ -4,7 +4,7 @@
  */
 #include "config.h"
 
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 
 /* 4 lanes of int32, for the comparison masks of nn_f32x4 */
 typedef int32_t nn_i32x4 __attribute__((vector_size(16)));

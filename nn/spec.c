@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/internal.h"
-#include "nn/nn_internal.h"
+#include "common/common_impl.h"
+#include "nn/nn_impl.h"
 
 #define NN_MAX_LAYERS 64
 #define NN_MAX_FIELDS 5

@@ -7,8 +7,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "common/internal.h"
-#include "nn/nn_internal.h"
+#include "common/common_impl.h"
+#include "nn/nn_impl.h"
 
 static int tensor_new(struct pp_device *dev, enum pp_dtype dtype, int ndim, const size_t *shape,
 		      struct pp_tensor **tensor_p)

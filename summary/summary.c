@@ -29,7 +29,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/codec.h"
 #include "pinpipe/summary.h"
 

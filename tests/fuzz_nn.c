@@ -20,8 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/internal.h"
-#include "nn/nn_internal.h"
+#include "common/common_impl.h"
+#include "nn/nn_impl.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
 

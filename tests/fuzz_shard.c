@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/shard.h"
 #include "datasets/shard_format.h"
 #include "pinpipe/dataset.h"

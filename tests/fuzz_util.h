@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/shard.h"
 #include "datasets/shard_format.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "comm/comm_impl.h"
 #include "pinpipe/comm.h"
 #include "tests/testutil.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "common/size.h"
 #include "tests/testutil.h"
 

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/cuda/kernels.h"
 #include "tests/testutil.h"
 

@@ -17,7 +17,7 @@
 #include <zlib.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "datasets/codec.h"
 #include "datasets/shard.h"
 #include "datasets/shard_format.h"

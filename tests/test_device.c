@@ -351,6 +351,8 @@ START_TEST(test_cpu_synchronous)
 	ck_assert_int_eq(pp_stream_launch_host(s, NULL, NULL), -EINVAL);
 	ck_assert_ptr_null(pp_stream_cuda_handle(s)); /* a cpu stream has no CUDA handle */
 	ck_assert_ptr_null(pp_stream_cuda_handle(NULL));
+	ck_assert_ptr_eq(pp_stream_device(s), dev); /* a stream names its device */
+	ck_assert_ptr_null(pp_stream_device(NULL));
 	ck_assert_int_eq(pp_device_get_stats(dev, &st), 0);
 	ck_assert_uint_eq(st.copies, 1);
 	ck_assert_uint_eq(st.bytes_h2d, sizeof(src));

@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
-#include "loader/loader.h"
+#include "common/common_impl.h"
+#include "loader/loader_impl.h"
 #include "pinpipe/pinpipe.h"
 #include "pinpipe/transfer.h"
 #include "tests/testutil.h"

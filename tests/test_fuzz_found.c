@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/image.h"
 #include "pinpipe/nn.h"
 #include "tests/testutil.h"

@@ -27,9 +27,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "loader/convert.h"
-#include "loader/loader.h"
+#include "loader/loader_impl.h"
 #include "tests/testutil.h"
 
 #define SAMPLE_BYTES 12

@@ -21,7 +21,7 @@
 
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
 #include "tests/testutil.h"

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "common/normalize.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"
 

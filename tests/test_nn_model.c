@@ -20,10 +20,10 @@
 #endif
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/dataset.h"
 #include "device/device_impl.h"
-#include "nn/nn_internal.h"
+#include "nn/nn_impl.h"
 #include "tests/nn_reference.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"

@@ -15,7 +15,7 @@
 
 #include <zlib.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/summary.h"
 #include "tests/testutil.h"
 

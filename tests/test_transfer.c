@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/dataset.h"
 #include "pinpipe/nn.h"
 #include "pinpipe/transfer.h"

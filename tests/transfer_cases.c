@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/dataset.h"
 #include "pinpipe/transfer.h"
 #include "tests/testutil.h"

@@ -38,9 +38,8 @@
 #include <string.h>
 
 #include "common/fault.h"
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "pinpipe/transfer.h"
-#include "device/device_impl.h"
 
 /* Default of pp_transfer_config.time_every. */
 #define TIME_EVERY_DEFAULT 16
@@ -241,7 +240,7 @@ static int free_slot(struct pp_transfer *t, struct tslot *s)
 		 * its event says; where they reach every call, the query of the
 		 * release just made would have said.
 		 */
-		if (!t->dev->sticky_errors && s->copy_seq > t->copies_checked &&
+		if (!pp_device_get_props(t->dev)->sticky_errors && s->copy_seq > t->copies_checked &&
 		    (ret = pp_event_query(s->b.ready)) < 0)
 			return ret;
 		ret = copies_complete(t, s->copy_seq, true);
@@ -681,9 +680,9 @@ PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
 
 	if (!t->epoch_begun)
 		return pp_error(-EINVAL, "transfer: no epoch begun (call pp_transfer_begin_epoch first)");
-	if (compute == NULL || compute->dev != t->dev)
+	if (compute == NULL || pp_stream_device(compute) != t->dev)
 		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
-				t->dev->props.name);
+				pp_device_get_props(t->dev)->name);
 	ret = t->in_place ? next_in_place(t, b_p) : next_copied(t, compute, b_p);
 	count_call(t, t0);
 	return ret;
@@ -705,9 +704,9 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 		s->state = TSLOT_FREE;
 		return ret;
 	}
-	if (compute == NULL || compute->dev != t->dev)
+	if (compute == NULL || pp_stream_device(compute) != t->dev)
 		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
-				t->dev->props.name);
+				pp_device_get_props(t->dev)->name);
 	if ((ret = pp_event_record(s->released, compute)) < 0)
 		return ret;
 	s->state = TSLOT_RELEASED;

@@ -8,7 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "device/spin.h"
 
 static __global__ void spin_kernel(unsigned long long ns)

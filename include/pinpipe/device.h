@@ -63,6 +63,9 @@ struct pp_device_props {
 				  * there (CUDA failed to start: a driver older than the
 				  * runtime, a GPU that cannot be used...), for the user to
 				  * hear; "" when it opened a GPU, or there is none */
+	bool sticky_errors;      /* a copy that fails on the device makes every later call
+				  * fail (cuda's asynchronous errors); false: the error stays
+				  * with its stream, told by its events (sim) */
 };
 
 struct pp_device;
@@ -162,6 +165,14 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
  */
 PP_API void pp_host_free(struct pp_device *dev, void *ptr);
 
+/*
+ * Tells the device that [ptr, ptr + bytes) of its memory no longer holds
+ * anything its user needs (a buffer handed back to a pool): a sim opened
+ * with poisoning overwrites it with 0xfb bytes, so that a later read of it
+ * shows; elsewhere it does nothing.
+ */
+PP_API void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes);
+
 /* ------------------------------------------------------------------ streams and events */
 
 /* Creates a stream: work on it runs in the order it was issued. */
@@ -169,6 +180,9 @@ PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p);
 
 /* Waits for the stream's work and destroys it.  NULL is allowed. */
 PP_API void pp_stream_destroy(struct pp_stream *stream);
+
+/* Returns the device a stream was created on (NULL for NULL). */
+PP_API struct pp_device *pp_stream_device(const struct pp_stream *stream);
 
 /*
  * Blocks until all work issued on the stream so far has completed.  Returns

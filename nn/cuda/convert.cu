@@ -11,7 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "common/normalize.h"
 #include "nn/cuda/kernels.h"
 

@@ -10,7 +10,7 @@
 #include <errno.h>
 #include <stddef.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 
 /* Threads of a block of the kernels that take a thread per element. */
 #define PP_CUDA_THREADS 256

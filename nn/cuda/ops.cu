@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/cuda/launch.h"
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"

@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <math.h>
 
-#include "common/internal.h"
+#include "common/common_impl.h"
 #include "nn/cuda/launch.h"
 #include "nn/cuda/optim.h"
 

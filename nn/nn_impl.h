@@ -1,10 +1,10 @@
 /*
- * nn/nn_internal.h: what the files of nn/ share: the tensor and model
+ * nn/nn_impl.h: what the files of nn/ share: the tensor and model
  * structures, the layer descriptions and the CPU kernels (one layer per
  * file, <layer>_forward / <layer>_backward, on a slice of a batch).
  */
-#ifndef PP_NN_INTERNAL_H
-#define PP_NN_INTERNAL_H
+#ifndef PP_NN_IMPL_H
+#define PP_NN_IMPL_H
 
 #include <pthread.h>
 #include <stdbool.h>

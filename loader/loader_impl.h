@@ -1,13 +1,13 @@
 /*
- * loader/loader.h: the loader's internals shared by its files: the epoch
+ * loader/loader_impl.h: the loader's internals shared by its files: the epoch
  * plan (plan.c), the file reader with its io_uring and pread paths (io.c),
  * the sources (source.c), and the loader itself: its create and destroy
  * (loader.c), the ring of slots and in-order delivery (ring.c), the worker
  * threads (worker.c) and the chunk windows of streaming (window.c), which
  * share struct pp_loader.  Not exported.
  */
-#ifndef PP_LOADER_LOADER_H
-#define PP_LOADER_LOADER_H
+#ifndef PP_LOADER_IMPL_H
+#define PP_LOADER_IMPL_H
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -1,10 +1,10 @@
 /*
- * common/internal.h: small utilities shared by every module of the library
+ * common/common_impl.h: small utilities shared by every module of the library
  * and not exported: error recording, overflow-checked sizes, little-endian
  * encoding, CRC-32 and a monotonic clock.
  */
-#ifndef PP_COMMON_INTERNAL_H
-#define PP_COMMON_INTERNAL_H
+#ifndef PP_COMMON_IMPL_H
+#define PP_COMMON_IMPL_H
 
 #include <errno.h>
 #include <pthread.h>
