@@ -255,6 +255,64 @@ START_TEST(test_loader_try_next)
 END_TEST
 
 /*
+ * A position saved by the stage at one batch size resumed at another
+ * (pp_transfer_resume_samples()), as a change of rank count does.  Fails if
+ * the position does not count the samples all ranks took, if the batches
+ * after the resume are not the order's positions from there on, or if a
+ * position that is not a multiple of the new batch is accepted.
+ */
+START_TEST(test_resume_samples)
+{
+	static uint64_t full[480], rest[480];
+	struct pp_loader_position pos, lpos;
+	struct pp_device_batch *b;
+	struct pp_tfix f, g;
+	size_t n = 0, m = 0;
+	int ret;
+
+	pp_tfix_open(&f, "sim", 480, 16, PP_DTYPE_U8, true, 2, 0);
+	ck_assert_int_eq(pp_transfer_begin_epoch(f.t, 1), 0);
+	while ((ret = pp_transfer_next(f.t, f.compute, &b)) == 1) {
+		memcpy(full + n, b->host_ids, b->size * sizeof(uint64_t));
+		n += b->size;
+		ck_assert_int_eq(pp_transfer_release(f.t, b, f.compute), 0);
+	}
+	ck_assert_int_eq(ret, 0);
+	ck_assert_uint_eq(n, 480);
+	ck_assert_int_eq(pp_transfer_begin_epoch(f.t, 1), 0);
+	for (int i = 0; i < 6; i++) {
+		ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &b), 1);
+		ck_assert_int_eq(pp_transfer_release(f.t, b, f.compute), 0);
+	}
+	ck_assert_int_eq(pp_transfer_get_position(f.t, &pos), 0);
+	ck_assert_int_eq(pp_loader_get_position(f.loader, &lpos), 0);
+	ck_assert_uint_eq(pos.batch, 6);
+	ck_assert_uint_eq(pos.samples, 6 * 16); /* the trainer's, not the loader's copies ahead */
+	ck_assert_uint_eq(pos.order_key, lpos.order_key);
+	pp_tfix_close(&f);
+
+	pp_tfix_open(&g, "sim", 480, 32, PP_DTYPE_U8, true, 2, 0);
+	ck_assert_int_eq(pp_transfer_resume(g.t, &pos), -EINVAL); /* another plan */
+	ck_assert_int_eq(pp_transfer_resume_samples(g.t, &pos), 0);
+	ck_assert_int_eq(pp_transfer_get_position(g.t, &lpos), 0);
+	ck_assert_uint_eq(lpos.batch, 3);
+	ck_assert_uint_eq(lpos.samples, 96);
+	while ((ret = pp_transfer_next(g.t, g.compute, &b)) == 1) {
+		memcpy(rest + m, b->host_ids, b->size * sizeof(uint64_t));
+		m += b->size;
+		ck_assert_int_eq(pp_transfer_release(g.t, b, g.compute), 0);
+	}
+	ck_assert_int_eq(ret, 0);
+	ck_assert_uint_eq(m, 480 - 96);
+	ck_assert_int_eq(memcmp(rest, full + 96, m * sizeof(uint64_t)), 0);
+	pos.samples = 80; /* not a multiple of 32 */
+	ck_assert_int_eq(pp_transfer_resume_samples(g.t, &pos), -EINVAL);
+	ck_assert_int_eq(pp_transfer_resume_samples(g.t, NULL), -EINVAL);
+	pp_tfix_close(&g);
+}
+END_TEST
+
+/*
  * The stage's position is the trainer's: after k batches handed out it is
  * batch k of the epoch, while the loader's runs ahead by the copies in
  * flight.  Fails if it is not, if it does not follow a resume, or if
@@ -941,6 +999,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_loader_try_next);
 	tcase_add_test(tc, test_resume);
 	tcase_add_test(tc, test_position);
+	tcase_add_test(tc, test_resume_samples);
 	tcase_add_test(tc, test_calls_per_batch);
 	tcase_add_test(tc, test_calls_per_batch_costly);
 	suite_add_tcase(s, tc);

@@ -730,32 +730,47 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 }
 
 /* Drops what is in flight and starts the loader at 'pos', or at the start of 'epoch' when pos is NULL. */
-static int restart(struct pp_transfer *t, uint64_t epoch, const struct pp_loader_position *pos)
+/* How a restart places the loader. */
+enum restart_how { AT_START, AT_BATCH, AT_SAMPLES };
+
+static int restart(struct pp_transfer *t, uint64_t epoch, const struct pp_loader_position *pos,
+		   enum restart_how how)
 {
+	struct pp_loader_position lp;
 	int ret = t->in_place ? 0 : drain(t);
 
 	if (ret < 0)
 		return ret;
 	t->loader_done = false;
-	ret = pos != NULL ? pp_loader_resume(t->loader, pos) : pp_loader_begin_epoch(t->loader, epoch);
-	if (ret < 0)
+	ret = how == AT_BATCH   ? pp_loader_resume(t->loader, pos)
+	    : how == AT_SAMPLES ? pp_loader_resume_samples(t->loader, pos)
+				: pp_loader_begin_epoch(t->loader, epoch);
+	/* nothing is handed out yet: the loader stands where the trainer does */
+	if (ret < 0 || (ret = pp_loader_get_position(t->loader, &lp)) < 0)
 		return ret;
 	t->epoch_begun = true;
 	t->epoch = epoch;
-	t->handed = pos != NULL ? pos->batch : 0;
+	t->handed = lp.batch;
 	return 0;
 }
 
 PP_API int pp_transfer_begin_epoch(struct pp_transfer *t, uint64_t epoch)
 {
-	return restart(t, epoch, NULL);
+	return restart(t, epoch, NULL, AT_START);
 }
 
 PP_API int pp_transfer_resume(struct pp_transfer *t, const struct pp_loader_position *pos)
 {
 	if (pos == NULL)
 		return pp_error(-EINVAL, "transfer: resume needs a position");
-	return restart(t, pos->epoch, pos);
+	return restart(t, pos->epoch, pos, AT_BATCH);
+}
+
+PP_API int pp_transfer_resume_samples(struct pp_transfer *t, const struct pp_loader_position *pos)
+{
+	if (pos == NULL)
+		return pp_error(-EINVAL, "transfer: resume needs a position");
+	return restart(t, pos->epoch, pos, AT_SAMPLES);
 }
 
 PP_API int pp_transfer_get_position(struct pp_transfer *t, struct pp_loader_position *pos_p)
@@ -769,8 +784,16 @@ PP_API int pp_transfer_get_position(struct pp_transfer *t, struct pp_loader_posi
 		return pp_error(-EINVAL, "transfer: no epoch begun, so no position");
 	if ((ret = pp_loader_get_position(t->loader, &lp)) < 0)
 		return ret;
-	*pos_p = (struct pp_loader_position){ .epoch = t->epoch, .batch = t->handed,
-					      .plan_key = lp.plan_key };
+	/*
+	 * The loader stands lp.batch batches in, at least as far as the trainer
+	 * (the copies ahead), and says what lp.batch batches of all ranks take:
+	 * a global batch is lp.samples / lp.batch.  Where it stands at 0, so
+	 * does the trainer.
+	 */
+	*pos_p = (struct pp_loader_position){
+		.epoch = t->epoch, .batch = t->handed, .plan_key = lp.plan_key,
+		.samples = lp.batch > 0 ? lp.samples / lp.batch * t->handed : 0,
+		.order_key = lp.order_key };
 	return 0;
 }
 

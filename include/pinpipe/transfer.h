@@ -172,6 +172,16 @@ PP_API int pp_transfer_begin_epoch(struct pp_transfer *t, uint64_t epoch);
 PP_API int pp_transfer_resume(struct pp_transfer *t, const struct pp_loader_position *pos);
 
 /*
+ * Begins pos->epoch at position pos->samples of the epoch's order of all
+ * ranks, as pp_loader_resume_samples() does: the resume of a position saved
+ * with another rank count, batch size, rank split or drop rule (by
+ * pp_transfer_get_position() or pp_loader_get_position()).  Returns 0 or
+ * -errno (-EINVAL: another order, a streamed loader, pos->samples not a
+ * multiple of this loader's global batch, or past the end of the epoch).
+ */
+PP_API int pp_transfer_resume_samples(struct pp_transfer *t, const struct pp_loader_position *pos);
+
+/*
  * Hands out the next batch of the epoch, on the device, in *b_p, after
  * making 'compute' (a stream of the stage's device) wait for its copy; also
  * issues the copies of the batches after it, up to 'depth' ahead.  Returns
@@ -199,10 +209,12 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 /*
  * Writes where the trainer stands to *pos_p: the epoch begun and the
  * batches of it handed out by pp_transfer_next() (from the resume point on,
- * counting those before it), with the loader's plan key.  The loader's own
- * position runs ahead by the copies in flight; this one does not.  Saved
- * once every batch handed out is trained on, it resumes (pp_transfer_resume)
- * at the next batch.  Returns 0, or -EINVAL before any epoch was begun.
+ * counting those before it), with the loader's plan and order keys and the
+ * positions of the order all ranks took with those batches (samples).  The
+ * loader's own position runs ahead by the copies in flight; this one does
+ * not.  Saved once every batch handed out is trained on, it resumes
+ * (pp_transfer_resume, or pp_transfer_resume_samples at another rank count
+ * or batch size) at the next batch.  Returns 0, or -EINVAL before any epoch was begun.
  */
 PP_API int pp_transfer_get_position(struct pp_transfer *t, struct pp_loader_position *pos_p);
 
