@@ -75,11 +75,8 @@ int tr_run_open(const struct tr_options *opt, const struct tr_params *p, unsigne
 	mc.keep_denormals = opt->keep_denormals;
 	mc.graph = opt->graph;
 	mc.stream = r->compute;
-	if (dist->size > 1 || dist->deterministic) {
-		mc.grad_hook = tr_dist_grad_hook;
-		mc.grad_sync = tr_dist_grad_sync;
-		mc.grad_hook_arg = dist;
-	}
+	if (dist->sync != NULL)
+		pp_grad_sync_attach(dist->sync, &mc);
 	mc.optim.kind = strcmp(p->optimizer, "sgd") == 0 ? PP_OPTIM_SGD : PP_OPTIM_ADAM;
 	mc.optim.lr = (float)p->lr;
 	mc.optim.momentum = (float)opt->momentum;

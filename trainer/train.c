@@ -335,7 +335,7 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
 
 	pp_transfer_get_stats(r->train_xfer, &s0);
 	pp_model_metrics(r->model, true, &m);
-	comm0 = r->dist->hook_ns + r->dist->sync_ns;
+	comm0 = tr_dist_comm_ns(r->dist);
 	r->tb_loss = 0;
 	r->tb_samples = 0;
 	t0 = now_s();
@@ -347,7 +347,7 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
 	if (ret < 0)
 		return ret;
 	row->epoch_s = now_s() - t0;
-	row->allreduce_s = (double)(r->dist->hook_ns + r->dist->sync_ns - comm0) * 1e-9;
+	row->allreduce_s = (double)(tr_dist_comm_ns(r->dist) - comm0) * 1e-9;
 	pp_model_metrics(r->model, true, &m);
 	/* The whole job's figures: every rank's samples. */
 	ret = tr_dist_sum_metrics(r->dist, &m);
