@@ -20,8 +20,8 @@ struct pp_grad_sync {
 	struct pp_comm *comm;
 	int rank, size;           /* in the communicator */
 	size_t bucket_floats;     /* a bucket's least size, floats (>= 1) */
-	unsigned micro;           /* deterministic: micro-batches of a global batch (M); 0: buckets */
-	unsigned local_count;     /* deterministic: micro-batches of a step on this rank (M / size) */
+	unsigned micro;           /* deterministic: micro-batches a global batch (M); 0: buckets */
+	unsigned local_count;     /* deterministic: micro-batches a step on this rank (M / size) */
 	unsigned local_done;      /* this step's micro-batches whose gradient is kept */
 	size_t n_params;          /* floats of one gradient (pp_grad_sync_start()) */
 	float *slots;             /* deterministic: (micro, n_params) each micro-batch's gradient */
@@ -95,7 +95,7 @@ static int PP_PRINTF(3, 4) sync_fail(const struct pp_grad_sync *gs, int err, con
 	return pp_error(err, "grad_sync: rank %d of %d: %s", gs->rank, gs->size, msg);
 }
 
-/* Forgets the step: its allreduces (after a failure, the communicator frees them), its micro-batches. */
+/* Forgets the step: its allreduces (the communicator frees a failure's), its micro-batches. */
 static void drop_step(struct pp_grad_sync *gs)
 {
 	gs->n_reqs = 0;
@@ -112,7 +112,8 @@ int pp_grad_sync_start(struct pp_grad_sync *gs, struct pp_model *model)
 	int ret;
 
 	if (gs == NULL || model == NULL)
-		return pp_error(-EINVAL, "grad_sync: start: no %s", gs == NULL ? "grad sync" : "model");
+		return pp_error(-EINVAL, "grad_sync: start: no %s",
+				gs == NULL ? "grad sync" : "model");
 	n = pp_model_param_count(model);
 	free(gs->slots);
 	gs->slots = NULL;
@@ -195,8 +196,8 @@ static int reduce_micro(struct pp_grad_sync *gs)
 	if (++gs->local_done < gs->local_count)
 		return PP_MODEL_GRAD_KEEP;
 	gs->local_done = 0;
-	ret = pp_comm_allreduce(gs->comm, gs->slots, (size_t)gs->micro * p, PP_COMM_F32, PP_COMM_SUM,
-				NULL);
+	ret = pp_comm_allreduce(gs->comm, gs->slots, (size_t)gs->micro * p, PP_COMM_F32,
+				PP_COMM_SUM, NULL);
 	if (ret < 0)
 		return ret;
 	gs->stats.allreduces++;
@@ -213,7 +214,8 @@ static int reduce_micro(struct pp_grad_sync *gs)
 	return 0;
 }
 
-int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count, struct pp_stream *stream)
+int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
+		      struct pp_stream *stream)
 {
 	struct pp_grad_sync *gs = arg;
 	const uint64_t t0 = pp_now_ns();

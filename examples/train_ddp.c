@@ -93,7 +93,7 @@ int main(int argc, char **argv)
 			size_t shape[4] = { b->size, info->shape[0], info->shape[1], info->shape[2] };
 			struct pp_tensor *in;
 
-			/* The CPU kernels read the batch where its copy puts it (sim): wait for it. */
+			/* The CPU kernels read the batch where its copy puts it (sim): wait. */
 			if (pp_device_get_props(dev)->host_addressable)
 				check(pp_event_synchronize(b->ready), "batch");
 			check(pp_tensor_wrap(dev, b->samples, b->dtype, 4, shape, &in), "tensor");
