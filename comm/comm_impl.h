@@ -112,9 +112,6 @@ int pp_comm_request_start(struct pp_comm *c, void *buf, size_t count, enum pp_co
 int pp_comm_request_test(struct pp_comm_request *r);
 void pp_comm_request_free(struct pp_comm_request *r);
 
-/* True when a launcher (mpirun, srun) started this process in a world of more than one rank. */
-bool pp_comm_launched(void);
-
 /* The backends' openers: fill c->ops, c->ctx, rank and sizes; -errno with a message. */
 int pp_comm_local_open(struct pp_comm *c);
 

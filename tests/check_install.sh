@@ -2,8 +2,10 @@
 # tests/check_install.sh: installs the built tree into a temporary DESTDIR,
 # builds the examples against it with nothing but pkg-config, and runs them:
 # examples/batches must see all 60,000 Fashion-MNIST samples once,
-# examples/custom_source every token window with its targets shifted, and
-# examples/train_by_hand must pass 75% test accuracy on cpu and on sim.  The
+# examples/custom_source every token window with its targets shifted,
+# examples/train_by_hand must pass 75% test accuracy on cpu and on sim, and
+# examples/train_ddp must learn (70% train accuracy in an epoch), alone and,
+# where mpirun is, on 2 ranks that end with rank 0's parameters.  The
 # cuBLAS variant is built when the CUDA toolkit is there, and run only on a
 # GPU.  A program linked with the static library and `pkg-config --static`
 # (no OpenBLAS among its libraries: the library opens it at run time) must
@@ -44,6 +46,17 @@ for dev in cpu sim; do
 		{ echo "check_install: train_by_hand on $dev failed:"; cat "$dest/out"; exit 1; }
 	grep -q "test loss .* acc 0\.[789]" "$dest/out" || { cat "$dest/out"; exit 1; }
 done
+"$dest/examples/train_ddp" "$fm" cpu 1 >"$dest/out" ||
+	{ echo "check_install: train_ddp failed:"; cat "$dest/out"; exit 1; }
+grep -Eq "^epoch 1: 60000 samples on 1 ranks, train loss [0-9.]+ acc 0\.[789]" "$dest/out" ||
+	{ echo "check_install: train_ddp printed:"; cat "$dest/out"; exit 1; }
+if command -v mpirun >/dev/null && grep -q "define PP_HAVE_MPI 1" "$top/config.h"; then
+	(. "$top/tests/testlib.sh" && mpi_env &&
+	 timeout 300 $mpirun -np 2 "$dest/examples/train_ddp" "$fm" cpu 1) >"$dest/out" 2>&1 ||
+		{ echo "check_install: mpirun -np 2 train_ddp failed:"; cat "$dest/out"; exit 1; }
+	[ "$(grep -c "^rank [01] of 2: .*identical to rank 0's: yes$" "$dest/out")" -eq 2 ] ||
+		{ echo "check_install: mpirun -np 2 train_ddp printed:"; cat "$dest/out"; exit 1; }
+fi
 # On a GPU (batches opens "cuda" only where there is one), the cuBLAS variant too.
 if [ -x "$dest/examples/train_by_hand_cuda" ] && "$dest/examples/batches" "$fm" cuda >/dev/null 2>&1; then
 	"$dest/examples/train_by_hand_cuda" "$fm" cuda 1

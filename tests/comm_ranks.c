@@ -15,6 +15,18 @@
  *                       the job with pp_comm_abort(comm, 3).  Rank 1 waits
  *                       (out of MPI) for 60 s and exits 4 should no abort
  *                       come.
+ *   comm_ranks grad     the grad sync (pinpipe/grad_sync.h) over the ranks,
+ *                       called as a model's backward pass calls it: a
+ *                       gradient of 100003 floats in ranges of uneven
+ *                       sizes, last first, averaged in buckets of 64 KiB,
+ *                       each float the exact mean of the ranks'; then the
+ *                       deterministic reduction of 6 micro-batches, equal
+ *                       bit for bit to the sum of the 6 micro-batches' in
+ *                       order k = 0..5 over 6, as one process computes it.
+ *                       Exit 0 and "grad ok" from each rank.
+ *   comm_ranks gradfail rank 1's communicator fails its collectives (an
+ *                       injected EIO): its hook fails with the error,
+ *                       named, and it ends the job with exit 5.
  *
  * The values are integers well below 2^24, so that every sum is exact in
  * float whatever the order MPI adds in, and the mean is compared with the
@@ -204,6 +216,153 @@ static int skip(struct pp_comm *comm)
 	return -1;
 }
 
+/* Rank r's gradient of micro-batch (or step) k at float i: an integer, exact in any sum. */
+static float grad_value(int rank, int k, size_t i)
+{
+	return (float)((i * 13 + (size_t)k * 7) % 1000) + 1000.0f * (float)rank;
+}
+
+/* Hands grads[0..n) to the grad sync as a backward pass does: uneven ranges, the last first. */
+static int backward(struct pp_grad_sync *gs, float *grads, size_t n)
+{
+	static const size_t sizes[] = { 7, 30001, 1, 12345, 4096 };
+	size_t hi = n;
+	int ret = 0;
+
+	for (int r = 0; hi > 0 && ret == 0; r = (r + 1) % 5) {
+		const size_t count = sizes[r] < hi ? sizes[r] : hi;
+
+		ret = pp_grad_sync_hook(gs, grads + hi - count, hi - count, count, NULL);
+		hi -= count;
+		if (ret == 0 && r == 2)
+			ret = pp_grad_sync_hook(gs, NULL, n, 0, NULL); /* a tick */
+	}
+	return ret < 0 ? ret : pp_grad_sync_end(gs, NULL);
+}
+
+static struct pp_grad_sync *make_sync(struct pp_comm *comm, size_t bucket_bytes, unsigned micro)
+{
+	struct pp_grad_sync_config gc;
+	struct pp_grad_sync *gs = NULL;
+
+	pp_grad_sync_config_init(&gc);
+	gc.comm = comm;
+	gc.bucket_bytes = bucket_bytes;
+	gc.micro_batches = micro;
+	if (pp_grad_sync_create(&gc, &gs) < 0)
+		fail("grad sync", pp_comm_rank(comm));
+	return gs;
+}
+
+static int grad(struct pp_comm *comm)
+{
+	const int rank = pp_comm_rank(comm), size = pp_comm_size(comm);
+	const size_t n = 100003;
+	const unsigned micro = 6;
+	float *g = malloc(n * sizeof(float));
+	struct pp_grad_sync *gs = make_sync(comm, 64 << 10, 0);
+	struct pp_device *dev = NULL;
+	struct pp_model_config mc;
+	struct pp_model *model = NULL;
+	struct pp_grad_sync_stats st;
+	size_t np;
+	int ret = 0;
+
+	if (g == NULL || gs == NULL)
+		return -1;
+	/* Buckets: each float the mean of the ranks', as the backend divides. */
+	for (int step = 0; step < 3 && ret == 0; step++) {
+		for (size_t i = 0; i < n; i++)
+			g[i] = grad_value(rank, step, i);
+		if (backward(gs, g, n) < 0)
+			ret = fail("buckets", rank);
+		for (size_t i = 0; i < n && ret == 0; i++) {
+			float sum = 0.0f;
+
+			for (int r = 0; r < size; r++)
+				sum += grad_value(r, step, i);
+			if (g[i] != sum / (float)size) {
+				fprintf(stderr, "comm_ranks: rank %d of %d: grad step %d: float %zu is %.9g, "
+					"the mean is %.9g\n", rank, size, step, i, (double)g[i],
+					(double)(sum / (float)size));
+				ret = -1;
+			}
+		}
+	}
+	/* Buckets of 30008, 16442, 30008, 16442 floats and the last 7103: 5 a step. */
+	pp_grad_sync_get_stats(gs, &st);
+	if (ret == 0 && (st.steps != 3 || st.bytes != 3 * n * sizeof(float) || st.allreduces != 3 * 5)) {
+		fprintf(stderr, "comm_ranks: rank %d: grad: %llu steps, %llu bytes in %llu allreduces\n",
+			rank, (unsigned long long)st.steps, (unsigned long long)st.bytes,
+			(unsigned long long)st.allreduces);
+		ret = -1;
+	}
+	pp_grad_sync_destroy(gs);
+
+	/* Deterministic: micro-batch k = rank + size j; the result as one process adds them. */
+	gs = make_sync(comm, 0, micro);
+	if (ret == 0 && (gs == NULL || pp_device_open("cpu", &dev) < 0))
+		ret = fail("the cpu device", rank);
+	pp_model_config_init(&mc);
+	if (ret == 0 && pp_model_create("mlp", dev, &mc, &model) < 0)
+		ret = fail("the model", rank);
+	if (ret == 0 && pp_grad_sync_start(gs, model) < 0)
+		ret = fail("start", rank);
+	np = model ? pp_model_param_count(model) : 0;
+	for (unsigned j = 0; j < micro / (unsigned)size && ret == 0; j++) {
+		const int k = rank + size * (int)j;
+
+		for (size_t i = 0; i < np; i++)
+			g[i] = grad_value(k % 2, k, i) / 3.0f; /* not exact: the order shows */
+		ret = backward(gs, g, np);
+		if (ret != (j + 1 == micro / (unsigned)size ? 0 : PP_MODEL_GRAD_KEEP))
+			ret = fail("the micro-batches' sync", rank);
+		else
+			ret = 0;
+	}
+	for (size_t i = 0; i < np && ret == 0; i++) {
+		float sum = 0.0f;
+
+		for (unsigned k = 0; k < micro; k++)
+			sum += grad_value((int)k % 2, (int)k, i) / 3.0f;
+		if (memcmp(&g[i], &(float){ sum / (float)micro }, sizeof(float)) != 0) {
+			fprintf(stderr, "comm_ranks: rank %d of %d: deterministic: float %zu is %.9g, "
+				"one process has %.9g\n", rank, size, i, (double)g[i],
+				(double)(sum / (float)micro));
+			ret = -1;
+		}
+	}
+	pp_grad_sync_destroy(gs);
+	pp_model_destroy(model);
+	pp_device_close(dev);
+	free(g);
+	if (ret == 0)
+		printf("comm_ranks: rank %d of %d: grad ok\n", rank, size);
+	return ret;
+}
+
+/* Rank 1's collectives fail (PP_FAULTS given to its communicator alone): it ends the job. */
+static int gradfail(struct pp_comm *comm)
+{
+	const int rank = pp_comm_rank(comm);
+	struct pp_grad_sync *gs = make_sync(comm, 0, 0);
+	float g[64] = { 0 };
+	int ret;
+
+	if (gs == NULL)
+		return -1;
+	ret = backward(gs, g, 64);
+	pp_grad_sync_destroy(gs);
+	if (ret == 0) {
+		if (rank == 1)
+			fprintf(stderr, "comm_ranks: rank 1: the failing collectives did not fail\n");
+		return 0;
+	}
+	fprintf(stderr, "comm_ranks: rank %d: the gradient: %s\n", rank, pp_last_error());
+	pp_comm_abort(comm, 5);
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "reduce";
@@ -211,10 +370,15 @@ int main(int argc, char **argv)
 	struct pp_comm *comm;
 	int ret;
 
-	if (strcmp(mode, "reduce") != 0 && strcmp(mode, "skip") != 0) {
-		fprintf(stderr, "comm_ranks: usage: comm_ranks [reduce|skip]\n");
+	if (strcmp(mode, "reduce") != 0 && strcmp(mode, "skip") != 0 && strcmp(mode, "grad") != 0 &&
+	    strcmp(mode, "gradfail") != 0) {
+		fprintf(stderr, "comm_ranks: usage: comm_ranks [reduce|skip|grad|gradfail]\n");
 		return 2;
 	}
+	/* gradfail: rank 1's communicator fails its collectives (the fault plan is read at create). */
+	if (strcmp(mode, "gradfail") == 0 && getenv("OMPI_COMM_WORLD_RANK") != NULL &&
+	    strcmp(getenv("OMPI_COMM_WORLD_RANK"), "1") == 0)
+		setenv("PP_FAULTS", "comm:EIO", 1);
 	pp_comm_config_init(&cfg);
 	cfg.backend = "mpi";
 	/* Generous for a loaded machine; the skip case's is what it measures. */
@@ -223,7 +387,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "comm_ranks: %s\n", pp_last_error());
 		return 1;
 	}
-	ret = strcmp(mode, "skip") == 0 ? skip(comm) : reduce(comm);
+	ret = strcmp(mode, "skip") == 0 ? skip(comm) : strcmp(mode, "grad") == 0 ? grad(comm) :
+	      strcmp(mode, "gradfail") == 0 ? gradfail(comm) : reduce(comm);
 	if (ret < 0)
 		pp_comm_abort(comm, 1);
 	pp_comm_destroy(comm);

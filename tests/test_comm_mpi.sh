@@ -10,6 +10,11 @@
 #     the call and the timeout, and they end the job with exit 3
 #     (pp_comm_abort); the job is bounded by timeout(1) at 60 s, 60 times
 #     the communicator's timeout, so a hang fails the test (status 124).
+#  3. The grad sync (pinpipe/grad_sync.h): a gradient handed over in
+#     ranges, averaged in buckets, each float the ranks' exact mean; the
+#     deterministic reduction of 6 micro-batches bit for bit that of one
+#     process.  On 2 ranks, rank 1's collectives failing (an injected EIO):
+#     its hook's error named and the job ended with exit 5.
 #
 # Skipped (77) where mpirun is absent or the build has no MPI.  The
 # environment is test_train_mpi.sh's: root allowed, oversubscribed, no
@@ -44,5 +49,12 @@ for n in 2 3; do
 		timeout 60 $mpirun -np $n "$ranks" skip
 	grep -q "no abort came" "$tmp/out" &&
 		{ echo "FAIL: -np $n skip: rank 1 outlived the abort:"; cat "$tmp/out"; fail=1; }
+
+	# 3. The grad sync: every rank says "grad ok".
+	expect 0 "" timeout 300 $mpirun -np $n "$ranks" grad
+	oks=$(grep -c "comm_ranks: rank [0-9] of $n: grad ok" "$tmp/out")
+	[ "$oks" -eq $n ] || { echo "FAIL: -np $n grad: $oks ranks said ok, expected $n:"; cat "$tmp/out"; fail=1; }
 done
+expect 5 "comm_ranks: rank 1: the gradient: comm mpi: rank 1 of 2: iallreduce: Input/output error \(injected fault\)" \
+	timeout 60 $mpirun -np 2 "$ranks" gradfail
 exit $fail

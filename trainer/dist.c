@@ -1,33 +1,19 @@
 /*
  * trainer/dist.c: pinpipe-train on several ranks (trainer/dist.h).
  *
- * Averaging: the model hands the gradient over range by range (a layer's
- * parameters), from the last layer down, as the backward pass makes them
- * (pp_model_config.grad_hook); consecutive ranges are gathered into
- * buckets of --bucket-kb, and each bucket's average over the ranks
- * (pp_comm_iallreduce, mean) is started as soon as it is full, so that it
- * runs while the backward pass goes on, as PyTorch's
- * DistributedDataParallel does.  The model's grad_sync starts the last
- * bucket and waits for them all before the optimizer reads the gradient,
- * so that every rank applies the same update to the same parameters: one
- * model on the global batch of N x --batch-size samples, to float
- * tolerance (the sum's order depends on N; with 2 ranks, on nothing).
+ * Averaging is the library's (pinpipe/grad_sync.h): buckets of
+ * consecutive layers of --bucket-kb, each allreduce started as the
+ * backward pass makes it; or, with --deterministic, M fixed micro-batches
+ * of the global batch reduced in a fixed order, so that N ranks and one
+ * process with the same global batch hold the same parameters bit for bit.
  *
- * --deterministic: the global batch of B samples (positions q = 0..B-1 of
- * the epoch's order) is cut into M fixed micro-batches, micro-batch k
- * holding the positions q = k (mod M) in increasing order.  Rank r of N
- * holds the positions q = r (mod N) (the loader's plan), that is the
- * micro-batches k = r + N j, and finds micro-batch j's samples at its local
- * indices j, j + M/N, j + 2M/N...  Each micro-batch's gradient is computed
- * alone (its arithmetic depends on its samples only: the CPU step is
- * bit-identical whatever the thread count) and kept in slot k; the slots
- * of all ranks are summed by an allreduce in which every slot has a single
- * non-zero contributor, which is exact in any order; each rank then adds
- * the M slots from k = 0 up and divides by M.  The result depends on
- * neither N nor which rank computed what, so N ranks and one process with
- * the same global batch hold the same parameters bit for bit, for every N
- * that divides M.  It costs M forward and backward passes of B/M samples
- * in place of one, and an allreduce of M gradients in place of one.
+ * --deterministic here: the global batch of B samples (positions
+ * q = 0..B-1 of the epoch's order) is cut into M micro-batches,
+ * micro-batch k holding the positions q = k (mod M) in increasing order.
+ * Rank r of N holds the positions q = r (mod N) (the loader's plan), that
+ * is the micro-batches k = r + N j, and finds micro-batch j's samples at
+ * its local indices j, j + M/N, j + 2M/N...: tr_dist_deterministic_step()
+ * trains them in that order, one step each, as the grad sync expects.
  */
 #include "config.h"
 
@@ -37,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "trainer/dist.h"
 
@@ -60,29 +45,6 @@ static int __attribute__((format(printf, 3, 4))) dist_fail(struct tr_dist *d, in
 	return err;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Whether an MPI launcher started this process as one of several ranks (its environment). */
-static bool launched_ranks(void)
-{
-	static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
-					    "MPI_LOCALNRANKS", "SLURM_NTASKS" };
-
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		const char *v = getenv(vars[i]);
-
-		if (v != NULL && strtol(v, NULL, 10) > 1)
-			return true;
-	}
-	return false;
-}
-
 int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 {
 	struct pp_comm_config cfg;
@@ -90,7 +52,7 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 
 	memset(d, 0, sizeof(*d));
 	/* Each rank of a launch would train alone, and all write the same files. */
-	if (strcmp(opt->comm, "local") == 0 && launched_ranks()) {
+	if (strcmp(opt->comm, "local") == 0 && pp_comm_launched()) {
 		fprintf(stderr, "pinpipe-train: --comm=local: started by an MPI launcher with several "
 			"ranks, each of which would train alone and write the same files: use "
 			"--comm=auto or --comm=mpi, or run one process\n");
@@ -111,9 +73,7 @@ int tr_dist_open(const struct tr_options *opt, struct tr_dist *d)
 	d->size = pp_comm_size(d->comm);
 	d->deterministic = opt->deterministic;
 	d->micro_opt = opt->micro_batches;
-	d->bucket_floats = (size_t)opt->bucket_kb * 1024 / sizeof(float);
-	if (d->bucket_floats == 0)
-		d->bucket_floats = 1; /* --bucket-kb=0: each range a bucket */
+	d->bucket_bytes = (size_t)opt->bucket_kb * 1024; /* 0: each range a bucket */
 	return 0;
 }
 
@@ -263,28 +223,46 @@ out:
 int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev)
 {
 	struct pp_comm_config cfg;
+	struct pp_grad_sync_config gc;
 	int ret;
 
 	d->grads = d->comm;
 	/* The gradients of a device the host cannot address are staged through
 	 * pinned memory of that device: by a communicator of the run's own,
 	 * destroyed before the device is closed. */
-	if (!d->nccl && (d->size < 2 || pp_device_get_props(dev)->host_addressable))
-		return 0;
-	pp_comm_config_init(&cfg);
-	cfg.backend = d->nccl ? "nccl" : pp_comm_backend(d->comm);
-	cfg.timeout_s = d->timeout_s;
-	cfg.device = dev;
-	ret = pp_comm_create(&cfg, &d->grads);
-	if (ret < 0) {
-		d->grads = NULL;
-		fprintf(stderr, "pinpipe-train: --comm=%s: %s\n", cfg.backend, pp_last_error());
+	if (d->nccl || (d->size > 1 && !pp_device_get_props(dev)->host_addressable)) {
+		pp_comm_config_init(&cfg);
+		cfg.backend = d->nccl ? "nccl" : pp_comm_backend(d->comm);
+		cfg.timeout_s = d->timeout_s;
+		cfg.device = dev;
+		ret = pp_comm_create(&cfg, &d->grads);
+		if (ret < 0) {
+			d->grads = NULL;
+			fprintf(stderr, "pinpipe-train: --comm=%s: %s\n", cfg.backend, pp_last_error());
+			return ret;
+		}
 	}
-	return ret;
+	if (d->size < 2 && !d->deterministic)
+		return 0;
+	pp_grad_sync_config_init(&gc);
+	gc.comm = d->grads;
+	gc.bucket_bytes = d->bucket_bytes;
+	gc.micro_batches = d->deterministic ? d->micro : 0;
+	ret = pp_grad_sync_create(&gc, &d->sync);
+	if (ret < 0)
+		return dist_fail(d, ret, "%s", pp_last_error());
+	return 0;
 }
 
 void tr_dist_run_end(struct tr_dist *d)
 {
+	struct pp_grad_sync_stats st;
+
+	pp_grad_sync_get_stats(d->sync, &st);
+	d->comm_ns += st.hook_ns + st.sync_ns;
+	pp_grad_sync_destroy(d->sync);
+	d->sync = NULL;
+	d->model = NULL;
 	if (d->grads != d->comm)
 		pp_comm_destroy(d->grads);
 	d->grads = NULL;
@@ -293,8 +271,6 @@ void tr_dist_run_end(struct tr_dist *d)
 void tr_dist_close(struct tr_dist *d)
 {
 	tr_dist_run_end(d);
-	free(d->slots);
-	free(d->reqs);
 	pp_comm_destroy(d->comm);
 	memset(d, 0, sizeof(*d));
 }
@@ -342,178 +318,22 @@ int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_
 		return -EINVAL;
 	}
 	d->local_count = micro / (unsigned)d->size;
-	d->local_done = 0;
 	d->micro = micro;
 	return 0;
 }
 
-/* Forgets the step's allreduces: after a failure, the communicator frees them (pp_comm_destroy()). */
-static void drop_requests(struct tr_dist *d)
-{
-	d->n_reqs = 0;
-	d->lo = d->hi = 0;
-}
-
-/* Starts the average of the open bucket over the ranks. */
-static int start_bucket(struct tr_dist *d, struct pp_stream *stream)
-{
-	struct pp_comm_request *req;
-	int ret;
-
-	if (d->lo == d->hi)
-		return 0;
-	if (d->n_reqs == d->cap_reqs) {
-		const size_t cap = d->cap_reqs ? 2 * d->cap_reqs : 16;
-		struct pp_comm_request **r = realloc(d->reqs, cap * sizeof(*r));
-
-		if (r == NULL)
-			return dist_fail(d, -ENOMEM, "averaging the gradient: no memory for %zu "
-					 "requests", cap);
-		d->reqs = r;
-		d->cap_reqs = cap;
-	}
-	ret = pp_comm_iallreduce(d->grads, d->base + d->lo, d->hi - d->lo, PP_COMM_F32,
-				 PP_COMM_MEAN, stream, &req);
-	if (ret < 0)
-		return ret;
-	d->reqs[d->n_reqs++] = req;
-	d->buckets++;
-	d->lo = d->hi = 0;
-	return 0;
-}
-
-/* --deterministic: keeps a range of this micro-batch's gradient in its slot. */
-static int keep_range(struct tr_dist *d, const float *grads, size_t offset, size_t count)
-{
-	const unsigned k = (unsigned)d->rank + (unsigned)d->size * d->local_done;
-
-	if (d->slots == NULL || offset > d->n_params || count > d->n_params - offset)
-		return dist_fail(d, -EINVAL, "--deterministic: the gradient hook: floats %zu..%zu of "
-				 "a gradient of %zu%s", offset, offset + count, d->n_params,
-				 d->slots == NULL ? " (no micro-batch slots)" : "");
-	memcpy(d->slots + (size_t)k * d->n_params + offset, grads, count * sizeof(float));
-	return 0;
-}
-
-/*
- * --deterministic, once a micro-batch's gradient is whole: after this
- * rank's last, reduces them all into the gradient, else keeps it (no update).
- */
-static int reduce_micro(struct tr_dist *d)
-{
-	const size_t p = d->n_params;
-	int ret;
-
-	if (++d->local_done < d->local_count)
-		return PP_MODEL_GRAD_KEEP;
-	d->local_done = 0;
-	ret = pp_comm_allreduce(d->comm, d->slots, (size_t)d->micro * p, PP_COMM_F32, PP_COMM_SUM, NULL);
-	if (ret < 0)
-		return ret;
-	for (size_t i = 0; i < p; i++) {
-		float s = 0.0f;
-
-		for (unsigned m = 0; m < d->micro; m++)
-			s += d->slots[(size_t)m * p + i];
-		d->base[i] = s / (float)d->micro;
-	}
-	return 0;
-}
-
-int tr_dist_grad_hook(void *arg, float *grads, size_t offset, size_t count, struct pp_stream *stream)
-{
-	struct tr_dist *d = arg;
-	const uint64_t t0 = now_ns();
-	int ret = 0;
-
-	if (count == 0) {
-		/* a tick of the backward pass: the buckets in flight moved on */
-		ret = d->n_reqs > 0 ? pp_comm_progress(d->grads) : 0;
-		if (ret < 0)
-			drop_requests(d);
-		d->hook_ns += now_ns() - t0;
-		return ret;
-	}
-	d->base = grads - offset;
-	if (d->deterministic) {
-		ret = keep_range(d, grads, offset, count);
-		d->hook_ns += now_ns() - t0;
-		return ret;
-	}
-	/* ranges come from the last layer down: a bucket grows downwards */
-	if (d->lo != d->hi && offset + count != d->lo)
-		ret = start_bucket(d, stream);
-	if (ret == 0) {
-		if (d->lo == d->hi)
-			d->hi = offset + count;
-		d->lo = offset;
-		if (d->hi - d->lo >= d->bucket_floats)
-			ret = start_bucket(d, stream);
-	}
-	/* MPI moves the buckets in flight on only inside its calls */
-	if (ret == 0 && d->n_reqs > 0)
-		ret = pp_comm_progress(d->grads);
-	if (ret < 0)
-		drop_requests(d);
-	d->hook_ns += now_ns() - t0;
-	return ret;
-}
-
-int tr_dist_grad_sync(void *arg, struct pp_stream *stream)
-{
-	struct tr_dist *d = arg;
-	const uint64_t t0 = now_ns();
-	int ret;
-
-	if (d->deterministic) {
-		ret = reduce_micro(d);
-		d->sync_ns += now_ns() - t0;
-		return ret;
-	}
-	ret = start_bucket(d, stream);
-	for (size_t i = 0; i < d->n_reqs && ret == 0; i++) {
-		ret = pp_comm_wait(d->reqs[i], stream);
-		d->reqs[i] = NULL;
-	}
-	if (ret < 0) {
-		/* those not waited for are the communicator's to free */
-		for (size_t i = 0; i < d->n_reqs; i++)
-			d->reqs[i] = NULL;
-	}
-	drop_requests(d);
-	d->sync_ns += now_ns() - t0;
-	return ret;
-}
-
 int tr_dist_start_model(struct tr_dist *d, struct pp_model *model)
 {
-	size_t n = pp_model_param_count(model);
-	float *params;
-	int ret;
-
 	d->model = model;
-	d->n_params = n;
-	drop_requests(d); /* a failed run's: its communicator has them */
-	free(d->slots);
-	d->slots = NULL;
-	if (d->deterministic) {
-		d->slots = calloc((size_t)d->micro * (n ? n : 1), sizeof(float));
-		if (d->slots == NULL)
-			return dist_fail(d, -ENOMEM, "--deterministic: starting the model: no memory "
-					 "for %u gradients of %zu floats", d->micro, n);
-	}
-	if (d->size < 2)
-		return 0;
-	params = malloc((n ? n : 1) * sizeof(float));
-	if (params == NULL)
-		return dist_fail(d, -ENOMEM, "broadcasting the model: no memory for %zu parameters", n);
-	ret = pp_model_params_read(model, params, n);
-	if (ret == 0)
-		ret = pp_comm_broadcast(d->comm, params, n * sizeof(float), 0, NULL);
-	if (ret == 0)
-		ret = pp_model_params_write(model, params, n);
-	free(params);
-	return ret;
+	return d->sync != NULL ? pp_grad_sync_start(d->sync, model) : 0;
+}
+
+uint64_t tr_dist_comm_ns(const struct tr_dist *d)
+{
+	struct pp_grad_sync_stats st;
+
+	pp_grad_sync_get_stats(d->sync, &st);
+	return d->comm_ns + st.hook_ns + st.sync_ns;
 }
 
 int tr_dist_deterministic_step(struct tr_dist *d, struct pp_device *dev, const void *samples,
@@ -535,8 +355,6 @@ int tr_dist_deterministic_step(struct tr_dist *d, struct pp_device *dev, const v
 	ret = pp_tensor_create(dev, dtype, ndim, shape, &in);
 	if (ret == 0)
 		ret = pp_device_alloc(dev, per * sizeof(int32_t), (void **)&lab);
-	memset(d->slots, 0, (size_t)d->micro * d->n_params * sizeof(float));
-	d->local_done = 0;
 	for (size_t j = 0; j < local && ret == 0; j++) {
 		char *dst = pp_tensor_data(in);
 

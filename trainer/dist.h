@@ -1,8 +1,9 @@
 /*
  * trainer/dist.h: pinpipe-train on several ranks (mpirun -np N): the
- * communicator, the device of a rank, parameters made equal at the start,
- * gradients averaged every step through the model's gradient hook (or, with
- * --deterministic, reduced micro-batch by micro-batch in a fixed order),
+ * communicator, the device of a rank, the run's grad sync (pinpipe/grad_sync.h:
+ * parameters made equal at the start, gradients averaged every step in
+ * buckets of --bucket-kb or, with --deterministic, reduced micro-batch by
+ * micro-batch in a fixed order), the micro-batches of a rank's batch,
  * metrics summed over the ranks, and a stop that every rank agrees on.
  */
 #ifndef PP_TRAINER_DIST_H
@@ -26,21 +27,14 @@ struct tr_dist {
 	bool deterministic;       /* --deterministic: fixed micro-batches, fixed order */
 	unsigned micro_opt;       /* --micro-batches as given (0: each run's default) */
 	unsigned micro;           /* --deterministic: the run's micro-batches per global batch (M) */
-	/* --deterministic, per run: */
-	struct pp_model *model;   /* the run's model, whose gradient the slots hold */
-	size_t n_params;          /* floats of one gradient */
-	float *slots;             /* (micro, n_params) each micro-batch's gradient, host */
-	unsigned local_done;      /* this step's micro-batches computed on this rank */
-	unsigned local_count;     /* micro-batches of a step on this rank (micro / size) */
-	/* gradients averaged bucket by bucket, per step: */
-	size_t bucket_floats;     /* --bucket-kb, in floats */
-	float *base;              /* the step's gradient vector (the hook's grads - offset) */
-	size_t lo, hi;            /* the open bucket, floats [lo, hi) of it (lo = hi: none) */
-	struct pp_comm_request **reqs; /* the step's allreduces in flight, in order */
-	size_t n_reqs, cap_reqs;
-	uint64_t buckets;         /* allreduces started, in all */
-	uint64_t hook_ns;         /* time in the hook (starting them), in all */
-	uint64_t sync_ns;         /* time in the sync (waiting for them), in all */
+	unsigned local_count;     /* --deterministic: micro-batches of a step on this rank (micro / size) */
+	size_t bucket_bytes;      /* --bucket-kb, in bytes */
+	/* per run: */
+	struct pp_grad_sync *sync; /* the run's gradient averaging over grads (several ranks, or
+				      --deterministic), or NULL */
+	struct pp_model *model;   /* the run's model */
+	uint64_t comm_ns;         /* the grad syncs of the runs before this one: ns in their
+				     hooks and syncs */
 	char why[512];            /* the run's failure found here ("rank R of N: ..."), or "" */
 };
 
@@ -75,30 +69,23 @@ int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_
  * Sets up the run's communicator of gradients for its device 'dev': the
  * job's, or one of the run's own (--comm=nccl: NCCL on 'dev'; several
  * ranks on a device the host cannot address: the job's backend, whose
- * staging memory is pinned for 'dev'); prints why not.  0 or -errno;
+ * staging memory is pinned for 'dev'); and, with several ranks or
+ * --deterministic, the run's grad sync over it (d->sync, for the model's
+ * config: pp_grad_sync_attach()).  Prints why not.  0 or -errno;
  * tr_dist_run_end() undoes it, before the device is closed.
  */
 int tr_dist_run_begin(struct tr_dist *d, struct pp_device *dev);
 void tr_dist_run_end(struct tr_dist *d);
 
 /*
- * The gradient hook and sync of pp_model_config (arg: d): the hook adds
- * each range the backward pass hands over to the open bucket and starts
- * its average over the ranks (pp_comm_iallreduce) once the bucket holds
- * --bucket-kb; the sync starts the last one and waits for them all.
- * --deterministic: the hook keeps the micro-batch's ranges, the sync
- * reduces the micro-batches after this rank's last.
- */
-int tr_dist_grad_hook(void *arg, float *grads, size_t offset, size_t count,
-		      struct pp_stream *stream);
-int tr_dist_grad_sync(void *arg, struct pp_stream *stream);
-
-/*
  * Makes every rank's parameters rank 0's (a model made from the same seed
- * is already equal; a resumed one is made so too).  Sizes the slots of
- * --deterministic for 'model'.  0 or -errno.
+ * is already equal; a resumed one is made so too) and sizes the slots of
+ * --deterministic for 'model' (pp_grad_sync_start()).  0 or -errno.
  */
 int tr_dist_start_model(struct tr_dist *d, struct pp_model *model);
+
+/* Nanoseconds spent averaging gradients, in the hooks and syncs of every run so far. */
+uint64_t tr_dist_comm_ns(const struct tr_dist *d);
 
 /*
  * --deterministic: trains one global step on this rank's batch of n

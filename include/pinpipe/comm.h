@@ -119,6 +119,14 @@ PP_API int pp_comm_local_size(const struct pp_comm *comm);
 PP_API double pp_comm_timeout(const struct pp_comm *comm);
 
 /*
+ * True when an MPI launcher (mpirun, mpiexec, srun) started this process
+ * as one of several ranks, as its environment says (OMPI_COMM_WORLD_SIZE,
+ * PMI_SIZE, PMIX_SIZE, MPI_LOCALNRANKS or SLURM_NTASKS above 1): the test
+ * of "auto", for a program that must not run as one of several alone.
+ */
+PP_API bool pp_comm_launched(void);
+
+/*
  * Replaces buf[0..count) on every rank by the element-wise sum (or mean)
  * of all ranks' buffers.  With 'stream' NULL, 'buf' is host memory and the
  * call returns when done.  Otherwise 'buf' is memory of the stream's device

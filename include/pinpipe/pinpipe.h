@@ -12,6 +12,7 @@
 #include "pinpipe/common.h"
 #include "pinpipe/comm.h"
 #include "pinpipe/dataset.h"
+#include "pinpipe/grad_sync.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
 #include "pinpipe/summary.h"
