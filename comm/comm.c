@@ -67,7 +67,7 @@ static int open_backend(struct pp_comm *c, const char *name)
 	if (strcmp(name, "mpi") == 0)
 		return pp_comm_mpi_open(c);
 	if (strcmp(name, "nccl") == 0) {
-		if (c->device == NULL || pp_device_get_props(c->device)->kind != PP_DEVICE_CUDA)
+		if (c->device == NULL || !pp_device_get_props(c->device)->cuda_streams)
 			return pp_error(-EINVAL, "comm nccl: needs a cuda device (got %s)",
 					c->device ? pp_device_get_props(c->device)->name : "none");
 		return pp_comm_nccl_open(c);

@@ -537,9 +537,9 @@ PP_API struct pp_device *pp_stream_device(const struct pp_stream *stream)
 
 PP_API void *pp_stream_cuda_handle(struct pp_stream *stream)
 {
-	if (stream == NULL || stream->dev->props.kind != PP_DEVICE_CUDA)
+	if (stream == NULL || stream->dev->ops->cuda_stream == NULL)
 		return NULL;
-	return pp_device_cuda_stream(stream);
+	return stream->dev->ops->cuda_stream(stream);
 }
 
 PP_API int pp_stream_synchronize(struct pp_stream *stream)

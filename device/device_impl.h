@@ -35,7 +35,8 @@ extern "C" {
  *     complete when recorded, copies are memcpy();
  *   - synchronize NULL: nothing is ever in flight;
  *   - release NULL: releasing memory does nothing;
- *   - spin NULL: a synthetic compute step is a host function that sleeps.
+ *   - spin NULL: a synthetic compute step is a host function that sleeps;
+ *   - cuda_stream NULL: the streams have no CUDA handle.
  * The stream and event entries come all together or not at all.  Every
  * entry returns 0 or -errno with pp_error() set, like the public calls.
  */
@@ -79,6 +80,9 @@ struct pp_device_ops {
 	/* A synthetic compute step of ns on the stream (pp_stream_spin).  (optional: NULL
 	 * runs a host function that sleeps) */
 	int (*spin)(struct pp_stream *stream, uint64_t ns);
+	/* The stream's cudaStream_t, for the caller's kernels (pp_stream_cuda_handle).
+	 * (optional: given exactly where props.cuda_streams is set) */
+	void *(*cuda_stream)(struct pp_stream *stream);
 
 	/*
 	 * Graphs (optional, all together): the backend captures the work
@@ -281,18 +285,10 @@ bool pp_device_cuda_explain(int err, const char *name, const char *text, int dri
 			    char *msg, size_t len);
 
 #ifdef PP_HAVE_CUDA
-/* The cudaStream_t of a stream of a cuda device, for kernel launches. */
-void *pp_device_cuda_stream(struct pp_stream *stream);
 int pp_device_cuda_open(struct pp_device *dev, int index);
 int pp_device_cuda_count_impl(void);
 int pp_device_cuda_props(int index, struct pp_device_props *props);
 #else
-static inline void *pp_device_cuda_stream(struct pp_stream *stream)
-{
-	(void)stream;
-	return NULL;
-}
-
 static inline int pp_device_cuda_open(struct pp_device *dev, int index)
 {
 	(void)dev;
