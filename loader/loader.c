@@ -1,6 +1,6 @@
 /*
- * loader/loader.c: the loader's create and destroy: the checks of the
- * configuration, the memory budget, the conversion of samples into the
+ * loader/loader.c: the loader's create (over the source that source.c
+ * opens) and destroy: the checks of the configuration, the memory budget, the conversion of samples into the
  * output dtype, and the decoding of every chunk into memory
  * (PP_LOADER_CACHE_MEMORY); the ring and delivery are in ring.c, the worker
  * threads in worker.c, the chunk windows of streaming in window.c.
@@ -490,6 +490,19 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 err_destroy:
 	pp_loader_destroy(l);
 	return ret;
+}
+
+PP_API int pp_loader_create(const struct pp_loader_config *cfg, struct pp_loader **l_p)
+{
+	struct pp_loader_source src;
+	int ret;
+
+	if (cfg == NULL || l_p == NULL)
+		return pp_error(-EINVAL, "pp_loader_create: cfg and l_p must not be NULL");
+	ret = pp_loader_source_open(cfg, &src);
+	if (ret < 0)
+		return ret;
+	return pp_loader_create_source(cfg, &src, l_p);
 }
 
 /* ------------------------------------------------------------------ layout */

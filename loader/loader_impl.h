@@ -241,11 +241,16 @@ void pp_layout_from_info(const struct pp_sample_info *info, struct pp_layout *la
 /* Bytes of a slot's array of field f for 'batch' samples: 64-byte aligned, as the slot lays them out. */
 size_t pp_layout_field_span(const struct pp_layout *layout, uint32_t f, uint32_t batch);
 
-/* layout.c: names the system calls a library's own source reads with ("io_uring", "pread"), for the loader's statistics. */
+/* source.c: names the system calls a library's own source reads with ("io_uring", "pread"), for the loader's statistics. */
 void pp_source_set_io_path(struct pp_source *src, const char *io_path);
 
-/* layout.c: the loader's view of a source of the user's own (its functions, layout and count). */
-void pp_loader_source_user(const struct pp_source *user, struct pp_loader_source *src);
+/*
+ * source.c: the loader's view of the one source the config gives (a
+ * dataset, shard paths or a source of the user's own) into *src; returns
+ * 0, or -EINVAL (none, or more than one) or the error of opening the
+ * shards, named by path.
+ */
+int pp_loader_source_open(const struct pp_loader_config *cfg, struct pp_loader_source *src);
 
 /* ------------------------------------------------------------------ the loader */
 
