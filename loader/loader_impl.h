@@ -174,7 +174,15 @@ struct pp_convert {
 	void (*u8_f32)(const uint8_t *src, float *dst, size_t n, float scale, float bias);
 };
 
-/* Converts one sample from src into dst. */
+/*
+ * convert.c: sets *cv up for samples as 'info' says and the output dtype,
+ * mean and std of 'cfg'; returns 0, or -EINVAL for an output dtype other
+ * than u8 or f32, or u8 asked of float32 samples.
+ */
+int pp_convert_setup(struct pp_convert *cv, const struct pp_sample_info *info,
+		     const struct pp_loader_config *cfg);
+
+/* convert.c: converts one sample from src into dst. */
 void pp_convert_sample(const struct pp_convert *cv, const void *src, void *dst);
 
 /* ------------------------------------------------------------------ sources */
