@@ -1,8 +1,9 @@
 /*
  * device/device_impl.h: what a device backend implements (the ops table)
- * and what the dispatcher (device/device.c) keeps for every device: its
- * properties, its counters, and the tables of the memory it handed out.
- * Not installed; the tests include it to reach the sim's failure injection.
+ * and what the dispatcher (device/device.c, with device/graph.c for
+ * graphs) keeps for every device: its properties, its counters, and the
+ * tables of the memory it handed out.  Not installed; the tests include it
+ * to reach the sim's failure injection.
  */
 #ifndef PP_DEVICE_DEVICE_IMPL_H
 #define PP_DEVICE_DEVICE_IMPL_H
