@@ -18,7 +18,7 @@
 
 #include "comm/comm_impl.h"
 
-void pp_comm_config_init(struct pp_comm_config *cfg)
+PP_API void pp_comm_config_init(struct pp_comm_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->backend = "auto";
@@ -67,7 +67,7 @@ static int open_backend(struct pp_comm *c, const char *name)
 	if (strcmp(name, "mpi") == 0)
 		return pp_comm_mpi_open(c);
 	if (strcmp(name, "nccl") == 0) {
-		if (c->device == NULL || pp_device_get_props(c->device)->kind != PP_DEVICE_CUDA)
+		if (c->device == NULL || !pp_device_get_props(c->device)->cuda_streams)
 			return pp_error(-EINVAL, "comm nccl: needs a cuda device (got %s)",
 					c->device ? pp_device_get_props(c->device)->name : "none");
 		return pp_comm_nccl_open(c);
@@ -75,7 +75,7 @@ static int open_backend(struct pp_comm *c, const char *name)
 	return pp_error(-EINVAL, "comm: unknown backend '%s' (expected auto, local, mpi or nccl)", name);
 }
 
-int pp_comm_create(const struct pp_comm_config *cfg, struct pp_comm **comm_p)
+PP_API int pp_comm_create(const struct pp_comm_config *cfg, struct pp_comm **comm_p)
 {
 	struct pp_comm_config def;
 	struct pp_comm *c;
@@ -125,7 +125,7 @@ err_free:
 	return ret;
 }
 
-void pp_comm_destroy(struct pp_comm *c)
+PP_API void pp_comm_destroy(struct pp_comm *c)
 {
 	if (c == NULL)
 		return;
@@ -138,32 +138,32 @@ void pp_comm_destroy(struct pp_comm *c)
 	free(c);
 }
 
-const char *pp_comm_backend(const struct pp_comm *c)
+PP_API const char *pp_comm_backend(const struct pp_comm *c)
 {
 	return c->ops->name;
 }
 
-int pp_comm_rank(const struct pp_comm *c)
+PP_API int pp_comm_rank(const struct pp_comm *c)
 {
 	return c->rank;
 }
 
-int pp_comm_size(const struct pp_comm *c)
+PP_API int pp_comm_size(const struct pp_comm *c)
 {
 	return c->size;
 }
 
-int pp_comm_local_rank(const struct pp_comm *c)
+PP_API int pp_comm_local_rank(const struct pp_comm *c)
 {
 	return c->local_rank;
 }
 
-int pp_comm_local_size(const struct pp_comm *c)
+PP_API int pp_comm_local_size(const struct pp_comm *c)
 {
 	return c->local_size;
 }
 
-double pp_comm_timeout(const struct pp_comm *c)
+PP_API double pp_comm_timeout(const struct pp_comm *c)
 {
 	return c->timeout_s;
 }
@@ -300,8 +300,8 @@ static int check_allreduce(struct pp_comm *c, const void *buf, size_t count,
 	return 0;
 }
 
-int pp_comm_allreduce(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
-		      enum pp_comm_op op, struct pp_stream *stream)
+PP_API int pp_comm_allreduce(struct pp_comm *c, void *buf, size_t count,
+			     enum pp_comm_dtype dtype, enum pp_comm_op op, struct pp_stream *stream)
 {
 	struct coll k = { .kind = COLL_ALLREDUCE, .count = count, .dtype = dtype, .op = op };
 	int ret = check_allreduce(c, buf, count, dtype, op, "allreduce");
@@ -403,8 +403,9 @@ void pp_comm_request_free(struct pp_comm_request *r)
 	free(r);
 }
 
-int pp_comm_iallreduce(struct pp_comm *c, void *buf, size_t count, enum pp_comm_dtype dtype,
-		       enum pp_comm_op op, struct pp_stream *stream, struct pp_comm_request **req_p)
+PP_API int pp_comm_iallreduce(struct pp_comm *c, void *buf, size_t count,
+			      enum pp_comm_dtype dtype, enum pp_comm_op op, struct pp_stream *stream,
+			      struct pp_comm_request **req_p)
 {
 	int ret;
 
@@ -419,7 +420,7 @@ int pp_comm_iallreduce(struct pp_comm *c, void *buf, size_t count, enum pp_comm_
 	return pp_comm_request_start(c, buf, count, dtype, op, stream, req_p);
 }
 
-int pp_comm_progress(struct pp_comm *c)
+PP_API int pp_comm_progress(struct pp_comm *c)
 {
 	int first = 0;
 
@@ -439,7 +440,7 @@ int pp_comm_progress(struct pp_comm *c)
 	return first;
 }
 
-int pp_comm_wait(struct pp_comm_request *r, struct pp_stream *stream)
+PP_API int pp_comm_wait(struct pp_comm_request *r, struct pp_stream *stream)
 {
 	struct pp_comm *c;
 	int ret = 0;
@@ -463,7 +464,8 @@ int pp_comm_wait(struct pp_comm_request *r, struct pp_stream *stream)
 	return ret;
 }
 
-int pp_comm_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root, struct pp_stream *stream)
+PP_API int pp_comm_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root,
+			     struct pp_stream *stream)
 {
 	struct coll k = { .kind = COLL_BROADCAST, .root = root };
 
@@ -477,14 +479,14 @@ int pp_comm_broadcast(struct pp_comm *c, void *buf, size_t bytes, int root, stru
 	return run(c, &k, buf, bytes, stream, "broadcast");
 }
 
-int pp_comm_barrier(struct pp_comm *c)
+PP_API int pp_comm_barrier(struct pp_comm *c)
 {
 	int ret = injected(c, "barrier");
 
 	return ret < 0 ? ret : c->ops->barrier(c);
 }
 
-int pp_comm_abort(struct pp_comm *c, int code)
+PP_API int pp_comm_abort(struct pp_comm *c, int code)
 {
 	if (c->size > 1) {
 		fflush(stdout);

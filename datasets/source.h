@@ -1,7 +1,7 @@
 /*
  * datasets/source.h: the inside of a dataset, shared by the files that open
- * one (idx.c: IDX and CIFAR-10; the shard set in dataset.c), and whole-file reads.
- * Not exported.
+ * one (idx.c: IDX; cifar10.c: CIFAR-10; the shard set in dataset.c), and
+ * whole-file reads.  Not exported.
  */
 #ifndef PP_DATASETS_SOURCE_H
 #define PP_DATASETS_SOURCE_H

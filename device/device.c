@@ -3,7 +3,9 @@
  * every call once, keeps the tables of device and host memory handed out
  * (so that a copy through a wrong pointer is an error, not a corruption),
  * allocates pinned host memory with its fallbacks, counts the statistics,
- * and does the work itself where a backend leaves an entry NULL.
+ * and does the work itself where a backend leaves an entry NULL.  Graphs
+ * (captures, and their record and replay for a backend without graphs of
+ * its own) are graph.c's.
  */
 #include "config.h"
 
@@ -87,6 +89,65 @@ static bool table_remove(struct pp_mem_table *t, uintptr_t addr, struct pp_mem_r
 	memmove(&t->v[at - 1], &t->v[at], (t->n - at) * sizeof(*t->v));
 	t->n--;
 	return true;
+}
+
+/* Frees an allocation the way it was made. */
+static void mem_release(struct pp_device *dev, const struct pp_mem_range *r)
+{
+	void *p = (void *)r->addr;
+
+	switch (r->kind) {
+	case PP_MEM_DEVICE:
+		dev->ops->free(dev, p, r->bytes);
+		return;
+	case PP_MEM_DRIVER:
+		dev->ops->host_free_pinned(dev, p);
+		return;
+	case PP_MEM_MMAP_REGISTERED:
+		dev->ops->host_unregister(dev, p, r->mapped);
+		break;
+	case PP_MEM_MMAP_LOCKED:
+		munlock(p, r->mapped);
+		break;
+	case PP_MEM_MMAP:
+		break;
+	}
+	munmap(p, r->mapped);
+}
+
+/* Enters a new allocation in the table t; on failure, frees it and returns the error. */
+static int mem_enter(struct pp_device *dev, struct pp_mem_table *t, const struct pp_mem_range *r)
+{
+	int ret;
+
+	pthread_mutex_lock(&dev->mu);
+	ret = table_insert(t, r);
+	pthread_mutex_unlock(&dev->mu);
+	if (ret < 0)
+		mem_release(dev, r);
+	return ret;
+}
+
+/* Frees the allocation of the table t that starts at ptr, once the device's work is done. */
+static void mem_free(struct pp_device *dev, struct pp_mem_table *t, void *ptr)
+{
+	struct pp_mem_range r;
+	bool found;
+
+	pp_device_synchronize(dev);
+	pthread_mutex_lock(&dev->mu);
+	found = table_remove(t, (uintptr_t)ptr, &r);
+	pthread_mutex_unlock(&dev->mu);
+	if (found)
+		mem_release(dev, &r);
+}
+
+/* Frees every allocation of the table t, and the table. */
+static void mem_free_all(struct pp_device *dev, struct pp_mem_table *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		mem_release(dev, &t->v[i]);
+	free(t->v);
 }
 
 /* ------------------------------------------------------------------ open and close */
@@ -205,26 +266,6 @@ err_free_dev:
 	return ret;
 }
 
-static void host_release(struct pp_device *dev, const struct pp_mem_range *r)
-{
-	void *p = (void *)r->addr;
-
-	switch (r->kind) {
-	case PP_HOST_DRIVER:
-		dev->ops->host_free_pinned(dev, p);
-		return;
-	case PP_HOST_MMAP_REGISTERED:
-		dev->ops->host_unregister(dev, p, r->mapped);
-		break;
-	case PP_HOST_MMAP_LOCKED:
-		munlock(p, r->mapped);
-		break;
-	case PP_HOST_MMAP:
-		break;
-	}
-	munmap(p, r->mapped);
-}
-
 PP_API void pp_device_close(struct pp_device *dev)
 {
 	if (dev == NULL)
@@ -234,14 +275,10 @@ PP_API void pp_device_close(struct pp_device *dev)
 		pp_event_destroy((struct pp_event *)dev->events);
 	while (dev->streams != NULL)
 		pp_stream_destroy((struct pp_stream *)dev->streams);
-	for (size_t i = 0; i < dev->device_mem.n; i++)
-		dev->ops->free(dev, (void *)dev->device_mem.v[i].addr, dev->device_mem.v[i].bytes);
-	for (size_t i = 0; i < dev->host_mem.n; i++)
-		host_release(dev, &dev->host_mem.v[i]);
+	mem_free_all(dev, &dev->device_mem);
+	mem_free_all(dev, &dev->host_mem);
 	if (dev->ops->close != NULL)
 		dev->ops->close(dev);
-	free(dev->device_mem.v);
-	free(dev->host_mem.v);
 	pthread_mutex_destroy(&dev->mu);
 	free(dev);
 }
@@ -297,7 +334,7 @@ PP_API int pp_device_list(struct pp_device_props *props, size_t max, size_t *n_p
 
 PP_API int pp_device_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 {
-	struct pp_mem_range r = { 0 };
+	struct pp_mem_range r = { .kind = PP_MEM_DEVICE };
 	void *p;
 	int ret;
 
@@ -311,47 +348,34 @@ PP_API int pp_device_alloc(struct pp_device *dev, size_t bytes, void **ptr_p)
 	r.addr = (uintptr_t)p;
 	r.bytes = bytes;
 	r.mapped = bytes;
-	pthread_mutex_lock(&dev->mu);
-	ret = table_insert(&dev->device_mem, &r);
-	pthread_mutex_unlock(&dev->mu);
-	if (ret < 0) {
-		dev->ops->free(dev, p, bytes);
+	ret = mem_enter(dev, &dev->device_mem, &r);
+	if (ret < 0)
 		return ret;
-	}
 	*ptr_p = p;
 	return 0;
 }
 
 PP_API void pp_device_free(struct pp_device *dev, void *ptr)
 {
-	struct pp_mem_range r;
-	bool found;
-
-	if (dev == NULL || ptr == NULL)
-		return;
-	pp_device_synchronize(dev);
-	pthread_mutex_lock(&dev->mu);
-	found = table_remove(&dev->device_mem, (uintptr_t)ptr, &r);
-	pthread_mutex_unlock(&dev->mu);
-	if (found)
-		dev->ops->free(dev, ptr, r.bytes);
+	if (dev != NULL && ptr != NULL)
+		mem_free(dev, &dev->device_mem, ptr);
 }
 
 /* Pins [p, p + mapped) by the backend's means or mlock; writes how to *kind_p. */
-static int host_pin(struct pp_device *dev, void *p, size_t mapped, enum pp_host_mem_kind *kind_p)
+static int host_pin(struct pp_device *dev, void *p, size_t mapped, enum pp_mem_kind *kind_p)
 {
 	if (dev->ops->host_register != NULL) {
 		int ret = dev->ops->host_register(dev, p, mapped);
 		if (ret < 0)
 			return ret;
-		*kind_p = PP_HOST_MMAP_REGISTERED;
+		*kind_p = PP_MEM_MMAP_REGISTERED;
 		return 0;
 	}
 	/* mlock2, not mlock: the sanitizers replace mlock with a no-op that reports success. */
 	if (mlock2(p, mapped, 0) != 0)
 		return pp_error(-errno, "%s: mlock of %zu bytes refused (%s; raise RLIMIT_MEMLOCK, ulimit -l)",
 				dev->props.name, mapped, strerror(errno));
-	*kind_p = PP_HOST_MMAP_LOCKED;
+	*kind_p = PP_MEM_MMAP_LOCKED;
 	return 0;
 }
 
@@ -372,7 +396,7 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 				bytes);
 	r.mapped &= ~(page - 1);
 	r.bytes = bytes;
-	r.kind = PP_HOST_MMAP;
+	r.kind = PP_MEM_MMAP;
 	p = mmap(NULL, r.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return pp_error(-ENOMEM, "%s: host allocation of %zu bytes: mmap failed (%s)",
@@ -386,18 +410,14 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 		if (dev->ops->host_alloc_pinned(dev, r.mapped, &q) == 0) {
 			munmap(p, r.mapped);
 			p = q;
-			r.kind = PP_HOST_DRIVER;
+			r.kind = PP_MEM_DRIVER;
 		}
 	}
 	r.addr = (uintptr_t)p;
-	pthread_mutex_lock(&dev->mu);
-	ret = table_insert(&dev->host_mem, &r);
-	pthread_mutex_unlock(&dev->mu);
-	if (ret < 0) {
-		host_release(dev, &r);
+	ret = mem_enter(dev, &dev->host_mem, &r);
+	if (ret < 0)
 		return ret;
-	}
-	if (pinned && r.kind == PP_HOST_MMAP) {
+	if (pinned && r.kind == PP_MEM_MMAP) {
 		char why[512];
 		snprintf(why, sizeof(why), "%s", pp_last_error());
 		pp_error(-ENOMEM, "%s: pinned allocation of %zu bytes fell back to pageable memory: %s",
@@ -408,23 +428,14 @@ PP_API int pp_host_alloc(struct pp_device *dev, size_t bytes, bool pinned, void 
 	}
 	*ptr_p = p;
 	if (pinned_p != NULL)
-		*pinned_p = r.kind != PP_HOST_MMAP;
+		*pinned_p = r.kind != PP_MEM_MMAP;
 	return 0;
 }
 
 PP_API void pp_host_free(struct pp_device *dev, void *ptr)
 {
-	struct pp_mem_range r;
-	bool found;
-
-	if (dev == NULL || ptr == NULL)
-		return;
-	pp_device_synchronize(dev);
-	pthread_mutex_lock(&dev->mu);
-	found = table_remove(&dev->host_mem, (uintptr_t)ptr, &r);
-	pthread_mutex_unlock(&dev->mu);
-	if (found)
-		host_release(dev, &r);
+	if (dev != NULL && ptr != NULL)
+		mem_free(dev, &dev->host_mem, ptr);
 }
 
 PP_API void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes)
@@ -479,30 +490,6 @@ static int link_add_created(struct pp_device *dev, struct pp_dev_link **head,
 
 /* ------------------------------------------------------------------ streams */
 
-/* Counts a call that reaches the backend's queues (struct pp_device_stats.calls). */
-static void count_call(struct pp_device *dev)
-{
-	atomic_fetch_add_explicit(&dev->stats.calls, 1, memory_order_relaxed);
-}
-
-/* The same for a call on a stream, unless it is a recorded graph's call being issued again. */
-static void count_stream_call(struct pp_stream *stream)
-{
-	if (!stream->replaying)
-		count_call(stream->dev);
-}
-
-/* True when the dispatcher records the stream's calls (a capture, on a backend without graphs). */
-static bool recording(const struct pp_stream *stream)
-{
-	return stream->capture != NULL && stream->dev->ops->graph_begin == NULL;
-}
-
-static int graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg);
-static int graph_record_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
-			     enum pp_copy_kind kind);
-static int capture_refused(struct pp_stream *stream, int err, const char *call);
-
 PP_API int pp_stream_create(struct pp_device *dev, struct pp_stream **stream_p)
 {
 	struct pp_stream *s;
@@ -550,9 +537,9 @@ PP_API struct pp_device *pp_stream_device(const struct pp_stream *stream)
 
 PP_API void *pp_stream_cuda_handle(struct pp_stream *stream)
 {
-	if (stream == NULL || stream->dev->props.kind != PP_DEVICE_CUDA)
+	if (stream == NULL || stream->dev->ops->cuda_stream == NULL)
 		return NULL;
-	return pp_device_cuda_stream(stream);
+	return stream->dev->ops->cuda_stream(stream);
 }
 
 PP_API int pp_stream_synchronize(struct pp_stream *stream)
@@ -560,10 +547,10 @@ PP_API int pp_stream_synchronize(struct pp_stream *stream)
 	if (stream == NULL)
 		return pp_error(-EINVAL, "pp_stream_synchronize: stream is NULL");
 	if (stream->capture != NULL)
-		return capture_refused(stream, -EBUSY, "a synchronization");
+		return pp_graph_refuse_call(stream, -EBUSY, "a synchronization");
 	if (stream->dev->ops->stream_synchronize == NULL)
 		return 0;
-	count_call(stream->dev);
+	pp_device_count_call(stream->dev);
 	return stream->dev->ops->stream_synchronize(stream);
 }
 
@@ -572,9 +559,9 @@ PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg)
 	if (stream == NULL || fn == NULL)
 		return pp_error(-EINVAL, "pp_stream_launch_host: stream and fn must not be NULL");
 	if (stream->capture != NULL) {
-		int ret = graph_record_host(stream, fn, arg);
+		int ret = pp_graph_record_host(stream, fn, arg);
 
-		if (ret < 0 || recording(stream))
+		if (ret < 0 || pp_stream_recording(stream))
 			return ret;
 		return stream->dev->ops->launch_host(stream, fn, arg);
 	}
@@ -582,7 +569,7 @@ PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg)
 		fn(arg);
 		return 0;
 	}
-	count_stream_call(stream);
+	pp_device_count_stream_call(stream);
 	return stream->dev->ops->launch_host(stream, fn, arg);
 }
 
@@ -594,10 +581,10 @@ PP_API int pp_stream_wait_event(struct pp_stream *stream, struct pp_event *event
 		return pp_error(-EINVAL, "%s: stream %u cannot wait for an event of device %s",
 				stream->dev->props.name, stream->id, event->dev->props.name);
 	if (stream->capture != NULL)
-		return capture_refused(stream, -ENOTSUP, "a wait for an event");
+		return pp_graph_refuse_call(stream, -ENOTSUP, "a wait for an event");
 	if (stream->dev->ops->stream_wait_event == NULL)
 		return 0;
-	count_call(stream->dev);
+	pp_device_count_call(stream->dev);
 	return stream->dev->ops->stream_wait_event(stream, event);
 }
 
@@ -653,9 +640,9 @@ PP_API int pp_event_record(struct pp_event *event, struct pp_stream *stream)
 		return pp_error(-EINVAL, "%s: an event of device %s cannot be recorded on stream %u",
 				stream->dev->props.name, event->dev->props.name, stream->id);
 	if (stream->capture != NULL)
-		return capture_refused(stream, -ENOTSUP, "an event record");
+		return pp_graph_refuse_call(stream, -ENOTSUP, "an event record");
 	if (stream->dev->ops->event_record != NULL) {
-		count_call(stream->dev);
+		pp_device_count_call(stream->dev);
 		ret = stream->dev->ops->event_record(event, stream);
 	} else
 		event->host_ns = pp_now_ns();
@@ -670,7 +657,7 @@ PP_API int pp_event_query(struct pp_event *event)
 		return pp_error(-EINVAL, "pp_event_query: event is NULL");
 	if (!event->recorded || event->dev->ops->event_query == NULL)
 		return 1;
-	count_call(event->dev);
+	pp_device_count_call(event->dev);
 	return event->dev->ops->event_query(event);
 }
 
@@ -680,7 +667,7 @@ PP_API int pp_event_synchronize(struct pp_event *event)
 		return pp_error(-EINVAL, "pp_event_synchronize: event is NULL");
 	if (!event->recorded || event->dev->ops->event_synchronize == NULL)
 		return 0;
-	count_call(event->dev);
+	pp_device_count_call(event->dev);
 	return event->dev->ops->event_synchronize(event);
 }
 
@@ -747,7 +734,7 @@ static int check_copy(struct pp_stream *stream, void *dst, const void *src, size
 	}
 	if (ret == 0) {
 		r = kind == PP_COPY_D2D ? NULL : table_find(&dev->host_mem, host, n);
-		*host_pinned_p = r != NULL && r->kind != PP_HOST_MMAP;
+		*host_pinned_p = r != NULL && r->kind != PP_MEM_MMAP;
 	}
 	pthread_mutex_unlock(&dev->mu);
 	return ret;
@@ -775,15 +762,15 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
 		return ret;
 	if (stream->capture != NULL) {
 		if (kind != PP_COPY_D2D && !pinned && !dev->props.host_is_device)
-			return capture_refused(stream, -ENOTSUP, "a copy from or to pageable host memory");
-		ret = graph_record_copy(stream, dst, src, n, kind);
-		if (ret < 0 || recording(stream))
+			return pp_graph_refuse_call(stream, -ENOTSUP, "a copy from or to pageable host memory");
+		ret = pp_graph_record_copy(stream, dst, src, n, kind);
+		if (ret < 0 || pp_stream_recording(stream))
 			return ret;
 		/* the backend captures the copy: counted at each launch, not now */
 		return dev->ops->memcpy_async(stream, dst, src, n, kind, pinned);
 	}
 	if (dev->ops->memcpy_async != NULL) {
-		count_stream_call(stream);
+		pp_device_count_stream_call(stream);
 		ret = dev->ops->memcpy_async(stream, dst, src, n, kind, pinned);
 		dt = pp_now_ns() - t0;
 	} else {
@@ -794,284 +781,10 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
 	atomic_fetch_add_explicit(&dev->stats.host_blocked_ns, dt, memory_order_relaxed);
 	if (ret < 0)
 		return ret;
-	atomic_fetch_add_explicit(&dev->stats.copies, 1, memory_order_relaxed);
-	if (kind == PP_COPY_H2D)
-		atomic_fetch_add_explicit(&dev->stats.bytes_h2d, n, memory_order_relaxed);
-	else if (kind == PP_COPY_D2H)
-		atomic_fetch_add_explicit(&dev->stats.bytes_d2h, n, memory_order_relaxed);
+	pp_device_count_copy(dev, n, kind);
 	if (kind != PP_COPY_D2D && !pinned)
 		atomic_fetch_add_explicit(&dev->stats.pageable_copies, 1, memory_order_relaxed);
 	return 0;
-}
-
-/* ------------------------------------------------------------------ graphs */
-
-enum graph_node_kind {
-	GRAPH_HOST = 0, /* a host function */
-	GRAPH_COPY = 1, /* a copy */
-};
-
-/* One call recorded during a capture. */
-struct graph_node {
-	enum graph_node_kind kind;
-	void (*fn)(void *arg);   /* GRAPH_HOST */
-	void *arg;
-	void *dst;               /* GRAPH_COPY */
-	const void *src;
-	size_t n;                /* bytes */
-	enum pp_copy_kind copy_kind;
-};
-
-struct pp_graph {
-	struct pp_device *dev;
-	void *ctx;               /* the backend's executable graph; NULL: the dispatcher's */
-	struct graph_node *nodes; /* the calls made through pinpipe, in order: what the
-				   * dispatcher issues again, or (with a backend graph) what
-				   * the counters count at each launch */
-	size_t n, cap;           /* nodes used, allocated */
-	int err;                 /* the capture's first error, or 0 */
-	char msg[256];           /* its message */
-	/* while captured: */
-	struct pp_stream *stream; /* the stream capturing it */
-	pthread_t thread;        /* the thread that began the capture */
-	struct pp_graph *next_open; /* in open_captures */
-};
-
-/*
- * The captures open on every device, each with the thread that began it.
- * A thread captures one stream at a time: CUDA refuses to instantiate a
- * graph while another capture of the thread is open (and that refusal
- * spoils the open capture too), so a second capture begun in a thread is
- * refused on every backend, before any backend is asked.
- */
-static pthread_mutex_t open_captures_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct pp_graph *open_captures;
-
-/* Writes into msg the stream this thread is capturing, if any; returns whether there is one. */
-static bool thread_capturing(char *msg, size_t len)
-{
-	pthread_t self = pthread_self();
-	bool found = false;
-
-	pthread_mutex_lock(&open_captures_mu);
-	for (struct pp_graph *g = open_captures; g != NULL && !found; g = g->next_open) {
-		if (pthread_equal(g->thread, self)) {
-			snprintf(msg, len, "%s stream %u", g->dev->props.name, g->stream->id);
-			found = true;
-		}
-	}
-	pthread_mutex_unlock(&open_captures_mu);
-	return found;
-}
-
-static void open_captures_add(struct pp_graph *g, struct pp_stream *stream)
-{
-	g->stream = stream;
-	g->thread = pthread_self();
-	pthread_mutex_lock(&open_captures_mu);
-	g->next_open = open_captures;
-	open_captures = g;
-	pthread_mutex_unlock(&open_captures_mu);
-}
-
-static void open_captures_remove(struct pp_graph *g)
-{
-	pthread_mutex_lock(&open_captures_mu);
-	for (struct pp_graph **pp = &open_captures; *pp != NULL; pp = &(*pp)->next_open) {
-		if (*pp == g) {
-			*pp = g->next_open;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&open_captures_mu);
-	g->next_open = NULL;
-	g->stream = NULL;
-}
-
-/* Appends a node to the graph the stream is capturing; a failure spoils the capture. */
-static int graph_append(struct pp_stream *stream, const struct graph_node *node)
-{
-	struct pp_graph *g = stream->capture;
-
-	if (g->n == g->cap) {
-		size_t cap = g->cap ? 2 * g->cap : 16;
-		struct graph_node *v = pp_realloc(g->nodes, cap * sizeof(*v));
-
-		if (v == NULL) {
-			int ret = pp_error(-ENOMEM, "%s: stream %u: out of memory for a graph of %zu "
-					   "calls", stream->dev->props.name, stream->id, g->n + 1);
-
-			if (g->err == 0) {
-				g->err = ret;
-				snprintf(g->msg, sizeof(g->msg), "%s", pp_last_error());
-			}
-			return ret;
-		}
-		g->nodes = v;
-		g->cap = cap;
-	}
-	g->nodes[g->n++] = *node;
-	return 0;
-}
-
-static int graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg)
-{
-	const struct graph_node node = { .kind = GRAPH_HOST, .fn = fn, .arg = arg };
-
-	return graph_append(stream, &node);
-}
-
-static int graph_record_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
-			     enum pp_copy_kind kind)
-{
-	const struct graph_node node = {
-		.kind = GRAPH_COPY, .dst = dst, .src = src, .n = n, .copy_kind = kind,
-	};
-
-	return graph_append(stream, &node);
-}
-
-/*
- * A call a capturing stream cannot take: it fails, and so does the capture
- * (as CUDA invalidates a capture), so that no graph lacks a call its
- * caller believed made.
- */
-static int capture_refused(struct pp_stream *stream, int err, const char *call)
-{
-	struct pp_graph *g = stream->capture;
-	int ret = pp_error(err, "%s: stream %u is capturing a graph: %s cannot be captured",
-			   stream->dev->props.name, stream->id, call);
-
-	if (g->err == 0) {
-		g->err = ret;
-		snprintf(g->msg, sizeof(g->msg), "%s", pp_last_error());
-	}
-	return ret;
-}
-
-PP_API int pp_stream_begin_capture(struct pp_stream *stream)
-{
-	struct pp_graph *g;
-	char other[96];
-	int ret;
-
-	if (stream == NULL)
-		return pp_error(-EINVAL, "pp_stream_begin_capture: stream is NULL");
-	if (stream->capture != NULL)
-		return pp_error(-EBUSY, "%s: stream %u is already capturing a graph",
-				stream->dev->props.name, stream->id);
-	if (thread_capturing(other, sizeof(other)))
-		return pp_error(-EBUSY, "%s: stream %u cannot begin a capture: this thread is "
-				"capturing %s (a thread captures one stream at a time; end "
-				"that capture first)", stream->dev->props.name, stream->id, other);
-	g = pp_calloc(1, sizeof(*g));
-	if (g == NULL)
-		return pp_error(-ENOMEM, "%s: out of memory for a graph", stream->dev->props.name);
-	g->dev = stream->dev;
-	if (stream->dev->ops->graph_begin != NULL) {
-		count_call(stream->dev);
-		ret = stream->dev->ops->graph_begin(stream);
-		if (ret < 0) {
-			free(g);
-			return ret;
-		}
-	}
-	open_captures_add(g, stream);
-	stream->capture = g;
-	return 0;
-}
-
-PP_API int pp_stream_end_capture(struct pp_stream *stream, struct pp_graph **graph_p)
-{
-	struct pp_graph *g;
-	int ret = 0, fault;
-
-	if (stream == NULL || graph_p == NULL)
-		return pp_error(-EINVAL, "pp_stream_end_capture: stream and graph_p must not be NULL");
-	g = stream->capture;
-	if (g == NULL)
-		return pp_error(-EINVAL, "%s: stream %u: end of a capture that was not begun",
-				stream->dev->props.name, stream->id);
-	stream->capture = NULL;
-	open_captures_remove(g);
-	if (stream->dev->ops->graph_end != NULL) {
-		count_call(stream->dev);
-		ret = stream->dev->ops->graph_end(stream, &g->ctx);
-	}
-	fault = pp_fault_check(pp_fault_thread, PP_FAULT_GRAPH);
-	if (ret == 0 && g->err == 0 && fault < 0)
-		ret = pp_error(fault, "%s: stream %u: the capture failed (injected fault: %s)",
-			       stream->dev->props.name, stream->id, strerror(-fault));
-	if (ret == 0 && g->err != 0)
-		ret = pp_error(g->err, "%s", g->msg);
-	if (ret < 0) {
-		pp_graph_destroy(g);
-		return ret;
-	}
-	*graph_p = g;
-	return 0;
-}
-
-PP_API int pp_graph_launch(struct pp_graph *graph, struct pp_stream *stream)
-{
-	struct pp_device *dev;
-	int ret = 0;
-
-	if (graph == NULL || stream == NULL)
-		return pp_error(-EINVAL, "pp_graph_launch: graph and stream must not be NULL");
-	dev = stream->dev;
-	if (graph->dev != dev)
-		return pp_error(-EINVAL, "%s: stream %u cannot launch a graph captured on device %s",
-				dev->props.name, stream->id, graph->dev->props.name);
-	if (stream->capture != NULL)
-		return pp_error(-EBUSY, "%s: stream %u is capturing a graph: it cannot launch one",
-				dev->props.name, stream->id);
-	count_call(dev);
-	if (graph->ctx != NULL) {
-		ret = dev->ops->graph_launch(graph->ctx, stream);
-		for (size_t i = 0; i < graph->n && ret == 0; i++) {
-			const struct graph_node *nd = &graph->nodes[i];
-
-			if (nd->kind != GRAPH_COPY)
-				continue;
-			atomic_fetch_add_explicit(&dev->stats.copies, 1, memory_order_relaxed);
-			if (nd->copy_kind == PP_COPY_H2D)
-				atomic_fetch_add_explicit(&dev->stats.bytes_h2d, nd->n,
-							  memory_order_relaxed);
-			else if (nd->copy_kind == PP_COPY_D2H)
-				atomic_fetch_add_explicit(&dev->stats.bytes_d2h, nd->n,
-							  memory_order_relaxed);
-		}
-	} else {
-		stream->replaying = true;
-		for (size_t i = 0; i < graph->n && ret == 0; i++) {
-			const struct graph_node *nd = &graph->nodes[i];
-
-			if (nd->kind == GRAPH_HOST)
-				ret = pp_stream_launch_host(stream, nd->fn, nd->arg);
-			else
-				ret = pp_memcpy_async(nd->dst, nd->src, nd->n, nd->copy_kind, stream);
-		}
-		stream->replaying = false;
-	}
-	if (ret == 0)
-		atomic_fetch_add_explicit(&dev->stats.graph_launches, 1, memory_order_relaxed);
-	return ret;
-}
-
-PP_API size_t pp_graph_calls(const struct pp_graph *graph)
-{
-	return graph != NULL ? graph->n : 0;
-}
-
-PP_API void pp_graph_destroy(struct pp_graph *graph)
-{
-	if (graph == NULL)
-		return;
-	if (graph->ctx != NULL)
-		graph->dev->ops->graph_destroy(graph->dev, graph->ctx);
-	free(graph->nodes);
-	free(graph);
 }
 
 /* ------------------------------------------------------------------ statistics */

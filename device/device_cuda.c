@@ -147,6 +147,8 @@ int pp_device_cuda_props(int index, struct pp_device_props *props)
 	props->host_addressable = false;
 	props->async_copy = engines > 0;
 	props->copy_engines = engines;
+	props->sticky_errors = true;
+	props->cuda_streams = true;
 	return 0;
 }
 
@@ -295,7 +297,7 @@ static void destroy_timing_events(struct cuda_stream *cs, unsigned n)
 	}
 }
 
-void *pp_device_cuda_stream(struct pp_stream *stream)
+static void *cuda_stream_handle(struct pp_stream *stream)
 {
 	return ((struct cuda_stream *)stream->ctx)->s;
 }
@@ -568,6 +570,7 @@ static const struct pp_device_ops cuda_ops = {
 	.event_elapsed_ns = cuda_event_elapsed_ns,
 	.memcpy_async = cuda_memcpy_async,
 	.spin = cuda_spin,
+	.cuda_stream = cuda_stream_handle,
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
 	.graph_launch = cuda_graph_launch,
@@ -598,7 +601,6 @@ int pp_device_cuda_open(struct pp_device *dev, int index)
 	if (cd == NULL)
 		return pp_error(-ENOMEM, "%s: out of memory", dev->props.name);
 	cd->index = index;
-	dev->props.sticky_errors = true;
 	dev->ops = &cuda_ops;
 	dev->ctx = cd;
 	return 0;

@@ -1,8 +1,9 @@
 /*
  * device/device_impl.h: what a device backend implements (the ops table)
- * and what the dispatcher (device/device.c) keeps for every device: its
- * properties, its counters, and the tables of the memory it handed out.
- * Not installed; the tests include it to reach the sim's failure injection.
+ * and what the dispatcher (device/device.c, with device/graph.c for
+ * graphs) keeps for every device: its properties, its counters, and the
+ * tables of the memory it handed out.  Not installed; the tests include it
+ * to reach the sim's failure injection.
  */
 #ifndef PP_DEVICE_DEVICE_IMPL_H
 #define PP_DEVICE_DEVICE_IMPL_H
@@ -35,7 +36,8 @@ extern "C" {
  *     complete when recorded, copies are memcpy();
  *   - synchronize NULL: nothing is ever in flight;
  *   - release NULL: releasing memory does nothing;
- *   - spin NULL: a synthetic compute step is a host function that sleeps.
+ *   - spin NULL: a synthetic compute step is a host function that sleeps;
+ *   - cuda_stream NULL: the streams have no CUDA handle.
  * The stream and event entries come all together or not at all.  Every
  * entry returns 0 or -errno with pp_error() set, like the public calls.
  */
@@ -79,6 +81,9 @@ struct pp_device_ops {
 	/* A synthetic compute step of ns on the stream (pp_stream_spin).  (optional: NULL
 	 * runs a host function that sleeps) */
 	int (*spin)(struct pp_stream *stream, uint64_t ns);
+	/* The stream's cudaStream_t, for the caller's kernels (pp_stream_cuda_handle).
+	 * (optional: given exactly where props.cuda_streams is set) */
+	void *(*cuda_stream)(struct pp_stream *stream);
 
 	/*
 	 * Graphs (optional, all together): the backend captures the work
@@ -95,12 +100,13 @@ struct pp_device_ops {
 	void (*graph_destroy)(struct pp_device *dev, void *graph);
 };
 
-/* How a host allocation was made, so that it is freed the same way. */
-enum pp_host_mem_kind {
-	PP_HOST_MMAP = 0,        /* mmap, pageable */
-	PP_HOST_MMAP_LOCKED = 1, /* mmap + mlock */
-	PP_HOST_MMAP_REGISTERED = 2, /* mmap + ops->host_register */
-	PP_HOST_DRIVER = 3,      /* ops->host_alloc_pinned */
+/* How an allocation was made, so that it is freed the same way. */
+enum pp_mem_kind {
+	PP_MEM_DEVICE = 0,        /* device memory: ops->alloc */
+	PP_MEM_MMAP = 1,          /* host memory: mmap, pageable */
+	PP_MEM_MMAP_LOCKED = 2,   /* host memory: mmap + mlock */
+	PP_MEM_MMAP_REGISTERED = 3, /* host memory: mmap + ops->host_register */
+	PP_MEM_DRIVER = 4,        /* host memory: ops->host_alloc_pinned */
 };
 
 /* One allocation handed out by the device. */
@@ -108,10 +114,14 @@ struct pp_mem_range {
 	uintptr_t addr;              /* first byte */
 	size_t bytes;                /* length asked for */
 	size_t mapped;               /* length mapped (host: rounded to pages), bytes */
-	enum pp_host_mem_kind kind;  /* host memory only */
+	enum pp_mem_kind kind;
 };
 
-/* Allocations sorted by address, for range lookups on every copy. */
+/*
+ * Allocations sorted by address, for range lookups on every copy: one
+ * table of device memory, one of host memory, kept and freed by the same
+ * code in device.c.
+ */
 struct pp_mem_table {
 	struct pp_mem_range *v; /* [n], sorted by addr */
 	size_t n;               /* entries in use */
@@ -184,6 +194,51 @@ static inline const char *pp_copy_kind_name(enum pp_copy_kind kind)
 	return "?";
 }
 
+/* Counts a call that reaches the backend's queues (struct pp_device_stats.calls). */
+static inline void pp_device_count_call(struct pp_device *dev)
+{
+	atomic_fetch_add_explicit(&dev->stats.calls, 1, memory_order_relaxed);
+}
+
+/* The same for a call on a stream, unless it is a recorded graph's call being issued again. */
+static inline void pp_device_count_stream_call(struct pp_stream *stream)
+{
+	if (!stream->replaying)
+		pp_device_count_call(stream->dev);
+}
+
+/* Counts a copy of n bytes done, in copies and in bytes_h2d or bytes_d2h. */
+static inline void pp_device_count_copy(struct pp_device *dev, size_t n, enum pp_copy_kind kind)
+{
+	atomic_fetch_add_explicit(&dev->stats.copies, 1, memory_order_relaxed);
+	if (kind == PP_COPY_H2D)
+		atomic_fetch_add_explicit(&dev->stats.bytes_h2d, n, memory_order_relaxed);
+	else if (kind == PP_COPY_D2H)
+		atomic_fetch_add_explicit(&dev->stats.bytes_d2h, n, memory_order_relaxed);
+}
+
+/* True when the dispatcher records the stream's calls (a capture, on a backend without graphs). */
+static inline bool pp_stream_recording(const struct pp_stream *stream)
+{
+	return stream->capture != NULL && stream->dev->ops->graph_begin == NULL;
+}
+
+/*
+ * device/graph.c's side of a capture, for the calls of device.c on a
+ * stream that captures (stream->capture set).  pp_graph_record_host and
+ * pp_graph_record_copy add the call to the graph (which a backend without
+ * graphs issues again at each launch; with graphs, the copies are counted
+ * at each launch); they return 0, or -ENOMEM, which spoils the capture.
+ * pp_graph_refuse_call fails a call that a capture cannot take ('call'
+ * names it, for the message), with 'err', and spoils the capture with it,
+ * as CUDA invalidates a capture, so that no graph lacks a call its caller
+ * believed made.
+ */
+int pp_graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg);
+int pp_graph_record_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
+			 enum pp_copy_kind kind);
+int pp_graph_refuse_call(struct pp_stream *stream, int err, const char *call);
+
 /* Adds the engine time of one copy, measured by a backend, to the device's copy_ns. */
 static inline void pp_device_add_copy_ns(struct pp_device *dev, uint64_t ns)
 {
@@ -231,18 +286,10 @@ bool pp_device_cuda_explain(int err, const char *name, const char *text, int dri
 			    char *msg, size_t len);
 
 #ifdef PP_HAVE_CUDA
-/* The cudaStream_t of a stream of a cuda device, for kernel launches. */
-void *pp_device_cuda_stream(struct pp_stream *stream);
 int pp_device_cuda_open(struct pp_device *dev, int index);
 int pp_device_cuda_count_impl(void);
 int pp_device_cuda_props(int index, struct pp_device_props *props);
 #else
-static inline void *pp_device_cuda_stream(struct pp_stream *stream)
-{
-	(void)stream;
-	return NULL;
-}
-
 static inline int pp_device_cuda_open(struct pp_device *dev, int index)
 {
 	(void)dev;

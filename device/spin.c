@@ -33,8 +33,7 @@ PP_API int pp_stream_spin(struct pp_stream *stream, uint64_t ns)
 		return pp_error(-EINVAL, "pp_stream_spin: %llu ns is too long",
 				(unsigned long long)ns);
 	/* while the dispatcher records a capture, a spin is the host function it can record */
-	if (stream->dev->ops->spin != NULL &&
-	    (stream->capture == NULL || stream->dev->ops->graph_begin != NULL))
+	if (stream->dev->ops->spin != NULL && !pp_stream_recording(stream))
 		return stream->dev->ops->spin(stream, ns);
 	return pp_stream_launch_host(stream, spin_host, (void *)(uintptr_t)ns);
 }

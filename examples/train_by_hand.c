@@ -181,7 +181,7 @@ int main(int argc, char **argv)
 	check(pp_dataset_open_dir(dir, "test", &test), dir);
 	check(pp_device_open(device, &m.dev), device);
 	check(pp_stream_create(m.dev, &m.stream), "stream");
-	m.on_gpu = pp_device_get_props(m.dev)->kind == PP_DEVICE_CUDA;
+	m.on_gpu = pp_device_get_props(m.dev)->cuda_streams;
 #ifndef EXAMPLE_CUDA
 	if (m.on_gpu) {
 		fprintf(stderr, "train_by_hand: built without -DEXAMPLE_CUDA; use device cpu or sim\n");

@@ -1,9 +1,10 @@
 /*
- * loader/loader.c: the loader's create and destroy: the checks of the
- * configuration, the memory budget, the conversion of samples into the
- * output dtype, and the decoding of every chunk into memory
- * (PP_LOADER_CACHE_MEMORY); the ring and delivery are in ring.c, the worker
- * threads in worker.c, the chunk windows of streaming in window.c.
+ * loader/loader.c: the loader's create (over the source that source.c
+ * opens) and destroy: the checks of the configuration, the memory budget,
+ * each field's conversion set up (convert.c), and the decoding of every
+ * chunk into memory (PP_LOADER_CACHE_MEMORY); the ring and delivery are in
+ * ring.c, the worker threads in worker.c, the chunk windows of streaming
+ * in window.c.
  *
  * One mutex guards all shared state; samples are written outside it, into
  * slots and windows that only their filler touches until it publishes them.
@@ -17,66 +18,7 @@
 
 #include "common/fault.h"
 #include "common/common_impl.h"
-#include "loader/convert.h"
 #include "loader/loader_impl.h"
-
-/* ------------------------------------------------------------------ conversion */
-
-static void convert_f32_f32(const float *src, float *dst, size_t n, float scale, float bias)
-{
-	for (size_t i = 0; i < n; i++)
-		dst[i] = src[i] * scale + bias;
-}
-
-void pp_convert_sample(const struct pp_convert *cv, const void *src, void *dst)
-{
-	if (cv->in == cv->out && cv->in == PP_DTYPE_U8) {
-		memcpy(dst, src, cv->in_bytes);
-		return;
-	}
-	for (uint32_t c = 0; c < cv->channels; c++) {
-		size_t o = c * cv->plane;
-		if (cv->in == PP_DTYPE_U8)
-			cv->u8_f32((const uint8_t *)src + o, (float *)dst + o, cv->plane,
-				       cv->scale[c], cv->bias[c]);
-		else
-			convert_f32_f32((const float *)src + o, (float *)dst + o, cv->plane,
-					cv->scale[c], cv->bias[c]);
-	}
-}
-
-static int convert_setup(struct pp_convert *cv, const struct pp_sample_info *info,
-			 const struct pp_loader_config *cfg)
-{
-	size_t elems = info->sample_bytes / pp_dtype_size(info->dtype);
-
-	memset(cv, 0, sizeof(*cv));
-	cv->in = info->dtype;
-	cv->out = cfg->dtype ? cfg->dtype : info->dtype;
-	if (cfg->dtype != 0 && cfg->dtype != PP_DTYPE_U8 && cfg->dtype != PP_DTYPE_F32)
-		return pp_error(-EINVAL, "loader: output dtype %d, expected u8 or f32", (int)cfg->dtype);
-	if (cv->in == PP_DTYPE_F32 && cv->out == PP_DTYPE_U8)
-		return pp_error(-EINVAL, "loader: uint8 output asked for float32 samples");
-	cv->in_bytes = info->sample_bytes;
-	cv->out_bytes = elems * pp_dtype_size(cv->out);
-	cv->channels = 1;
-	if (info->ndim == 3 && info->shape[0] <= PP_LOADER_MAX_CHANNELS)
-		cv->channels = info->shape[0];
-	cv->plane = elems / cv->channels;
-	cv->u8_f32 = pp_convert_u8_f32_best();
-	for (uint32_t c = 0; c < cv->channels; c++) {
-		float sd = cfg->std[c] != 0.0f ? cfg->std[c] : 1.0f;
-
-		/* uint8: the library's one normalisation, in nn's bits (common/normalize.h). */
-		if (cv->in == PP_DTYPE_U8) {
-			pp_normalize_u8_params(cfg->mean[c], sd, &cv->scale[c], &cv->bias[c]);
-		} else {
-			cv->scale[c] = 1.0f / sd;
-			cv->bias[c] = -cfg->mean[c] / sd;
-		}
-	}
-	return 0;
-}
 
 /*
  * The conversion of every field: those marked normalize as the
@@ -95,7 +37,7 @@ static int fields_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
 					     .sample_bytes = pp_field_bytes(fd) };
 		memcpy(fi.shape, fd->shape, sizeof(fi.shape));
 		if (fd->normalize) {
-			if ((ret = convert_setup(&l->fcv[f], &fi, cfg)) < 0) {
+			if ((ret = pp_convert_setup(&l->fcv[f], &fi, cfg)) < 0) {
 				char msg[768];
 				snprintf(msg, sizeof(msg), "%s", pp_last_error());
 				return pp_error(ret, "%s (field '%s')", msg, fd->name);
@@ -490,6 +432,19 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 err_destroy:
 	pp_loader_destroy(l);
 	return ret;
+}
+
+PP_API int pp_loader_create(const struct pp_loader_config *cfg, struct pp_loader **l_p)
+{
+	struct pp_loader_source src;
+	int ret;
+
+	if (cfg == NULL || l_p == NULL)
+		return pp_error(-EINVAL, "pp_loader_create: cfg and l_p must not be NULL");
+	ret = pp_loader_source_open(cfg, &src);
+	if (ret < 0)
+		return ret;
+	return pp_loader_create_source(cfg, &src, l_p);
 }
 
 /* ------------------------------------------------------------------ layout */

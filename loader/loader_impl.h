@@ -1,10 +1,11 @@
 /*
  * loader/loader_impl.h: the loader's internals shared by its files: the epoch
  * plan (plan.c), the file reader with its io_uring and pread paths (io.c),
- * the sources (source.c), and the loader itself: its create and destroy
- * (loader.c), the ring of slots and in-order delivery (ring.c), the worker
- * threads (worker.c) and the chunk windows of streaming (window.c), which
- * share struct pp_loader.  Not exported.
+ * the conversion of samples (convert.c), the sources (source.c), the
+ * layouts of the built-in kinds (layout.c), and the loader itself: its
+ * create and destroy (loader.c), the ring of slots and in-order delivery
+ * (ring.c), the worker threads (worker.c) and the chunk windows of
+ * streaming (window.c), which share struct pp_loader.  Not exported.
  */
 #ifndef PP_LOADER_IMPL_H
 #define PP_LOADER_IMPL_H
@@ -174,7 +175,15 @@ struct pp_convert {
 	void (*u8_f32)(const uint8_t *src, float *dst, size_t n, float scale, float bias);
 };
 
-/* Converts one sample from src into dst. */
+/*
+ * convert.c: sets *cv up for samples as 'info' says and the output dtype,
+ * mean and std of 'cfg'; returns 0, or -EINVAL for an output dtype other
+ * than u8 or f32, or u8 asked of float32 samples.
+ */
+int pp_convert_setup(struct pp_convert *cv, const struct pp_sample_info *info,
+		     const struct pp_loader_config *cfg);
+
+/* convert.c: converts one sample from src into dst. */
 void pp_convert_sample(const struct pp_convert *cv, const void *src, void *dst);
 
 /* ------------------------------------------------------------------ sources */
@@ -233,19 +242,24 @@ struct pp_loader_source {
 	void *ctx;
 };
 
-/* ------------------------------------------------------------------ fields */
-
-/* A layout of the built-in kinds: "samples" as 'info' says, then "labels" where it has labels. */
-void pp_layout_from_info(const struct pp_sample_info *info, struct pp_layout *layout);
-
-/* Bytes of a slot's array of field f for 'batch' samples: 64-byte aligned, as the slot lays them out. */
-size_t pp_layout_field_span(const struct pp_layout *layout, uint32_t f, uint32_t batch);
-
-/* layout.c: names the system calls a library's own source reads with ("io_uring", "pread"), for the loader's statistics. */
+/* source.c: names the system calls a library's own source reads with ("io_uring", "pread"), for the loader's statistics. */
 void pp_source_set_io_path(struct pp_source *src, const char *io_path);
 
-/* layout.c: the loader's view of a source of the user's own (its functions, layout and count). */
-void pp_loader_source_user(const struct pp_source *user, struct pp_loader_source *src);
+/*
+ * source.c: the loader's view of the one source the config gives (a
+ * dataset, shard paths or a source of the user's own) into *src; returns
+ * 0, or -EINVAL (none, or more than one), or the error of opening the
+ * shards.
+ */
+int pp_loader_source_open(const struct pp_loader_config *cfg, struct pp_loader_source *src);
+
+/* ------------------------------------------------------------------ fields */
+
+/* layout.c: a layout of the built-in kinds: "samples" as 'info' says, then "labels" where it has labels. */
+void pp_layout_from_info(const struct pp_sample_info *info, struct pp_layout *layout);
+
+/* layout.c: bytes of a slot's array of field f for 'batch' samples: 64-byte aligned, as the slot lays them out. */
+size_t pp_layout_field_span(const struct pp_layout *layout, uint32_t f, uint32_t batch);
 
 /* ------------------------------------------------------------------ the loader */
 

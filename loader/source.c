@@ -1,10 +1,11 @@
 /*
- * loader/source.c: the loader's sources and its public constructor: an
- * in-memory dataset (used where it lies, or gathered through
- * pp_dataset_gather() when it has no array, as a synthetic one), and a set
- * of shard files whose chunks each worker reads with its own reader
- * (io_uring, or pread) into aligned staging buffers and decodes with its own
- * inflater.
+ * loader/source.c: the loader's sources: an in-memory dataset (used where
+ * it lies, or gathered through pp_dataset_gather() when it has no array,
+ * as a synthetic one); a set of shard files whose chunks each worker reads
+ * with its own reader (io_uring, or pread) into aligned staging buffers
+ * and decodes with its own inflater, its records decoded by the decoder
+ * its shards name; sources of the user's own (pinpipe/source.h,
+ * pp_source_create); and the choice among them of pp_loader_create.
  */
 #include "config.h"
 
@@ -374,14 +375,95 @@ err_destroy:
 	return ret;
 }
 
-PP_API int pp_loader_create(const struct pp_loader_config *cfg, struct pp_loader **l_p)
-{
-	struct pp_loader_source src;
-	int given, ret;
+/* ------------------------------------------------------------------ sources of the user's own */
 
-	if (cfg == NULL || l_p == NULL)
-		return pp_error(-EINVAL, "pp_loader_create: cfg and l_p must not be NULL");
-	given = (cfg->dataset != NULL) + (cfg->nshards > 0) + (cfg->source != NULL);
+struct pp_source {
+	char name[64];
+	uint64_t count;
+	struct pp_layout layout;
+	uint32_t num_classes;
+	const struct pp_source_ops *ops;
+	void *ctx;
+	const char *io_path;    /* what its reads go through, for the statistics, or NULL */
+};
+
+void pp_source_set_io_path(struct pp_source *src, const char *io_path)
+{
+	src->io_path = io_path;
+}
+
+PP_API int pp_source_create(const struct pp_source_desc *desc, struct pp_source **src_p)
+{
+	struct pp_source *src;
+	int ret;
+
+	if (desc == NULL || src_p == NULL)
+		return pp_error(-EINVAL, "pp_source_create: desc and src_p must not be NULL");
+	if (desc->ops == NULL || (desc->ops->read == NULL && desc->ops->read_batch == NULL))
+		return pp_error(-EINVAL, "source %s: no read or read_batch function",
+				desc->name ? desc->name : "(unnamed)");
+	if (desc->count == 0)
+		return pp_error(-EINVAL, "source %s: no samples", desc->name ? desc->name : "(unnamed)");
+	if ((ret = pp_layout_check(desc->layout)) < 0) {
+		char msg[768];
+		snprintf(msg, sizeof(msg), "%s", pp_last_error());
+		return pp_error(ret, "source %s: %s", desc->name ? desc->name : "(unnamed)", msg);
+	}
+	src = pp_calloc(1, sizeof(*src));
+	if (src == NULL)
+		return pp_error(-ENOMEM, "source: no memory");
+	snprintf(src->name, sizeof(src->name), "%s", desc->name ? desc->name : "(unnamed)");
+	src->count = desc->count;
+	src->layout = *desc->layout;
+	src->num_classes = desc->num_classes;
+	src->ops = desc->ops;
+	src->ctx = desc->ctx;
+	*src_p = src;
+	return 0;
+}
+
+PP_API void pp_source_destroy(struct pp_source *src)
+{
+	free(src);
+}
+
+PP_API const struct pp_layout *pp_source_layout(const struct pp_source *src)
+{
+	return &src->layout;
+}
+
+/* The loader's view of a source of the user's own. */
+static void user_source(const struct pp_source *user, struct pp_loader_source *src)
+{
+	const struct pp_field *f0 = &user->layout.fields[0];
+
+	memset(src, 0, sizeof(*src));
+	src->layout = user->layout;
+	snprintf(src->name, sizeof(src->name), "source %s", user->name);
+	src->ops = user->ops;
+	src->worker_create = user->ops->worker_open;
+	src->worker_destroy = user->ops->worker_close;
+	src->ctx = user->ctx;
+	src->io_path = user->io_path ? user->io_path : "none";
+	src->info.count = user->count;
+	src->info.dtype = f0->dtype;
+	src->info.ndim = f0->ndim ? f0->ndim : 1;  /* a scalar is a sample of shape {1} */
+	memcpy(src->info.shape, f0->shape, sizeof(f0->shape));
+	if (f0->ndim == 0)
+		src->info.shape[0] = 1;
+	src->info.sample_bytes = pp_field_bytes(f0);
+	if (pp_layout_labels(&user->layout) >= 0 && user->num_classes > 0) {
+		src->info.label_kind = PP_LABEL_CLASS;
+		src->info.num_classes = user->num_classes;
+	}
+}
+
+/* ------------------------------------------------------------------ the choice */
+
+int pp_loader_source_open(const struct pp_loader_config *cfg, struct pp_loader_source *src)
+{
+	int given = (cfg->dataset != NULL) + (cfg->nshards > 0) + (cfg->source != NULL);
+
 	if (given != 1)
 		return pp_error(-EINVAL, "loader: give exactly one source: a dataset, shard paths or "
 				"a source (got %s%s%s%s)", given == 0 ? "none" : given == 2 ? "both " : "all: ",
@@ -389,12 +471,11 @@ PP_API int pp_loader_create(const struct pp_loader_config *cfg, struct pp_loader
 				cfg->nshards > 0 ? "shard paths " : "", cfg->source != NULL ? "a source" : "");
 	if (cfg->nshards > 0 && cfg->shard_paths == NULL)
 		return pp_error(-EINVAL, "loader: %zu shards but no shard_paths", cfg->nshards);
-	if (cfg->dataset != NULL) {
-		dataset_source(cfg->dataset, &src);
-	} else if (cfg->source != NULL) {
-		pp_loader_source_user(cfg->source, &src);
-	} else if ((ret = shard_source(cfg, &src)) < 0) {
-		return ret;
-	}
-	return pp_loader_create_source(cfg, &src, l_p);
+	if (cfg->dataset != NULL)
+		dataset_source(cfg->dataset, src);
+	else if (cfg->source != NULL)
+		user_source(cfg->source, src);
+	else
+		return shard_source(cfg, src);
+	return 0;
 }

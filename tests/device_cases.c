@@ -208,8 +208,12 @@ START_TEST(test_copies_intact_in_order)
 	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d1), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d2), 0);
 	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
-	/* A stream of a cuda device, and only that, has a CUDA handle for the trainer's kernels. */
-	ck_assert_int_eq(pp_stream_cuda_handle(s) != NULL,
+	/*
+	 * A stream of a device whose props say cuda_streams, and only that, has a
+	 * CUDA handle for the trainer's kernels; cuda's say it, cpu's and sim's not.
+	 */
+	ck_assert_int_eq(pp_stream_cuda_handle(s) != NULL, pp_device_get_props(dev)->cuda_streams);
+	ck_assert_int_eq(pp_device_get_props(dev)->cuda_streams,
 			 pp_device_get_props(dev)->kind == PP_DEVICE_CUDA);
 
 	pp_test_fill_random(src, SIZE, 1);

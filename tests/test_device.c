@@ -214,8 +214,8 @@ START_TEST(test_cuda_explain)
 END_TEST
 
 /*
- * Fails if the listing misses cpu or sim, gets their capabilities wrong,
- * overflows 'max', or disagrees with the GPU count.
+ * Fails if the listing misses cpu or sim, gets their capabilities or a
+ * GPU's wrong, overflows 'max', or disagrees with the GPU count.
  */
 START_TEST(test_list)
 {
@@ -230,6 +230,10 @@ START_TEST(test_list)
 	ck_assert(props[0].host_is_device && props[0].host_addressable);
 	ck_assert(!props[1].host_is_device && props[1].async_copy && props[1].host_addressable);
 	ck_assert_uint_gt(props[0].total_memory, 0);
+	ck_assert(!props[0].cuda_streams && !props[1].cuda_streams);
+	/* a GPU's entry says what the props of the device opened say */
+	for (size_t i = 2; i < n; i++)
+		ck_assert(props[i].cuda_streams && props[i].sticky_errors && !props[i].host_addressable);
 	ck_assert_int_eq(pp_device_list(&one, 1, &n), 0);
 	ck_assert_uint_eq(n, 1);
 	ck_assert_str_eq(one.name, "cpu");

@@ -17,22 +17,12 @@
  * every earlier copy go back to the loader then (copies_complete); the
  * copies' own events are asked only when the loader runs short of ring
  * slots (host_short), and, where a device keeps a copy's error with its
- * stream (sim), once a freed slot whether its copy failed.  One batch
- * in 'time_every' is also timed, on the device's timeline: timing events
- * around its copy, at its hand-out on the compute stream ('wanted'), and at
- * the last release before its hand-out ('mark').  Its copy's exposed time is
- * how long compute waited for the copy (done - wanted, when positive), plus
- * the part of the copy calls the host made in next() before the hand-out
- * that fell while the compute stream was idle (between mark and wanted): a
- * copy call that blocks the host delays compute only when compute has
- * nothing queued.  The host clock and the device's are related through that
- * idle span, which ends when 'wanted' is recorded (an idle stream completes
- * a record at once).
+ * stream (sim), once a freed slot whether its copy failed.  One batch in
+ * 'time_every' is also timed, its figures counted by overlap.c.
  */
 #include "config.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,114 +30,10 @@
 #include "common/fault.h"
 #include "common/common_impl.h"
 #include "pinpipe/transfer.h"
+#include "transfer/transfer_impl.h"
 
 /* Default of pp_transfer_config.time_every. */
 #define TIME_EVERY_DEFAULT 16
-
-/* Host intervals of copy calls kept per hand-out; more are merged into the last. */
-#define MAX_CALLS 8
-
-/* Device slot states. */
-enum tslot_state {
-	TSLOT_FREE = 0,     /* unused; its memory may be written */
-	TSLOT_COPYING = 1,  /* copy issued, in the queue, not handed out */
-	TSLOT_HELD = 2,     /* handed out to the trainer */
-	TSLOT_RELEASED = 3, /* given back; free once 'released' completes */
-};
-
-/* Host-clock intervals of copy calls, ns. */
-struct call_spans {
-	uint32_t n;                 /* intervals in use */
-	uint64_t v[MAX_CALLS][2];   /* [from, to) */
-};
-
-struct tslot {
-	enum tslot_state state;
-	void *mem;                  /* device memory: the fields at field_off[], as the loader's slots */
-	int32_t *host_labels;       /* [batch_size], host copies handed out with the batch */
-	uint64_t *host_ids;         /* [batch_size] */
-	struct pp_event *done;      /* copy stream, after the copy; no timing */
-	struct pp_event *released;  /* compute stream, after the trainer's last use; no timing */
-	struct pp_event *t_start;   /* timed batches: copy stream, before the copy */
-	struct pp_event *t_done;    /* timed batches: copy stream, after it (in place of done) */
-	struct pp_event *t_wanted;  /* timed batches: compute stream, at the hand-out */
-	struct pp_event *t_mark;    /* timed batches: compute stream, at the last release
-				       before the hand-out */
-	struct pp_batch *hb;        /* the loader's batch until its copy is known complete, or NULL */
-	bool timed;                 /* its copy is timed (t_done stands for done) */
-	bool marked;                /* t_mark recorded while it was next to be handed out */
-	bool counting;              /* handed out timed, its figures not counted yet */
-	uint64_t copy_seq;          /* order of its copy among all copies, from 1 */
-	uint64_t release_seq;       /* order of its release among all releases, from 1 */
-	struct pp_stream *wait_stream; /* the stream made to wait for its copy at the hand-out */
-	struct pp_stream *release_stream; /* the stream its release was recorded on */
-	uint64_t want_ns;           /* host clock when t_wanted was recorded */
-	struct pp_stream *mark_stream; /* where t_mark was recorded */
-	struct pp_stream *want_stream; /* where t_wanted was recorded */
-	struct call_spans calls;    /* the copy calls of the next() that handed it out */
-	struct pp_device_batch b;   /* what the trainer sees */
-};
-
-struct pp_transfer {
-	struct pp_loader *loader;
-	struct pp_device *dev;
-	bool in_place;              /* host is device: no copies, batches used where they lie */
-	uint32_t depth;             /* copies in flight ahead of the trainer, at most */
-	uint32_t nslots;            /* device slots */
-	uint32_t time_every;        /* one copy in this many is timed */
-	struct tslot *slots;        /* [nslots] */
-	struct pp_stream *copy;     /* the copy stream */
-	uint32_t *queue;            /* [nslots] ring of slots COPYING, oldest first */
-	uint32_t qhead;             /* index in queue of the oldest */
-	uint32_t qlen;              /* slots in the queue */
-	uint32_t ring_slots;        /* slots of the loader's ring */
-	uint32_t batch_size;        /* samples of the largest batch */
-	size_t sample_bytes;        /* bytes of one sample as the loader hands it out */
-	const struct pp_layout *layout; /* the loader's, as handed out */
-	int labels_field;           /* index of its labels field, or negative */
-	size_t field_off[PP_MAX_FIELDS]; /* offset of each field in a slot's memory, bytes (as
-				       in the loader's ring slots, so that one copy moves all) */
-	size_t field_bytes[PP_MAX_FIELDS]; /* bytes of one sample of each field */
-	size_t slot_bytes;          /* bytes of a slot's memory: up to the last field's end */
-	bool epoch_begun;           /* begin_epoch succeeded at least once */
-	bool loader_done;           /* the loader said end of epoch */
-	uint64_t epoch;             /* the epoch begun */
-	uint64_t handed;            /* batches of that epoch handed out (from the resume point) */
-	uint64_t copies;            /* copies issued so far */
-	uint64_t copies_done;       /* copy_seq of the newest copy known complete: it and
-				       every one before it (one copy stream, run in order) */
-	uint64_t copies_checked;    /* copy_seq of the newest copy known not to have failed */
-	uint64_t releases;          /* releases so far */
-	struct pp_event *spare_mark; /* a mark recorded while no copy was queued, swapped into
-					the next timed slot issued */
-	bool spare_fresh;           /* spare_mark recorded since the last hand-out */
-	struct pp_stream *spare_stream; /* where spare_mark was recorded */
-	struct call_spans calls;    /* copy calls since the last hand-out */
-	uint64_t wait_in_call;      /* ns of the current call spent waiting (loader, slots) */
-	struct pp_transfer_stats stats; /* counters; hidden_share is filled at get_stats */
-};
-
-/* The ns of [a0, a1) and [b0, b1) in common. */
-static uint64_t overlap_ns(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)
-{
-	uint64_t lo = PP_MAX(a0, b0), hi = PP_MIN(a1, b1);
-
-	return hi > lo ? hi - lo : 0;
-}
-
-/* Notes a copy call's host interval for the hand-out that ends this next(). */
-static void note_call(struct pp_transfer *t, uint64_t from, uint64_t to)
-{
-	struct call_spans *c = &t->calls;
-
-	if (c->n < MAX_CALLS) {
-		c->v[c->n][0] = from;
-		c->v[c->n][1] = to;
-		c->n++;
-	} else {
-		c->v[MAX_CALLS - 1][1] = to;
-	}
-}
 
 /* Gives the loader its batch back once the slot's copy is known complete. */
 static int give_back_host(struct pp_transfer *t, struct tslot *s)
@@ -182,48 +68,6 @@ static int copies_complete(struct pp_transfer *t, uint64_t seq, bool checked)
 }
 
 /*
- * The elapsed ns from the slot's mark to its 'wanted' (complete), or 0 when
- * the mark, recorded on another stream, is not complete yet.
- */
-static uint64_t elapsed_or_0(struct tslot *s, struct pp_event *mark, struct pp_event *wanted)
-{
-	uint64_t ns;
-
-	if (s->mark_stream != s->want_stream && pp_event_query(mark) != 1)
-		return 0;
-	if (pp_event_elapsed_ns(mark, wanted, &ns) < 0)
-		return 0;
-	return ns;
-}
-
-/*
- * Counts the figures of a timed batch once its events are complete (its
- * 'wanted' is: compute reached the hand-out, after waiting for the copy).
- */
-static void count_times(struct pp_transfer *t, struct tslot *s)
-{
-	uint64_t copy_ns, late_ns, idle_ns = 0, stalled = 0;
-
-	if (!s->counting)
-		return;
-	s->counting = false;
-	if (pp_event_elapsed_ns(s->t_start, s->t_done, &copy_ns) < 0 ||
-	    pp_event_elapsed_ns(s->t_wanted, s->t_done, &late_ns) < 0)
-		return;
-	if (s->marked)
-		idle_ns = elapsed_or_0(s, s->t_mark, s->t_wanted);
-	for (uint32_t i = 0; idle_ns > 0 && i < s->calls.n; i++)
-		stalled += overlap_ns(s->calls.v[i][0], s->calls.v[i][1],
-				      s->want_ns > idle_ns ? s->want_ns - idle_ns : 0, s->want_ns);
-	/* Compute may wait longer than the copy ran (queued behind others): counted to its length. */
-	late_ns = PP_MIN(late_ns, copy_ns);
-	t->stats.copies_timed++;
-	t->stats.copy_ns += copy_ns;
-	t->stats.late_ns += late_ns;
-	t->stats.exposed_ns += PP_MIN(copy_ns, late_ns + stalled);
-}
-
-/*
  * Frees a released slot whose release has completed: its copy is complete
  * too, and with it every copy before it, when the release was recorded on
  * the stream that waited for the copy (else its copy's event is asked);
@@ -246,7 +90,7 @@ static int free_slot(struct pp_transfer *t, struct tslot *s)
 		ret = copies_complete(t, s->copy_seq, true);
 	} else if (s->hb != NULL && (ret = pp_event_synchronize(s->b.ready)) == 0)
 		ret = give_back_host(t, s);
-	count_times(t, s);
+	pp_transfer_count_times(t, s);
 	pp_device_release(t->dev, s->mem, t->slot_bytes);
 	s->state = TSLOT_FREE;
 	return ret;
@@ -470,7 +314,7 @@ static int issue(struct pp_transfer *t, struct tslot *s, struct pp_batch *hb)
 					      t->copy);
 	}
 	t1 = pp_now_ns();
-	note_call(t, t0, t1);
+	pp_transfer_note_call(t, t0, t1);
 	t->stats.host_blocked_ns += t1 - t0;
 	if (ret < 0)
 		return ret;
@@ -663,15 +507,6 @@ static int next_copied(struct pp_transfer *t, struct pp_stream *compute,
 	return 1;
 }
 
-/* Adds the host time of a call of the stage, less its waits, to stage_ns. */
-static void count_call(struct pp_transfer *t, uint64_t t0)
-{
-	uint64_t dt = pp_now_ns() - t0;
-
-	t->stats.stage_ns += dt > t->wait_in_call ? dt - t->wait_in_call : 0;
-	t->wait_in_call = 0;
-}
-
 PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
 			    struct pp_device_batch **b_p)
 {
@@ -684,7 +519,7 @@ PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
 		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
 				pp_device_get_props(t->dev)->name);
 	ret = t->in_place ? next_in_place(t, b_p) : next_copied(t, compute, b_p);
-	count_call(t, t0);
+	pp_transfer_count_call(t, t0);
 	return ret;
 }
 
@@ -725,7 +560,7 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 		t->spare_fresh = true;
 		t->spare_stream = compute;
 	}
-	count_call(t, t0);
+	pp_transfer_count_call(t, t0);
 	return 0;
 }
 
@@ -794,23 +629,6 @@ PP_API int pp_transfer_get_position(struct pp_transfer *t, struct pp_loader_posi
 		.epoch = t->epoch, .batch = t->handed, .plan_key = lp.plan_key,
 		.samples = lp.batch > 0 ? lp.samples / lp.batch * t->handed : 0,
 		.order_key = lp.order_key };
-	return 0;
-}
-
-PP_API int pp_transfer_get_stats(struct pp_transfer *t, struct pp_transfer_stats *stats_p)
-{
-	struct pp_transfer_stats st;
-
-	for (uint32_t i = 0; i < t->nslots && !t->in_place; i++) {
-		struct tslot *s = &t->slots[i];
-
-		if (s->counting && pp_event_synchronize(s->t_wanted) == 0 &&
-		    pp_event_synchronize(s->t_done) == 0)
-			count_times(t, s);
-	}
-	st = t->stats;
-	st.hidden_share = st.copy_ns > 0 ? 1.0 - (double)st.exposed_ns / (double)st.copy_ns : NAN;
-	*stats_p = st;
 	return 0;
 }
 

@@ -66,6 +66,8 @@ struct pp_device_props {
 	bool sticky_errors;      /* a copy that fails on the device makes every later call
 				  * fail (cuda's asynchronous errors); false: the error stays
 				  * with its stream, told by its events (sim) */
+	bool cuda_streams;       /* its streams are CUDA streams (pp_stream_cuda_handle()), on
+				  * which CUDA kernels, cuBLAS and NCCL can be queued (cuda) */
 };
 
 struct pp_device;
@@ -202,8 +204,9 @@ PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg)
 /*
  * Returns the cudaStream_t of a stream of a cuda device (as a void *), so
  * that a trainer can put its own kernels and cuBLAS calls on the stream the
- * transfer stage makes wait for each batch; NULL for a stream of another
- * device.  The handle stays owned by pinpipe: do not destroy it.
+ * transfer stage makes wait for each batch; NULL for a stream of a device
+ * whose props do not say cuda_streams.  The handle stays owned by pinpipe:
+ * do not destroy it.
  */
 PP_API void *pp_stream_cuda_handle(struct pp_stream *stream);
 

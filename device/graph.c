@@ -1,0 +1,277 @@
+/*
+ * device/graph.c: graphs, the dispatcher's side.  A capture on a stream,
+ * one per thread at a time; the calls made through pinpipe while it is
+ * open (host functions and copies), which are what a backend without
+ * graphs of its own gets again at each launch, issued in order as one
+ * call, and what the counters count at each launch of a backend's own
+ * graph (cuda's stream capture); the calls a capture cannot take, which
+ * spoil it as CUDA's do.  device.c's streams and copies hand their calls
+ * here while their stream captures (device_impl.h).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fault.h"
+#include "device/device_impl.h"
+
+enum graph_node_kind {
+	GRAPH_HOST = 0, /* a host function */
+	GRAPH_COPY = 1, /* a copy */
+};
+
+/* One call recorded during a capture. */
+struct graph_node {
+	enum graph_node_kind kind;
+	void (*fn)(void *arg);   /* GRAPH_HOST */
+	void *arg;
+	void *dst;               /* GRAPH_COPY */
+	const void *src;
+	size_t n;                /* bytes */
+	enum pp_copy_kind copy_kind;
+};
+
+struct pp_graph {
+	struct pp_device *dev;
+	void *ctx;               /* the backend's executable graph; NULL: the dispatcher's */
+	struct graph_node *nodes; /* the calls made through pinpipe, in order: what the
+				   * dispatcher issues again, or (with a backend graph) what
+				   * the counters count at each launch */
+	size_t n, cap;           /* nodes used, allocated */
+	int err;                 /* the capture's first error, or 0 */
+	char msg[256];           /* its message */
+	/* while captured: */
+	struct pp_stream *stream; /* the stream capturing it */
+	pthread_t thread;        /* the thread that began the capture */
+	struct pp_graph *next_open; /* in open_captures */
+};
+
+/*
+ * The captures open on every device, each with the thread that began it.
+ * A thread captures one stream at a time: CUDA refuses to instantiate a
+ * graph while another capture of the thread is open (and that refusal
+ * spoils the open capture too), so a second capture begun in a thread is
+ * refused on every backend, before any backend is asked.
+ */
+static pthread_mutex_t open_captures_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pp_graph *open_captures;
+
+/* Writes into msg the stream this thread is capturing, if any; returns whether there is one. */
+static bool thread_capturing(char *msg, size_t len)
+{
+	pthread_t self = pthread_self();
+	bool found = false;
+
+	pthread_mutex_lock(&open_captures_mu);
+	for (struct pp_graph *g = open_captures; g != NULL && !found; g = g->next_open) {
+		if (pthread_equal(g->thread, self)) {
+			snprintf(msg, len, "%s stream %u", g->dev->props.name, g->stream->id);
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&open_captures_mu);
+	return found;
+}
+
+static void open_captures_add(struct pp_graph *g, struct pp_stream *stream)
+{
+	g->stream = stream;
+	g->thread = pthread_self();
+	pthread_mutex_lock(&open_captures_mu);
+	g->next_open = open_captures;
+	open_captures = g;
+	pthread_mutex_unlock(&open_captures_mu);
+}
+
+static void open_captures_remove(struct pp_graph *g)
+{
+	pthread_mutex_lock(&open_captures_mu);
+	for (struct pp_graph **pp = &open_captures; *pp != NULL; pp = &(*pp)->next_open) {
+		if (*pp == g) {
+			*pp = g->next_open;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&open_captures_mu);
+	g->next_open = NULL;
+	g->stream = NULL;
+}
+
+/* Appends a node to the graph the stream is capturing; a failure spoils the capture. */
+static int graph_append(struct pp_stream *stream, const struct graph_node *node)
+{
+	struct pp_graph *g = stream->capture;
+
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 16;
+		struct graph_node *v = pp_realloc(g->nodes, cap * sizeof(*v));
+
+		if (v == NULL) {
+			int ret = pp_error(-ENOMEM, "%s: stream %u: out of memory for a graph of %zu "
+					   "calls", stream->dev->props.name, stream->id, g->n + 1);
+
+			if (g->err == 0) {
+				g->err = ret;
+				snprintf(g->msg, sizeof(g->msg), "%s", pp_last_error());
+			}
+			return ret;
+		}
+		g->nodes = v;
+		g->cap = cap;
+	}
+	g->nodes[g->n++] = *node;
+	return 0;
+}
+
+int pp_graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg)
+{
+	const struct graph_node node = { .kind = GRAPH_HOST, .fn = fn, .arg = arg };
+
+	return graph_append(stream, &node);
+}
+
+int pp_graph_record_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
+			 enum pp_copy_kind kind)
+{
+	const struct graph_node node = {
+		.kind = GRAPH_COPY, .dst = dst, .src = src, .n = n, .copy_kind = kind,
+	};
+
+	return graph_append(stream, &node);
+}
+
+/* A call a capturing stream cannot take: it fails, and so does the capture. */
+int pp_graph_refuse_call(struct pp_stream *stream, int err, const char *call)
+{
+	struct pp_graph *g = stream->capture;
+	int ret = pp_error(err, "%s: stream %u is capturing a graph: %s cannot be captured",
+			   stream->dev->props.name, stream->id, call);
+
+	if (g->err == 0) {
+		g->err = ret;
+		snprintf(g->msg, sizeof(g->msg), "%s", pp_last_error());
+	}
+	return ret;
+}
+
+PP_API int pp_stream_begin_capture(struct pp_stream *stream)
+{
+	struct pp_graph *g;
+	char other[96];
+	int ret;
+
+	if (stream == NULL)
+		return pp_error(-EINVAL, "pp_stream_begin_capture: stream is NULL");
+	if (stream->capture != NULL)
+		return pp_error(-EBUSY, "%s: stream %u is already capturing a graph",
+				stream->dev->props.name, stream->id);
+	if (thread_capturing(other, sizeof(other)))
+		return pp_error(-EBUSY, "%s: stream %u cannot begin a capture: this thread is "
+				"capturing %s (a thread captures one stream at a time; end "
+				"that capture first)", stream->dev->props.name, stream->id, other);
+	g = pp_calloc(1, sizeof(*g));
+	if (g == NULL)
+		return pp_error(-ENOMEM, "%s: out of memory for a graph", stream->dev->props.name);
+	g->dev = stream->dev;
+	if (stream->dev->ops->graph_begin != NULL) {
+		pp_device_count_call(stream->dev);
+		ret = stream->dev->ops->graph_begin(stream);
+		if (ret < 0) {
+			free(g);
+			return ret;
+		}
+	}
+	open_captures_add(g, stream);
+	stream->capture = g;
+	return 0;
+}
+
+PP_API int pp_stream_end_capture(struct pp_stream *stream, struct pp_graph **graph_p)
+{
+	struct pp_graph *g;
+	int ret = 0, fault;
+
+	if (stream == NULL || graph_p == NULL)
+		return pp_error(-EINVAL, "pp_stream_end_capture: stream and graph_p must not be NULL");
+	g = stream->capture;
+	if (g == NULL)
+		return pp_error(-EINVAL, "%s: stream %u: end of a capture that was not begun",
+				stream->dev->props.name, stream->id);
+	stream->capture = NULL;
+	open_captures_remove(g);
+	if (stream->dev->ops->graph_end != NULL) {
+		pp_device_count_call(stream->dev);
+		ret = stream->dev->ops->graph_end(stream, &g->ctx);
+	}
+	fault = pp_fault_check(pp_fault_thread, PP_FAULT_GRAPH);
+	if (ret == 0 && g->err == 0 && fault < 0)
+		ret = pp_error(fault, "%s: stream %u: the capture failed (injected fault: %s)",
+			       stream->dev->props.name, stream->id, strerror(-fault));
+	if (ret == 0 && g->err != 0)
+		ret = pp_error(g->err, "%s", g->msg);
+	if (ret < 0) {
+		pp_graph_destroy(g);
+		return ret;
+	}
+	*graph_p = g;
+	return 0;
+}
+
+PP_API int pp_graph_launch(struct pp_graph *graph, struct pp_stream *stream)
+{
+	struct pp_device *dev;
+	int ret = 0;
+
+	if (graph == NULL || stream == NULL)
+		return pp_error(-EINVAL, "pp_graph_launch: graph and stream must not be NULL");
+	dev = stream->dev;
+	if (graph->dev != dev)
+		return pp_error(-EINVAL, "%s: stream %u cannot launch a graph captured on device %s",
+				dev->props.name, stream->id, graph->dev->props.name);
+	if (stream->capture != NULL)
+		return pp_error(-EBUSY, "%s: stream %u is capturing a graph: it cannot launch one",
+				dev->props.name, stream->id);
+	pp_device_count_call(dev);
+	if (graph->ctx != NULL) {
+		ret = dev->ops->graph_launch(graph->ctx, stream);
+		for (size_t i = 0; i < graph->n && ret == 0; i++) {
+			const struct graph_node *nd = &graph->nodes[i];
+
+			if (nd->kind == GRAPH_COPY)
+				pp_device_count_copy(dev, nd->n, nd->copy_kind);
+		}
+	} else {
+		stream->replaying = true;
+		for (size_t i = 0; i < graph->n && ret == 0; i++) {
+			const struct graph_node *nd = &graph->nodes[i];
+
+			if (nd->kind == GRAPH_HOST)
+				ret = pp_stream_launch_host(stream, nd->fn, nd->arg);
+			else
+				ret = pp_memcpy_async(nd->dst, nd->src, nd->n, nd->copy_kind, stream);
+		}
+		stream->replaying = false;
+	}
+	if (ret == 0)
+		atomic_fetch_add_explicit(&dev->stats.graph_launches, 1, memory_order_relaxed);
+	return ret;
+}
+
+PP_API size_t pp_graph_calls(const struct pp_graph *graph)
+{
+	return graph != NULL ? graph->n : 0;
+}
+
+PP_API void pp_graph_destroy(struct pp_graph *graph)
+{
+	if (graph == NULL)
+		return;
+	if (graph->ctx != NULL)
+		graph->dev->ops->graph_destroy(graph->dev, graph->ctx);
+	free(graph->nodes);
+	free(graph);
+}
