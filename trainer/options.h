@@ -63,7 +63,10 @@ struct tr_options {
 
 /*
  * Parses argv into *opt.  Returns 0 to run, 1 when --help or --version was
- * printed, or 2 after printing a one-line error to stderr.
+ * printed, or 2 after printing a one-line error to stderr: a bad option or
+ * value, a sim's option the sim does not take, or an output that cannot be
+ * written (--csv, --jsonl, --checkpoint's folder, --logdir), checked on the
+ * file system now so that it fails before any training.
  */
 int tr_options_parse(int argc, char **argv, struct tr_options *opt);
 
