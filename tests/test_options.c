@@ -279,6 +279,24 @@ START_TEST(test_outputs)
 }
 END_TEST
 
+/* Fails if --columns takes a name that is no column, or does not keep a good list. */
+START_TEST(test_columns)
+{
+	static const char *const list[] = { "--columns=epoch,test_acc", NULL };
+	static const char *const all[] = { "--columns=all", NULL };
+	static const char *const bad[] = { "--columns=epoch,speed", NULL };
+	struct tr_options opt;
+
+	ck_assert_int_eq(parse(&opt, list), 0);
+	ck_assert_str_eq(opt.columns, "epoch,test_acc");
+	ck_assert_int_eq(parse(&opt, all), 0);
+	ck_assert_str_eq(opt.columns, "all");
+	ck_assert_int_eq(parse(&opt, bad), 2);
+	ck_assert_int_eq(parse(&opt, (const char *const[]){ NULL }), 0);
+	ck_assert_str_eq(opt.columns, "");
+}
+END_TEST
+
 /*
  * -q means only the final table, before or after --progress and
  * --no-progress, which otherwise take the last word.  Fails if either of
@@ -322,6 +340,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_quiet);
 	tcase_add_test(tc, test_device_list);
 	tcase_add_test(tc, test_outputs);
+	tcase_add_test(tc, test_columns);
 	suite_add_tcase(s, tc);
 	return s;
 }

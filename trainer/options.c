@@ -107,9 +107,15 @@ static const char usage[] =
 "      --sort=COLUMN       sort the final table's rows by COLUMN, ties in run\n"
 "                          order (prefix - to reverse)  [the runs by their mean\n"
 "                          epoch_s, fastest first, each in epoch order]\n"
-"                          The table's status column is cut to the terminal's\n"
-"                          width ($COLUMNS, else 80; at least 40 characters):\n"
-"                          stderr, --csv and --jsonl have a failure's reason whole\n"
+"      --columns=LIST      the final table's columns, comma-separated, or all.\n"
+"                          By default those that tell something: the parameters\n"
+"                          every row shares on a line above the table, no column\n"
+"                          that no row has a figure in (copies on the cpu), and\n"
+"                          the least telling left out (run_s first, said under\n"
+"                          the table) to fit the terminal's width ($COLUMNS when\n"
+"                          stdout is no terminal, else 100); a failed run's\n"
+"                          status is cut to it (at least 40 characters): stderr,\n"
+"                          --csv and --jsonl have every column, and reasons whole\n"
 "      --csv=FILE          write the rows as CSV\n"
 "      --jsonl=FILE        write the rows as JSON lines\n"
 "                          (these, --checkpoint's directory and --logdir are\n"
@@ -136,6 +142,7 @@ enum {
 	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
 	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_KEEP_DENORMALS, OPT_GRAPH, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
 	OPT_IMAGE_SIZE, OPT_COMM, OPT_COMM_TIMEOUT, OPT_DETERMINISTIC, OPT_MICRO_BATCHES, OPT_BUCKET_KB,
+	OPT_COLUMNS,
 };
 
 static const struct option long_options[] = {
@@ -167,6 +174,7 @@ static const struct option long_options[] = {
 	{ "keep-denormals", no_argument, NULL, OPT_KEEP_DENORMALS },
 	{ "graph", required_argument, NULL, OPT_GRAPH },
 	{ "sort", required_argument, NULL, OPT_SORT },
+	{ "columns", required_argument, NULL, OPT_COLUMNS },
 	{ "csv", required_argument, NULL, OPT_CSV },
 	{ "jsonl", required_argument, NULL, OPT_JSONL },
 	{ "logdir", required_argument, NULL, OPT_LOGDIR },
@@ -554,6 +562,20 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			}
 			snprintf(opt->sort, sizeof(opt->sort), "%s", optarg);
 			break;
+		case OPT_COLUMNS: {
+			char col[64], why[700];
+
+			if (strlen(optarg) >= sizeof(opt->columns)) {
+				ret = bad(name, optarg, "too long");
+			} else if (!tr_results_valid_columns(optarg, col, sizeof(col))) {
+				snprintf(why, sizeof(why), "'%s' is not a column (all, or a list of: %s)",
+					 col, tr_results_column_names());
+				ret = bad(name, optarg, why);
+			} else {
+				snprintf(opt->columns, sizeof(opt->columns), "%s", optarg);
+			}
+			break;
+		}
 		case OPT_CSV: ret = copy_path(opt->csv, sizeof(opt->csv), name, optarg); break;
 		case OPT_JSONL: ret = copy_path(opt->jsonl, sizeof(opt->jsonl), name, optarg); break;
 		case OPT_LOGDIR: ret = copy_path(opt->logdir, sizeof(opt->logdir), name, optarg); break;

@@ -50,6 +50,7 @@ struct tr_options {
 	bool keep_denormals;      /* pp_model_config.keep_denormals */
 	enum pp_model_graph graph; /* pp_model_config.graph */
 	char sort[32];            /* column, "-column", or "": runs by mean epoch_s, epochs in order */
+	char columns[512];        /* the table's columns: "", "all" or a list (tr_results_print_table()) */
 	char csv[4096];
 	char jsonl[4096];
 	char logdir[4096];
