@@ -74,7 +74,7 @@ expect 0 "" "$train" --data=synthetic:1200 --epochs=1 --model=mlp -q \
 python3 - "$tmp/sim.jsonl" >"$tmp/py" 2>&1 <<'EOPY' || { echo "FAIL: the sim's rows:"; cat "$tmp/py"; fail=1; }
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-assert [r["device"][:3] for r in rows] == ["sim", "cpu"], rows
+assert [r["device"] for r in rows] == ["sim:bw=25GB/s,call_us=20", "cpu"], rows
 assert all(r["status"] == "ok" for r in rows), rows
 assert rows[0]["copy_s"] > 0 and rows[1]["copy_s"] == 0, rows
 EOPY

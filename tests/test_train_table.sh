@@ -6,8 +6,11 @@
 # a column that no row has a figure in (the copies, the validation, the
 # allreduce of one process) or not the grid's axes; if it does not say the
 # parameters every row shares on the line above it; if --columns=all is
-# not every column or --columns=LIST not those; or if the CSV loses a
-# column.  Exit 77 only when pinpipe-train was not built.
+# not every column or --columns=LIST not those; if the CSV loses a column;
+# if a run of --device=auto is named "auto" anywhere (rows, errors,
+# --logdir folders) rather than the device it opened; or if a sim's
+# options are dropped from its rows or make a --logdir folder of several
+# levels.  Exit 77 only when pinpipe-train was not built.
 set -u
 
 train=${PINPIPE_TRAIN:-./pinpipe-train}
@@ -72,4 +75,27 @@ COLUMNS=100 "$train" $small --device=cpu --model=mlp --columns=all >"$tmp/all" 2
 	{ echo "FAIL: --columns=test_acc,epoch:"; cat "$tmp/list"; fail=1; }
 expect 2 "--columns=epoch,speed: 'speed' is not a column" "$train" $small --columns=epoch,speed
 
+# 3. The device a run opened names it everywhere: rows, errors, --logdir folders.
+"$train" --data=synthetic:1200 --epochs=1 -q --model=mlp --device=auto --jsonl="$tmp/auto.jsonl" \
+	--logdir="$tmp/runs" >"$tmp/out" 2>"$tmp/err" || { echo "FAIL: --device=auto:"; cat "$tmp/err"; fail=1; }
+dev=$(sed -n 's/.*"device":"\([^"]*\)".*/\1/p' "$tmp/auto.jsonl")
+case $dev in
+cpu|cuda:*) ;;
+*) echo "FAIL: --device=auto's row says device '$dev'"; fail=1 ;;
+esac
+ls "$tmp/runs" | grep -q "^run1-device=$(echo "$dev" | tr : _)-bs=100-" ||
+	{ echo "FAIL: the --logdir folder of $dev:"; ls "$tmp/runs"; fail=1; }
+grep -q "device=$dev " "$tmp/out" || { echo "FAIL: the table does not say device=$dev:"; cat "$tmp/out"; fail=1; }
+# A run that fails once its device is open: the error and the row name it too.
+expect 1 "run 1 \($dev\): loader: memory budget" "$train" --data=synthetic:1200 --epochs=1 -q \
+	--model=mlp --device=auto --memory-budget=1 --batch-size=100000 --jsonl="$tmp/fail.jsonl"
+grep -q "\"device\":\"$dev\"" "$tmp/fail.jsonl" ||
+	{ echo "FAIL: the failed row's device:"; cat "$tmp/fail.jsonl"; fail=1; }
+# A sim keeps its options: in the table, and in one --logdir folder of its own.
+"$train" --data=synthetic:1200 --epochs=1 -q --model=mlp --device=sim:bw=25GB/s,call_us=20 \
+	--logdir="$tmp/simruns" >"$tmp/sim" 2>"$tmp/err" || { echo "FAIL: the sim:"; cat "$tmp/err"; fail=1; }
+grep -q "device=sim:bw=25GB/s,call_us=20 " "$tmp/sim" ||
+	{ echo "FAIL: the sim's options are not in its table:"; cat "$tmp/sim"; fail=1; }
+[ -d "$tmp/simruns/run1-device=sim_bw=25GB_s_call_us=20-bs=100-workers=1-pin=on-lr=0.01-model=mlp-opt=adam" ] ||
+	{ echo "FAIL: the sim's --logdir folder:"; find "$tmp/simruns"; fail=1; }
 exit $fail

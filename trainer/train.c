@@ -215,6 +215,8 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	params.threads = tr_options_threads(opt, p, cores ? cores : 1);
 	params.ranks = (unsigned)dist->size;
 	params.global_batch = p->batch_size * (unsigned)dist->size;
+	/* The rows, and the errors, name the device that ran once it is open (tr_run_open()). */
+	p = &params;
 	ret = tr_dist_check_batch(dist, p->batch_size, why, sizeof(why));
 	if (ret == 0)
 		ret = tr_run_open(opt, &params, run, d, dist, &r);
@@ -222,13 +224,11 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		ret = tr_resume_check(opt, &params, r.model, dist->rank == 0, why, sizeof(why));
 	if (ret < 0)
 		goto fail;
-	/* Rows name the device that ran ("auto" opens cpu or cuda:0), a CPU step's threads and BLAS. */
-	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
+	/* Rows name a CPU step's threads and BLAS. */
 	if (pp_device_get_props(r.dev)->host_addressable)
 		tr_blas_note(&params, dist->rank == 0);
 	else
 		params.threads = 0;
-	p = &params;
 	info = pp_loader_info(r.train_loader);
 	ret = tr_resume_place(opt, run, &r, &pl, why, sizeof(why));
 	if (ret == 1) {
