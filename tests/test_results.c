@@ -324,6 +324,22 @@ START_TEST(test_table_fits)
 	ck_assert_ptr_null(strstr(out, " \n"));
 	free(out);
 
+	/* Five axes of the grid as columns: the model spec is cut to fit. */
+	for (size_t i = 0; i < res.n; i++) {
+		res.rows[i].p.workers = 1 + (unsigned)i / 2;
+		res.rows[i].p.lr = 0.01 * (1 + (double)(i / 2));
+		snprintf(res.rows[i].p.optimizer, sizeof(res.rows[i].p.optimizer), "%s",
+			 i / 2 ? "sgd" : "adam");
+		if (i / 2)
+			snprintf(res.rows[i].p.model, sizeof(res.rows[i].p.model), "mlp");
+	}
+	out = table_of(&res, "", "", 100);
+	ck_assert_msg(widest_line(out) <= 100, "%s", out);
+	ck_assert_msg(strstr(out, "  conv:6:5,") != NULL && strstr(out, "...  ") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "  workers  ") != NULL && strstr(out, "  optimizer\n") != NULL &&
+		      strstr(out, "  model  ") != NULL, "%s", out);
+	free(out);
+
 	/* A failed run's reason: cut to the width, whatever it is. */
 	memset(failed.status, 'x', sizeof(failed.status) - 1);
 	failed.status[sizeof(failed.status) - 1] = '\0';

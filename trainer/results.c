@@ -275,6 +275,9 @@ static void cut_cell(char *cell, size_t width)
 		memcpy(cell + width - 3, "...", 4);
 }
 
+/* The fewest characters of a model or a device the default table shows, to fit the width. */
+#define TR_TEXT_MIN 12
+
 /* The columns of a table, in the order shown, and what is said above it. */
 struct layout {
 	size_t shown[NCOLS];  /* indexes into columns[], in the order shown */
@@ -457,6 +460,14 @@ static void layout_make(const struct tr_results *res, const char *list, size_t l
 		memmove(&l->shown[drop], &l->shown[drop + 1], (l->n - drop - 1) * sizeof(l->shown[0]));
 		l->n--;
 		fit_status(res, l, limit);
+	}
+	/* Still too wide: the texts of the runs (a model spec, a sim's options) cut with "...". */
+	for (size_t k = 0; k < l->n && limit > 0 && layout_width(l) > limit; k++) {
+		size_t i = l->shown[k], over = layout_width(l) - limit;
+
+		if (columns[i].kind == COL_TEXT && i != NCOLS - 1 && l->width[i] > TR_TEXT_MIN)
+			l->width[i] = l->width[i] - over > TR_TEXT_MIN && l->width[i] > over
+				      ? l->width[i] - over : TR_TEXT_MIN;
 	}
 }
 

@@ -100,7 +100,8 @@ bool tr_results_valid_columns(const char *list, char *bad, size_t len);
  * columns of a cpu run, the validation without --val-split, the allreduce
  * on one rank) is left out, and where the rows are wider than 'width'
  * figures that matter less are left out (the run's time first), named on
- * a line under the table.  The status is cut with "..." where a row would
+ * a line under the table, then a model spec or a sim's options is cut
+ * with "..." (to 12 characters at least).  The status is cut with "..." where a row would
  * be wider than 'width' characters (0: no limit), but keeps at least
  * TR_STATUS_MIN of them: a failed run's reason does not widen every row.
  * No line ends in spaces.
