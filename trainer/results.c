@@ -406,18 +406,21 @@ static void layout_make(const struct tr_results *res, const char *list, size_t l
 	memset(l, 0, sizeof(*l));
 	for (size_t i = 0; i < NCOLS; i++)
 		l->width[i] = column_width(res, &columns[i]);
+	if (strcmp(list, "all") == 0) {
+		for (size_t i = 0; i < NCOLS; i++)
+			l->shown[l->n++] = i;
+		fit_status(res, l, limit);
+		return;
+	}
 	if (list[0] != '\0') {
-		for (const char *s = list; strcmp(list, "all") != 0; s++) {
+		/* The names of the list (tr_results_valid_columns()), NCOLS of them at most. */
+		for (const char *s = list; *s != '\0' && l->n < NCOLS; s += *s == ',') {
 			size_t n = strcspn(s, ","), i = column_index(s, n);
 
-			if (i < NCOLS && l->n < NCOLS)
+			if (i < NCOLS)
 				l->shown[l->n++] = i;
 			s += n;
-			if (*s == '\0')
-				break;
 		}
-		for (size_t i = 0; strcmp(list, "all") == 0 && i < NCOLS; i++)
-			l->shown[l->n++] = i;
 		fit_status(res, l, limit);
 		return;
 	}
@@ -466,8 +469,7 @@ static void layout_make(const struct tr_results *res, const char *list, size_t l
 		size_t i = l->shown[k], over = layout_width(l) - limit;
 
 		if (columns[i].kind == COL_TEXT && i != NCOLS - 1 && l->width[i] > TR_TEXT_MIN)
-			l->width[i] = l->width[i] - over > TR_TEXT_MIN && l->width[i] > over
-				      ? l->width[i] - over : TR_TEXT_MIN;
+			l->width[i] = l->width[i] > over + TR_TEXT_MIN ? l->width[i] - over : TR_TEXT_MIN;
 	}
 }
 
