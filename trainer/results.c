@@ -350,10 +350,6 @@ bool tr_results_valid_columns(const char *list, char *bad, size_t len)
 {
 	if (strcmp(list, "all") == 0)
 		return true;
-	if (list[0] == '\0') {
-		snprintf(bad, len, "%s", "(no column)");
-		return false;
-	}
 	for (const char *s = list; ; s++) {
 		size_t n = strcspn(s, ",");
 
