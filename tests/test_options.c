@@ -198,6 +198,106 @@ START_TEST(test_bad_input)
 END_TEST
 
 /*
+ * A sim's options are separated by commas, as the grid's values are.
+ * Fails if "sim:bw=25GB/s,call_us=20" is split into two devices, if a
+ * device after a sim's options is taken as one of them, or if a sim's bad
+ * option, or an option after a device that takes none, is not a usage error.
+ */
+START_TEST(test_device_list)
+{
+	static const char *const one[] = { "--device=sim:bw=25GB/s,call_us=20", NULL };
+	static const char *const three[] = { "--device=cpu,sim:bw=25GB/s,call_us=20,poison,cuda:1",
+					     NULL };
+	static const char *const bad[][2] = {
+		{ "--device=sim:bw=fast", NULL }, { "--device=sim:bw=25GB/s,call_us=x", NULL },
+		{ "--device=sim:bw=25GB/s,frob=1", NULL }, { "--device=cpu,bw=25GB/s", NULL },
+		{ "--device=sim,call_us=20", NULL }, { "--device=cuda:x", NULL },
+		{ "--device=sim:bw=25GB/s,call_us=20,mem=2GiB,poison,bw=1GB/s,bw=2GB/s,bw=3GB/s", NULL },
+	};
+	struct tr_options opt;
+	struct tr_params p;
+
+	ck_assert_int_eq(parse(&opt, one), 0);
+	ck_assert_uint_eq(tr_options_runs(&opt), 1);
+	ck_assert_int_eq(tr_options_run_params(&opt, 0, &p), 0);
+	ck_assert_str_eq(p.device, "sim:bw=25GB/s,call_us=20");
+	ck_assert_int_eq(parse(&opt, three), 0);
+	ck_assert_uint_eq(opt.device.n, 3);
+	ck_assert_str_eq(opt.device.values[0], "cpu");
+	ck_assert_str_eq(opt.device.values[1], "sim:bw=25GB/s,call_us=20,poison");
+	ck_assert_str_eq(opt.device.values[2], "cuda:1");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(parse(&opt, bad[i]) == 2, "accepted: %s", bad[i][0]);
+}
+END_TEST
+
+/*
+ * Fails if an output that cannot be written (a missing directory, a
+ * directory where a file goes, a file where a directory goes) is taken,
+ * or if one that can (a new file, a folder made with its parents,
+ * /dev/full, whose failures come at the writes) is refused.
+ */
+START_TEST(test_outputs)
+{
+	char dir[] = "/tmp/pinpipe-options-XXXXXX", file[64], a[128], b[128];
+	const char *args[3] = { a, NULL, NULL };
+	struct tr_options opt;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(file, sizeof(file), "%s/file", dir);
+	f = fopen(file, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	/* Each an option and the path under the scratch directory. */
+	static const char *const refused[][2] = {
+		{ "csv", "/none/x.csv" }, { "csv", "" }, { "jsonl", "/file/x.jsonl" },
+		{ "checkpoint", "/none/c.ckpt" }, { "checkpoint", "" }, { "checkpoint", "/file/c.ckpt" },
+		{ "logdir", "/file" }, { "logdir", "/file/runs" },
+	};
+	static const char *const taken[][2] = {
+		{ "csv", "/x.csv" }, { "csv", "/file" }, { "jsonl", "/x.jsonl" },
+		{ "checkpoint", "/c.ckpt" }, { "logdir", "/runs/a/b" }, { "logdir", "" },
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		snprintf(a, sizeof(a), "--%s=%s%s", refused[i][0], dir, refused[i][1]);
+		ck_assert_msg(parse(&opt, args) == 2, "accepted: %s", a);
+	}
+	for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++) {
+		snprintf(a, sizeof(a), "--%s=%s%s", taken[i][0], dir, taken[i][1]);
+		ck_assert_msg(parse(&opt, args) == 0, "refused: %s", a);
+	}
+	snprintf(a, sizeof(a), "--jsonl=/dev/full");
+	ck_assert_int_eq(parse(&opt, args), 0);
+	/* Nothing was made by the checks. */
+	snprintf(b, sizeof(b), "%s/runs", dir);
+	ck_assert_int_ne(access(b, F_OK), 0);
+	snprintf(b, sizeof(b), "%s/x.csv", dir);
+	ck_assert_int_ne(access(b, F_OK), 0);
+	unlink(file);
+	ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* Fails if --columns takes a name that is no column, or does not keep a good list. */
+START_TEST(test_columns)
+{
+	static const char *const list[] = { "--columns=epoch,test_acc", NULL };
+	static const char *const all[] = { "--columns=all", NULL };
+	static const char *const bad[] = { "--columns=epoch,speed", NULL };
+	struct tr_options opt;
+
+	ck_assert_int_eq(parse(&opt, list), 0);
+	ck_assert_str_eq(opt.columns, "epoch,test_acc");
+	ck_assert_int_eq(parse(&opt, all), 0);
+	ck_assert_str_eq(opt.columns, "all");
+	ck_assert_int_eq(parse(&opt, bad), 2);
+	ck_assert_int_eq(parse(&opt, (const char *const[]){ NULL }), 0);
+	ck_assert_str_eq(opt.columns, "");
+}
+END_TEST
+
+/*
  * -q means only the final table, before or after --progress and
  * --no-progress, which otherwise take the last word.  Fails if either of
  * them undoes -q, or if they stop overriding each other.
@@ -238,6 +338,9 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_model_lists);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_quiet);
+	tcase_add_test(tc, test_device_list);
+	tcase_add_test(tc, test_outputs);
+	tcase_add_test(tc, test_columns);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -745,6 +745,34 @@ static int verify(char **files, int n)
 	return bad == 0 ? 0 : 1;
 }
 
+/*
+ * Checks that the shards of PREFIX can be written in its folder, before
+ * anything is decoded: a missing or read-only folder is a usage error
+ * naming the prefix, not a failure after the whole input was read.
+ */
+static int check_prefix(const char *prefix)
+{
+	const char *slash = strrchr(prefix, '/');
+	char dir[4096];
+	struct stat st;
+
+	if (slash == NULL)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", slash == prefix ? 1 : (int)(slash - prefix), prefix);
+	if (stat(dir, &st) != 0)
+		fprintf(stderr, "pinpipe-pack: -o %s: the directory %s: %s (make it first)\n", prefix,
+			dir, strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		fprintf(stderr, "pinpipe-pack: -o %s: %s is not a directory\n", prefix, dir);
+	else if (access(dir, W_OK | X_OK) != 0)
+		fprintf(stderr, "pinpipe-pack: -o %s: cannot make files in the directory %s: %s\n",
+			prefix, dir, strerror(errno));
+	else
+		return 0;
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -847,5 +875,7 @@ int main(int argc, char **argv)
 		return usage_error("no output prefix given (-o PREFIX)", NULL);
 	if (optind == argc)
 		return usage_error("no input given", NULL);
+	if (check_prefix(opt.prefix) != 0)
+		return 2;
 	return pack(&opt, argv + optind, argc - optind);
 }

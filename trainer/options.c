@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pinpipe/pinpipe.h"
@@ -24,7 +25,9 @@ static const char usage[] =
 "row per run and epoch, then a table of them all.\n"
 "\n"
 "Grid options (each takes a comma-separated list):\n"
-"  -d, --device=LIST       auto, cpu, sim[:bw=25GB/s], cuda[:N]      [auto]\n"
+"  -d, --device=LIST       auto, cpu, sim[:OPTIONS], cuda[:N]        [auto]\n"
+"                          (a sim's options go on after commas:\n"
+"                          sim:bw=25GB/s,call_us=20,cpu is two devices)\n"
 "  -b, --batch-size=LIST   samples per batch                         [100]\n"
 "  -w, --workers=LIST      loader worker threads (0: in the trainer) [1]\n"
 "  -p, --pin-memory=LIST   on, off: pinned ring buffers              [on]\n"
@@ -104,11 +107,20 @@ static const char usage[] =
 "      --sort=COLUMN       sort the final table's rows by COLUMN, ties in run\n"
 "                          order (prefix - to reverse)  [the runs by their mean\n"
 "                          epoch_s, fastest first, each in epoch order]\n"
-"                          The table's status column is cut to the terminal's\n"
-"                          width ($COLUMNS, else 80; at least 40 characters):\n"
-"                          stderr, --csv and --jsonl have a failure's reason whole\n"
+"      --columns=LIST      the final table's columns, comma-separated, or all.\n"
+"                          By default those that tell something: the parameters\n"
+"                          every row shares on a line above the table, no column\n"
+"                          that no row has a figure in (copies on the cpu), and\n"
+"                          the least telling left out (run_s first, said under\n"
+"                          the table) to fit the terminal's width ($COLUMNS when\n"
+"                          stdout is no terminal, else 100); a failed run's\n"
+"                          status is cut to it (at least 40 characters): stderr,\n"
+"                          --csv and --jsonl have every column, and reasons whole\n"
 "      --csv=FILE          write the rows as CSV\n"
 "      --jsonl=FILE        write the rows as JSON lines\n"
+"                          (these, --checkpoint's directory and --logdir are\n"
+"                          checked before any training: one that cannot be\n"
+"                          written is a usage error)\n"
 "      --logdir=DIR        write TensorBoard event files, one directory per run:\n"
 "                          the curves, the first batch as an image grid, and\n"
 "                          per epoch histograms of parameters and gradients\n"
@@ -130,6 +142,7 @@ enum {
 	OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_NO_EVAL, OPT_CHECKPOINT, OPT_RESUME, OPT_MAX_STEPS,
 	OPT_STREAM, OPT_MEMORY_BUDGET, OPT_KEEP_DENORMALS, OPT_GRAPH, OPT_SORT, OPT_CSV, OPT_JSONL, OPT_LOGDIR, OPT_PROGRESS, OPT_NO_PROGRESS,
 	OPT_IMAGE_SIZE, OPT_COMM, OPT_COMM_TIMEOUT, OPT_DETERMINISTIC, OPT_MICRO_BATCHES, OPT_BUCKET_KB,
+	OPT_COLUMNS,
 };
 
 static const struct option long_options[] = {
@@ -161,6 +174,7 @@ static const struct option long_options[] = {
 	{ "keep-denormals", no_argument, NULL, OPT_KEEP_DENORMALS },
 	{ "graph", required_argument, NULL, OPT_GRAPH },
 	{ "sort", required_argument, NULL, OPT_SORT },
+	{ "columns", required_argument, NULL, OPT_COLUMNS },
 	{ "csv", required_argument, NULL, OPT_CSV },
 	{ "jsonl", required_argument, NULL, OPT_JSONL },
 	{ "logdir", required_argument, NULL, OPT_LOGDIR },
@@ -225,7 +239,52 @@ static bool parse_bool(const char *s, bool *out)
 static bool known_device(const char *s)
 {
 	return !strcmp(s, "auto") || !strcmp(s, "cpu") || !strcmp(s, "sim") ||
-	       !strncmp(s, "sim:", 4) || !strcmp(s, "cuda") || !strncmp(s, "cuda:", 5);
+	       !strncmp(s, "sim:", 4) || !strcmp(s, "cuda") ||
+	       (!strncmp(s, "cuda:", 5) && s[5] != '\0' && strspn(s + 5, "0123456789") == strlen(s + 5));
+}
+
+/*
+ * Adds the devices of a comma-separated list to the axis.  A sim's options
+ * are separated by commas too ("sim:bw=25GB/s,call_us=20"): a value that
+ * is no device continues the sim before it.  Each sim is opened once, so
+ * that an option it does not take is a usage error now, not a failed run.
+ */
+static int add_devices(struct tr_axis *axis, const char *name, const char *list)
+{
+	char buf[4096], *save = NULL;
+	size_t first = axis->n;
+
+	if (strlen(list) >= sizeof(buf) || list[0] == '\0')
+		return bad(name, list, "empty or too long");
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		char *prev = axis->n > first ? axis->values[axis->n - 1] : NULL;
+
+		if (!known_device(t) && prev != NULL && strncmp(prev, "sim:", 4) == 0) {
+			if (strlen(prev) + 1 + strlen(t) >= sizeof(((struct tr_params *)0)->device))
+				return bad(name, list, "a device name too long (63 characters at most)");
+			strcat(prev, ",");
+			strcat(prev, t);
+			continue;
+		}
+		if (!known_device(t))
+			return bad(name, t, "not a device (auto, cpu, sim, sim:OPTIONS, cuda, cuda:N)");
+		if (axis->n == TR_MAX_VALUES)
+			return bad(name, list, "too many values (at most 16)");
+		if (strlen(t) >= sizeof(((struct tr_params *)0)->device))
+			return bad(name, t, "too long (63 characters at most)");
+		snprintf(axis->values[axis->n++], sizeof(axis->values[0]), "%s", t);
+	}
+	for (size_t k = first; k < axis->n; k++) {
+		struct pp_device *dev;
+
+		if (strncmp(axis->values[k], "sim:", 4) != 0)
+			continue;
+		if (pp_device_open(axis->values[k], &dev) < 0)
+			return bad(name, axis->values[k], pp_last_error());
+		pp_device_close(dev);
+	}
+	return 0;
 }
 
 /* Checks one value of a grid axis; returns NULL if it is good, else why not. */
@@ -236,8 +295,6 @@ static const char *check_value(int opt, const char *v)
 	bool b;
 
 	switch (opt) {
-	case 'd':
-		return known_device(v) ? NULL : "not a device (auto, cpu, sim, cuda, cuda:N)";
 	case 'b':
 		return parse_u64(v, 1, 1u << 24, &u) == 0 ? NULL : "not a batch size (1..16777216)";
 	case 'w':
@@ -313,6 +370,81 @@ static int copy_path(char *dst, size_t len, const char *name, const char *value)
 	return 0;
 }
 
+/* The folder of 'path' (its text before the last '/', "." without one, "/" for "/x"). */
+static void folder_of(const char *path, char *dir, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (slash == NULL)
+		snprintf(dir, len, ".");
+	else if (slash == path)
+		snprintf(dir, len, "/");
+	else
+		snprintf(dir, len, "%.*s", (int)(slash - path), path);
+}
+
+/* Checks that 'dir' is a folder this process may make files in; else says why on stderr. */
+static int check_folder(const char *name, const char *path, const char *dir, const char *what)
+{
+	struct stat st;
+
+	if (stat(dir, &st) != 0)
+		fprintf(stderr, "pinpipe-train: --%s=%s: %s %s: %s\n", name, path, what, dir,
+			strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		fprintf(stderr, "pinpipe-train: --%s=%s: %s %s is not a directory\n", name, path,
+			what, dir);
+	else if (access(dir, W_OK | X_OK) != 0)
+		fprintf(stderr, "pinpipe-train: --%s=%s: cannot make files in %s %s: %s\n", name,
+			path, what, dir, strerror(errno));
+	else
+		return 0;
+	return 2;
+}
+
+/*
+ * Checks, before anything is trained, that an output can be written:
+ * a file (--csv, --jsonl), one that is written beside itself and renamed
+ * (--checkpoint: its folder must take the temporary file), or a folder
+ * made with its parents (--logdir).  Returns 0, or 2 with the path and
+ * the reason on stderr.
+ */
+static int check_output(const char *name, const char *path, bool folder, bool beside)
+{
+	struct stat st;
+	char dir[4096];
+
+	if (stat(path, &st) == 0) {
+		if (folder != S_ISDIR(st.st_mode)) {
+			fprintf(stderr, "pinpipe-train: --%s=%s: %s\n", name, path,
+				folder ? "not a directory" : "a directory, not a file");
+			return 2;
+		}
+		if (folder)
+			return check_folder(name, path, path, "the directory");
+		if (!beside && access(path, W_OK) != 0) {
+			fprintf(stderr, "pinpipe-train: --%s=%s: cannot write: %s\n", name, path,
+				strerror(errno));
+			return 2;
+		}
+		if (!beside)
+			return 0;
+	} else if (errno != ENOENT && errno != ENOTDIR) {
+		fprintf(stderr, "pinpipe-train: --%s=%s: %s\n", name, path, strerror(errno));
+		return 2;
+	}
+	folder_of(path, dir, sizeof(dir));
+	/* A folder of TensorBoard runs is made with its parents: the nearest one there decides. */
+	while (folder && stat(dir, &st) != 0 && errno == ENOENT && strcmp(dir, ".") != 0 &&
+	       strcmp(dir, "/") != 0) {
+		char up[4096];
+
+		folder_of(dir, up, sizeof(up));
+		snprintf(dir, sizeof(dir), "%s", up);
+	}
+	return check_folder(name, path, dir, "the directory");
+}
+
 int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 {
 	const char *env = getenv("PINPIPE_DATA");
@@ -341,7 +473,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			if (o->val == c)
 				name = o->name;
 		switch (c) {
-		case 'd': ret = add_values(&opt->device, c, name, optarg); break;
+		case 'd': ret = add_devices(&opt->device, name, optarg); break;
 		case 'b': ret = add_values(&opt->batch_size, c, name, optarg); break;
 		case 'w': ret = add_values(&opt->workers, c, name, optarg); break;
 		case 'p': ret = add_values(&opt->pin_memory, c, name, optarg); break;
@@ -430,6 +562,20 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			}
 			snprintf(opt->sort, sizeof(opt->sort), "%s", optarg);
 			break;
+		case OPT_COLUMNS: {
+			char col[64], why[700];
+
+			if (optarg[0] == '\0' || strlen(optarg) >= sizeof(opt->columns)) {
+				ret = bad(name, optarg, "empty or too long");
+			} else if (!tr_results_valid_columns(optarg, col, sizeof(col))) {
+				snprintf(why, sizeof(why), "'%s' is not a column (all, or a list of: %s)",
+					 col, tr_results_column_names());
+				ret = bad(name, optarg, why);
+			} else {
+				snprintf(opt->columns, sizeof(opt->columns), "%s", optarg);
+			}
+			break;
+		}
 		case OPT_CSV: ret = copy_path(opt->csv, sizeof(opt->csv), name, optarg); break;
 		case OPT_JSONL: ret = copy_path(opt->jsonl, sizeof(opt->jsonl), name, optarg); break;
 		case OPT_LOGDIR: ret = copy_path(opt->logdir, sizeof(opt->logdir), name, optarg); break;
@@ -512,6 +658,16 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			tr_options_runs(opt));
 		return 2;
 	}
+	/* Outputs that cannot be written are refused now, not after hours of training. */
+	if (opt->csv[0] != '\0' && (ret = check_output("csv", opt->csv, false, false)) != 0)
+		return ret;
+	if (opt->jsonl[0] != '\0' && (ret = check_output("jsonl", opt->jsonl, false, false)) != 0)
+		return ret;
+	if (opt->checkpoint[0] != '\0' &&
+	    (ret = check_output("checkpoint", opt->checkpoint, false, true)) != 0)
+		return ret;
+	if (opt->logdir[0] != '\0' && (ret = check_output("logdir", opt->logdir, true, false)) != 0)
+		return ret;
 	return 0;
 }
 

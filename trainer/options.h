@@ -50,6 +50,7 @@ struct tr_options {
 	bool keep_denormals;      /* pp_model_config.keep_denormals */
 	enum pp_model_graph graph; /* pp_model_config.graph */
 	char sort[32];            /* column, "-column", or "": runs by mean epoch_s, epochs in order */
+	char columns[512];        /* the table's columns: "", "all" or a list (tr_results_print_table()) */
 	char csv[4096];
 	char jsonl[4096];
 	char logdir[4096];
@@ -63,7 +64,10 @@ struct tr_options {
 
 /*
  * Parses argv into *opt.  Returns 0 to run, 1 when --help or --version was
- * printed, or 2 after printing a one-line error to stderr.
+ * printed, or 2 after printing a one-line error to stderr: a bad option or
+ * value, a sim's option the sim does not take, or an output that cannot be
+ * written (--csv, --jsonl, --checkpoint's folder, --logdir), checked on the
+ * file system now so that it fails before any training.
  */
 int tr_options_parse(int argc, char **argv, struct tr_options *opt);
 

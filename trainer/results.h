@@ -23,6 +23,9 @@ struct tr_params {
 			      * 0 in the rows of a cuda run) */
 	char blas[48];       /* not an axis: the BLAS kernels a cpu run ran on, "OpenBLAS SkylakeX"
 			      * (pp_blas_get_info()); "" for a cuda run or a BLAS that does not say */
+	unsigned ranks;      /* not an axis: the processes of the job (mpirun -np), 1 alone */
+	unsigned global_batch; /* not an axis: the samples of a step over the ranks,
+				* ranks x batch_size */
 };
 
 /* One row: a run's epoch, or a run that failed (epoch 0, status says why). */
@@ -80,14 +83,31 @@ const char *tr_results_column_names(void);
 #define TR_STATUS_MIN 40
 
 /*
- * Prints the rows as an aligned table, under a line that names the order
- * 'sort' (as given to tr_results_sort) put them in.  The status, the last
- * column, is cut with "..." where a row would be wider than 'width'
- * characters (0: no limit), but keeps at least TR_STATUS_MIN of them: a
- * failed run's reason does not widen every row.  No line ends in spaces.
+ * Checks a --columns value: "all", or column names separated by commas.
+ * Returns true if it is one; else false, with the first name that is not a
+ * column in bad[0..len).
  */
-void tr_results_print_table(const struct tr_results *res, const char *sort, size_t width,
-			    FILE *out);
+bool tr_results_valid_columns(const char *list, char *bad, size_t len);
+
+/*
+ * Prints the rows as an aligned table, under a line that names the order
+ * 'sort' (as given to tr_results_sort) put them in; prints nothing without
+ * rows.  'columns' chooses the columns: "all" every one, in the order of
+ * the CSV; a list of names (tr_results_valid_columns()) those, in its
+ * order; "" those that tell something: a parameter of the runs that is
+ * the same in every row (device=cpu, status=ok) goes to a line above the
+ * table, NAME=VALUE two spaces apart, a figure that no row has (the copy
+ * columns of a cpu run, the validation without --val-split, the allreduce
+ * on one rank) is left out, and where the rows are wider than 'width'
+ * figures that matter less are left out (the run's time first), named on
+ * a line under the table, then a model spec or a sim's options is cut
+ * with "..." (to 12 characters at least).  The status is cut with "..." where a row would
+ * be wider than 'width' characters (0: no limit), but keeps at least
+ * TR_STATUS_MIN of them: a failed run's reason does not widen every row.
+ * No line ends in spaces.
+ */
+void tr_results_print_table(const struct tr_results *res, const char *sort, const char *columns,
+			    size_t width, FILE *out);
 
 /* Writes a header line and the rows as CSV (RFC 4180 quoting). */
 int tr_results_write_csv(const struct tr_results *res, FILE *out);

@@ -21,7 +21,21 @@
 /* The fallback of "auto" to the cpu with a GPU driver there was said on stderr. */
 static bool auto_fallback_said;
 
-int tr_run_open(const struct tr_options *opt, const struct tr_params *p, unsigned run,
+/*
+ * Writes into p->device the name of the device the run opened, as its
+ * rows, its errors and its --logdir folder give it: what "auto" or "cuda"
+ * opened (cpu, cuda:0), with the options a sim was given
+ * ("sim:bw=25GB/s,call_us=20"; the device itself says "sim").
+ */
+static void name_device(struct tr_params *p, const struct pp_device *dev)
+{
+	const char *name = pp_device_get_props(dev)->name;
+
+	if (strcmp(name, "sim") != 0 || strncmp(p->device, "sim:", 4) != 0)
+		snprintf(p->device, sizeof(p->device), "%s", name);
+}
+
+int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
 		const struct data *d, struct tr_dist *dist, struct run *r)
 {
 	const struct pp_sample_info *info;
@@ -41,6 +55,7 @@ int tr_run_open(const struct tr_options *opt, const struct tr_params *p, unsigne
 			pp_device_get_props(r->dev)->fallback);
 		auto_fallback_said = true;
 	}
+	name_device(p, r->dev);
 	ret = tr_dist_run_begin(dist, r->dev);
 	if (ret < 0)
 		return ret;

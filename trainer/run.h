@@ -35,10 +35,12 @@ struct run {
  * Builds run 'run' of the grid with parameters 'p' on this rank: its
  * device, the loaders and transfer stages of the splits of 'd', its model
  * (with the ranks' gradient hook and their parameters made equal) and,
- * with --logdir, its events.  0 or -errno; tr_run_close() releases what
- * was built, also after a failure.
+ * with --logdir, its events.  Once the device is open, p->device is its
+ * name as the rows give it (cpu for "auto", a sim with its options).
+ * 0 or -errno; tr_run_close() releases what was built, also after a
+ * failure.
  */
-int tr_run_open(const struct tr_options *opt, const struct tr_params *p, unsigned run,
+int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
 		const struct data *d, struct tr_dist *dist, struct run *r);
 void tr_run_close(struct run *r);
 

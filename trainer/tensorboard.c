@@ -29,20 +29,21 @@ static void tb_scalar(struct run *r, const char *tag, int64_t step, double value
 		tr_tb_failed(r);
 }
 
-/* Makes the TensorBoard directory name of a run from its parameters. */
+/*
+ * Makes the TensorBoard directory name of a run from its parameters, its
+ * device as the rows name it; the '/', ',' and ':' of a model spec or a
+ * sim's options ("sim:bw=25GB/s,call_us=20") are '_' in it.
+ */
 static void run_dirname(const struct tr_params *p, unsigned run, char *buf, size_t len)
 {
 	char model[64];
-	size_t i;
 
-	for (i = 0; p->model[i] != '\0' && i + 1 < sizeof(model); i++)
-		model[i] = (p->model[i] == '/' || p->model[i] == ',' || p->model[i] == ':') ? '_' : p->model[i];
-	model[i] = '\0';
+	snprintf(model, sizeof(model), "%.63s", p->model);
 	snprintf(buf, len, "run%u-device=%s-bs=%u-workers=%u-pin=%s-lr=%g-model=%s-opt=%s", run,
 		 p->device, p->batch_size, p->workers, p->pin_memory ? "on" : "off", p->lr, model,
 		 p->optimizer);
-	for (i = 0; buf[i] != '\0'; i++)
-		if (buf[i] == ':')
+	for (size_t i = 0; buf[i] != '\0'; i++)
+		if (buf[i] == ':' || buf[i] == '/' || buf[i] == ',')
 			buf[i] = '_';
 }
 

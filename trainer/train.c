@@ -129,7 +129,7 @@ int main(int argc, char **argv)
 	if (opt.progress >= 0)
 		printf("\n");
 	if (dist.rank == 0)
-		tr_results_print_table(&res, opt.sort, table_width(), stdout);
+		tr_results_print_table(&res, opt.sort, opt.columns, table_width(), stdout);
 	if (tr_rows_finish(&opt, &rf, &res) < 0)
 		failed++;
 	tr_results_free(&res);
@@ -205,6 +205,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	struct tr_place pl;
 	uint64_t steps;
 	char why[sizeof(opt->checkpoint) + 1024] = "";  /* why the run failed, when the trainer knows */
+	char ranks[64] = "";       /* several ranks: their count and the global batch */
 	unsigned cores;
 	int ret;
 
@@ -212,6 +213,10 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	/* The ranks of a machine share its cores (and its GPUs, by local rank). */
 	cores = tr_usable_cores() / (unsigned)pp_comm_local_size(dist->comm);
 	params.threads = tr_options_threads(opt, p, cores ? cores : 1);
+	params.ranks = (unsigned)dist->size;
+	params.global_batch = p->batch_size * (unsigned)dist->size;
+	/* The rows, and the errors, name the device that ran once it is open (tr_run_open()). */
+	p = &params;
 	ret = tr_dist_check_batch(dist, p->batch_size, why, sizeof(why));
 	if (ret == 0)
 		ret = tr_run_open(opt, &params, run, d, dist, &r);
@@ -219,13 +224,11 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		ret = tr_resume_check(opt, &params, r.model, dist->rank == 0, why, sizeof(why));
 	if (ret < 0)
 		goto fail;
-	/* Rows name the device that ran ("auto" opens cpu or cuda:0), a CPU step's threads and BLAS. */
-	snprintf(params.device, sizeof(params.device), "%s", pp_device_get_props(r.dev)->name);
+	/* Rows name a CPU step's threads and BLAS. */
 	if (pp_device_get_props(r.dev)->host_addressable)
 		tr_blas_note(&params, dist->rank == 0);
 	else
 		params.threads = 0;
-	p = &params;
 	info = pp_loader_info(r.train_loader);
 	ret = tr_resume_place(opt, run, &r, &pl, why, sizeof(why));
 	if (ret == 1) {
@@ -244,10 +247,12 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	ret = tr_resume_key(opt, p, &d->train, &r, &pl, why, sizeof(why));
 	if (ret < 0)
 		goto fail;
+	if (dist->size > 1)
+		snprintf(ranks, sizeof(ranks), " ranks=%u global_batch=%u", p->ranks, p->global_batch);
 	if (opt->progress >= 0)
-		printf("run %u: device=%s batch_size=%u workers=%u pin_memory=%s lr=%g model=%s "
-		       "optimizer=%s, %zu parameters%s\n", run, p->device, p->batch_size, p->workers,
-		       p->pin_memory ? "on" : "off", p->lr, p->model, p->optimizer,
+		printf("run %u: device=%s batch_size=%u%s workers=%u pin_memory=%s lr=%g model=%s "
+		       "optimizer=%s, %zu parameters%s\n", run, p->device, p->batch_size, ranks,
+		       p->workers, p->pin_memory ? "on" : "off", p->lr, p->model, p->optimizer,
 		       pp_model_param_count(r.model), steps ? " (resumed)" : "");
 	/* Seen before a long first epoch, also through a pipe. */
 	fflush(stdout);
@@ -530,8 +535,8 @@ static int rank_failed(struct tr_dist *dist)
 
 /*
  * The width the final table keeps to: the terminal's, else $COLUMNS, else
- * 80 (a failed run's reason is then cut in the table; stderr, the CSV and
- * the JSON lines have it whole).
+ * 100 (tr_results_print_table() leaves out what does not fit, and says
+ * so; the CSV and the JSON lines have every column).
  */
 static size_t table_width(void)
 {
@@ -548,5 +553,5 @@ static size_t table_width(void)
 		if (errno == 0 && *end == '\0' && cols > 0 && cols <= 65535)
 			return cols;
 	}
-	return 80;
+	return 100;
 }
