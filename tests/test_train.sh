@@ -440,7 +440,7 @@ ln -s "$tmp/loop-b" "$tmp/loop-a" && ln -s "$tmp/loop-a" "$tmp/loop-b"
 expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" "$train" --data="$tmp/loop-a"
 expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" \
 	"$train" --data="$tmp/loop-a" --stream
-expect 2 "--sort=speed: not a column \(run,.*\) \(see --help\)$" "$train" --sort=speed
+expect 2 "--sort=speed: not a column \(run,.*\) \(try --help\)$" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
 expect 1 "$tmp/none" "$train" --data="$tmp/none"
