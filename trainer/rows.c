@@ -1,0 +1,352 @@
+/*
+ * trainer/rows.c: pinpipe-train's files of rows, --csv and --jsonl
+ * (trainer/rows.h), and the rows said on the terminal.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdio_ext.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pinpipe/pinpipe.h"
+#include "trainer/rows.h"
+
+static void print_row(const struct tr_row *row, int progress)
+{
+	if (progress < 0)
+		return;
+	printf("run %u epoch %u: train loss %.4f acc %.4f", row->run, row->epoch, row->train_loss,
+	       row->train_acc);
+	if (!isnan(row->val_acc))
+		printf(", val loss %.4f acc %.4f", row->val_loss, row->val_acc);
+	if (!isnan(row->test_acc))
+		printf(", test loss %.4f acc %.4f", row->test_loss, row->test_acc);
+	printf(", %.2f s, %.0f samples/s, waited %.3f s", row->epoch_s, row->samples_per_s,
+	       row->wait_s);
+	if (!isnan(row->hidden_pct))
+		printf(", copy %.3f s (%.0f%% hidden), host in copy calls %.3f s", row->copy_s,
+		       row->hidden_pct, row->copy_host_s);
+	printf("\n");
+	fflush(stdout);
+}
+
+bool tr_output_failed;
+
+/*
+ * Writes one row to a file of rows and flushes it: a full disk shows here,
+ * not at the end, and a row that did not fit whole is cut off again, so
+ * that the file holds whole rows.  Returns 0, or -errno with the file named
+ * on stderr.
+ */
+static int write_row(FILE *f, const char *option, const char *path, const struct tr_row *row,
+		     int (*write)(const struct tr_row *, FILE *))
+{
+	struct stat st;
+	bool regular;
+	int err;
+
+	if (f == NULL)
+		return 0;
+	regular = fflush(f) == 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+	errno = 0;
+	if (!ferror(f) && write(row, f) == 0 && fflush(f) == 0 && !ferror(f))
+		return 0;
+	err = errno ? errno : EIO;
+	/* What stdio still holds of the row is dropped, not written at fclose(). */
+	__fpurge(f);
+	if (regular && ftruncate(fileno(f), st.st_size) != 0)
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot cut off a partial row: %s\n", option,
+			path, strerror(errno));
+	fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(err));
+	tr_output_failed = true;
+	return -err;
+}
+
+/* Opens a file of rows: appended to by a resume, else emptied.  NULL with the file named on stderr. */
+static FILE *rows_open(const char *option, const char *path, bool resume)
+{
+	FILE *f = fopen(path, resume ? "a+" : "w+");
+
+	if (f == NULL)
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path, strerror(errno));
+	return f;
+}
+
+/*
+ * The length of the record at the start of s[0..len): a line of JSON, or a
+ * CSV record (a quoted cell may hold a newline), with its newline.
+ */
+static size_t record_len(const char *s, size_t len, bool csv)
+{
+	bool quoted = false;
+
+	for (size_t i = 0; i < len; i++) {
+		if (csv && s[i] == '"')
+			quoted = !quoted;
+		else if (s[i] == '\n' && !quoted)
+			return i + 1;
+	}
+	return len;
+}
+
+/*
+ * The epoch of a row: its "epoch" key (JSON), or its cell number 'col'
+ * (CSV); 0 when there is none (a failed run's row, a partial line).
+ */
+static unsigned long record_epoch(const char *s, size_t len, bool csv, size_t col)
+{
+	char buf[24];
+	size_t i = 0, n = 0;
+
+	if (!csv) {
+		static const char key[] = "\"epoch\":";
+
+		for (; i + sizeof(key) - 1 < len && memcmp(s + i, key, sizeof(key) - 1) != 0; i++)
+			;
+		i += sizeof(key) - 1;
+	} else {
+		for (size_t c = 0; c < col && i < len; i++) {
+			if (s[i] == '"')
+				for (i++; i < len && !(s[i] == '"' && (i + 1 >= len || s[i + 1] != '"')); i++)
+					i += s[i] == '"';
+			else if (s[i] == ',')
+				c++;
+		}
+	}
+	while (i < len && n + 1 < sizeof(buf) && s[i] >= '0' && s[i] <= '9')
+		buf[n++] = s[i++];
+	buf[n] = '\0';
+	return n ? strtoul(buf, NULL, 10) : 0;
+}
+
+/*
+ * Replaces 'path' with text[0..len) followed by the CSV rows of 'res' (when
+ * not NULL), through a temporary file beside it that is renamed over it:
+ * a SIGKILL leaves the old file or the new one.  Returns 0, or -errno with
+ * the file named on stderr.
+ */
+static int rows_replace(const char *option, const char *path, const char *text, size_t len,
+			const struct tr_results *res)
+{
+	char tmp[PATH_MAX];
+	FILE *f;
+	int fd, ret = 0;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path) >= (int)sizeof(tmp)) {
+		fprintf(stderr, "pinpipe-train: %s=%s: the path is too long\n", option, path);
+		return -ENAMETOOLONG;
+	}
+	fd = mkstemp(tmp);
+	if (fd < 0 || (f = fdopen(fd, "w")) == NULL) {
+		ret = -errno;
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot create %s: %s\n", option, path, tmp,
+			strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		return ret;
+	}
+	errno = 0;
+	fwrite(text, 1, len, f);
+	for (size_t i = 0; res != NULL && i < res->n; i++)
+		tr_results_write_row_csv(&res->rows[i], f);
+	if (fflush(f) != 0 || ferror(f) || fsync(fd) != 0)
+		ret = -(errno ? errno : EIO);
+	if (fclose(f) != 0 && ret == 0)
+		ret = -errno;
+	if (ret == 0 && rename(tmp, path) != 0)
+		ret = -errno;
+	if (ret < 0) {
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(-ret));
+		unlink(tmp);
+	}
+	return ret;
+}
+
+/* The whole content of a file of rows; NULL with the file named on stderr. */
+static char *rows_read(const char *option, const char *path, FILE *f, size_t *len_p)
+{
+	struct stat st;
+	char *text;
+	ssize_t got = 0;
+
+	if (fflush(f) != 0 || fstat(fileno(f), &st) != 0) {
+		fprintf(stderr, "pinpipe-train: %s=%s: %s\n", option, path, strerror(errno));
+		return NULL;
+	}
+	text = malloc((size_t)st.st_size + 1);
+	if (text == NULL) {
+		fprintf(stderr, "pinpipe-train: %s=%s: no memory for its %lld bytes\n", option, path,
+			(long long)st.st_size);
+		return NULL;
+	}
+	for (ssize_t n = 1; got < st.st_size && n > 0; got += n > 0 ? n : 0)
+		n = pread(fileno(f), text + got, (size_t)(st.st_size - got), got);
+	if (got < st.st_size) {
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot read: %s\n", option, path,
+			strerror(errno ? errno : EIO));
+		free(text);
+		return NULL;
+	}
+	*len_p = (size_t)got;
+	return text;
+}
+
+/*
+ * A resume at the end of epoch 'epochs' (or in the epoch after it): the
+ * file keeps its rows of epochs 1 to 'epochs' and drops the others (an
+ * interrupted epoch's, which the resume trains again; failed runs'), so
+ * that the resumed rows follow with no epoch twice.  A file that is not a
+ * regular one (a pipe) is left as it is.  Returns 0 or -errno.
+ */
+static int rows_resume_one(const char *option, const char *path, FILE **f_p, bool csv,
+			   unsigned epochs, off_t *base_p)
+{
+	struct stat st;
+	size_t len, kept = 0, col = 0, at = 0;
+	char *text;
+	int ret;
+
+	if (*f_p == NULL || fstat(fileno(*f_p), &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	text = rows_read(option, path, *f_p, &len);
+	if (text == NULL)
+		return -EIO;
+	if (csv && len > 0) {
+		/* The header stays; it says which cell is the epoch. */
+		size_t n = record_len(text, len, true);
+
+		for (const char *c = text; c < text + n && strncmp(c, "epoch,", 6) != 0; c++)
+			col += *c == ',';
+		at = kept = n;
+	}
+	while (at < len) {
+		size_t n = record_len(text + at, len - at, csv);
+		unsigned long e = record_epoch(text + at, n, csv, col);
+
+		if (text[at + n - 1] == '\n' && e >= 1 && e <= epochs) {
+			memmove(text + kept, text + at, n);
+			kept += n;
+		}
+		at += n;
+	}
+	ret = rows_replace(option, path, text, kept, NULL);
+	free(text);
+	if (ret < 0)
+		return ret;
+	fclose(*f_p);
+	*f_p = rows_open(option, path, true);
+	if (*f_p == NULL)
+		return -EIO;
+	if (base_p != NULL)
+		*base_p = (off_t)kept;
+	return 0;
+}
+
+int tr_rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned epochs)
+{
+	int ret = rows_resume_one("--csv", opt->csv, &rf->csv, true, epochs, &rf->csv_base);
+
+	if (ret == 0)
+		ret = rows_resume_one("--jsonl", opt->jsonl, &rf->jsonl, false, epochs, NULL);
+	if (ret < 0)
+		tr_output_failed = true;
+	return ret;
+}
+
+int tr_rows_start(const struct tr_options *opt, struct row_files *rf)
+{
+	struct stat st;
+
+	memset(rf, 0, sizeof(*rf));
+	if (opt->jsonl[0] != '\0' && (rf->jsonl = rows_open("--jsonl", opt->jsonl, opt->resume)) == NULL)
+		return -EIO;
+	if (opt->csv[0] == '\0')
+		return 0;
+	rf->csv = rows_open("--csv", opt->csv, opt->resume);
+	if (rf->csv == NULL)
+		return -EIO;
+	if (fstat(fileno(rf->csv), &st) == 0 && st.st_size > 0) {
+		rf->csv_base = st.st_size;
+		return 0;
+	}
+	if (tr_results_write_csv_header(rf->csv) < 0 || fflush(rf->csv) != 0) {
+		fprintf(stderr, "pinpipe-train: --csv=%s: cannot write: %s\n", opt->csv, strerror(errno));
+		return -EIO;
+	}
+	rf->csv_base = ftello(rf->csv);
+	return 0;
+}
+
+int tr_rows_finish(const struct tr_options *opt, struct row_files *rf,
+		   const struct tr_results *res)
+{
+	struct stat st;
+	size_t len;
+	char *text;
+	int ret = 0;
+
+	if (rf->csv != NULL && res != NULL && !tr_output_failed && fstat(fileno(rf->csv), &st) == 0 &&
+	    S_ISREG(st.st_mode)) {
+		text = rows_read("--csv", opt->csv, rf->csv, &len);
+		ret = text == NULL ? -EIO
+		      : rows_replace("--csv", opt->csv, text, len < (size_t)rf->csv_base ? len : (size_t)rf->csv_base, res);
+		free(text);
+	}
+	if (rf->csv != NULL && (ferror(rf->csv) | fclose(rf->csv)) != 0 && !tr_output_failed && ret == 0) {
+		fprintf(stderr, "pinpipe-train: --csv=%s: cannot write: %s\n", opt->csv, strerror(errno));
+		ret = -EIO;
+	}
+	if (rf->jsonl != NULL && (ferror(rf->jsonl) | fclose(rf->jsonl)) != 0 && !tr_output_failed) {
+		fprintf(stderr, "pinpipe-train: --jsonl=%s: cannot write: %s\n", opt->jsonl,
+			strerror(errno));
+		ret = -EIO;
+	}
+	return ret;
+}
+
+void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned run,
+		  const struct tr_params *p, int err, const char *why, struct row_files *rf)
+{
+	struct tr_row row;
+
+	memset(&row, 0, sizeof(row));
+	row.run = run;
+	row.train_loss = row.train_acc = row.val_loss = row.val_acc = NAN;
+	row.test_loss = row.test_acc = NAN;
+	row.epoch_s = row.run_s = row.samples_per_s = row.wait_s = row.copy_s = row.hidden_pct = NAN;
+	row.copy_host_s = row.exposed_s = row.allreduce_s = NAN;
+	row.p = *p;
+	const char *reason = why ? why : pp_last_error()[0] ? pp_last_error() : pp_strerror(err);
+
+	/* The row's status holds the reason's start; stderr has it whole. */
+	snprintf(row.status, sizeof(row.status), "failed: %.*s", (int)sizeof(row.status) - 9, reason);
+	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, reason);
+	tr_results_add(res, &row);
+	/* A file that failed already said so. */
+	if (rf->jsonl && !ferror(rf->jsonl))
+		write_row(rf->jsonl, "--jsonl", opt->jsonl, &row, tr_results_write_row_jsonl);
+	if (rf->csv && !ferror(rf->csv))
+		write_row(rf->csv, "--csv", opt->csv, &row, tr_results_write_row_csv);
+}
+
+int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr_results *res,
+		   const struct tr_row *row)
+{
+	int ret;
+
+	tr_results_add(res, row);
+	print_row(row, opt->progress);
+	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
+	ret = write_row(rf->jsonl, "--jsonl", opt->jsonl, row, tr_results_write_row_jsonl);
+	if (ret == 0)
+		ret = write_row(rf->csv, "--csv", opt->csv, row, tr_results_write_row_csv);
+	return ret;
+}

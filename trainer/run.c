@@ -1,0 +1,156 @@
+/*
+ * trainer/run.c: one run of pinpipe-train's grid built and released
+ * (trainer/run.h): its device, the loaders and transfer stages of its
+ * splits, its model (new, or resumed from --checkpoint) and its events.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer/run.h"
+#include "trainer/tensorboard.h"
+
+/* Fashion-MNIST's training-set statistics, as in the seeds' Normalize(). */
+#define NORM_MEAN 0.2860f
+#define NORM_STD 0.3530f
+
+/* The fallback of "auto" to the cpu with a GPU driver there was said on stderr. */
+static bool auto_fallback_said;
+
+int tr_run_open(const struct tr_options *opt, const struct tr_params *p, unsigned run,
+		const struct data *d, struct tr_dist *dist, struct run *r)
+{
+	const struct pp_sample_info *info;
+	struct pp_model_config mc;
+	char device[sizeof(p->device)];
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	r->dist = dist;
+	tr_dist_device(dist, p->device, device, sizeof(device));
+	ret = pp_device_open(device, &r->dev);
+	if (ret < 0)
+		return ret;
+	/* "auto" fell back to the cpu although a GPU driver is there: say so, once a process. */
+	if (pp_device_get_props(r->dev)->fallback[0] != '\0' && !auto_fallback_said) {
+		fprintf(stderr, "pinpipe-train: --device=%s: %s\n", p->device,
+			pp_device_get_props(r->dev)->fallback);
+		auto_fallback_said = true;
+	}
+	ret = tr_dist_run_begin(dist, r->dev);
+	if (ret < 0)
+		return ret;
+	r->host_compute_on_copy = pp_device_get_props(r->dev)->host_addressable &&
+				  !pp_device_get_props(r->dev)->host_is_device;
+	ret = pp_stream_create(r->dev, &r->compute);
+	if (ret < 0)
+		return ret;
+	ret = tr_make_pipeline(opt, p, &d->train, true, r, &r->train_loader, &r->train_xfer);
+	if (ret < 0)
+		return ret;
+	if (tr_split_present(&d->val)) {
+		ret = tr_make_pipeline(opt, p, &d->val, false, r, &r->val_loader, &r->val_xfer);
+		if (ret < 0)
+			return ret;
+	}
+	if (tr_split_present(&d->test)) {
+		ret = tr_make_pipeline(opt, p, &d->test, false, r, &r->test_loader, &r->test_xfer);
+		if (ret < 0)
+			return ret;
+	}
+	info = pp_loader_info(r->train_loader);
+	pp_model_config_init(&mc);
+	mc.in_channels = info->ndim == 3 ? info->shape[0] : 1;
+	mc.in_height = info->ndim == 3 ? info->shape[1] : info->shape[0];
+	mc.in_width = info->ndim == 3 ? info->shape[2] : (info->ndim >= 2 ? info->shape[1] : 1);
+	mc.num_classes = info->num_classes;
+	mc.seed = opt->seed;
+	mc.threads = (int)p->threads;
+	mc.mean = NORM_MEAN;
+	mc.std = NORM_STD;
+	mc.keep_denormals = opt->keep_denormals;
+	mc.graph = opt->graph;
+	mc.stream = r->compute;
+	if (dist->size > 1 || dist->deterministic) {
+		mc.grad_hook = tr_dist_grad_hook;
+		mc.grad_sync = tr_dist_grad_sync;
+		mc.grad_hook_arg = dist;
+	}
+	mc.optim.kind = strcmp(p->optimizer, "sgd") == 0 ? PP_OPTIM_SGD : PP_OPTIM_ADAM;
+	mc.optim.lr = (float)p->lr;
+	mc.optim.momentum = (float)opt->momentum;
+	mc.optim.nesterov = opt->nesterov;
+	mc.optim.weight_decay = (float)opt->weight_decay;
+	if (opt->resume)
+		ret = pp_model_load(opt->checkpoint, r->dev, &mc, &r->model);
+	else
+		ret = pp_model_create(p->model, r->dev, &mc, &r->model);
+	if (ret == 0 && opt->deterministic && !pp_device_get_props(r->dev)->host_addressable) {
+		fprintf(stderr, "pinpipe-train: --deterministic runs on cpu or sim, not on %s\n",
+			pp_device_get_props(r->dev)->name);
+		ret = -EINVAL;
+	}
+	if (ret == 0)
+		ret = tr_dist_start_model(dist, r->model);
+	if (ret < 0)
+		return ret;
+	return tr_tb_open(opt, p, run, r);
+}
+
+void tr_run_close(struct run *r)
+{
+	/* First the communicator of the gradients: a reduction a failure left in flight
+	 * is aborted with it before the model's memory goes (nccl). */
+	if (r->dist != NULL)
+		tr_dist_run_end(r->dist);
+	tr_tb_close(r);
+	pp_model_destroy(r->model);
+	pp_transfer_destroy(r->test_xfer);
+	pp_transfer_destroy(r->val_xfer);
+	pp_transfer_destroy(r->train_xfer);
+	pp_loader_destroy(r->test_loader);
+	pp_loader_destroy(r->val_loader);
+	pp_loader_destroy(r->train_loader);
+	pp_stream_destroy(r->compute);
+	pp_device_close(r->dev);
+	memset(r, 0, sizeof(*r));
+}
+
+unsigned tr_usable_cores(void)
+{
+	cpu_set_t set;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return (unsigned)CPU_COUNT(&set);
+	return online > 0 ? (unsigned)online : 1;
+}
+
+void tr_blas_note(struct tr_params *p, bool say)
+{
+	static bool said;
+	struct pp_blas_info info;
+
+	pp_blas_get_info(&info);
+	if (info.library[0] != '\0')
+		snprintf(p->blas, sizeof(p->blas), "%s %s", info.library, info.core);
+	if (info.warning[0] != '\0' && !said && say)
+		fprintf(stderr, "pinpipe-train: warning: %s\n", info.warning);
+	said = said || info.warning[0] != '\0';
+}
+
+void tr_say_graph_fallback(const struct pp_model *model)
+{
+	static bool said;
+	struct pp_model_graph_stats gs;
+
+	pp_model_get_graph_stats(model, &gs);
+	if (gs.fallback[0] != '\0' && !said) {
+		fprintf(stderr, "pinpipe-train: %s\n", gs.fallback);
+		said = true;
+	}
+}
