@@ -443,7 +443,7 @@ static uint64_t thread_cpu_ns(void)
  */
 START_TEST(test_pageable_d2h_staged)
 {
-	enum { SIZE = 32 << 20 };
+	enum { SIZE = 8 << 20 };
 	struct pp_device *dev = open_ok("sim");
 	uint64_t memcpy_ns = UINT64_MAX, pageable_ns = 0, pinned_ns = UINT64_MAX;
 	struct pp_stream *s;
