@@ -3,11 +3,13 @@
  * host threads.  Its memory is host memory of its own (counted against a
  * capacity); each stream has a copy-engine thread that runs the stream's
  * queue in order: copies, event records, waits on events, host functions.
- * A copy from pinned memory only enqueues; a copy from pageable memory is
- * staged through a bounce buffer in the caller's thread and the caller waits
- * for the engine to move it, as the CUDA driver does (a pageable copy blocks
- * the host, not the other streams: host functions, which stand for kernels,
- * run on beside it).  An optional bandwidth cap makes a copy of n bytes last
+ * A copy from pinned memory only enqueues; a copy from or to pageable memory
+ * is staged through a bounce buffer, as the CUDA driver does: the caller
+ * copies into it and waits for the engine to move it (host to device), or
+ * waits for the engine to fill it and copies out of it (device to host), so
+ * that a pageable copy costs the host a memcpy either way (a pageable copy
+ * blocks the host, not the other streams: host functions, which stand for
+ * kernels, run on beside it).  An optional bandwidth cap makes a copy of n bytes last
  * at least n / bw, and an optional call cost makes every call that reaches a
  * stream (copy, record, query, wait, synchronize, host function) spin the
  * caller's thread for that long first, as a GPU driver's calls cost the host
@@ -587,7 +589,9 @@ static int sim_memcpy_async(struct pp_stream *stream, void *dst, const void *src
 	struct sim_op *op = op_new(stream, SIM_COPY);
 	bool staged = kind != PP_COPY_D2D && !host_pinned;
 	struct sim_result result = { .ret = 0 };
+	void *staging = NULL;
 	uint64_t seq;
+	int ret;
 
 	if (op == NULL)
 		return -ENOMEM;
@@ -607,9 +611,26 @@ static int sim_memcpy_async(struct pp_stream *stream, void *dst, const void *src
 		}
 		memcpy(op->bounce, src, n);
 		op->src = op->bounce;
+	} else if (staged && kind == PP_COPY_D2H) {
+		/* The other way: the engine fills the bounce buffer, the caller empties it. */
+		staging = pp_malloc(n);
+		if (staging == NULL) {
+			free(op);
+			return pp_error(-ENOMEM, "%s: stream %u: no memory for a bounce buffer of %zu bytes",
+					stream->dev->props.name, stream->id, n);
+		}
+		op->dst = staging;
 	}
 	seq = enqueue(stream->ctx, op);
-	return staged ? wait_op(stream->ctx, seq, &result) : 0;
+	if (!staged)
+		return 0;
+	ret = wait_op(stream->ctx, seq, &result);
+	if (staging != NULL) {
+		if (ret == 0)
+			memcpy(dst, staging, n);
+		free(staging);
+	}
+	return ret;
 }
 
 /* ------------------------------------------------------------------ memory */

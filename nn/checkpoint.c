@@ -291,9 +291,27 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 				"least %zu)", path, len, version, header + 4);
 	want_crc = pp_le32(buf + len - 4);
 	crc = pp_crc32(0, buf, len - 4);
-	if (crc != want_crc)
+	if (crc != want_crc) {
+		/*
+		 * A file cut short (a copy interrupted, a disk that filled up) or
+		 * run on fails its CRC too: where the header is sound, its size
+		 * says which.
+		 */
+		slen = pp_le32(buf + 12);
+		n = pp_le64(buf + 32);
+		cfg.optim.kind = (enum pp_optimizer_kind)pp_le32(buf + 48);
+		need = 0;
+		if (slen >= 1 && slen <= CKPT_MAX_SPEC && n <= (1ull << 40) &&
+		    (cfg.optim.kind == PP_OPTIM_SGD || cfg.optim.kind == PP_OPTIM_ADAM))
+			need = header + slen + 4 * (size_t)n * (1 + state_vectors(cfg.optim.kind)) + 4;
+		if (need > len)
+			return pp_error(-EBADMSG, "%s: truncated (%zu of %zu bytes)", path, len, need);
+		if (need > 0 && need < len)
+			return pp_error(-EBADMSG, "%s: %zu bytes past its end (%zu of %zu bytes)", path,
+					len - need, len, need);
 		return pp_error(-EBADMSG, "%s: offset %zu: CRC-32 mismatch (expected 0x%08x, got 0x%08x)",
 				path, len - 4, want_crc, crc);
+	}
 	slen = pp_le32(buf + 12);
 	if (slen < 1 || slen > CKPT_MAX_SPEC || slen > len - header - 4)
 		return pp_error(-EBADMSG, "%s: offset 12: spec length %u (expected 1..%d within the file)",

@@ -10,7 +10,8 @@
 # GPU.  A program linked with the static library and `pkg-config --static`
 # (no OpenBLAS among its libraries: the library opens it at run time) must
 # create a model on the CPU and name the OpenBLAS kernels it runs.  Run from
-# a configured and built tree (the lead's CI runs it).
+# a configured and built tree (the lead's CI runs it).  pkg-config is asked
+# as README.md says for a staged install: --define-prefix.
 set -eu
 top=$(pwd)
 dest=$(mktemp -d "${TMPDIR:-/tmp}/pinpipe-install-XXXXXX")
@@ -21,12 +22,23 @@ make -s install DESTDIR="$dest" >"$dest.log" 2>&1 || { cat "$dest.log"; exit 1; 
 rm -f "$dest.log"
 prefix=$(sed -n 's/^prefix=//p' pinpipe.pc)
 libdir=$(PKG_CONFIG_PATH= pkg-config --variable=libdir "$top/pinpipe.pc")
-export PKG_CONFIG_SYSROOT_DIR="$dest"
+# As README says: the stage's pinpipe.pc, its prefix taken from where it lies.
+export PKG_CONFIG="pkg-config --define-prefix"
 export PKG_CONFIG_PATH="$dest$libdir/pkgconfig"
 export LD_LIBRARY_PATH="$dest$libdir"
 test -f "$dest$prefix/include/pinpipe/pinpipe.h"
 test -x "$dest$prefix/bin/pinpipe-train"
-echo "check_install: installed under $dest$prefix; cflags: $(pkg-config --cflags pinpipe)"
+# The docs beside the README, the map of the code among them; pinpipe.pc names the project's home.
+for doc in README.md API.md ARCHITECTURE.md SHARDS.md; do
+	[ -n "$(find "$dest$prefix/share/doc" -name "$doc")" ] ||
+		{ echo "check_install: $doc not installed under $dest$prefix/share/doc"; exit 1; }
+done
+grep -q '^URL: https://[a-z]' "$dest$libdir/pkgconfig/pinpipe.pc" ||
+	{ echo "check_install: pinpipe.pc has no URL:"; cat "$dest$libdir/pkgconfig/pinpipe.pc"; exit 1; }
+cflags=$($PKG_CONFIG --cflags pinpipe | sed "s/ *$//")
+[ "$cflags" = "-I$dest$prefix/include" ] ||
+	{ echo "check_install: $PKG_CONFIG --cflags pinpipe gave '$cflags', not -I$dest$prefix/include"; exit 1; }
+echo "check_install: installed under $dest$prefix; cflags: $cflags"
 
 cp -r "$top/examples" "$dest/examples"
 make -s -C "$dest/examples" >/dev/null
@@ -86,8 +98,8 @@ int main(void)
 	return 0;
 }
 EOF
-	${CC:-cc} "$dest/static.c" $(pkg-config --cflags pinpipe) "$dest$libdir/libpinpipe.a" \
-		$(pkg-config --static --libs pinpipe | sed 's/-lpinpipe//') -o "$dest/static"
+	${CC:-cc} "$dest/static.c" $($PKG_CONFIG --cflags pinpipe) "$dest$libdir/libpinpipe.a" \
+		$($PKG_CONFIG --static --libs pinpipe | sed 's/-lpinpipe//') -o "$dest/static"
 	if ldd "$dest/static" | grep -q 'libpinpipe\|libopenblas'; then
 		echo "check_install: the static program links libpinpipe or OpenBLAS:"; ldd "$dest/static"; exit 1
 	fi

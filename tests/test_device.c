@@ -428,6 +428,63 @@ START_TEST(test_pageable_blocks_for_transfer)
 }
 END_TEST
 
+/* CPU time of the calling thread, ns. */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Fails if a device-to-host copy into pageable memory does not cost the
+ * caller a memcpy of it, as the driver's staging does (the sim's engine used
+ * to write pageable memory itself, so that a pageable device-to-host copy
+ * cost what a pinned one does, and beat pinned host-to-device copies), or if
+ * one into pinned memory costs the caller as much.  On CPU time, the
+ * caller's own, against a memcpy of the same size timed the same way: the
+ * least of three runs each, the most of the pageable ones.
+ */
+START_TEST(test_pageable_d2h_staged)
+{
+	enum { SIZE = 8 << 20 };
+	struct pp_device *dev = open_ok("sim");
+	uint64_t memcpy_ns = UINT64_MAX, pageable_ns = 0, pinned_ns = UINT64_MAX;
+	struct pp_stream *s;
+	uint8_t *page, *pin, *d;
+
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, false, (void **)&page, NULL), 0);
+	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&pin, NULL), 0);
+	ck_assert_int_eq(pp_device_alloc(dev, SIZE, (void **)&d), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &s), 0);
+	memset(page, 1, SIZE);
+	memset(pin, 1, SIZE);
+	memset(d, 7, SIZE);
+	for (int i = 0; i < 3; i++) {
+		uint64_t t0 = thread_cpu_ns();
+
+		memcpy(page, d, SIZE);
+		memcpy_ns = PP_MIN(memcpy_ns, thread_cpu_ns() - t0);
+		memset(page, 0, SIZE);
+		t0 = thread_cpu_ns();
+		ck_assert_int_eq(pp_memcpy_async(page, d, SIZE, PP_COPY_D2H, s), 0);
+		pageable_ns = PP_MAX(pageable_ns, thread_cpu_ns() - t0);
+		ck_assert_uint_eq(page[0], 7);
+		ck_assert_uint_eq(page[SIZE - 1], 7);
+		t0 = thread_cpu_ns();
+		ck_assert_int_eq(pp_memcpy_async(pin, d, SIZE, PP_COPY_D2H, s), 0);
+		pinned_ns = PP_MIN(pinned_ns, thread_cpu_ns() - t0);
+		ck_assert_int_eq(pp_stream_synchronize(s), 0);
+	}
+	ck_assert_msg(pageable_ns >= memcpy_ns / 2, "pageable d2h: %llu ns of the caller's CPU, "
+		      "a memcpy %llu", (unsigned long long)pageable_ns, (unsigned long long)memcpy_ns);
+	ck_assert_msg(pinned_ns <= memcpy_ns / 4, "pinned d2h: %llu ns of the caller's CPU, "
+		      "a memcpy %llu", (unsigned long long)pinned_ns, (unsigned long long)memcpy_ns);
+	pp_device_close(dev);
+}
+END_TEST
+
 /* Drops CAP_IPC_LOCK, which lets root lock memory past RLIMIT_MEMLOCK. */
 static int drop_ipc_lock(void)
 {
@@ -906,6 +963,7 @@ Suite *pp_test_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_bandwidth_cap);
 	tcase_add_test(tc, test_pageable_blocks_for_transfer);
+	tcase_add_test(tc, test_pageable_d2h_staged);
 	tcase_add_test(tc, test_threads_share_device);
 	tcase_add_test(tc, test_call_cost);
 	suite_add_tcase(s, tc);

@@ -2,8 +2,11 @@
 # tests/test_pinpipe_bench.sh: pinpipe-bench's command line.  Fails if bad
 # usage does not give one line on stderr and exit status 2, if --help does
 # not exit 0, or if a short overlap run on sim does not write CSV and JSON
-# with the expected columns and header, one pinned and one pageable row,
-# with the figures below.
+# lines with the expected columns and header, one pinned and one pageable
+# row, with the figures below; if the line of what pinning bought does not
+# give the rows' own figures; if the warning that the host was too loaded
+# is not printed exactly when a row's cpu_wait says so, and is not printed
+# while busy loops take every core.
 set -u
 bench=./pinpipe-bench
 tmp=${TMPDIR:-/tmp}/pp-bench-test.$$
@@ -43,9 +46,28 @@ grep -q '/nonexistent-dir' "$tmp/err" || fail "missing data directory: message: 
 
 "$bench" bandwidth --device=sim --sizes=4K,64K --total=1M --csv="$tmp/bw.csv" > "$tmp/out" ||
 	fail "bandwidth run: exit $?"
-[ "$(head -1 "$tmp/bw.csv")" = "device,direction,memory,pinned,size_bytes,copies,gb_per_s,host_blocked_share" ] ||
+[ "$(head -1 "$tmp/bw.csv")" = "device,direction,memory,pinned,size_bytes,copies,gb_per_s,host_blocked_share,cpu_wait" ] ||
 	fail "bandwidth CSV header: $(head -1 "$tmp/bw.csv")"
 [ "$(wc -l < "$tmp/bw.csv")" -eq 9 ] || fail "bandwidth CSV: $(wc -l < "$tmp/bw.csv") lines, expected 9"
+# What pinning bought, per size: pinned GB/s over pageable, from the rows (h2d: rows 2 and 4, 6 and 8).
+want=$(awk -F, 'NR > 1 { g[NR] = $7; s[NR] = $5 }
+	END { printf "# pinning bought, h2d (pinned against pageable GB/s): %s B %.2fx, %s B %.2fx",
+	      s[2], g[2] / g[4], s[6], g[6] / g[8] }' "$tmp/bw.csv")
+grep -qxF "$want" "$tmp/out" || fail "bandwidth: expected '$want' in: $(cat "$tmp/out")"
+
+# The host too loaded: printed exactly when a row's cpu_wait is 0.25 or more.
+# $1: the CSV, $2: the output.
+check_load_line() {
+	loaded=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "cpu_wait") c = i }
+		NR > 1 && $c != "-" && $c >= 0.25 { n++ } END { print n + 0 }' "$1")
+	if [ "$loaded" -gt 0 ]; then
+		grep -q '^# host too loaded for these figures: ' "$2" ||
+			fail "cpu_wait of 0.25 or more in $loaded rows, and no warning: $(cat "$1" "$2")"
+	elif grep -q '^# host too loaded' "$2"; then
+		fail "a warning with every cpu_wait under 0.25: $(cat "$1" "$2")"
+	fi
+}
+check_load_line "$tmp/bw.csv" "$tmp/out"
 
 # Runs a check of the figures up to 3 times: a run where other processes took
 # the cores from the loader or the simulated engines is measured again; one
@@ -74,7 +96,7 @@ with_retries() {
 compute_us=$(awk -F, 'NR == 2 { c = int($8 * 4); print (c > 2000 ? c : 2000) }' "$tmp/bare.csv")
 rule() {
 	"$bench" overlap --device=sim:bw=10GB/s,call_us=20 --batches=60 --batch-size=1024 \
-		--compute-us="$compute_us" --time-every=1 --csv="$tmp/ov.csv" --json="$tmp/ov.json" \
+		--compute-us="$compute_us" --time-every=1 --csv="$tmp/ov.csv" --jsonl="$tmp/ov.json" \
 		> "$tmp/out" 2> "$tmp/err" || fail "overlap run: exit $?: $(cat "$tmp/err")"
 	awk -F, 'NR == 2 { pin = $11; m1 = $2 }
 		 NR == 3 { pagec = $9; pageb = $12; m2 = $2 }
@@ -89,12 +111,46 @@ grep -q '^# data: synthetic, 60000 samples of 1x28x28 u8 as f32; batches of 1024
 	fail "overlap: the header does not say which data: $(cat "$tmp/out")"
 grep -q "^# compute: $compute_us.0 us a batch (--compute-us) as 1 kernel; one batch in 1 timed" "$tmp/out" ||
 	fail "overlap: the header does not say the compute: $(cat "$tmp/out")"
-cols=device,memory,batch_size,dtype,batches,kernels,compute_us,step_us,copy_us,exposed_us,hidden_share,host_blocked_us,stage_us,calls_per_batch,data_wait_us,samples_per_s
+cols=device,memory,batch_size,dtype,batches,kernels,compute_us,step_us,copy_us,exposed_us,hidden_share,host_blocked_us,stage_us,calls_per_batch,data_wait_us,samples_per_s,cpu_wait
 [ "$(head -1 "$tmp/ov.csv")" = "$cols" ] || fail "overlap CSV header: $(head -1 "$tmp/ov.csv")"
 grep -q '"memory": "pinned"' "$tmp/ov.json" || fail "overlap JSON: $(cat "$tmp/ov.json")"
 grep -q '"hidden_share": [0-9.]*,' "$tmp/ov.json" || fail "overlap JSON hidden_share: $(cat "$tmp/ov.json")"
-/usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert len(r)==2 and r[0]["batch_size"]==1024' \
-	"$tmp/ov.json" 2> /dev/null || [ ! -x /usr/bin/python3 ] || fail "overlap JSON does not parse: $(cat "$tmp/ov.json")"
+[ "$(wc -l < "$tmp/ov.json")" -eq 2 ] || fail "overlap JSON lines: not a line a row: $(cat "$tmp/ov.json")"
+/usr/bin/python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert len(r)==2 and r[0]["batch_size"]==1024' \
+	"$tmp/ov.json" 2> /dev/null || [ ! -x /usr/bin/python3 ] || fail "overlap JSON lines do not parse: $(cat "$tmp/ov.json")"
+# What pinning bought: the rows' step times, and the share of the pageable one saved.
+want=$(awk -F, 'NR == 2 { on = $8; eon = $10 } NR == 3 { off = $8; eoff = $10 }
+	END { d = off - on; printf "# pinning bought: a step of %s us pinned against %s us pageable, %.1f%% %s (exposed copy %s against %s us a batch)",
+	      on, off, (d < 0 ? -d : d) / off * 100, (d >= 0 ? "less" : "MORE"), eon, eoff }' "$tmp/ov.csv")
+grep -qxF "$want" "$tmp/out" || fail "overlap: expected '$want' in: $(cat "$tmp/out")"
+check_load_line "$tmp/ov.csv" "$tmp/out"
+# --json is the same as --jsonl.
+"$bench" overlap --device=sim --batches=10 --compute-us=0 --json="$tmp/alias.json" > /dev/null 2>&1 ||
+	fail "overlap --json: exit $?"
+[ "$(wc -l < "$tmp/alias.json")" -eq 2 ] && grep -q '^{"device": "sim", "memory": "pinned"' "$tmp/alias.json" ||
+	fail "--json: not JSON lines: $(cat "$tmp/alias.json")"
+
+# Busy loops on every core, twice over: this process's threads wait for a
+# core most of the time (a loop per core would leave the scheduler's fair
+# share; two leave each thread a third at most), and the figures are said
+# to be the host's.
+cores=$(nproc)
+pids=
+i=0
+while [ $i -lt $((cores * 2)) ]; do
+	sh -c 'while :; do :; done' &
+	pids="$pids $!"
+	i=$((i + 1))
+done
+"$bench" overlap --device=sim:call_us=20 --batches=60 --compute-us=200 --csv="$tmp/busy.csv" \
+	> "$tmp/busy.out" 2> "$tmp/err"
+rc=$?
+for p in $pids; do kill "$p"; done
+wait 2> /dev/null
+[ $rc -eq 0 ] || fail "overlap beside busy loops: exit $rc: $(cat "$tmp/err")"
+check_load_line "$tmp/busy.csv" "$tmp/busy.out"
+grep -q "^# host too loaded for these figures: this process's threads waited for a core [0-9.]* of the time on average (cpu_wait, $cores cores); sim's copy engine and kernels are host threads" "$tmp/busy.out" ||
+	fail "beside $((cores * 2)) busy loops on $cores cores, no warning: $(cat "$tmp/busy.csv" "$tmp/busy.out")"
 
 # Launch-bound steps (4 kernels of no length, 200 us a launch): a pageable
 # copy blocks the launches and is counted as exposed; a pinned one is not.

@@ -3,7 +3,8 @@
 # accumulators its server uses) reads what pinpipe-train --logdir writes:
 # the scalars, the image grid of the first batch as a PNG of the grid's
 # size, and a histogram of every parameter tensor and its gradient per
-# epoch, each converted to the tensors its Histograms tab draws.  Skipped
+# epoch, each converted to the tensors its Histograms tab draws, all of
+# them at the global step, as loss and accuracy are.  Skipped
 # (exit 77) where the python in $PP_TENSORBOARD_PYTHON (default python3)
 # cannot import tensorboard: `python3 -m venv /tmp/tb && /tmp/tb/bin/pip
 # install tensorboard`, then PP_TENSORBOARD_PYTHON=/tmp/tb/bin/python.
@@ -33,6 +34,12 @@ acc = ea.EventAccumulator(d, size_guidance={ea.SCALARS: 0, ea.IMAGES: 0, ea.HIST
 acc.Reload()
 tags = acc.Tags()
 assert {"loss/train", "accuracy/test", "time/epoch_s"} <= set(tags["scalars"]), tags
+# One axis: every per-epoch point at the global step of the epoch's end, as
+# loss/train's: N and 2N steps for two epochs of N batches (not 1 and 2).
+epoch_steps = [x.step for x in acc.Scalars("loss/train")]
+assert len(epoch_steps) == 2 and epoch_steps[0] > 2 and epoch_steps[1] == 2 * epoch_steps[0], epoch_steps
+for tag in ("time/epoch_s", "time/samples_per_s", "time/wait_s", "accuracy/test"):
+    assert [x.step for x in acc.Scalars(tag)] == epoch_steps, (tag, acc.Scalars(tag))
 assert tags["images"] == ["images/first_batch"], tags
 (im,) = acc.Images("images/first_batch")
 # 50 samples of 1 x 28 x 28, 8 a row: 7 rows, 2 pixels between and around.
@@ -43,7 +50,7 @@ names = ["0.conv.weight", "0.conv.bias", "3.conv.weight", "3.conv.bias", "7.fc.w
 assert sorted(tags["histograms"]) == sorted(p + n for p in ("params/", "grads/") for n in names), tags
 for tag in tags["histograms"]:
     h = acc.Histograms(tag)
-    assert [x.step for x in h] == [1, 2], (tag, h)
+    assert [x.step for x in h] == epoch_steps, (tag, h, epoch_steps)
     assert all(x.histogram_value.num == sum(x.histogram_value.bucket) > 0 for x in h), tag
 # What the server hands to the Histograms and Images tabs: tensors converted from the events.
 acc = pea.EventAccumulator(d, size_guidance={"tensors": 0})

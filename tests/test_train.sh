@@ -177,6 +177,10 @@ cp "$tmp/d.ckpt" "$tmp/d0.ckpt"
 cp "$tmp/e.ckpt" "$tmp/e0.ckpt"
 other="was written by a run whose training data came in another order.*resume it with the options it was written with"
 expect 1 "d.ckpt $other" "$train" $common --epochs=2 --batch-size=50 --checkpoint="$tmp/d.ckpt" --resume
+# said once: one line on stderr, the run's own (not the loader's after it)
+"$train" $common --epochs=2 --batch-size=50 --checkpoint="$tmp/d.ckpt" --resume >/dev/null 2>"$tmp/err"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^pinpipe-train: run 1 (cpu): --resume: .*d.ckpt $other" "$tmp/err" ||
+	{ echo "FAIL: a resume at another batch size is not one line:"; cat "$tmp/err"; fail=1; }
 expect 1 "e.ckpt $other" "$train" $common --epochs=3 --no-shuffle --checkpoint="$tmp/e.ckpt" --resume
 cmp -s "$tmp/d.ckpt" "$tmp/d0.ckpt" && cmp -s "$tmp/e.ckpt" "$tmp/e0.ckpt" ||
 	{ echo "FAIL: a refused resume changed its checkpoint"; fail=1; }
@@ -233,6 +237,11 @@ expect 0 "d.ckpt is at step 12, the end of epoch 1 \(of 12 batches\), at or past
 	"$train" $common --epochs=1 --checkpoint="$tmp/d.ckpt" --resume --csv="$tmp/done.csv"
 expect 0 "e.ckpt is at step 7, batch 7 of epoch 1 \(of 12 batches\), at or past --max-steps=5: the run is already complete" \
 	"$train" $common --epochs=3 --max-steps=5 --checkpoint="$tmp/e.ckpt" --resume --csv="$tmp/done2.csv"
+# and no table of no rows: stdout holds the run's line alone, no header
+"$train" $common --epochs=1 --checkpoint="$tmp/d.ckpt" --resume --no-progress >"$tmp/out" 2>/dev/null
+if grep -q "epoch.*train_loss\|^sorted by" "$tmp/out"; then
+	echo "FAIL: a run already complete printed a table header:"; cat "$tmp/out"; fail=1
+fi
 CHECK='
 assert rows == [] and list(csv.DictReader(open(sys.argv[2]))) == [], rows
 '
@@ -284,7 +293,8 @@ check grid "$tmp/grid.jsonl" "$tmp/tb"
 # 5b. What TensorBoard shows beyond the scalars, on a small IDX dataset of
 # known pixels, unshuffled: the image grid is the first batch's samples as
 # the model gets them, 8 a row with 2 black pixels around each, and each
-# epoch has a histogram of every parameter tensor and of its gradient.
+# epoch has a histogram of every parameter tensor and of its gradient, at
+# the global step of the epoch's end, as the epoch's scalars (time/* too).
 # Fails if the grid shows other samples or another layout, or a histogram
 # is missing, has another count, or a gradient is all zeros.
 mkdir -p "$tmp/tiny"
@@ -324,7 +334,7 @@ dirs = sorted(glob.glob(sys.argv[1] + "/*"))
 assert len(dirs) == 2, dirs
 for d in dirs:
     data = open(glob.glob(d + "/events.out.tfevents.*")[0], "rb").read()
-    pos, images, histos = 0, [], {}
+    pos, images, histos, scalars = 0, [], {}, {}
     while pos < len(data):
         (n,) = struct.unpack_from("<Q", data, pos)
         ev = dict(fields(data[pos + 12:pos + 12 + n]))
@@ -333,6 +343,8 @@ for d in dirs:
             continue
         value = dict(fields(dict(fields(ev[5]))[1]))
         tag = value[1].decode()
+        if 2 in value:
+            scalars.setdefault(tag, []).append(ev[2])
         if 4 in value:
             images.append((tag, dict(fields(value[4]))))
         if 5 in value:
@@ -363,8 +375,11 @@ for d in dirs:
     assert all(v == 0 for v in rows[0] + rows[1] + rows[6] + rows[7]), "the padding is not black"
     want = {"1.fc.weight": 640, "1.fc.bias": 32, "3.fc.weight": 320, "3.fc.bias": 10}
     assert sorted(histos) == sorted(k + n for k in ("params/", "grads/") for n in want), sorted(histos)
+    # one axis: the epochs' points at the global step (30 samples, 3 batches an epoch), as loss's
+    for tag in ("loss/train", "accuracy/test", "time/epoch_s", "time/samples_per_s", "time/wait_s"):
+        assert scalars.get(tag) == [3, 6], (tag, scalars.get(tag))
     for tag, points in histos.items():
-        assert [(s, n) for s, n, _, _ in points] == [(1, want[tag.split("/")[1]]), (2, want[tag.split("/")[1]])], (tag, points)
+        assert [(s, n) for s, n, _, _ in points] == [(3, want[tag.split("/")[1]]), (6, want[tag.split("/")[1]])], (tag, points)
         if tag.endswith("weight"):
             assert all(hi > lo for _, _, lo, hi in points), (tag, points)
 EOPY
@@ -441,7 +456,7 @@ ln -s "$tmp/loop-b" "$tmp/loop-a" && ln -s "$tmp/loop-a" "$tmp/loop-b"
 expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" "$train" --data="$tmp/loop-a"
 expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" \
 	"$train" --data="$tmp/loop-a" --stream
-expect 2 "--sort=speed: not a column \(run,.*\) \(see --help\)$" "$train" --sort=speed
+expect 2 "--sort=speed: not a column \(run,.*\) \(try --help\)$" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
 expect 1 "$tmp/none" "$train" --data="$tmp/none"

@@ -13,8 +13,10 @@
  *              share hidden, the host's time in copy calls and in the whole
  *              stage, its device calls, and the time waited for data.
  *
- * Results print as a table, and with --csv / --json also as CSV or a JSON
- * array of rows.  Uses the public API only.
+ * Results print as a table, then what pinning bought (pinned against
+ * pageable) and, when this process's threads waited for a core long enough
+ * to matter, that the host was too loaded for the figures; with --csv /
+ * --jsonl also as CSV or JSON lines.  Uses the public API only.
  */
 #include "config.h"
 
@@ -31,6 +33,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/args.h"
+#include "common/hostload.h"
 #include "common/size.h"
 #include "pinpipe/pinpipe.h"
 #include "pinpipe/transfer.h"
@@ -44,7 +48,7 @@ struct options {
 	const char *command;    /* "bandwidth" or "overlap" */
 	const char *device;     /* device name */
 	const char *csv;        /* CSV output path, or NULL */
-	const char *json;       /* JSON output path, or NULL */
+	const char *jsonl;      /* JSON lines output path, or NULL */
 	size_t sizes[MAX_SIZES]; /* bandwidth: copy sizes, bytes */
 	int nsizes;
 	uint64_t total;         /* bandwidth: bytes copied per measurement */
@@ -80,12 +84,13 @@ static double now_s(void)
 static void usage(FILE *f)
 {
 	fputs("usage: pinpipe-bench bandwidth [--device=NAME] [--sizes=LIST] [--total=SIZE]\n"
-	      "                               [--csv=FILE] [--json=FILE]\n"
+	      "                               [--csv=FILE] [--jsonl=FILE]\n"
 	      "       pinpipe-bench overlap [--device=NAME] [--compute-us=N] [--kernels=N]\n"
 	      "                             [--batch-size=N] [--batches=N] [--workers=N]\n"
 	      "                             [--depth=N] [--time-every=N]\n"
 	      "                             [--dtype=u8|f32] [--data=synthetic|DIR]\n"
-	      "                             [--image-size=S] [--csv=FILE] [--json=FILE]\n"
+	      "                             [--image-size=S] [--csv=FILE] [--jsonl=FILE]\n"
+	      "       pinpipe-bench --help | --version\n"
 	      "\n"
 	      "How much pinned host memory buys on this machine, pinned against pageable:\n"
 	      "  bandwidth  host-to-device and device-to-host GB/s per copy size, and the\n"
@@ -93,6 +98,11 @@ static void usage(FILE *f)
 	      "  overlap    the loader feeding the transfer stage, with a synthetic compute\n"
 	      "             step per batch: step time, copy time exposed and hidden, the\n"
 	      "             host's time in copy calls and in the stage, its device calls\n"
+	      "Then what pinning bought (pinned against pageable: GB/s; the step's time),\n"
+	      "and a warning when this process's threads waited for a core a quarter of\n"
+	      "the time or more (cpu_wait: threads waiting, on average): on a host that\n"
+	      "busy the figures measure the host, and on sim, whose copy engine and\n"
+	      "kernels are host threads, the device too.\n"
 	      "\n"
 	      "  --device=NAME     auto, cpu, sim, sim:bw=25GB/s,call_us=20, cuda, cuda:N\n"
 	      "                    (default: auto)\n"
@@ -111,15 +121,20 @@ static void usage(FILE *f)
 	      "  --workers=N       loader threads (default 2)\n"
 	      "  --depth=N         batches copied ahead (default 2)\n"
 	      "  --dtype=u8|f32    batches as stored (u8) or converted to float32 (default f32)\n"
-	      "  --data=synthetic|DIR  synthetic 1x28x28 images (default), or the training\n"
+	      "  --data=synthetic|DIR  synthetic (default): 60,000 1x28x28 u8 images in 10\n"
+	      "                    classes, each its class's fixed prototype plus noise,\n"
+	      "                    made on demand from the sample's index (no file; the\n"
+	      "                    shape of Fashion-MNIST); or the training\n"
 	      "                    split of a dataset directory (e.g. Fashion-MNIST), or a\n"
 	      "                    folder of JPEGs (DIR/train/CLASS/*.jpg or DIR/CLASS/*.jpg),\n"
 	      "                    decoded by the workers with RandomResizedCrop and flips:\n"
 	      "                    samples_per_s is then images/s\n"
 	      "  --image-size=S    the JPEGs' decoded side (default 224)\n"
 	      "  --csv=FILE        also write the rows as CSV\n"
-	      "  --json=FILE       also write the rows as a JSON array of objects\n"
-	      "  --help            this text\n"
+	      "  --jsonl=FILE      also write the rows as JSON lines, an object a row\n"
+	      "                    (--json=FILE: the same)\n"
+	      "  -h, --help        this text\n"
+	      "  -V, --version     the version\n"
 	      "Exit status: 0 ok, 1 the benchmark failed, 2 bad usage.\n", f);
 }
 
@@ -134,7 +149,7 @@ static int bad_usage(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs(" (see pinpipe-bench --help)\n", stderr);
+	fputs(" (try --help)\n", stderr);
 	return 2;
 }
 
@@ -176,10 +191,10 @@ static int parse_sizes(const char *arg, struct options *o)
 
 enum {
 	OPT_DEVICE = 256, OPT_IMAGE_SIZE, OPT_SIZES, OPT_TOTAL, OPT_COMPUTE, OPT_BATCH, OPT_BATCHES, OPT_WORKERS,
-	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSON, OPT_HELP, OPT_KERNELS, OPT_TIME_EVERY,
+	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSONL, OPT_KERNELS, OPT_TIME_EVERY,
 };
 
-/* Parses the command line; returns 0, 2 (bad usage, said on stderr) or -1 (--help printed). */
+/* Parses the command line; returns 0, 2 (bad usage, said on stderr) or -1 (--help or --version printed). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
 	static const struct option longopts[] = {
@@ -197,11 +212,14 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "data", required_argument, NULL, OPT_DATA },
 		{ "image-size", required_argument, NULL, OPT_IMAGE_SIZE },
 		{ "csv", required_argument, NULL, OPT_CSV },
-		{ "json", required_argument, NULL, OPT_JSON },
-		{ "help", no_argument, NULL, OPT_HELP },
+		{ "jsonl", required_argument, NULL, OPT_JSONL },
+		{ "json", required_argument, NULL, OPT_JSONL },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static const size_t default_sizes[] = { 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20 };
+	const char *abbrev, *whole;
 	uint32_t v;
 	uint64_t s;
 	int c, ret;
@@ -211,8 +229,12 @@ static int parse_args(int argc, char **argv, struct options *o)
 			       .dtype = PP_DTYPE_F32, .data = "synthetic", .image_size = 224 };
 	o->nsizes = (int)(sizeof(default_sizes) / sizeof(default_sizes[0]));
 	memcpy(o->sizes, default_sizes, sizeof(default_sizes));
-	if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
+	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
 		usage(stdout);
+		return -1;
+	}
+	if (argc >= 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+		printf("pinpipe-bench %s\n", pp_version());
 		return -1;
 	}
 	if (argc < 2 || argv[1][0] == '-')
@@ -223,7 +245,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		return bad_usage("unknown command '%s': bandwidth or overlap", o->command);
 	opterr = 0;
 	optind = 2;
-	while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+	while ((c = pp_getopt_whole(argc, argv, ":hV", longopts, &abbrev, &whole)) != -1) {
 		switch (c) {
 		case OPT_DEVICE:
 			o->device = optarg;
@@ -286,15 +308,21 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case OPT_CSV:
 			o->csv = optarg;
 			break;
-		case OPT_JSON:
-			o->json = optarg;
+		case OPT_JSONL:
+			o->jsonl = optarg;
 			break;
-		case OPT_HELP:
+		case 'h':
 			usage(stdout);
+			return -1;
+		case 'V':
+			printf("pinpipe-bench %s\n", pp_version());
 			return -1;
 		case ':':
 			return bad_usage("option %s needs a value", argv[optind - 1]);
 		default:
+			if (abbrev != NULL)
+				return bad_usage("'%s': options are taken by their whole name: --%s",
+						 abbrev, whole);
 			return bad_usage("unknown option %s", argv[optind - 1]);
 		}
 	}
@@ -353,9 +381,8 @@ static int table_write(const struct table *t, const char *path, bool json)
 		return 1;
 	}
 	if (json) {
-		fputs("[\n", f);
 		for (int r = 0; r < t->nrows; r++) {
-			fputs("  {", f);
+			fputs("{", f);
 			for (int c = 0; c < t->ncols; c++) {
 				bool num = t->numeric[c] && strcmp(t->cells[r][c], "-") != 0;
 
@@ -363,9 +390,8 @@ static int table_write(const struct table *t, const char *path, bool json)
 					num ? t->cells[r][c] : (strcmp(t->cells[r][c], "-") ? t->cells[r][c] : ""),
 					num ? "" : "\"");
 			}
-			fprintf(f, "}%s\n", r + 1 < t->nrows ? "," : "");
+			fputs("}\n", f);
 		}
-		fputs("]\n", f);
 	} else {
 		for (int c = 0; c < t->ncols; c++)
 			fprintf(f, "%s%s", c ? "," : "", t->cols[c]);
@@ -389,13 +415,19 @@ static int fail(const char *what, int ret)
 
 /* ------------------------------------------------------------------ bandwidth */
 
-/* Copies 'size' bytes 'reps' times in 'kind' and writes GB/s and the host-blocked share. */
+/*
+ * Copies 'size' bytes 'reps' times in 'kind' and writes GB/s, the
+ * host-blocked share and the threads that waited for a core (NAN: unknown).
+ */
 static int measure_copies(struct pp_stream *st, void *dev_buf, void *host_buf, size_t size,
-			  uint64_t reps, enum pp_copy_kind kind, double *gbps_p, double *blocked_p)
+			  uint64_t reps, enum pp_copy_kind kind, double *gbps_p, double *blocked_p,
+			  double *wait_p)
 {
+	static struct pp_hostload h0, h1;
 	double t0, t1, blocked = 0;
 	int ret;
 
+	pp_hostload_read(&h0);
 	t0 = now_s();
 	for (uint64_t i = 0; i < reps; i++) {
 		double c0 = now_s();
@@ -411,6 +443,8 @@ static int measure_copies(struct pp_stream *st, void *dev_buf, void *host_buf, s
 	if ((ret = pp_stream_synchronize(st)) < 0)
 		return ret;
 	t1 = now_s();
+	pp_hostload_read(&h1);
+	*wait_p = pp_hostload_waiting(&h0, &h1);
 	*gbps_p = (double)size * (double)reps / (t1 - t0) / 1e9;
 	*blocked_p = blocked / (t1 - t0);
 	return 0;
@@ -419,13 +453,13 @@ static int measure_copies(struct pp_stream *st, void *dev_buf, void *host_buf, s
 static int run_bandwidth(const struct options *o, struct pp_device *dev, struct table *t)
 {
 	static const char *const cols[] = { "device", "direction", "memory", "pinned", "size_bytes",
-					    "copies", "gb_per_s", "host_blocked_share" };
-	static const bool num[] = { false, false, false, false, true, true, true, true };
+					    "copies", "gb_per_s", "host_blocked_share", "cpu_wait" };
+	static const bool num[] = { false, false, false, false, true, true, true, true, true };
 	const char *name = pp_device_get_props(dev)->name;
 	struct pp_stream *st;
 	int ret;
 
-	table_cols(t, cols, num, 8);
+	table_cols(t, cols, num, 9);
 	if ((ret = pp_stream_create(dev, &st)) < 0)
 		return fail("stream", ret);
 	for (int i = 0; i < o->nsizes; i++) {
@@ -444,14 +478,14 @@ static int run_bandwidth(const struct options *o, struct pp_device *dev, struct 
 			memset(hbuf, 0x5a, size);
 			for (int d = 0; d < 2; d++) {
 				enum pp_copy_kind kind = d == 0 ? PP_COPY_H2D : PP_COPY_D2H;
-				double gbps, blocked;
-				char cells[8][CELL];
+				double gbps, blocked, wait;
+				char cells[9][CELL];
 
 				/* A warm-up pass, then the measurement. */
 				if ((ret = measure_copies(st, dbuf, hbuf, size, reps < 4 ? reps : 4, kind,
-							  &gbps, &blocked)) < 0 ||
+							  &gbps, &blocked, &wait)) < 0 ||
 				    (ret = measure_copies(st, dbuf, hbuf, size, reps, kind, &gbps,
-							  &blocked)) < 0)
+							  &blocked, &wait)) < 0)
 					return fail("copy", ret);
 				snprintf(cells[0], CELL, "%s", name);
 				snprintf(cells[1], CELL, "%s", d == 0 ? "h2d" : "d2h");
@@ -461,6 +495,7 @@ static int run_bandwidth(const struct options *o, struct pp_device *dev, struct 
 				snprintf(cells[5], CELL, "%llu", (unsigned long long)reps);
 				snprintf(cells[6], CELL, "%.2f", gbps);
 				snprintf(cells[7], CELL, "%.3f", blocked);
+				snprintf(cells[8], CELL, isnan(wait) ? "-" : "%.2f", wait);
 				table_add(t, cells);
 			}
 			pp_host_free(dev, hbuf);
@@ -478,6 +513,7 @@ struct overlap_result {
 	bool pinned;        /* the ring was really pinned */
 	double wall_s;      /* first counted next() to the last compute's end */
 	uint64_t calls;     /* device calls of the stage (the bench's own kernels not counted) */
+	double cpu_wait;    /* this process's threads waiting for a core, on average; NAN: unknown */
 };
 
 /* Enqueues a batch's compute: 'kernels' spins that add up to compute_ns; counts their calls. */
@@ -536,6 +572,7 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 	struct pp_device_batch *b;
 	struct pp_transfer_stats s0 = { 0 }, s1;
 	struct pp_device_stats d0 = { 0 }, d1;
+	static struct pp_hostload h0, h1;
 	uint32_t warmup = o->batches / 10 < 20 ? o->batches / 10 : 20, done = 0;
 	uint64_t epoch = 0, own = 0;
 	double t0;
@@ -558,6 +595,7 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 			pp_transfer_get_stats(t, &s0);
 			pp_device_get_stats(dev, &d0);
 			own = 0;
+			pp_hostload_read(&h0);
 			t0 = now_s();
 		}
 		ret = pp_transfer_next(t, compute, &b);
@@ -577,6 +615,8 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 	if (ret >= 0)
 		ret = pp_stream_synchronize(compute);
 	r->wall_s = now_s() - t0;
+	pp_hostload_read(&h1);
+	r->cpu_wait = pp_hostload_waiting(&h0, &h1);
 	if (ret < 0) {
 		fail("overlap run", ret);
 		goto out;
@@ -599,9 +639,9 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 					    "kernels", "compute_us", "step_us", "copy_us",
 					    "exposed_us", "hidden_share", "host_blocked_us",
 					    "stage_us", "calls_per_batch", "data_wait_us",
-					    "samples_per_s" };
+					    "samples_per_s", "cpu_wait" };
 	static const bool num[] = { false, false, true, false, true, true, true, true, true,
-				    true, true, true, true, true, true, true };
+				    true, true, true, true, true, true, true, true };
 	struct pp_synthetic_config sc = { .count = 60000, .channels = 1, .height = 28, .width = 28,
 					  .num_classes = 10, .seed = 1, .dtype = PP_DTYPE_U8 };
 	const char *name = pp_device_get_props(dev)->name;
@@ -616,7 +656,7 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 	glob_t g = { 0 };
 	int ret;
 
-	table_cols(t, cols, num, 16);
+	table_cols(t, cols, num, 17);
 	/* a folder of JPEGs: its train/ if it has one */
 	snprintf(train, sizeof(train), "%s/train", o->data);
 	if (stat(train, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -677,7 +717,7 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 	for (int pin = 1; pin >= 0; pin--) {
 		struct overlap_result r = { 0 };
 		uint64_t n;
-		char c[16][CELL];
+		char c[17][CELL];
 
 		if (overlap_run(o, dev, ds, src, pin, compute_ns, &r) != 0) {
 			pp_dataset_destroy(ds);
@@ -705,11 +745,78 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 		snprintf(c[13], CELL, "%.2f", (double)r.calls / (double)r.st.batches);
 		snprintf(c[14], CELL, "%.1f", (double)r.st.wait_ns / 1e3 / (double)r.st.batches);
 		snprintf(c[15], CELL, "%.0f", (double)r.st.batches * o->batch_size / r.wall_s);
+		snprintf(c[16], CELL, isnan(r.cpu_wait) ? "-" : "%.2f", r.cpu_wait);
 		table_add(t, c);
 	}
 	pp_dataset_destroy(ds);
 	pp_image_folder_close(img);
 	return 0;
+}
+
+/* The cell of row r in the column named 'col', or NULL. */
+static const char *cell(const struct table *t, int r, const char *col)
+{
+	for (int c = 0; c < t->ncols; c++)
+		if (strcmp(t->cols[c], col) == 0)
+			return t->cells[r][c];
+	return NULL;
+}
+
+/*
+ * What pinning bought, from the rows: the step's time pinned against
+ * pageable (overlap), or each size's GB/s (bandwidth); then, when this
+ * process's threads waited for a core a quarter of the time or more in
+ * some row, that the host was too loaded for the figures.  The share of
+ * the copy hidden is no comparison: a pageable copy's time, as timed,
+ * includes the host's staging of it, which the share counts as hidden.
+ */
+static void print_verdict(const struct options *o, const struct table *t, enum pp_device_kind kind)
+{
+	double worst = NAN;
+
+	for (int r = 0; r < t->nrows; r++) {
+		double w = atof(cell(t, r, "cpu_wait"));
+
+		if (strcmp(cell(t, r, "cpu_wait"), "-") != 0 && (isnan(worst) || w > worst))
+			worst = w;
+	}
+	if (strcmp(o->command, "overlap") == 0 && t->nrows == 2) {
+		double on = atof(cell(t, 0, "step_us")), off = atof(cell(t, 1, "step_us"));
+
+		if (strcmp(cell(t, 0, "memory"), "pinned") != 0)
+			printf("# pinning bought nothing: it was refused, both runs are pageable\n");
+		else if (on > 0 && off > 0)
+			printf("# pinning bought: a step of %.1f us pinned against %.1f us pageable, "
+			       "%.1f%% %s (exposed copy %s against %s us a batch)\n", on, off,
+			       fabs(off - on) / off * 100, on <= off ? "less" : "MORE",
+			       cell(t, 0, "exposed_us"), cell(t, 1, "exposed_us"));
+	} else if (strcmp(o->command, "bandwidth") == 0) {
+		for (int d = 0; d < 2; d++) {
+			const char *dir = d == 0 ? "h2d" : "d2h";
+			int n = 0;
+
+			printf("# pinning bought, %s (pinned against pageable GB/s):", dir);
+			/* Each size's rows: pinned h2d, d2h, then pageable h2d, d2h. */
+			for (int r = 0; r + 2 < t->nrows; r++) {
+				double pin, page;
+
+				if (strcmp(cell(t, r, "direction"), dir) != 0 ||
+				    strcmp(cell(t, r, "memory"), "pinned") != 0)
+					continue;
+				pin = atof(cell(t, r, "gb_per_s"));
+				page = atof(cell(t, r + 2, "gb_per_s"));
+				printf("%s %s B %.2fx", n++ ? "," : "", cell(t, r, "size_bytes"),
+				       page > 0 ? pin / page : NAN);
+			}
+			printf("\n");
+		}
+	}
+	if (!isnan(worst) && worst >= PP_HOSTLOAD_TOO_LOADED)
+		printf("# host too loaded for these figures: this process's threads waited for a "
+		       "core %.2f of the time on average (cpu_wait, %d cores)%s\n", worst,
+		       pp_hostload_cores(),
+		       kind == PP_DEVICE_SIM ? "; sim's copy engine and kernels are host threads, "
+		       "so its copy and step times measure the host" : "");
 }
 
 int main(int argc, char **argv)
@@ -718,6 +825,7 @@ int main(int argc, char **argv)
 	struct options o;
 	struct pp_device *dev;
 	struct pp_blas_info blas;
+	enum pp_device_kind kind;
 	int ret = parse_args(argc, argv, &o);
 
 	if (ret != 0)
@@ -735,6 +843,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pinpipe-bench: warning: %s\n", blas.warning);
 	printf("# pinpipe-bench %s on %s (%s)\n", o.command, pp_device_get_props(dev)->name,
 	       pp_device_get_props(dev)->description);
+	kind = pp_device_get_props(dev)->kind;
 	if (strcmp(o.command, "bandwidth") == 0)
 		ret = run_bandwidth(&o, dev, &t);
 	else
@@ -743,9 +852,10 @@ int main(int argc, char **argv)
 	if (ret != 0)
 		return ret;
 	table_print(&t);
+	print_verdict(&o, &t, kind);
 	if (o.csv != NULL && (ret = table_write(&t, o.csv, false)) != 0)
 		return ret;
-	if (o.json != NULL && (ret = table_write(&t, o.json, true)) != 0)
+	if (o.jsonl != NULL && (ret = table_write(&t, o.jsonl, true)) != 0)
 		return ret;
 	return 0;
 }

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/args.h"
 #include "common/size.h"
 #include "pinpipe/pinpipe.h"
 
@@ -30,45 +31,56 @@
 #define MAX_THREADS 64u
 
 static const char usage_text[] =
-	"Usage: pinpipe-pack [-n SHARDS | -s SIZE] [-c RECORDS] [-l LEVEL] [-j THREADS]\n"
+	"usage: pinpipe-pack [-n SHARDS | -s SIZE] [-c RECORDS] [-l LEVEL] [-j THREADS]\n"
 	"                    [--shard-version=V] -o PREFIX INPUT...\n"
 	"       pinpipe-pack --verify FILE...\n"
 	"\n"
-	"Converts a dataset into pinpipe shards (docs/SHARDS.md), PREFIX-SPLIT-00000-of-0000N.pps,\n"
-	"and prints what it wrote; once all are written, it removes PREFIX-SPLIT-*-of-*.pps of\n"
-	"another N left by an earlier run.  INPUT is one of:\n"
-	"  a directory        with Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz],\n"
-	"                     t10k-...) or CIFAR-10 batches: both its train and test splits are packed\n"
-	"  IMAGES [LABELS]    an idx3 images file and its idx1 labels file, raw or gzip; the split\n"
-	"                     is 'test' when the images file's name holds t10k or test, else 'train'\n"
-	"  BATCH.bin...       CIFAR-10 binary batches: data_batch_* to train, test_batch* to test\n"
-	"  an image folder    DIR/CLASS/*.jpg|jpeg (torchvision's ImageFolder; classes sorted by\n"
-	"                     name, labels their index), or DIR/train/CLASS/... and DIR/val/CLASS/...\n"
-	"                     as the splits train and val: version 2 shards of the JPEG files' bytes\n"
-	"                     as they are, for the decoder \"jpeg\" (-l 0 unless given)\n"
+	"Converts a dataset into pinpipe shards (docs/SHARDS.md),\n"
+	"PREFIX-SPLIT-00000-of-0000N.pps, and prints what it wrote; once all are\n"
+	"written, it removes PREFIX-SPLIT-*-of-*.pps of another N left by an earlier\n"
+	"run.  INPUT is one of:\n"
+	"  a directory      with Fashion-MNIST or MNIST IDX files\n"
+	"                   (train-images-idx3-ubyte[.gz], t10k-...) or CIFAR-10\n"
+	"                   batches: both its train and test splits are packed\n"
+	"  IMAGES [LABELS]  an idx3 images file and its idx1 labels file, raw or\n"
+	"                   gzip; the split is 'test' when the images file's name\n"
+	"                   holds t10k or test, else 'train'\n"
+	"  BATCH.bin...     CIFAR-10 binary batches: data_batch_* to train,\n"
+	"                   test_batch* to test\n"
+	"  an image folder  DIR/CLASS/*.jpg|jpeg (torchvision's ImageFolder; classes\n"
+	"                   sorted by name, labels their index), or DIR/train/CLASS/...\n"
+	"                   and DIR/val/CLASS/... as the splits train and val:\n"
+	"                   version 2 shards of the JPEG files' bytes as they are,\n"
+	"                   for the decoder \"jpeg\" (-l 0 unless given)\n"
 	"\n"
 	"Options:\n"
-	"  -n, --shards=N        write N shards per split (default: as many as --size gives)\n"
-	"  -s, --size=SIZE       decoded bytes per shard, with a K, M or G suffix (default: 64M)\n"
+	"  -n, --shards=N        write N shards per split (default: as many as --size\n"
+	"                        gives)\n"
+	"  -s, --size=SIZE       decoded bytes per shard, with a K, M or G suffix\n"
+	"                        (default: 64M)\n"
 	"  -c, --chunk=RECORDS   records per chunk (default: 1024)\n"
-	"  -l, --level=LEVEL     zlib level 1..9, or 0 to store chunks uncompressed (default: 6)\n"
+	"  -l, --level=LEVEL     zlib level 1..9, or 0 to store chunks uncompressed\n"
+	"                        (default: 6)\n"
 	"  -j, --threads=N       compress N chunks at once, one per thread, 1..64\n"
 	"                        (default: the number of CPUs online)\n"
 	"      --image-size=S    an image folder's decoded side, the shards' layout\n"
 	"                        image: u8[3,S,S] (default: 224)\n"
-	"      --shard-version=V 1: fixed-size samples (default); 2: records of any length,\n"
-	"                        here each sample as one record for the \"raw\" decoder, of\n"
-	"                        the layout samples: DTYPE[SHAPE] (normalize), and the labels\n"
+	"      --shard-version=V 1: fixed-size samples (default); 2: records of any\n"
+	"                        length, here each sample as one record for the\n"
+	"                        \"raw\" decoder, of the layout samples: DTYPE[SHAPE]\n"
+	"                        (normalize), and the labels\n"
 	"  -o, --output=PREFIX   path prefix of the shards (required), e.g. /tmp/fmnist\n"
 	"  -q, --quiet           print only errors\n"
-	"      --verify          read every chunk of each FILE, check its CRC-32, size and labels\n"
-	"                        (version 2: its record ends too), and report, with the version,\n"
-	"                        decoder and layout of a version 2 shard; the exit status is 1\n"
-	"                        if any shard is bad\n"
+	"      --verify          read every chunk of each FILE, check its CRC-32, size\n"
+	"                        and labels (version 2: its record ends too), and\n"
+	"                        report, with the version, decoder and layout of a\n"
+	"                        version 2 shard; the exit status is 1 if any shard\n"
+	"                        is bad\n"
 	"  -h, --help            print this help and exit\n"
 	"  -V, --version         print the version and exit\n"
 	"\n"
-	"Exit status: 0 success, 1 a failure (bad or missing input, bad shard), 2 bad usage.\n"
+	"Exit status: 0 success, 1 a failure (bad or missing input, bad shard), 2 bad\n"
+	"usage.\n"
 	"Fashion-MNIST: install Debian's dataset-fashion-mnist, then\n"
 	"  pinpipe-pack -o /tmp/fmnist /usr/share/datasets/fashion-mnist\n"
 	"  pinpipe-pack --verify /tmp/fmnist-*.pps\n";
@@ -795,11 +807,12 @@ int main(int argc, char **argv)
 				   cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (uint32_t)cpus,
 				   1, NULL, false, false, 224};
 	bool do_verify = false, have_n = false, have_s = false;
+	const char *abbrev, *whole;
 	uint64_t v;
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":n:s:c:l:j:o:qhV", longopts, NULL)) != -1) {
+	while ((c = pp_getopt_whole(argc, argv, ":n:s:c:l:j:o:qhV", longopts, &abbrev, &whole)) != -1) {
 		switch (c) {
 		case 'n':
 			if (!parse_u64(optarg, MAX_SHARDS, &v) || v == 0)
@@ -859,6 +872,11 @@ int main(int argc, char **argv)
 		case ':':
 			return usage_error("missing value for option", argv[optind - 1]);
 		default:
+			if (abbrev != NULL) {
+				fprintf(stderr, "pinpipe-pack: '%s': options are taken by their whole "
+					"name: --%s (try --help)\n", abbrev, whole);
+				return 2;
+			}
 			return usage_error("unknown option", argv[optind - 1]);
 		}
 	}

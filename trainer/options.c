@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/args.h"
 #include "pinpipe/pinpipe.h"
 #include "trainer/options.h"
 
@@ -35,7 +36,7 @@ static const char usage[] =
 "  -m, --model=LIST        cnn, mlp, or a spec such as\n"
 "                          conv:6:5,relu,maxpool:2,flatten,fc:10 (a spec is one\n"
 "                          value; repeat --model for several)        [cnn]\n"
-"  -o, --optimizer=LIST    adam, sgd                                 [adam]\n"
+"      --optimizer=LIST    adam, sgd                                 [adam]\n"
 "  -t, --threads=LIST      compute threads of a step on the cpu, 1..256, or auto:\n"
 "                          as many as pay for the batch (a thread takes 4\n"
 "                          samples at least) on the cores the loader leaves\n"
@@ -44,16 +45,20 @@ static const char usage[] =
 "\n"
 "Run options:\n"
 "      --data=DIR          Fashion-MNIST, MNIST or CIFAR-10 directory, or pinpipe\n"
-"                          shards, or synthetic[:COUNT], or JPEGs as torchvision's\n"
-"                          ImageFolder: DIR/train/CLASS/*.jpg and DIR/val/CLASS/*.jpg\n"
-"                          (or DIR/CLASS/*.jpg, then with --no-eval)\n"
+"                          shards, or synthetic[:COUNT]: COUNT (12000) 1x28x28\n"
+"                          u8 images in 10 classes, each its class's fixed\n"
+"                          prototype plus noise, made on demand (no file), a\n"
+"                          seventh held out as the test set; or JPEGs as\n"
+"                          torchvision's ImageFolder: DIR/train/CLASS/*.jpg and\n"
+"                          DIR/val/CLASS/*.jpg (or DIR/CLASS/*.jpg, then with\n"
+"                          --no-eval)\n"
 "                                                          [$PINPIPE_DATA or\n"
 "                          " DEFAULT_DATA "]\n"
 "      --image-size=S      JPEGs: decoded to S x S, RandomResizedCrop(S) and a\n"
 "                          random flip in training, Resize(S*8/7) and\n"
 "                          CenterCrop(S) in evaluation (8..4096)     [224]\n"
 "  -e, --epochs=N          epochs per run                            [3]\n"
-"  -s, --seed=N            seed of initialisation and shuffling      [1]\n"
+"      --seed=N            seed of initialisation and shuffling      [1]\n"
 "      --momentum=X        SGD momentum                              [0]\n"
 "      --weight-decay=X    L2 weight decay                           [0]\n"
 "      --nesterov          Nesterov momentum (SGD)\n"
@@ -193,7 +198,7 @@ static const struct option long_options[] = {
 
 static int bad(const char *option, const char *value, const char *why)
 {
-	fprintf(stderr, "pinpipe-train: --%s=%s: %s (see --help)\n", option, value, why);
+	fprintf(stderr, "pinpipe-train: --%s=%s: %s (try --help)\n", option, value, why);
 	return 2;
 }
 
@@ -448,6 +453,7 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 {
 	const char *env = getenv("PINPIPE_DATA");
+	const char *abbrev, *whole;
 	uint64_t u;
 	int c, ret = 0;
 
@@ -465,8 +471,8 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 
 	optind = 1;
 	opterr = 0;
-	while (ret == 0 && (c = getopt_long(argc, argv, ":d:b:w:p:m:o:e:s:t:qhV", long_options,
-					    NULL)) != -1) {
+	while (ret == 0 && (c = pp_getopt_whole(argc, argv, ":d:b:w:p:m:o:e:s:t:qhV", long_options,
+						&abbrev, &whole)) != -1) {
 		const char *name = NULL;
 
 		for (const struct option *o = long_options; o->name; o++)
@@ -609,21 +615,26 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		case 'h': fputs(usage, stdout); return 1;
 		case 'V': printf("pinpipe-train %s\n", pp_version()); return 1;
 		case ':':
-			fprintf(stderr, "pinpipe-train: %s needs a value (see --help)\n", argv[optind - 1]);
+			fprintf(stderr, "pinpipe-train: %s needs a value (try --help)\n", argv[optind - 1]);
 			return 2;
 		default:
-			fprintf(stderr, "pinpipe-train: unknown option '%s' (see --help)\n", argv[optind - 1]);
+			if (abbrev != NULL)
+				fprintf(stderr, "pinpipe-train: '%s': options are taken by their whole "
+					"name: --%s (try --help)\n", abbrev, whole);
+			else
+				fprintf(stderr, "pinpipe-train: unknown option '%s' (try --help)\n",
+					argv[optind - 1]);
 			return 2;
 		}
 	}
 	if (ret != 0)
 		return ret;
 	if (optind < argc) {
-		fprintf(stderr, "pinpipe-train: unexpected argument '%s' (see --help)\n", argv[optind]);
+		fprintf(stderr, "pinpipe-train: unexpected argument '%s' (try --help)\n", argv[optind]);
 		return 2;
 	}
 	if (opt->resume && opt->checkpoint[0] == '\0') {
-		fprintf(stderr, "pinpipe-train: --resume needs --checkpoint=FILE (see --help)\n");
+		fprintf(stderr, "pinpipe-train: --resume needs --checkpoint=FILE (try --help)\n");
 		return 2;
 	}
 	if (opt->stream && strncmp(opt->data, "synthetic", 9) == 0) {
@@ -642,7 +653,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		return 2;
 	}
 	if (opt->micro_batches && !opt->deterministic) {
-		fprintf(stderr, "pinpipe-train: --micro-batches needs --deterministic (see --help)\n");
+		fprintf(stderr, "pinpipe-train: --micro-batches needs --deterministic (try --help)\n");
 		return 2;
 	}
 	set_default(&opt->device, "auto");

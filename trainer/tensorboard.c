@@ -89,10 +89,10 @@ out:
 
 /*
  * Writes a histogram of each parameter tensor and of its gradient in the
- * last step ("params/0.conv.weight", "grads/0.conv.weight", ...) at
- * 'epoch', as the seeds did after each epoch.  A failure is a warning.
+ * last step ("params/0.conv.weight", "grads/0.conv.weight", ...) at the
+ * global step 'step', after each epoch.  A failure is a warning.
  */
-static void tb_histograms(struct run *r, unsigned epoch)
+static void tb_histograms(struct run *r, int64_t step)
 {
 	size_t count = pp_model_param_count(r->model);
 	size_t n = pp_model_param_list(r->model, NULL, 0);
@@ -111,11 +111,11 @@ static void tb_histograms(struct run *r, unsigned epoch)
 		char tag[64];
 
 		snprintf(tag, sizeof(tag), "params/%s", list[i].name);
-		ret = pp_summary_writer_add_histogram(r->tb, tag, epoch, params + list[i].offset,
+		ret = pp_summary_writer_add_histogram(r->tb, tag, step, params + list[i].offset,
 						      list[i].count);
 		snprintf(tag, sizeof(tag), "grads/%s", list[i].name);
 		if (ret == 0)
-			ret = pp_summary_writer_add_histogram(r->tb, tag, epoch, grads + list[i].offset,
+			ret = pp_summary_writer_add_histogram(r->tb, tag, step, grads + list[i].offset,
 							      list[i].count);
 	}
 out:
@@ -173,13 +173,14 @@ void tr_tb_epoch(struct run *r, const struct tr_row *row, uint64_t steps)
 		tb_scalar(r, "loss/test", (int64_t)steps, row->test_loss);
 		tb_scalar(r, "accuracy/test", (int64_t)steps, row->test_acc);
 	}
-	tb_scalar(r, "time/epoch_s", row->epoch, row->epoch_s);
-	tb_scalar(r, "time/samples_per_s", row->epoch, row->samples_per_s);
-	tb_scalar(r, "time/wait_s", row->epoch, row->wait_s);
+	/* Everything at the global step, as the curves: one axis in TensorBoard. */
+	tb_scalar(r, "time/epoch_s", (int64_t)steps, row->epoch_s);
+	tb_scalar(r, "time/samples_per_s", (int64_t)steps, row->samples_per_s);
+	tb_scalar(r, "time/wait_s", (int64_t)steps, row->wait_s);
 	if (r->dist->size > 1)
-		tb_scalar(r, "time/allreduce_s", row->epoch, row->allreduce_s);
+		tb_scalar(r, "time/allreduce_s", (int64_t)steps, row->allreduce_s);
 	if (r->tb != NULL)
-		tb_histograms(r, row->epoch);
+		tb_histograms(r, (int64_t)steps);
 	/* The writer buffers: a full disk shows at the flush, once per epoch. */
 	if (r->tb != NULL && pp_summary_writer_flush(r->tb) < 0)
 		tr_tb_failed(r);

@@ -23,10 +23,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hostload.h"
 #include "pinpipe/pinpipe.h"
 #include "trainer/data.h"
 #include "trainer/dist.h"
 #include "trainer/options.h"
+#include "trainer/pinning.h"
 #include "trainer/results.h"
 #include "trainer/resume.h"
 #include "trainer/rows.h"
@@ -126,10 +128,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pinpipe-train: interrupted after run %zu: runs %zu to %zu not started\n",
 			started, started + 1, tr_options_runs(&opt));
 	tr_results_sort(&res, opt.sort);
-	if (opt.progress >= 0)
+	/* No rows (every run already complete): no table of none. */
+	if (opt.progress >= 0 && res.n > 0)
 		printf("\n");
-	if (dist.rank == 0)
+	if (dist.rank == 0 && res.n > 0)
 		tr_results_print_table(&res, opt.sort, opt.columns, table_width(), stdout);
+	/* -q: the table alone. */
+	if (dist.rank == 0 && opt.progress >= 0)
+		tr_pinning_print(&res, stderr);
+	tr_pinning_free();
 	if (tr_rows_finish(&opt, &rf, &res) < 0)
 		failed++;
 	tr_results_free(&res);
@@ -268,11 +275,12 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		row.epoch = epoch + 1;
 		row.p = *p;
 		ret = tr_begin_epoch(&r, epoch, epoch == pl.first_epoch, steps, pl.batches, pl.key);
+		/* Said once, as the run's reason, in place of the loader's. */
 		if (ret == -EINVAL && epoch == pl.first_epoch && steps != 0)
-			fprintf(stderr, "pinpipe-train: --resume: %s was written by a run whose "
-				"training data came in another order (--data, --seed, --batch-size, "
-				"--val-split, --no-shuffle, --drop-last or the --stream window differ); "
-				"resume it with the options it was written with\n", opt->checkpoint);
+			snprintf(why, sizeof(why), "--resume: %s was written by a run whose "
+				 "training data came in another order (--data, --seed, --batch-size, "
+				 "--val-split, --no-shuffle, --drop-last or the --stream window differ); "
+				 "resume it with the options it was written with", opt->checkpoint);
 		if (ret == 0)
 			ret = train_epoch(opt, &r, info, &steps, pl.batches, &row);
 		tr_say_graph_fallback(r.model);
@@ -332,12 +340,14 @@ fail:
 static int train_epoch(const struct tr_options *opt, struct run *r, const struct pp_sample_info *info,
 		       uint64_t *steps, uint64_t batches, struct tr_row *row)
 {
+	static struct pp_hostload h0, h1;
 	struct pp_transfer_stats s0, s1;
 	struct pp_model_metrics m;
 	uint64_t timed, comm0;
 	double t0, scale;
 	int ret, pass;
 
+	pp_hostload_read(&h0);
 	pp_transfer_get_stats(r->train_xfer, &s0);
 	pp_model_metrics(r->model, true, &m);
 	comm0 = tr_dist_comm_ns(r->dist);
@@ -352,6 +362,8 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
 	if (ret < 0)
 		return ret;
 	row->epoch_s = now_s() - t0;
+	pp_hostload_read(&h1);
+	tr_pinning_note_wait(row->run, pp_hostload_waiting(&h0, &h1));
 	row->allreduce_s = (double)(tr_dist_comm_ns(r->dist) - comm0) * 1e-9;
 	pp_model_metrics(r->model, true, &m);
 	/* The whole job's figures: every rank's samples. */

@@ -1,0 +1,40 @@
+/*
+ * common/args.c: getopt_long() without its abbreviations (common/args.h).
+ * getopt_long() takes any unambiguous prefix of a long option's name, so
+ * "--ep=1" sets --epochs and a misspelling that happens to be a prefix is
+ * taken silently; a later option of the same prefix would make the same
+ * command line ambiguous.  Whole names only: the element that held the
+ * option is found from optind after the call, which is past the option and
+ * its value when that was the next element.
+ */
+#include "config.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "common/args.h"
+
+int pp_getopt_whole(int argc, char *const argv[], const char *shortopts,
+		    const struct option *longopts, const char **abbrev_p, const char **name_p)
+{
+	int idx = -1, c = getopt_long(argc, argv, shortopts, longopts, &idx);
+	const char *e;
+	size_t len;
+
+	*abbrev_p = NULL;
+	*name_p = NULL;
+	if (c == -1 || c == '?' || c == ':' || idx < 0 || optind < 1)
+		return c;
+	e = argv[optind - 1];
+	/* "--name VALUE": optarg is the element after the option's own. */
+	if (optarg != NULL && optarg == argv[optind - 1] && optind >= 2)
+		e = argv[optind - 2];
+	if (strncmp(e, "--", 2) != 0)
+		return c;
+	len = strcspn(e + 2, "=");
+	if (len == strlen(longopts[idx].name) && strncmp(e + 2, longopts[idx].name, len) == 0)
+		return c;
+	*abbrev_p = e;
+	*name_p = longopts[idx].name;
+	return '?';
+}
