@@ -26,7 +26,7 @@ awk -F, -v line="$line" '
 	END {
 		on = s[1] / n[1]; off = s[2] / n[2]
 		if (n[1] != 2 || n[2] != 2 || pin[1] != "on" || pin[2] != "off") { print "rows: " n[1] ", " n[2]; exit 1 }
-		if (!match(line, /^pinning bought \(run 1 against run 2, sim\): a step of [0-9.]+ ms pinned against [0-9.]+ ms pageable, [0-9.]+% (less|MORE)/)) {
+		if (!match(line, /^pinning bought \(run 1 against run 2, sim[^ )]*\): a step of [0-9.]+ ms pinned against [0-9.]+ ms pageable, [0-9.]+% (less|MORE)/)) {
 			print "form: " line; exit 1 }
 		split(line, w, " ")
 		gon = w[12]; goff = w[16]; pct = w[19] + 0
