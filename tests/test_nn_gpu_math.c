@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "common/common_impl.h"
+#include "nn/cpu/cpu_impl.h"
 #include "nn/cuda/fused.h"
-#include "nn/nn_impl.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"
 

@@ -1,7 +1,7 @@
 /*
  * nn/cuda/optim.cu: SGD and Adam over the flat parameter vector, reading
  * the step count and Adam's factors from device memory (nn/cuda/optim.h).
- * The element-wise arithmetic is nn/optim.c's.
+ * The element-wise arithmetic is nn/cpu/optim.c's.
  */
 #include "config.h"
 
@@ -19,7 +19,7 @@ static __global__ void set_kernel(struct pp_cuda_optim_state *st, unsigned long 
 	st->t = t;
 }
 
-/* Step t + 1 and its factors, in double as nn/optim.c (PyTorch computes them in Python floats). */
+/* Step t + 1 and its factors, in double as nn/cpu/optim.c (PyTorch computes them in Python floats). */
 static __global__ void tick_kernel(struct pp_cuda_optim_state *st, float lr, float b1, float b2)
 {
 	const unsigned long long t = st->t + 1;

@@ -1,5 +1,5 @@
 /*
- * nn/optim.c: SGD and Adam on the CPU, following torch.optim.SGD and
+ * nn/cpu/optim.c: SGD and Adam on the CPU, following torch.optim.SGD and
  * torch.optim.Adam of PyTorch 1.13 (single-tensor, non-foreach paths):
  *
  * SGD:  g = grad + wd p;  with momentum: b = g at the first step, else
@@ -21,36 +21,11 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <immintrin.h>
 #include <math.h>
 
 #include "common/common_impl.h"
-#include "nn/nn_impl.h"
-
-int pp_nn_optim_check(const struct pp_optimizer_config *c)
-{
-	if (c->kind != PP_OPTIM_SGD && c->kind != PP_OPTIM_ADAM)
-		return pp_error(-EINVAL, "optimizer: unknown kind %d (expected sgd or adam)", (int)c->kind);
-	if (!(c->lr > 0.0f) || !isfinite(c->lr))
-		return pp_error(-EINVAL, "optimizer: learning rate %g (expected > 0)", (double)c->lr);
-	if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
-		return pp_error(-EINVAL, "optimizer: weight decay %g (expected >= 0)", (double)c->weight_decay);
-	if (c->kind == PP_OPTIM_SGD) {
-		if (!(c->momentum >= 0.0f) || !(c->dampening >= 0.0f))
-			return pp_error(-EINVAL, "sgd: momentum %g, dampening %g (expected >= 0)",
-					(double)c->momentum, (double)c->dampening);
-		if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
-			return pp_error(-EINVAL, "sgd: Nesterov momentum requires a momentum and zero dampening");
-	} else {
-		if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
-			return pp_error(-EINVAL, "adam: betas %g, %g (expected in [0, 1))",
-					(double)c->beta1, (double)c->beta2);
-		if (!(c->eps > 0.0f))
-			return pp_error(-EINVAL, "adam: eps %g (expected > 0)", (double)c->eps);
-	}
-	return 0;
-}
+#include "nn/cpu/cpu_impl.h"
 
 static void sgd_step_portable(struct nn_optim *o, float *p, const float *grad, size_t n)
 {

@@ -1,5 +1,5 @@
 /*
- * nn/loss.c: softmax cross-entropy (PyTorch's CrossEntropyLoss with mean
+ * nn/cpu/loss.c: softmax cross-entropy (PyTorch's CrossEntropyLoss with mean
  * reduction when scale = 1 / batch) on the CPU.  Numerically stable: the
  * largest logit is subtracted before exponentiating, and the loss is
  * log(sum exp(z - max)) - (z_label - max), in double.
@@ -17,7 +17,7 @@
 #include <math.h>
 
 #include "common/common_impl.h"
-#include "nn/nn_impl.h"
+#include "nn/cpu/cpu_impl.h"
 
 /* Classes the AVX-512 version takes: one vector of floats. */
 #define XENT_AVX512_MAX_CLASSES 16
