@@ -290,10 +290,11 @@ int pp_nn_softmax_xent_isa(const float *logits, const int32_t *labels, int n, in
 void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float *db, const float *dout,
 				const float *in, int n, int j0, int j1, float beta, enum pp_isa isa);
 
+/* ------------------------------------------------------------------ the step's threads */
 
 /*
- * CPU: how long the step's threads spin for the next job before they
- * sleep on a condition variable (nn/cpu/model_cpu.c), which the backend sets
+ * How long the step's threads spin for the next job before they sleep
+ * on a condition variable (nn/cpu/model_cpu.c), which the backend sets
  * from the processors the threads leave free; a test's, to run either way.
  */
 void pp_nn_cpu_set_spin(struct pp_model *m, uint64_t ns);
