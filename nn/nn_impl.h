@@ -62,12 +62,9 @@ struct nn_layer {
 	size_t n_b;              /* out_c for conv and linear, else 0 */
 	bool need_din;           /* the backward must produce the input gradient
 				  * (a trainable layer precedes) */
-	size_t col_off;          /* conv: offset of its columns in a CPU worker's scratch, floats */
 	bool sparse_dout;        /* conv: a max-pool (after a ReLU or not) with stride >= its kernel
 				  * follows, so at most one output in each pooling window has a
 				  * gradient; the CPU backward of the three is pp_nn_conv2d_backward_pooled() */
-	bool direct;             /* conv, CPU: computed by conv2d_direct_*() without columns
-				  * (set when the CPU backend is set up, pp_nn_conv2d_direct_fits()) */
 };
 
 /* Parses a spec for input c x h x w into layers (malloc'd, *n_p of them); message on error. */

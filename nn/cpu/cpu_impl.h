@@ -292,6 +292,13 @@ void pp_nn_linear_backward_params_isa(const struct nn_layer *l, float *dw, float
 
 /* ------------------------------------------------------------------ the step's threads */
 
+/* How the CPU backend runs a layer (nn/cpu/model_cpu.c's state has one per layer). */
+struct nn_cpu_layer {
+	size_t col_off; /* conv: offset of its columns in a worker's scratch, floats */
+	bool direct;    /* conv: computed by pp_nn_conv2d_direct_*() without columns
+			 * (pp_nn_conv2d_direct_fits()) */
+};
+
 /*
  * How long the step's threads spin for the next job before they sleep
  * on a condition variable (nn/cpu/model_cpu.c), which the backend sets

@@ -95,7 +95,7 @@ struct nn_sched {
 struct nn_worker {
 	struct pp_model *m;
 	float *col;         /* (group, col_floats): each conv's columns of the group,
-			     * at group x the layer's col_off */
+			     * at group x the layer's col_off (struct nn_cpu_layer) */
 	float *dcol;        /* (col_one) the column gradient of one sample, or
 			     * pp_nn_conv2d_backward_pooled()'s scratch where larger */
 };
@@ -136,6 +136,7 @@ struct nn_chunk {
  * tasks, and the scratch they work in.
  */
 struct nn_cpu {
+	struct nn_cpu_layer *layer; /* n_layers: how each layer is run */
 	size_t col_floats;        /* the im2col columns of all conv layers, one sample, floats */
 	size_t group;             /* with convolutions: samples taken forward and backward
 				   * together; 0 without */
@@ -234,11 +235,11 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 
 		switch (l->kind) {
 		case NN_CONV:
-			if (l->direct)
+			if (cpu->layer[i].direct)
 				pp_nn_conv2d_direct_forward(l, y, x, P + l->w_off, P + l->b_off, n);
 			else
 				pp_nn_conv2d_forward(l, y, x, P + l->w_off, P + l->b_off,
-					       wk->col + cpu->group * l->col_off, n);
+					       wk->col + cpu->group * cpu->layer[i].col_off, n);
 			break;
 		case NN_MAXPOOL:
 			if (relu_in_pool(m, i))
@@ -279,7 +280,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 				const int32_t *ix = m->pool_idx[p] + s0 * pool->out_size;
 				const float *r = p == i + 2 ? m->acts[i] + s0 * l->out_size : NULL;
 
-				if (l->direct)
+				if (cpu->layer[i].direct)
 					pp_nn_conv2d_direct_backward_pooled(l, pool, dx, G + l->w_off,
 								      G + l->b_off, dp, ix, r,
 								      P + l->w_off,
@@ -287,11 +288,11 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 				else
 					pp_nn_conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off, dp,
 							       ix, r, P + l->w_off,
-							       wk->col + cpu->group * l->col_off,
+							       wk->col + cpu->group * cpu->layer[i].col_off,
 							       wk->dcol, n);
 			} else {
 				pp_nn_conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
-						wk->col + cpu->group * l->col_off, wk->dcol, n);
+						wk->col + cpu->group * cpu->layer[i].col_off, wk->dcol, n);
 			}
 			break;
 		case NN_MAXPOOL:
@@ -662,6 +663,7 @@ static void cpu_teardown(struct pp_model *m)
 	free(cpu->dw_tasks);
 	free(cpu->ranges);
 	pp_nn_mem_free(m->dev, cpu->losses);
+	free(cpu->layer);
 	free(cpu);
 	m->ctx = NULL;
 }
@@ -740,20 +742,21 @@ static int cpu_setup(struct pp_model *m)
 	if (masked)
 		pp_signals_restore(&caller);
 	cpu = calloc(1, sizeof(*cpu));
-	if (!cpu)
-		return pp_error(-ENOMEM, "model: out of memory");
+	if (cpu)
+		cpu->layer = calloc(m->n_layers, sizeof(*cpu->layer));
 	m->ctx = cpu;
-
+	if (!cpu || !cpu->layer)
+		return pp_error(-ENOMEM, "model: out of memory");
 	for (size_t i = 0; i < m->n_layers; i++) {
 		struct nn_layer *l = &m->layers[i];
 		size_t cols = (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k;
 
 		if (l->kind != NN_CONV)
 			continue;
-		l->direct = pp_nn_conv2d_direct_fits(l);
-		if (l->direct)
+		cpu->layer[i].direct = pp_nn_conv2d_direct_fits(l);
+		if (cpu->layer[i].direct)
 			continue;
-		l->col_off = cpu->col_floats;
+		cpu->layer[i].col_off = cpu->col_floats;
 		cpu->col_floats += cols;
 		col_one = PP_MAX(col_one, l->sparse_dout ? pp_nn_conv2d_backward_pooled_scratch(l, pool_of(m, i))
 							 : cols);
