@@ -26,8 +26,8 @@
 #include <time.h>
 
 #include "common/common_impl.h"
-#include "nn/blas.h"
-#include "nn/nn_impl.h"
+#include "nn/cpu/blas.h"
+#include "nn/cpu/cpu_impl.h"
 #include "pinpipe/dataset.h"
 
 /*

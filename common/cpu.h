@@ -1,7 +1,7 @@
 /*
  * common/cpu.h: the one probe of the processor (its instruction sets, and
  * its vendor, family and model for the choices made from what it is: the
- * BLAS's kernels, nn/blas.c), and the one spelling of the target attribute
+ * BLAS's kernels, nn/cpu/blas.c), and the one spelling of the target attribute
  * of each level, for the kernels that come in a version per level (nn/,
  * the loader's conversion).  Not exported.  A test fakes the processor by
  * handing a struct pp_cpu_id or an enum pp_isa of its own to the function

@@ -2,7 +2,7 @@
  * common/normalize.h: the one uint8 -> float32 normalisation of the
  * library, ToTensor followed by Normalize, (x / 255 - mean) / std, used by
  * the loader's float output (loader/convert.h), by nn's CPU input
- * (nn/model_cpu.c) and, in the same arithmetic, by nn's CUDA kernel
+ * (nn/cpu/model_cpu.c) and, in the same arithmetic, by nn's CUDA kernel
  * (nn/cuda/convert.cu).  Not exported.
  *
  * The arithmetic, in every version and on the device: scale = 1 / (255 std)

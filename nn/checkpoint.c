@@ -113,7 +113,7 @@ PP_API uint64_t pp_model_tag(const struct pp_model *m)
 	return m->tag;
 }
 
-int pp_model_save(struct pp_model *m, const char *path)
+PP_API int pp_model_save(struct pp_model *m, const char *path)
 {
 	const struct pp_optimizer_config *o = &m->optim.cfg;
 	const size_t n = m->n_params, slen = strlen(m->spec);
@@ -381,7 +381,7 @@ static int parse(const char *path, const uint8_t *buf, size_t len, struct pp_dev
 	if (ret)
 		goto err_destroy;
 	m->optim.t = steps;
-	m->optim_state_stale = true;
+	m->optim_t_set = true;
 	m->tag = tag;
 	*model_p = m;
 	return 0;
@@ -391,8 +391,8 @@ err_destroy:
 	return ret;
 }
 
-int pp_model_load(const char *path, struct pp_device *dev, const struct pp_model_config *cfg,
-		  struct pp_model **model_p)
+PP_API int pp_model_load(const char *path, struct pp_device *dev, const struct pp_model_config *cfg,
+			 struct pp_model **model_p)
 {
 	uint8_t *buf = NULL;
 	size_t len = 0;

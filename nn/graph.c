@@ -22,7 +22,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,24 +278,7 @@ int pp_nn_graph_run(struct pp_model *m, struct nn_job *job)
 	return launch(m, e, job);
 }
 
-int pp_model_set_lr(struct pp_model *m, float lr)
-{
-	if (!(lr > 0.0f) || !isfinite(lr))
-		return pp_error(-EINVAL, "model: learning rate %g (expected finite, > 0)", (double)lr);
-	if (lr == m->optim.cfg.lr)
-		return 0;
-	m->optim.cfg.lr = lr;
-	m->cfg.optim.lr = lr;
-	pp_nn_graph_drop(m);
-	return 0;
-}
-
-void pp_model_get_optimizer(const struct pp_model *m, struct pp_optimizer_config *cfg_p)
-{
-	*cfg_p = m->optim.cfg;
-}
-
-void pp_model_get_graph_stats(const struct pp_model *m, struct pp_model_graph_stats *stats_p)
+PP_API void pp_model_get_graph_stats(const struct pp_model *m, struct pp_model_graph_stats *stats_p)
 {
 	if (m->graphs)
 		*stats_p = m->graphs->stats;

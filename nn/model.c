@@ -2,7 +2,7 @@
  * nn/model.c: models built from a spec: parameters and their PyTorch-style
  * initialisation, activations sized once for the largest batch seen, the
  * checks of a step's inputs, and the dispatch of steps to the backend of
- * the model's device (nn/model_cpu.c, nn/model_cuda.c).
+ * the model's device (nn/cpu/model_cpu.c, nn/cuda/model_cuda.c).
  */
 #include "config.h"
 
@@ -14,12 +14,11 @@
 #include <unistd.h>
 
 #include "common/common_impl.h"
-#include "nn/blas.h"
 #include "nn/nn_impl.h"
 
 #define NN_MAX_THREADS 256
 
-void pp_model_config_init(struct pp_model_config *cfg)
+PP_API void pp_model_config_init(struct pp_model_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->in_channels = 1;
@@ -183,6 +182,30 @@ static int check_memory(const struct pp_model *m, struct pp_device *dev)
 			dev != NULL ? pp_device_get_props(dev)->name : "this machine");
 }
 
+int pp_nn_optim_check(const struct pp_optimizer_config *c)
+{
+	if (c->kind != PP_OPTIM_SGD && c->kind != PP_OPTIM_ADAM)
+		return pp_error(-EINVAL, "optimizer: unknown kind %d (expected sgd or adam)", (int)c->kind);
+	if (!(c->lr > 0.0f) || !isfinite(c->lr))
+		return pp_error(-EINVAL, "optimizer: learning rate %g (expected > 0)", (double)c->lr);
+	if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
+		return pp_error(-EINVAL, "optimizer: weight decay %g (expected >= 0)", (double)c->weight_decay);
+	if (c->kind == PP_OPTIM_SGD) {
+		if (!(c->momentum >= 0.0f) || !(c->dampening >= 0.0f))
+			return pp_error(-EINVAL, "sgd: momentum %g, dampening %g (expected >= 0)",
+					(double)c->momentum, (double)c->dampening);
+		if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
+			return pp_error(-EINVAL, "sgd: Nesterov momentum requires a momentum and zero dampening");
+	} else {
+		if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
+			return pp_error(-EINVAL, "adam: betas %g, %g (expected in [0, 1))",
+					(double)c->beta1, (double)c->beta2);
+		if (!(c->eps > 0.0f))
+			return pp_error(-EINVAL, "adam: eps %g (expected > 0)", (double)c->eps);
+	}
+	return 0;
+}
+
 static int check_config(const struct pp_model_config *cfg)
 {
 	int ret = pp_nn_model_check_runtime(cfg);
@@ -194,7 +217,7 @@ static int check_config(const struct pp_model_config *cfg)
 	return pp_nn_optim_check(&cfg->optim);
 }
 
-void pp_model_destroy(struct pp_model *m)
+PP_API void pp_model_destroy(struct pp_model *m)
 {
 	if (!m)
 		return;
@@ -227,7 +250,6 @@ static int model_setup(struct pp_model *m)
 	if (ret)
 		return ret;
 	m->optim.cfg = m->cfg.optim;
-	m->threads = m->cfg.threads;
 	ret = m->backend->setup(m);
 	return ret ? ret : pp_nn_graph_init(m);
 }
@@ -237,8 +259,6 @@ int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_mod
 {
 	struct pp_model *m;
 	const struct nn_layer *last;
-	sigset_t caller;
-	bool masked;
 	int ret;
 
 	ret = check_config(cfg);
@@ -265,17 +285,6 @@ int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_mod
 	ret = check_memory(m, dev);
 	if (ret)
 		goto err_destroy;
-	if (m->backend == &pp_nn_backend_cpu) {
-		ret = pp_blas_open();
-		if (ret)
-			goto err_destroy;
-		/* OpenBLAS starts its own threads here when it has none yet (in a
-		 * child after fork()): they take the mask of pinpipe's threads. */
-		masked = pp_signals_block(&caller) == 0;
-		pp_blas_single_thread();
-		if (masked)
-			pp_signals_restore(&caller);
-	}
 	ret = model_setup(m);
 	if (ret)
 		goto err_destroy;
@@ -287,8 +296,8 @@ err_destroy:
 	return ret;
 }
 
-int pp_model_create(const char *spec, struct pp_device *dev, const struct pp_model_config *cfg,
-		    struct pp_model **model_p)
+PP_API int pp_model_create(const char *spec, struct pp_device *dev,
+			   const struct pp_model_config *cfg, struct pp_model **model_p)
 {
 	struct pp_model *m;
 	float *host;
@@ -312,17 +321,17 @@ int pp_model_create(const char *spec, struct pp_device *dev, const struct pp_mod
 	return 0;
 }
 
-const char *pp_model_spec(const struct pp_model *m)
+PP_API const char *pp_model_spec(const struct pp_model *m)
 {
 	return m->spec;
 }
 
-size_t pp_model_param_count(const struct pp_model *m)
+PP_API size_t pp_model_param_count(const struct pp_model *m)
 {
 	return m->n_params;
 }
 
-uint64_t pp_model_steps(const struct pp_model *m)
+PP_API uint64_t pp_model_steps(const struct pp_model *m)
 {
 	return m->optim.t;
 }
@@ -330,7 +339,7 @@ uint64_t pp_model_steps(const struct pp_model *m)
 /* The spec's name of each layer kind. */
 static const char *const layer_names[] = { "", "conv", "maxpool", "relu", "flatten", "fc" };
 
-int pp_model_summary(const struct pp_model *m, char *buf, size_t size)
+PP_API int pp_model_summary(const struct pp_model *m, char *buf, size_t size)
 {
 	const char *const *names = layer_names;
 	size_t len = 0;
@@ -394,7 +403,7 @@ int pp_nn_model_grads_sync(struct pp_model *m)
 	return m->cfg.grad_sync(m->cfg.grad_hook_arg, m->backend->queued ? m->cfg.stream : NULL);
 }
 
-int pp_model_params_read(struct pp_model *m, float *dst, size_t count)
+PP_API int pp_model_params_read(struct pp_model *m, float *dst, size_t count)
 {
 	int ret;
 
@@ -405,7 +414,7 @@ int pp_model_params_read(struct pp_model *m, float *dst, size_t count)
 	return ret ? ret : pp_nn_mem_copy(NULL, dst, m->dev, m->params, count * sizeof(float));
 }
 
-int pp_model_grads_read(struct pp_model *m, float *dst, size_t count)
+PP_API int pp_model_grads_read(struct pp_model *m, float *dst, size_t count)
 {
 	int ret;
 
@@ -416,7 +425,8 @@ int pp_model_grads_read(struct pp_model *m, float *dst, size_t count)
 	return ret ? ret : pp_nn_mem_copy(NULL, dst, m->dev, m->grads, count * sizeof(float));
 }
 
-size_t pp_model_param_list(const struct pp_model *m, struct pp_model_param *params, size_t max)
+PP_API size_t pp_model_param_list(const struct pp_model *m, struct pp_model_param *params,
+				  size_t max)
 {
 	size_t n = 0;
 
@@ -440,7 +450,7 @@ size_t pp_model_param_list(const struct pp_model *m, struct pp_model_param *para
 	return n;
 }
 
-int pp_model_params_write(struct pp_model *m, const float *src, size_t count)
+PP_API int pp_model_params_write(struct pp_model *m, const float *src, size_t count)
 {
 	int ret;
 
@@ -483,7 +493,8 @@ static int check_inputs(struct pp_model *m, const struct pp_tensor *in, const in
 	return pp_nn_model_reserve(m, job->batch);
 }
 
-int pp_model_train_step(struct pp_model *m, const struct pp_tensor *inputs, const int32_t *labels)
+PP_API int pp_model_train_step(struct pp_model *m, const struct pp_tensor *inputs,
+			       const int32_t *labels)
 {
 	struct nn_job job = { .train = true };
 	int ret = check_inputs(m, inputs, labels, &job);
@@ -493,8 +504,8 @@ int pp_model_train_step(struct pp_model *m, const struct pp_tensor *inputs, cons
 	return pp_nn_graph_run(m, &job);
 }
 
-int pp_model_evaluate(struct pp_model *m, const struct pp_tensor *inputs, const int32_t *labels,
-		      struct pp_tensor *logits)
+PP_API int pp_model_evaluate(struct pp_model *m, const struct pp_tensor *inputs,
+			     const int32_t *labels, struct pp_tensor *logits)
 {
 	struct nn_job job = { .train = false };
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
@@ -512,7 +523,24 @@ int pp_model_evaluate(struct pp_model *m, const struct pp_tensor *inputs, const 
 	return pp_nn_graph_run(m, &job);
 }
 
-int pp_model_metrics(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p)
+PP_API int pp_model_metrics(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p)
 {
 	return m->backend->metrics(m, reset, metrics_p);
+}
+
+PP_API int pp_model_set_lr(struct pp_model *m, float lr)
+{
+	if (!(lr > 0.0f) || !isfinite(lr))
+		return pp_error(-EINVAL, "model: learning rate %g (expected finite, > 0)", (double)lr);
+	if (lr == m->optim.cfg.lr)
+		return 0;
+	m->optim.cfg.lr = lr;
+	m->cfg.optim.lr = lr;
+	pp_nn_graph_drop(m);
+	return 0;
+}
+
+PP_API void pp_model_get_optimizer(const struct pp_model *m, struct pp_optimizer_config *cfg_p)
+{
+	*cfg_p = m->optim.cfg;
 }

@@ -155,7 +155,7 @@ static int shape_layer(const char *spec, size_t i, const char *tok, struct nn_la
 	return 0;
 }
 
-const char *pp_model_preset(const char *name)
+PP_API const char *pp_model_preset(const char *name)
 {
 	for (size_t i = 0; name != NULL && i < PP_ARRAY_SIZE(presets); i++)
 		if (strcmp(name, presets[i].name) == 0)

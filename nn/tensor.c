@@ -45,8 +45,8 @@ static size_t tensor_bytes(const struct pp_tensor *t)
 	return t->numel * pp_dtype_size(t->dtype);
 }
 
-int pp_tensor_create(struct pp_device *dev, enum pp_dtype dtype, int ndim, const size_t *shape,
-		     struct pp_tensor **tensor_p)
+PP_API int pp_tensor_create(struct pp_device *dev, enum pp_dtype dtype, int ndim,
+			    const size_t *shape, struct pp_tensor **tensor_p)
 {
 	struct pp_tensor *t;
 	int ret = tensor_new(dev, dtype, ndim, shape, &t);
@@ -63,8 +63,8 @@ int pp_tensor_create(struct pp_device *dev, enum pp_dtype dtype, int ndim, const
 	return 0;
 }
 
-int pp_tensor_wrap(struct pp_device *dev, void *data, enum pp_dtype dtype, int ndim,
-		   const size_t *shape, struct pp_tensor **tensor_p)
+PP_API int pp_tensor_wrap(struct pp_device *dev, void *data, enum pp_dtype dtype, int ndim,
+			  const size_t *shape, struct pp_tensor **tensor_p)
 {
 	struct pp_tensor *t;
 	int ret;
@@ -79,7 +79,7 @@ int pp_tensor_wrap(struct pp_device *dev, void *data, enum pp_dtype dtype, int n
 	return 0;
 }
 
-void pp_tensor_destroy(struct pp_tensor *t)
+PP_API void pp_tensor_destroy(struct pp_tensor *t)
 {
 	if (!t)
 		return;
@@ -88,42 +88,42 @@ void pp_tensor_destroy(struct pp_tensor *t)
 	free(t);
 }
 
-int pp_tensor_ndim(const struct pp_tensor *t)
+PP_API int pp_tensor_ndim(const struct pp_tensor *t)
 {
 	return t->ndim;
 }
 
-size_t pp_tensor_dim(const struct pp_tensor *t, int i)
+PP_API size_t pp_tensor_dim(const struct pp_tensor *t, int i)
 {
 	return i >= 0 && i < t->ndim ? t->shape[i] : 0;
 }
 
-size_t pp_tensor_numel(const struct pp_tensor *t)
+PP_API size_t pp_tensor_numel(const struct pp_tensor *t)
 {
 	return t->numel;
 }
 
-enum pp_dtype pp_tensor_dtype(const struct pp_tensor *t)
+PP_API enum pp_dtype pp_tensor_dtype(const struct pp_tensor *t)
 {
 	return t->dtype;
 }
 
-struct pp_device *pp_tensor_device(const struct pp_tensor *t)
+PP_API struct pp_device *pp_tensor_device(const struct pp_tensor *t)
 {
 	return t->dev;
 }
 
-const char *pp_tensor_device_name(const struct pp_tensor *t)
+PP_API const char *pp_tensor_device_name(const struct pp_tensor *t)
 {
 	return pp_nn_device_name(t->dev);
 }
 
-void *pp_tensor_data(const struct pp_tensor *t)
+PP_API void *pp_tensor_data(const struct pp_tensor *t)
 {
 	return t->data;
 }
 
-int pp_tensor_copy_from_host(struct pp_tensor *t, const void *src, size_t bytes)
+PP_API int pp_tensor_copy_from_host(struct pp_tensor *t, const void *src, size_t bytes)
 {
 	if (bytes != tensor_bytes(t))
 		return pp_error(-EINVAL, "tensor copy from host: %zu bytes given, the tensor holds %zu",
@@ -131,7 +131,7 @@ int pp_tensor_copy_from_host(struct pp_tensor *t, const void *src, size_t bytes)
 	return pp_nn_mem_copy(t->dev, t->data, NULL, src, bytes);
 }
 
-int pp_tensor_copy_to_host(const struct pp_tensor *t, void *dst, size_t bytes)
+PP_API int pp_tensor_copy_to_host(const struct pp_tensor *t, void *dst, size_t bytes)
 {
 	if (bytes != tensor_bytes(t))
 		return pp_error(-EINVAL, "tensor copy to host: %zu bytes asked for, the tensor holds %zu",
@@ -139,7 +139,7 @@ int pp_tensor_copy_to_host(const struct pp_tensor *t, void *dst, size_t bytes)
 	return pp_nn_mem_copy(NULL, dst, t->dev, t->data, bytes);
 }
 
-int pp_tensor_copy(struct pp_tensor *dst, const struct pp_tensor *src)
+PP_API int pp_tensor_copy(struct pp_tensor *dst, const struct pp_tensor *src)
 {
 	if (dst->dtype != src->dtype || dst->numel != src->numel)
 		return pp_error(-EINVAL, "tensor copy: %zu %s elements on %s into %zu %s elements on %s",

@@ -1,5 +1,5 @@
 /*
- * tests/test_nn_blas.c: the BLAS under the CPU models (nn/blas.c): which
+ * tests/test_nn_blas.c: the BLAS under the CPU models (nn/cpu/blas.c): which
  * core OpenBLAS 0.3.21 chooses by itself for a processor, and which the
  * library names in OPENBLAS_CORETYPE before it loads OpenBLAS, for every
  * kind of processor, faked (vendor, family, model, instruction sets); the
@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "common/cpu.h"
-#include "nn/blas.h"
+#include "nn/cpu/blas.h"
 #include "pinpipe/nn.h"
 #include "tests/testutil.h"
 

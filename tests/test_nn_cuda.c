@@ -19,9 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/cpu/cpu_impl.h"
+#include "nn/cuda/cuda_impl.h"
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
-#include "nn/nn_impl.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
 #include "tests/testutil.h"

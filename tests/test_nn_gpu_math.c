@@ -7,7 +7,9 @@
  * pp_nn_maxpool_relu_forward(), its backward with
  * pp_nn_conv2d_backward_pooled(), the max-pool's gathered backward with
  * pp_nn_maxpool_backward(), the deterministic sums with plain sums,
- * the softmax cross-entropy with pp_nn_softmax_xent().  Shapes: the CNN's
+ * the softmax cross-entropy with pp_nn_softmax_xent(); and the
+ * optimizers' per-element arithmetic (nn/nn_math.h) with the CPU's
+ * portable optimizers, bit for bit.  Shapes: the CNN's
  * two convolutions, batch 1, odd sizes, padding, stride 2, pools that
  * leave rows out or leave gaps, windows of more than one group, sums over
  * more and fewer terms than a block has lanes.  Runs without a GPU; the
@@ -22,8 +24,9 @@
 #include <string.h>
 
 #include "common/common_impl.h"
+#include "nn/cpu/cpu_impl.h"
 #include "nn/cuda/fused.h"
-#include "nn/nn_impl.h"
+#include "nn/nn_math.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"
 
@@ -589,6 +592,83 @@ START_TEST(test_xent)
 }
 END_TEST
 
+/*
+ * Fails if the CPU's portable optimizers (4 lanes, then one at a time)
+ * and the per-element definitions the CUDA kernels run (nn/nn_math.h:
+ * pp_sgd_update(), pp_adam_update() with pp_adam_factors_of()) give
+ * other bits after three steps of 37 parameters (nine vectors of 4 and a
+ * tail of 1): an operation out of order in the vector body, a bias
+ * correction of another step or in float.  Also fails if SGD's first step
+ * does not take the gradient (with weight decay) as its momentum, or
+ * Nesterov's step is not g + momentum b.
+ */
+START_TEST(test_optim_math)
+{
+	enum { N = 37, STEPS = 3 };
+	struct pp_optimizer_config cfgs[4];
+
+	for (int k = 0; k < 4; k++) {
+		struct pp_model_config mc;
+
+		pp_model_config_init(&mc);
+		cfgs[k] = mc.optim;
+		cfgs[k].kind = k < 2 ? PP_OPTIM_SGD : PP_OPTIM_ADAM;
+		cfgs[k].lr = 0.05f;
+	}
+	cfgs[0].momentum = 0.9f;
+	cfgs[0].dampening = 0.3f;
+	cfgs[0].weight_decay = 0.01f;
+	cfgs[1].momentum = 0.8f;
+	cfgs[1].nesterov = true;
+	cfgs[3].weight_decay = 0.02f;
+	for (int k = 0; k < 4; k++) {
+		const struct pp_optimizer_config *c = &cfgs[k];
+		float p[2][N], b1[2][N], b2[2][N];
+		struct nn_optim o = { .cfg = *c, .buf1 = b1[0], .buf2 = b2[0] };
+
+		pp_test_rng = 11;
+		for (int i = 0; i < N; i++) {
+			p[0][i] = p[1][i] = pp_test_frand();
+			b1[0][i] = b1[1][i] = b2[0][i] = b2[1][i] = 0.0f;
+		}
+		for (unsigned long long t = 1; t <= STEPS; t++) {
+			const struct pp_adam_factors f = pp_adam_factors_of(c->lr, c->beta1, c->beta2, t);
+			float g[N];
+
+			for (int i = 0; i < N; i++)
+				g[i] = pp_test_frand() * (float)t;
+			pp_nn_optim_step_isa(&o, p[0], g, N, PP_ISA_BASE);
+			for (int i = 0; i < N; i++)
+				if (c->kind == PP_OPTIM_SGD)
+					pp_sgd_update(&p[1][i], &b1[1][i], g[i], c->lr, c->weight_decay,
+						      c->momentum, 1.0f - c->dampening, c->nesterov, t == 1);
+				else
+					pp_adam_update(&p[1][i], &b1[1][i], &b2[1][i], g[i], c->beta1,
+						       c->beta2, c->eps, c->weight_decay, f);
+		}
+		ck_assert_msg(memcmp(p[0], p[1], sizeof(p[0])) == 0 && memcmp(b1[0], b1[1], sizeof(b1[0])) == 0 &&
+			      memcmp(b2[0], b2[1], sizeof(b2[0])) == 0,
+			      "optimizer %d: the CPU's portable update differs from nn/nn_math.h's", k);
+	}
+	/* one parameter by hand: p 1, gradient 0.5, weight decay 0.1, momentum 0.9, Nesterov */
+	{
+		float p = 1.0f, b = 7.0f;
+		const float g = 0.5f + 0.1f * 1.0f;
+
+		pp_sgd_update(&p, &b, 0.5f, 0.25f, 0.1f, 0.9f, 1.0f, true, true);
+		ck_assert(b == g);
+		ck_assert_msg(fabsf(p - (1.0f - 0.25f * (g + 0.9f * g))) <= 1e-7f, "sgd: p %.9g", (double)p);
+	}
+	/* Adam's factors of step 2: lr / (1 - b1^2), sqrt(1 - b2^2), made in double */
+	{
+		const struct pp_adam_factors f = pp_adam_factors_of(0.001f, 0.9f, 0.999f, 2);
+
+		ck_assert(f.step == (float)((double)0.001f / (1.0 - (double)0.9f * (double)0.9f)));
+		ck_assert(f.bc2_sqrt == (float)sqrt(1.0 - (double)0.999f * (double)0.999f));
+	}
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_gpu_math");
@@ -600,6 +680,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_sums);
 	tcase_add_test(tc, test_red_parts);
 	tcase_add_test(tc, test_xent);
+	tcase_add_test(tc, test_optim_math);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;

@@ -16,7 +16,7 @@
 
 #include "common/common_impl.h"
 #include "common/normalize.h"
-#include "nn/nn_impl.h"
+#include "nn/cpu/cpu_impl.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"
 

@@ -23,7 +23,7 @@
 #include "common/common_impl.h"
 #include "pinpipe/dataset.h"
 #include "device/device_impl.h"
-#include "nn/nn_impl.h"
+#include "nn/cpu/cpu_impl.h"
 #include "tests/nn_reference.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"

@@ -22,6 +22,38 @@ static unsigned blocks_of(size_t n, unsigned threads)
 	return (unsigned)(b == 0 ? 1 : b);
 }
 
+/* ------------------------------------------------------------------ a block's tree */
+
+static __device__ void tree_step(float *lanes, int t, int half)
+{
+	pp_red_tree_step(lanes, t, half);
+}
+
+static __device__ void tree_step(struct pp_xent_part *lanes, int t, int half)
+{
+	pp_xent_tree_step(lanes, t, half);
+}
+
+/*
+ * The sum of a block's PP_RED_THREADS lanes in shared memory, 'mine' this
+ * thread's, added in the fixed tree of the header (lane t takes lane
+ * t + half, half = PP_RED_THREADS / 2, ..., 1).  Every thread of the block
+ * calls it, and each gets the sum.
+ */
+template <typename T> static __device__ T block_sum(T *lanes, T mine)
+{
+	const int t = threadIdx.x;
+
+	lanes[t] = mine;
+	__syncthreads();
+	for (int half = PP_RED_THREADS / 2; half > 0; half /= 2) {
+		if (t < half)
+			tree_step(lanes, t, half);
+		__syncthreads();
+	}
+	return lanes[0];
+}
+
 /* ------------------------------------------------------------------ reductions */
 
 /* First pass of a sum of d (S, J, P): a thread per (j, part), j fastest. */
@@ -43,19 +75,13 @@ static __global__ void sum_finish_kernel(float *out0, float *out1, int split, co
 {
 	__shared__ float lanes[PP_RED_THREADS];
 	const int j = blockIdx.x, t = threadIdx.x;
+	const float sum = block_sum(lanes, pp_red_lane(partial, jn, parts, j, t));
 
-	lanes[t] = pp_red_lane(partial, jn, parts, j, t);
-	__syncthreads();
-	for (int half = PP_RED_THREADS / 2; half > 0; half /= 2) {
-		if (t < half)
-			pp_red_tree_step(lanes, t, half);
-		__syncthreads();
-	}
 	if (t == 0) {
 		if (j < split)
-			out0[j] += lanes[0];
+			out0[j] += sum;
 		else
-			out1[j - split] += lanes[0];
+			out1[j - split] += sum;
 	}
 }
 
@@ -272,15 +298,9 @@ static __global__ void softmax_xent_kernel(const float *logits, const int32_t *l
 		if (bad)
 			*bad_label = 1;
 	}
-	lanes[t] = mine;
-	__syncthreads();
-	for (int half = PP_RED_THREADS / 2; half > 0; half /= 2) {
-		if (t < half)
-			pp_xent_tree_step(lanes, t, half);
-		__syncthreads();
-	}
+	mine = block_sum(lanes, mine);
 	if (t == 0) {
-		parts[blockIdx.x] = lanes[0];
+		parts[blockIdx.x] = mine;
 		__threadfence();
 		last = atomicAdd(ticket, 1u) == gridDim.x - 1;
 	}
@@ -288,16 +308,10 @@ static __global__ void softmax_xent_kernel(const float *logits, const int32_t *l
 	if (!last)
 		return;
 	__threadfence();
-	lanes[t] = pp_xent_lane(parts, (int)gridDim.x, t);
-	__syncthreads();
-	for (int half = PP_RED_THREADS / 2; half > 0; half /= 2) {
-		if (t < half)
-			pp_xent_tree_step(lanes, t, half);
-		__syncthreads();
-	}
+	mine = block_sum(lanes, pp_xent_lane(parts, (int)gridDim.x, t));
 	if (t == 0) {
-		*loss_sum += lanes[0].loss;
-		*correct += lanes[0].correct;
+		*loss_sum += mine.loss;
+		*correct += mine.correct;
 		*ticket = 0;
 	}
 }

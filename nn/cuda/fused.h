@@ -20,7 +20,8 @@
  *  - sums of d (S, J, P) over S and P (the bias gradients);
  *  - a max-pool's backward as a gather (a thread per input pixel), for
  *    the pools that are not fused;
- *  - softmax cross-entropy, its loss and correct count summed by the blocks.
+ *  - softmax cross-entropy (pp_xent_sample(), nn/nn_math.h), its loss and
+ *    correct count summed by the blocks.
  *
  * Reductions are deterministic: a sum of T terms for each of J outputs is
  * cut into 'parts' by a rule of (J, T) alone, never of the GPU, part p
@@ -38,12 +39,7 @@
 #include <stdint.h>
 
 #include "nn/cuda/kernels.h"
-
-#ifdef __CUDACC__
-#define PP_HD __host__ __device__
-#else
-#define PP_HD
-#endif
+#include "nn/nn_math.h"
 
 /* Lanes of a block of a reduction's second pass, and of the softmax's blocks. */
 #define PP_RED_THREADS 256
@@ -448,48 +444,6 @@ struct pp_xent_part {
 	double loss;                /* the sum of the block's losses */
 	unsigned long long correct; /* its samples whose largest logit was their label */
 };
-
-/*
- * Sample i of n (c logits each): writes (softmax - onehot) * scale to
- * its row of dlogits unless that is NULL, and returns its loss, as
- * pp_nn_softmax_xent(); *right = 1 when its first largest logit is its
- * label.  A label outside 0..c-1 sets *bad = 1: the sample's loss is 0, it
- * is not counted right, its gradient is zero.
- */
-PP_HD static inline double pp_xent_sample(const float *logits, const int32_t *labels, int c,
-					  float scale, float *dlogits, size_t i, unsigned *right,
-					  int *bad)
-{
-	const float *z = logits + i * (size_t)c;
-	float *d = dlogits ? dlogits + i * (size_t)c : NULL;
-	const int y = labels[i];
-	int arg = 0;
-	float m = z[0];
-	double sum = 0.0;
-
-	*right = 0;
-	*bad = 0;
-	if (y < 0 || y >= c) {
-		*bad = 1;
-		for (int j = 0; d && j < c; j++)
-			d[j] = 0.0f;
-		return 0.0;
-	}
-	for (int j = 1; j < c; j++)
-		if (z[j] > m) {
-			m = z[j];
-			arg = j;
-		}
-	for (int j = 0; j < c; j++)
-		sum += exp((double)z[j] - m);
-	*right = arg == y;
-	if (d) {
-		for (int j = 0; j < c; j++)
-			d[j] = (float)(exp((double)z[j] - m) / sum) * scale;
-		d[y] -= scale;
-	}
-	return log(sum) - ((double)z[y] - m);
-}
 
 /* One step of a softmax block's tree, as pp_red_tree_step(). */
 PP_HD static inline void pp_xent_tree_step(struct pp_xent_part *lanes, int t, int half)

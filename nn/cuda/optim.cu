@@ -1,7 +1,7 @@
 /*
  * nn/cuda/optim.cu: SGD and Adam over the flat parameter vector, reading
  * the step count and Adam's factors from device memory (nn/cuda/optim.h).
- * The element-wise arithmetic is nn/optim.c's.
+ * The element-wise arithmetic is nn/nn_math.h's, the CPU backend's too.
  */
 #include "config.h"
 
@@ -12,21 +12,22 @@
 #include "common/common_impl.h"
 #include "nn/cuda/launch.h"
 #include "nn/cuda/optim.h"
-
+#include "nn/nn_math.h"
 
 static __global__ void set_kernel(struct pp_cuda_optim_state *st, unsigned long long t)
 {
 	st->t = t;
 }
 
-/* Step t + 1 and its factors, in double as nn/optim.c (PyTorch computes them in Python floats). */
+/* Step t + 1 and its factors (pp_adam_factors_of(), as on the host). */
 static __global__ void tick_kernel(struct pp_cuda_optim_state *st, float lr, float b1, float b2)
 {
 	const unsigned long long t = st->t + 1;
+	const struct pp_adam_factors f = pp_adam_factors_of(lr, b1, b2, t);
 
 	st->t = t;
-	st->step = (float)((double)lr / (1.0 - pow((double)b1, (double)t)));
-	st->bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, (double)t));
+	st->step = f.step;
+	st->bc2_sqrt = f.bc2_sqrt;
 }
 
 static __global__ void sgd_kernel(float *p, const float *grad, float *b, size_t n, float lr,
@@ -36,35 +37,21 @@ static __global__ void sgd_kernel(float *p, const float *grad, float *b, size_t 
 	const bool first = st->t == 1;
 
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		float g = grad[i];
-
-		if (wd != 0.0f)
-			g += wd * p[i];
-		if (mom != 0.0f) {
-			b[i] = first ? g : mom * b[i] + damp * g;
-			g = nesterov ? g + mom * b[i] : b[i];
-		}
-		p[i] -= lr * g;
-	}
+	     i += (size_t)gridDim.x * blockDim.x)
+		pp_sgd_update(&p[i], &b[i], grad[i], lr, wd, mom, damp, nesterov, first);
 }
 
 static __global__ void adam_kernel(float *p, const float *grad, float *m, float *v, size_t n,
 				   float b1, float b2, float eps, float wd,
 				   const struct pp_cuda_optim_state *st)
 {
-	const float step = st->step, bc2_sqrt = st->bc2_sqrt;
+	struct pp_adam_factors f;
 
+	f.step = st->step;
+	f.bc2_sqrt = st->bc2_sqrt;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		float g = grad[i];
-
-		if (wd != 0.0f)
-			g += wd * p[i];
-		m[i] = b1 * m[i] + (1.0f - b1) * g;
-		v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-		p[i] -= step * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
-	}
+	     i += (size_t)gridDim.x * blockDim.x)
+		pp_adam_update(&p[i], &m[i], &v[i], grad[i], b1, b2, eps, wd, f);
 }
 
 extern "C" int pp_cuda_optim_set(struct pp_cuda_optim_state *st, unsigned long long t, void *stream)

@@ -4,8 +4,8 @@
  * the parameters as step t + 1 at every launch, not as the step it was
  * captured at (as PyTorch's Adam with capturable=True).  One kernel for
  * the whole flat parameter vector; the step's factors are made once per
- * step by a one-thread kernel, in double, as nn/optim.c makes them on the
- * host.  Without CUDA in the build every launcher returns -ENODEV.
+ * step by a one-thread kernel, by pp_adam_factors_of() (nn/nn_math.h) as
+ * on the host.  Without CUDA in the build every launcher returns -ENODEV.
  */
 #ifndef PP_NN_CUDA_OPTIM_H
 #define PP_NN_CUDA_OPTIM_H
@@ -25,7 +25,7 @@ struct pp_cuda_optim_state {
 	float bc2_sqrt;       /* Adam: sqrt(1 - beta2^t) */
 };
 
-/* The settings of an optimizer that a graph keeps (nn/optim.c's meaning). */
+/* The settings of an optimizer that a graph keeps (nn/nn_math.h's meaning). */
 struct pp_cuda_optim_args {
 	bool adam;            /* Adam, else SGD */
 	float lr, beta1, beta2, eps, weight_decay;

@@ -1,5 +1,5 @@
 /*
- * nn/linear.c: Linear (fully connected) layer on the CPU, through CBLAS.
+ * nn/cpu/linear.c: Linear (fully connected) layer on the CPU, through CBLAS.
  * Row-major: in (n, in_c), W (out_c, in_c) as PyTorch's nn.Linear, out (n, out_c).
  *
  * The weight gradient has an AVX-512 version besides the GEMM: a block of
@@ -13,8 +13,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "nn/blas.h"
-#include "nn/nn_impl.h"
+#include "nn/cpu/blas.h"
+#include "nn/cpu/cpu_impl.h"
 
 void pp_nn_linear_forward(const struct nn_layer *l, float *out, const float *in, const float *w,
 		    const float *b, int n)

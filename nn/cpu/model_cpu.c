@@ -1,5 +1,5 @@
 /*
- * nn/model_cpu.c: the CPU backend of a model (the host, cpu and sim
+ * nn/cpu/model_cpu.c: the CPU backend of a model (the host, cpu and sim
  * devices).  A step gives bit-identical results whatever the thread count:
  * the batch is cut into chunks of consecutive samples at boundaries fixed
  * by the batch size alone (nn_chunks_for()), each chunk accumulates the
@@ -39,7 +39,9 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +49,8 @@
 
 #include "common/common_impl.h"
 #include "common/normalize.h"
-#include "nn/nn_impl.h"
+#include "nn/cpu/blas.h"
+#include "nn/cpu/cpu_impl.h"
 
 /* The im2col columns of a group of samples, at most: within a core's L2 (1 MiB here). */
 #define NN_GROUP_BYTES (768 * 1024)
@@ -82,8 +85,8 @@ struct nn_sched {
 	alignas(NN_LINE) size_t next_dw_task; /* the next task, then the next optimizer slice (atomic) */
 	alignas(NN_LINE) uint64_t generation; /* bumped for each job (atomic: release, acquire) */
 	alignas(NN_LINE) uint64_t pending;    /* workers still running the job (atomic) */
-	alignas(NN_LINE) int sleepers;        /* workers asleep on m->go (under m->lock) */
-	bool caller_waits;                    /* the caller asleep on m->done (under m->lock) */
+	alignas(NN_LINE) int sleepers;        /* workers asleep on cpu->go (under cpu->lock) */
+	bool caller_waits;                    /* the caller asleep on cpu->done (under cpu->lock) */
 	uint64_t spin_ns;                     /* NN_SPIN_NS, or 0 where the threads have no core
 					       * to spare (they would spin in the way of others) */
 };
@@ -92,7 +95,7 @@ struct nn_sched {
 struct nn_worker {
 	struct pp_model *m;
 	float *col;         /* (group, col_floats): each conv's columns of the group,
-			     * at group x the layer's col_off */
+			     * at group x the layer's col_off (struct nn_cpu_layer) */
 	float *dcol;        /* (col_one) the column gradient of one sample, or
 			     * pp_nn_conv2d_backward_pooled()'s scratch where larger */
 };
@@ -126,6 +129,45 @@ struct nn_chunk {
 	uint64_t correct;   /* correct predictions among its samples */
 	int err;            /* 0 or -errno */
 	char msg[256];      /* the error message when err */
+};
+
+/*
+ * The CPU backend's state (m->ctx): the step's threads, its chunks and
+ * tasks, and the scratch they work in.
+ */
+struct nn_cpu {
+	struct nn_cpu_layer *layer; /* n_layers: how each layer is run */
+	size_t col_floats;        /* the im2col columns of all conv layers, one sample, floats */
+	size_t group;             /* with convolutions: samples taken forward and backward
+				   * together; 0 without */
+	/* a step's batch is cut into at most NN_CHUNKS chunks at boundaries fixed by the
+	 * batch size, whatever the thread count */
+	struct nn_chunk *chunks;  /* NN_CHUNKS; chunk 0 accumulates into the model's 'grads' */
+	size_t chunks_ready;      /* chunks whose gradient buffers are allocated */
+	double *losses;           /* (capacity) each sample's loss in the step */
+	size_t job_chunks;        /* chunks in the step being run */
+	struct nn_dw_task *dw_tasks; /* n_dw_tasks: slices of the parameters, each finished
+				      * (gradient, then update) by one task after the chunks */
+	size_t n_dw_tasks;
+	/* the layers with parameters, the last first: the gradient's ranges in the order of
+	 * the tasks, each handed to the gradient hook once its tasks are done */
+	struct nn_grad_range *ranges;
+	size_t n_ranges;
+	size_t next_range;        /* the next range for the hook (worker 0 alone) */
+	int range_status;         /* the hook's: 0, PP_MODEL_GRAD_KEEP seen, or -errno (worker 0) */
+	void (*work)(struct nn_worker *wk); /* what the workers run for the posted job */
+	/* threads: worker 0 is the caller */
+	int threads;
+	struct nn_worker *workers; /* threads */
+	pthread_t *tids;           /* threads - 1 */
+	int threads_started;       /* of tids */
+	struct nn_job *job;        /* the step being run */
+	pthread_mutex_t lock;      /* guards the sleeping threads' waits (struct nn_sched), quit */
+	pthread_cond_t go;         /* signalled when a job is posted or the workers are to quit */
+	pthread_cond_t done;       /* signalled when the last worker finishes a job */
+	struct nn_sched *sched;    /* the counters the threads take work and jobs from */
+	unsigned fp_csr;           /* the caller's floating-point controls for the job (x86 MXCSR) */
+	bool quit;                 /* the workers are to exit */
 };
 
 /* The max-pool behind conv i (l->sparse_dout), with a ReLU between them or not. */
@@ -172,6 +214,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 		     uint64_t *correct)
 {
 	struct pp_model *m = wk->m;
+	struct nn_cpu *cpu = m->ctx;
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	const float *P = m->params;
 	const float *x; /* the input of the layer being run */
@@ -192,11 +235,11 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 
 		switch (l->kind) {
 		case NN_CONV:
-			if (l->direct)
+			if (cpu->layer[i].direct)
 				pp_nn_conv2d_direct_forward(l, y, x, P + l->w_off, P + l->b_off, n);
 			else
 				pp_nn_conv2d_forward(l, y, x, P + l->w_off, P + l->b_off,
-					       wk->col + m->group * l->col_off, n);
+					       wk->col + cpu->group * cpu->layer[i].col_off, n);
 			break;
 		case NN_MAXPOOL:
 			if (relu_in_pool(m, i))
@@ -219,7 +262,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 	}
 	ret = pp_nn_softmax_xent(x, job->labels + s0, n, last->out_c, 1.0f / (float)job->batch,
 			   job->train ? m->dacts[m->n_layers - 1] + s0 * last->out_size : NULL,
-			   m->losses + s0, correct);
+			   cpu->losses + s0, correct);
 	if (ret || !job->train)
 		return ret;
 	for (size_t i = m->n_layers; i-- > 0 && (m->layers[i].n_w || m->layers[i].need_din);) {
@@ -237,7 +280,7 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 				const int32_t *ix = m->pool_idx[p] + s0 * pool->out_size;
 				const float *r = p == i + 2 ? m->acts[i] + s0 * l->out_size : NULL;
 
-				if (l->direct)
+				if (cpu->layer[i].direct)
 					pp_nn_conv2d_direct_backward_pooled(l, pool, dx, G + l->w_off,
 								      G + l->b_off, dp, ix, r,
 								      P + l->w_off,
@@ -245,11 +288,11 @@ static int run_group(struct nn_worker *wk, const struct nn_job *job, float *G, s
 				else
 					pp_nn_conv2d_backward_pooled(l, pool, dx, G + l->w_off, G + l->b_off, dp,
 							       ix, r, P + l->w_off,
-							       wk->col + m->group * l->col_off,
+							       wk->col + cpu->group * cpu->layer[i].col_off,
 							       wk->dcol, n);
 			} else {
 				pp_nn_conv2d_backward(l, dx, G + l->w_off, G + l->b_off, dy, P + l->w_off,
-						wk->col + m->group * l->col_off, wk->dcol, n);
+						wk->col + cpu->group * cpu->layer[i].col_off, wk->dcol, n);
 			}
 			break;
 		case NN_MAXPOOL:
@@ -290,7 +333,7 @@ static size_t nn_chunks_for(size_t batch, size_t conv_floats)
 	return PP_MIN(PP_MAX(batch / min, (size_t)1), most);
 }
 
-unsigned pp_model_cpu_threads(size_t batch, unsigned cores)
+PP_API unsigned pp_model_cpu_threads(size_t batch, unsigned cores)
 {
 	const size_t chunks = nn_chunks_for(batch, 1); /* small convolutions */
 	const size_t rounds = (chunks + PP_MAX(cores, 1u) - 1) / PP_MAX(cores, 1u);
@@ -317,10 +360,11 @@ static size_t conv_params_end(const struct pp_model *m)
 static void run_chunk(struct nn_worker *wk, const struct nn_job *job, size_t c)
 {
 	struct pp_model *m = wk->m;
-	struct nn_chunk *ch = &m->chunks[c];
-	const size_t s0 = c * job->batch / m->job_chunks;
-	const size_t s1 = (c + 1) * job->batch / m->job_chunks;
-	const size_t group = m->group ? m->group : s1 - s0;
+	struct nn_cpu *cpu = m->ctx;
+	struct nn_chunk *ch = &cpu->chunks[c];
+	const size_t s0 = c * job->batch / cpu->job_chunks;
+	const size_t s1 = (c + 1) * job->batch / cpu->job_chunks;
+	const size_t group = cpu->group ? cpu->group : s1 - s0;
 
 	ch->correct = 0;
 	ch->err = 0;
@@ -340,24 +384,26 @@ static void run_chunk(struct nn_worker *wk, const struct nn_job *job, size_t c)
 static void run_chunks(struct nn_worker *wk)
 {
 	struct pp_model *m = wk->m;
+	struct nn_cpu *cpu = m->ctx;
 
 	for (;;) {
-		size_t c = __atomic_fetch_add(&m->sched->next_chunk, 1, __ATOMIC_RELAXED);
+		size_t c = __atomic_fetch_add(&cpu->sched->next_chunk, 1, __ATOMIC_RELAXED);
 
-		if (c >= m->job_chunks)
+		if (c >= cpu->job_chunks)
 			break;
-		run_chunk(wk, m->job, c);
+		run_chunk(wk, cpu->job, c);
 	}
 }
 
 /* Makes the gradient of a task's parameters final (struct nn_dw_task). */
 static void finish_grads(struct pp_model *m, const struct nn_job *job, const struct nn_dw_task *task)
 {
+	struct nn_cpu *cpu = m->ctx;
 	const struct nn_layer *l = &m->layers[task->layer];
 
 	if (l->kind == NN_CONV) {
-		for (size_t c = 1; c < m->job_chunks; c++) {
-			const float *g = m->chunks[c].grads;
+		for (size_t c = 1; c < cpu->job_chunks; c++) {
+			const float *g = cpu->chunks[c].grads;
 
 			for (size_t j = (size_t)task->j0; j < (size_t)task->j1; j++)
 				m->grads[j] += g[j];
@@ -377,26 +423,27 @@ static void finish_grads(struct pp_model *m, const struct nn_job *job, const str
  */
 static void hand_over_ranges(struct pp_model *m)
 {
-	const size_t first = m->next_range;
+	struct nn_cpu *cpu = m->ctx;
+	const size_t first = cpu->next_range;
 	int ret;
 
-	while (m->range_status >= 0 && m->next_range < m->n_ranges) {
-		struct nn_grad_range *r = &m->ranges[m->next_range];
+	while (cpu->range_status >= 0 && cpu->next_range < cpu->n_ranges) {
+		struct nn_grad_range *r = &cpu->ranges[cpu->next_range];
 
 		/* acquire: the other threads' writes of the range are seen */
 		if (__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) < r->n_tasks)
 			break;
-		m->next_range++;
+		cpu->next_range++;
 		ret = pp_nn_model_grads_ready(m, r->off, r->count);
 		if (ret != 0)
-			m->range_status = ret;
+			cpu->range_status = ret;
 	}
 	/* none ready, some handed over: a tick, for the hook's work in flight to move on
 	 * (MPI progresses a collective only inside its calls) */
-	if (m->next_range == first && first > 0 && first < m->n_ranges && m->range_status >= 0) {
+	if (cpu->next_range == first && first > 0 && first < cpu->n_ranges && cpu->range_status >= 0) {
 		ret = pp_nn_model_grads_tick(m);
 		if (ret != 0)
-			m->range_status = ret;
+			cpu->range_status = ret;
 	}
 }
 
@@ -408,15 +455,16 @@ static void hand_over_ranges(struct pp_model *m)
 static void run_dw_tasks(struct nn_worker *wk)
 {
 	struct pp_model *m = wk->m;
-	const bool hands_over = wk == &m->workers[0] && m->cfg.grad_hook != NULL;
+	struct nn_cpu *cpu = m->ctx;
+	const bool hands_over = wk == &cpu->workers[0] && m->cfg.grad_hook != NULL;
 
 	for (;;) {
-		size_t t = __atomic_fetch_add(&m->sched->next_dw_task, 1, __ATOMIC_RELAXED);
+		size_t t = __atomic_fetch_add(&cpu->sched->next_dw_task, 1, __ATOMIC_RELAXED);
 
-		if (t >= m->n_dw_tasks)
+		if (t >= cpu->n_dw_tasks)
 			break;
-		finish_grads(m, m->job, &m->dw_tasks[t]);
-		__atomic_fetch_add(&m->ranges[m->dw_tasks[t].range].done, 1, __ATOMIC_RELEASE);
+		finish_grads(m, cpu->job, &cpu->dw_tasks[t]);
+		__atomic_fetch_add(&cpu->ranges[cpu->dw_tasks[t].range].done, 1, __ATOMIC_RELEASE);
 		if (hands_over)
 			hand_over_ranges(m);
 	}
@@ -432,9 +480,10 @@ static void run_dw_tasks(struct nn_worker *wk)
 static void run_updates(struct nn_worker *wk)
 {
 	struct pp_model *m = wk->m;
+	struct nn_cpu *cpu = m->ctx;
 
 	for (;;) {
-		size_t off = __atomic_fetch_add(&m->sched->next_dw_task, 1, __ATOMIC_RELAXED) *
+		size_t off = __atomic_fetch_add(&cpu->sched->next_dw_task, 1, __ATOMIC_RELAXED) *
 			     NN_OPT_FLOATS;
 		struct nn_optim part = m->optim;
 
@@ -478,14 +527,17 @@ static unsigned cpus_available(void)
 
 void pp_nn_cpu_set_spin(struct pp_model *m, uint64_t ns)
 {
-	__atomic_store_n(&m->sched->spin_ns, ns, __ATOMIC_RELAXED);
+	struct nn_cpu *cpu = m->ctx;
+
+	__atomic_store_n(&cpu->sched->spin_ns, ns, __ATOMIC_RELAXED);
 }
 
 static void *worker_main(void *arg)
 {
 	struct nn_worker *wk = arg;
 	struct pp_model *m = wk->m;
-	struct nn_sched *s = m->sched;
+	struct nn_cpu *cpu = m->ctx;
+	struct nn_sched *s = cpu->sched;
 	uint64_t seen = 0;
 
 	nn_fp_enter(!m->cfg.keep_denormals); /* the thread's own, for its whole life */
@@ -493,56 +545,57 @@ static void *worker_main(void *arg)
 		const uint64_t spin = __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED);
 
 		if (!spin_until(&s->generation, seen, false, spin)) {
-			pthread_mutex_lock(&m->lock);
+			pthread_mutex_lock(&cpu->lock);
 			s->sleepers++;
-			while (!m->quit && __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE) == seen)
-				pthread_cond_wait(&m->go, &m->lock);
+			while (!cpu->quit && __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE) == seen)
+				pthread_cond_wait(&cpu->go, &cpu->lock);
 			s->sleepers--;
-			pthread_mutex_unlock(&m->lock);
+			pthread_mutex_unlock(&cpu->lock);
 		}
 		/* quit is set before the generation is bumped: seen with it */
-		if (__atomic_load_n(&m->quit, __ATOMIC_ACQUIRE))
+		if (__atomic_load_n(&cpu->quit, __ATOMIC_ACQUIRE))
 			break;
 		seen = __atomic_load_n(&s->generation, __ATOMIC_ACQUIRE);
-		nn_fp_follow(m->fp_csr);
-		m->work(wk);
+		nn_fp_follow(cpu->fp_csr);
+		cpu->work(wk);
 		/* the last one wakes the caller if it sleeps; acq_rel: the caller sees the work */
 		if (__atomic_sub_fetch(&s->pending, 1, __ATOMIC_ACQ_REL) == 0) {
-			pthread_mutex_lock(&m->lock);
+			pthread_mutex_lock(&cpu->lock);
 			if (s->caller_waits)
-				pthread_cond_signal(&m->done);
-			pthread_mutex_unlock(&m->lock);
+				pthread_cond_signal(&cpu->done);
+			pthread_mutex_unlock(&cpu->lock);
 		}
 	}
 	return NULL;
 }
 
-/* Runs m->work on every worker, the caller being worker 0, and waits for them all. */
+/* Runs cpu->work on every worker, the caller being worker 0, and waits for them all. */
 static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
 {
-	struct nn_sched *s = m->sched;
+	struct nn_cpu *cpu = m->ctx;
+	struct nn_sched *s = cpu->sched;
 
-	m->work = work;
-	if (m->threads > 1) {
-		m->fp_csr = nn_fp_get();
-		__atomic_store_n(&s->pending, (uint64_t)m->threads - 1, __ATOMIC_RELAXED);
+	cpu->work = work;
+	if (cpu->threads > 1) {
+		cpu->fp_csr = nn_fp_get();
+		__atomic_store_n(&s->pending, (uint64_t)cpu->threads - 1, __ATOMIC_RELAXED);
 		/* release: the job, its work and the controls are seen with the generation */
 		__atomic_add_fetch(&s->generation, 1, __ATOMIC_RELEASE);
 		/* those that sleep are woken; one going to sleep sees the generation under the lock */
-		pthread_mutex_lock(&m->lock);
+		pthread_mutex_lock(&cpu->lock);
 		if (s->sleepers > 0)
-			pthread_cond_broadcast(&m->go);
-		pthread_mutex_unlock(&m->lock);
+			pthread_cond_broadcast(&cpu->go);
+		pthread_mutex_unlock(&cpu->lock);
 	}
-	work(&m->workers[0]);
-	if (m->threads > 1 &&
+	work(&cpu->workers[0]);
+	if (cpu->threads > 1 &&
 	    !spin_until(&s->pending, 0, true, __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED))) {
-		pthread_mutex_lock(&m->lock);
+		pthread_mutex_lock(&cpu->lock);
 		s->caller_waits = true;
 		while (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) != 0)
-			pthread_cond_wait(&m->done, &m->lock);
+			pthread_cond_wait(&cpu->done, &cpu->lock);
 		s->caller_waits = false;
-		pthread_mutex_unlock(&m->lock);
+		pthread_mutex_unlock(&cpu->lock);
 	}
 }
 
@@ -552,80 +605,83 @@ static void run_workers(struct pp_model *m, void (*work)(struct nn_worker *wk))
  */
 static int run_job(struct pp_model *m, struct nn_job *job)
 {
-	m->job_chunks = nn_chunks_for(job->batch, conv_params_end(m));
-	m->sched->next_chunk = 0;
-	m->job = job;
+	struct nn_cpu *cpu = m->ctx;
+
+	cpu->job_chunks = nn_chunks_for(job->batch, conv_params_end(m));
+	cpu->sched->next_chunk = 0;
+	cpu->job = job;
 	run_workers(m, run_chunks);
-	for (size_t c = 0; c < m->job_chunks; c++)
-		if (m->chunks[c].err)
-			return pp_error_set(m->chunks[c].err, m->chunks[c].msg);
-	for (size_t c = 0; c < m->job_chunks; c++)
-		m->metrics.correct += m->chunks[c].correct;
+	for (size_t c = 0; c < cpu->job_chunks; c++)
+		if (cpu->chunks[c].err)
+			return pp_error_set(cpu->chunks[c].err, cpu->chunks[c].msg);
+	for (size_t c = 0; c < cpu->job_chunks; c++)
+		m->metrics.correct += cpu->chunks[c].correct;
 	for (size_t i = 0; i < job->batch; i++)
-		m->metrics.loss_sum += m->losses[i];
+		m->metrics.loss_sum += cpu->losses[i];
 	m->metrics.samples += job->batch;
 	return 0;
 }
 
 static void stop_workers(struct pp_model *m, int started)
 {
-	pthread_mutex_lock(&m->lock);
-	__atomic_store_n(&m->quit, true, __ATOMIC_RELEASE);
+	struct nn_cpu *cpu = m->ctx;
+
+	pthread_mutex_lock(&cpu->lock);
+	__atomic_store_n(&cpu->quit, true, __ATOMIC_RELEASE);
 	/* a new generation, for those that spin */
-	__atomic_add_fetch(&m->sched->generation, 1, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&m->go);
-	pthread_mutex_unlock(&m->lock);
+	__atomic_add_fetch(&cpu->sched->generation, 1, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&cpu->go);
+	pthread_mutex_unlock(&cpu->lock);
 	for (int t = 0; t < started; t++)
-		pthread_join(m->tids[t], NULL);
+		pthread_join(cpu->tids[t], NULL);
 }
 
 static void cpu_teardown(struct pp_model *m)
 {
-	if (m->tids) {
-		stop_workers(m, m->threads_started);
-		pthread_cond_destroy(&m->go);
-		pthread_cond_destroy(&m->done);
-		pthread_mutex_destroy(&m->lock);
+	struct nn_cpu *cpu = m->ctx;
+
+	if (!cpu)
+		return;
+	if (cpu->tids) {
+		stop_workers(m, cpu->threads_started);
+		pthread_cond_destroy(&cpu->go);
+		pthread_cond_destroy(&cpu->done);
+		pthread_mutex_destroy(&cpu->lock);
 	}
-	free(m->tids);
-	m->tids = NULL;
-	free(m->sched);
-	m->sched = NULL;
-	if (m->workers)
-		for (int t = 0; t < m->threads; t++) {
-			pp_nn_mem_free(m->dev, m->workers[t].col);
-			pp_nn_mem_free(m->dev, m->workers[t].dcol);
+	free(cpu->tids);
+	free(cpu->sched);
+	if (cpu->workers)
+		for (int t = 0; t < cpu->threads; t++) {
+			pp_nn_mem_free(m->dev, cpu->workers[t].col);
+			pp_nn_mem_free(m->dev, cpu->workers[t].dcol);
 		}
-	free(m->workers);
-	m->workers = NULL;
-	if (m->chunks)
-		for (size_t c = 1; c < m->chunks_ready; c++)
-			pp_nn_mem_free(m->dev, m->chunks[c].grads);
-	free(m->chunks);
-	m->chunks = NULL;
-	free(m->dw_tasks);
-	m->dw_tasks = NULL;
-	m->n_dw_tasks = 0;
-	free(m->ranges);
-	m->ranges = NULL;
-	m->n_ranges = 0;
-	m->chunks_ready = 0;
-	pp_nn_mem_free(m->dev, m->losses);
-	m->losses = NULL;
+	free(cpu->workers);
+	if (cpu->chunks)
+		for (size_t c = 1; c < cpu->chunks_ready; c++)
+			pp_nn_mem_free(m->dev, cpu->chunks[c].grads);
+	free(cpu->chunks);
+	free(cpu->dw_tasks);
+	free(cpu->ranges);
+	pp_nn_mem_free(m->dev, cpu->losses);
+	free(cpu->layer);
+	free(cpu);
+	m->ctx = NULL;
 }
 
 /*
  * Adds the task of parameters j0..j1-1 of layer i to the last range, or
- * counts it when m->dw_tasks is NULL.
+ * counts it when cpu->dw_tasks is NULL.
  */
 static void add_task(struct pp_model *m, size_t i, size_t j0, size_t j1)
 {
-	if (m->dw_tasks) {
-		m->dw_tasks[m->n_dw_tasks] = (struct nn_dw_task){ .layer = i, .range = m->n_ranges - 1,
+	struct nn_cpu *cpu = m->ctx;
+
+	if (cpu->dw_tasks) {
+		cpu->dw_tasks[cpu->n_dw_tasks] = (struct nn_dw_task){ .layer = i, .range = cpu->n_ranges - 1,
 								  .j0 = (int)j0, .j1 = (int)j1 };
-		m->ranges[m->n_ranges - 1].n_tasks++;
+		cpu->ranges[cpu->n_ranges - 1].n_tasks++;
 	}
-	m->n_dw_tasks++;
+	cpu->n_dw_tasks++;
 }
 
 /*
@@ -637,18 +693,20 @@ static void add_task(struct pp_model *m, size_t i, size_t j0, size_t j1)
  */
 static int make_tasks(struct pp_model *m)
 {
+	struct nn_cpu *cpu = m->ctx;
+
 	for (int pass = 0; pass < 2; pass++) {
-		m->n_dw_tasks = 0;
-		m->n_ranges = 0;
+		cpu->n_dw_tasks = 0;
+		cpu->n_ranges = 0;
 		for (size_t i = m->n_layers; i-- > 0;) {
 			const struct nn_layer *l = &m->layers[i];
 
 			if (l->kind != NN_LINEAR && l->kind != NN_CONV)
 				continue;
-			if (m->ranges)
-				m->ranges[m->n_ranges] = (struct nn_grad_range){ .off = l->w_off,
+			if (cpu->ranges)
+				cpu->ranges[cpu->n_ranges] = (struct nn_grad_range){ .off = l->w_off,
 										  .count = l->n_w + l->n_b };
-			m->n_ranges++;
+			cpu->n_ranges++;
 			for (size_t j = 0; l->kind == NN_LINEAR && j < l->in_size; j += NN_DW_COLS)
 				add_task(m, i, j, PP_MIN(j + NN_DW_COLS, l->in_size));
 			for (size_t j = 0; l->kind == NN_CONV && j < l->n_w; j += NN_SUM_FLOATS)
@@ -657,9 +715,9 @@ static int make_tasks(struct pp_model *m)
 				add_task(m, i, l->b_off + j, l->b_off + PP_MIN(j + NN_SUM_FLOATS, l->n_b));
 		}
 		if (pass == 0) {
-			m->dw_tasks = calloc(PP_MAX(m->n_dw_tasks, (size_t)1), sizeof(*m->dw_tasks));
-			m->ranges = calloc(PP_MAX(m->n_ranges, (size_t)1), sizeof(*m->ranges));
-			if (!m->dw_tasks || !m->ranges)
+			cpu->dw_tasks = calloc(PP_MAX(cpu->n_dw_tasks, (size_t)1), sizeof(*cpu->dw_tasks));
+			cpu->ranges = calloc(PP_MAX(cpu->n_ranges, (size_t)1), sizeof(*cpu->ranges));
+			if (!cpu->dw_tasks || !cpu->ranges)
 				return pp_error(-ENOMEM, "model: out of memory");
 		}
 	}
@@ -669,63 +727,80 @@ static int make_tasks(struct pp_model *m)
 /* Allocates the per-thread buffers and starts the threads. */
 static int cpu_setup(struct pp_model *m)
 {
+	struct nn_cpu *cpu;
 	size_t col_one = 0;
-	int ret = 0;
+	sigset_t caller;
+	bool masked;
+	int ret = pp_blas_open();
 
+	if (ret)
+		return ret;
+	/* OpenBLAS starts its own threads here when it has none yet (in a
+	 * child after fork()): they take the mask of pinpipe's threads. */
+	masked = pp_signals_block(&caller) == 0;
+	pp_blas_single_thread();
+	if (masked)
+		pp_signals_restore(&caller);
+	cpu = calloc(1, sizeof(*cpu));
+	if (cpu)
+		cpu->layer = calloc(m->n_layers, sizeof(*cpu->layer));
+	m->ctx = cpu;
+	if (!cpu || !cpu->layer)
+		return pp_error(-ENOMEM, "model: out of memory");
 	for (size_t i = 0; i < m->n_layers; i++) {
 		struct nn_layer *l = &m->layers[i];
 		size_t cols = (size_t)l->out_h * l->out_w * l->in_c * l->k * l->k;
 
 		if (l->kind != NN_CONV)
 			continue;
-		l->direct = pp_nn_conv2d_direct_fits(l);
-		if (l->direct)
+		cpu->layer[i].direct = pp_nn_conv2d_direct_fits(l);
+		if (cpu->layer[i].direct)
 			continue;
-		l->col_off = m->col_floats;
-		m->col_floats += cols;
+		cpu->layer[i].col_off = cpu->col_floats;
+		cpu->col_floats += cols;
 		col_one = PP_MAX(col_one, l->sparse_dout ? pp_nn_conv2d_backward_pooled_scratch(l, pool_of(m, i))
 							 : cols);
 	}
-	m->group = m->col_floats ? PP_MIN(PP_MAX(NN_GROUP_BYTES / (m->col_floats * sizeof(float)), 1u),
+	cpu->group = cpu->col_floats ? PP_MIN(PP_MAX(NN_GROUP_BYTES / (cpu->col_floats * sizeof(float)), 1u),
 					  (size_t)NN_GROUP_MAX) : 0;
-	m->threads = m->cfg.threads;
-	m->workers = calloc((size_t)m->threads, sizeof(*m->workers));
-	m->chunks = calloc(NN_CHUNKS, sizeof(*m->chunks));
-	m->sched = aligned_alloc(NN_LINE, sizeof(*m->sched));
-	if (!m->workers || !m->chunks || !m->sched)
+	cpu->threads = m->cfg.threads;
+	cpu->workers = calloc((size_t)cpu->threads, sizeof(*cpu->workers));
+	cpu->chunks = calloc(NN_CHUNKS, sizeof(*cpu->chunks));
+	cpu->sched = aligned_alloc(NN_LINE, sizeof(*cpu->sched));
+	if (!cpu->workers || !cpu->chunks || !cpu->sched)
 		return pp_error(-ENOMEM, "model: out of memory");
-	memset(m->sched, 0, sizeof(*m->sched));
-	m->sched->spin_ns = (unsigned)m->threads < cpus_available() ? NN_SPIN_NS : 0;
-	m->chunks[0].grads = m->grads;
-	m->chunks_ready = 1;
+	memset(cpu->sched, 0, sizeof(*cpu->sched));
+	cpu->sched->spin_ns = (unsigned)cpu->threads < cpus_available() ? NN_SPIN_NS : 0;
+	cpu->chunks[0].grads = m->grads;
+	cpu->chunks_ready = 1;
 	ret = make_tasks(m);
 	if (ret)
 		return ret;
-	for (int t = 0; t < m->threads; t++) {
-		struct nn_worker *wk = &m->workers[t];
+	for (int t = 0; t < cpu->threads; t++) {
+		struct nn_worker *wk = &cpu->workers[t];
 
 		wk->m = m;
-		ret = pp_nn_mem_alloc(m->dev, (m->col_floats ? m->group * m->col_floats : 0) *
+		ret = pp_nn_mem_alloc(m->dev, (cpu->col_floats ? cpu->group * cpu->col_floats : 0) *
 							   sizeof(float), (void **)&wk->col);
 		if (!ret)
 			ret = pp_nn_mem_alloc(m->dev, col_one * sizeof(float), (void **)&wk->dcol);
 		if (ret)
 			return ret;
 	}
-	if (m->threads == 1)
+	if (cpu->threads == 1)
 		return 0;
-	m->tids = calloc((size_t)m->threads - 1, sizeof(*m->tids));
-	if (!m->tids)
+	cpu->tids = calloc((size_t)cpu->threads - 1, sizeof(*cpu->tids));
+	if (!cpu->tids)
 		return pp_error(-ENOMEM, "model: out of memory");
-	pthread_mutex_init(&m->lock, NULL);
-	pthread_cond_init(&m->go, NULL);
-	pthread_cond_init(&m->done, NULL);
-	for (int t = 1; t < m->threads; t++) {
-		ret = pp_thread_create(&m->tids[t - 1], worker_main, &m->workers[t]);
+	pthread_mutex_init(&cpu->lock, NULL);
+	pthread_cond_init(&cpu->go, NULL);
+	pthread_cond_init(&cpu->done, NULL);
+	for (int t = 1; t < cpu->threads; t++) {
+		ret = pp_thread_create(&cpu->tids[t - 1], worker_main, &cpu->workers[t]);
 		if (ret)
-			return pp_error(ret, "model: starting thread %d of %d: %s", t, m->threads,
+			return pp_error(ret, "model: starting thread %d of %d: %s", t, cpu->threads,
 					pp_strerror(ret));
-		m->threads_started++;
+		cpu->threads_started++;
 	}
 	return 0;
 }
@@ -734,25 +809,27 @@ static int cpu_setup(struct pp_model *m)
 /* The samples' losses, and the gradient buffers of the chunks of a step of m->capacity samples. */
 static int cpu_reserve(struct pp_model *m)
 {
+	struct nn_cpu *cpu = m->ctx;
 	const size_t end = conv_params_end(m);
 	const size_t chunks = end ? nn_chunks_for(m->capacity, end) : 1;
 	int ret;
 
-	pp_nn_mem_free(m->dev, m->losses);
-	m->losses = NULL;
-	ret = pp_nn_mem_alloc(m->dev, m->capacity * sizeof(double), (void **)&m->losses);
+	pp_nn_mem_free(m->dev, cpu->losses);
+	cpu->losses = NULL;
+	ret = pp_nn_mem_alloc(m->dev, m->capacity * sizeof(double), (void **)&cpu->losses);
 	/* counted once allocated: a failure leaves no slot counted without its buffer */
-	while (!ret && m->chunks_ready < chunks) {
+	while (!ret && cpu->chunks_ready < chunks) {
 		ret = pp_nn_mem_alloc(m->dev, end * sizeof(float),
-				      (void **)&m->chunks[m->chunks_ready].grads);
+				      (void **)&cpu->chunks[cpu->chunks_ready].grads);
 		if (!ret)
-			m->chunks_ready++;
+			cpu->chunks_ready++;
 	}
 	return ret;
 }
 
 static int run_batch(struct pp_model *m, struct nn_job *job)
 {
+	struct nn_cpu *cpu = m->ctx;
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	int ret;
 
@@ -768,15 +845,15 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 		       job->batch * last->out_size * sizeof(float));
 	if (!job->train)
 		return 0;
-	m->sched->next_dw_task = 0;
-	m->next_range = 0;
-	m->range_status = 0;
-	for (size_t r = 0; r < m->n_ranges; r++)
-		m->ranges[r].done = 0;
+	cpu->sched->next_dw_task = 0;
+	cpu->next_range = 0;
+	cpu->range_status = 0;
+	for (size_t r = 0; r < cpu->n_ranges; r++)
+		cpu->ranges[r].done = 0;
 	/* each range to the trainer's hook (an average over ranks) as it is made whole */
 	run_workers(m, run_dw_tasks);
 	hand_over_ranges(m); /* those the other threads finished last */
-	ret = m->range_status;
+	ret = cpu->range_status;
 	if (ret >= 0) {
 		/* the hook's work in flight ended, then the update */
 		const int sync = pp_nn_model_grads_sync(m);
@@ -785,7 +862,7 @@ static int run_batch(struct pp_model *m, struct nn_job *job)
 	}
 	if (ret)
 		return ret < 0 ? ret : 0;
-	m->sched->next_dw_task = 0;
+	cpu->sched->next_dw_task = 0;
 	run_workers(m, run_updates);
 	m->optim.t++; /* the slices' updates were step t + 1 (run_updates()) */
 	return 0;

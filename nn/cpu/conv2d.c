@@ -1,7 +1,7 @@
 /*
- * nn/conv2d.c: Conv2d (stride, zero padding) on the CPU by im2col and one
+ * nn/cpu/conv2d.c: Conv2d (stride, zero padding) on the CPU by im2col and one
  * GEMM per sample, or (AVX-512, stride 1 without padding, few taps) the
- * direct kernel of nn/conv2d_direct.c from the input, the columns still
+ * direct kernel of nn/cpu/conv2d_direct.c from the input, the columns still
  * made for the backward, which reuses them.
  * Shapes (one sample): in (C, H, W), W (OC, C, K, K) as PyTorch's
  * nn.Conv2d, col (OH OW, C K K), out (OC, OH OW).  When a max-pool
@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "common/common_impl.h"
-#include "nn/blas.h"
-#include "nn/nn_impl.h"
+#include "nn/cpu/blas.h"
+#include "nn/cpu/cpu_impl.h"
 
 /* Copies k floats; constant sizes for the common kernels, so that the copy is inlined. */
 static inline void copy_run(float *dst, const float *src, int k)

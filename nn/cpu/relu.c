@@ -1,10 +1,10 @@
 /*
- * nn/relu.c: ReLU on the CPU, element-wise, 4 floats at a time: GCC's -O2
+ * nn/cpu/relu.c: ReLU on the CPU, element-wise, 4 floats at a time: GCC's -O2
  * leaves such loops of unknown length scalar.
  */
 #include "config.h"
 
-#include "nn/nn_impl.h"
+#include "nn/cpu/cpu_impl.h"
 
 /* 4 lanes of int32, for the comparison masks of nn_f32x4 */
 typedef int32_t nn_i32x4 __attribute__((vector_size(16)));

@@ -1,5 +1,5 @@
 /*
- * nn/blas.h: the BLAS under the CPU models (nn/blas.c): OpenBLAS, opened
+ * nn/cpu/blas.h: the BLAS under the CPU models (nn/cpu/blas.c): OpenBLAS, opened
  * at run time with the kernels chosen for the processor, its SGEMM, and
  * the judgements behind the choice and behind pp_blas_get_info(), apart
  * from the processor and the library that are there, so that the tests

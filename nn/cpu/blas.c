@@ -1,5 +1,5 @@
 /*
- * nn/blas.c: the BLAS under the CPU models, which kernels it runs, and
+ * nn/cpu/blas.c: the BLAS under the CPU models, which kernels it runs, and
  * whether this processor has better ones (pp_blas_get_info()).
  *
  * OpenBLAS built for many processors (DYNAMIC_ARCH, as Debian's) chooses
@@ -30,7 +30,7 @@
 #include <strings.h>
 
 #include "common/common_impl.h"
-#include "nn/blas.h"
+#include "nn/cpu/blas.h"
 #include "pinpipe/nn.h"
 
 /* The vector instructions of the SGEMM kernels of each OpenBLAS core (0.3.21's names, x86-64). */
@@ -346,7 +346,7 @@ static const char *blas_why_slow(const char *core, bool chosen)
 	return "this OpenBLAS does not know the processor";
 }
 
-void pp_blas_get_info(struct pp_blas_info *info)
+PP_API void pp_blas_get_info(struct pp_blas_info *info)
 {
 	const char *better, *core;
 	bool chosen, by_user;

@@ -1,5 +1,5 @@
 /*
- * nn/conv2d_direct.c: Conv2d at stride 1 without padding, computed
+ * nn/cpu/conv2d_direct.c: Conv2d at stride 1 without padding, computed
  * directly from the input (no im2col columns, no GEMM), for the layers
  * where a GEMM is too thin to pay for its columns: few input channels
  * (the first layer of an image network, 1 channel, 6 outputs).  Each
@@ -22,7 +22,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "nn/nn_impl.h"
+#include "nn/cpu/cpu_impl.h"
 
 /* 8 floats, one AVX register (kept in memory where AVX is not enabled) */
 typedef float nn_f32x8 __attribute__((vector_size(32)));

@@ -1,104 +1,58 @@
 /*
- * nn/optim.c: SGD and Adam on the CPU, following torch.optim.SGD and
- * torch.optim.Adam of PyTorch 1.13 (single-tensor, non-foreach paths):
- *
- * SGD:  g = grad + wd p;  with momentum: b = g at the first step, else
- *       b = momentum b + (1 - dampening) g;  g = nesterov ? g + momentum b : b;
- *       p -= lr g
- * Adam: g = grad + wd p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
- *       p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ * nn/cpu/optim.c: SGD and Adam on the CPU, the per-element arithmetic of
+ * nn/nn_math.h (pp_sgd_update(), pp_adam_update(), torch.optim's), which
+ * the CUDA kernels compute too.
  *
  * Built with -fno-math-errno (nn/Makefile.inc), so that sqrtf is one
  * instruction: the square roots here are of non-negative numbers.
  *
  * Each update comes in three versions, chosen at run time: AVX-512 (16
  * lanes), AVX2 with FMA (8 lanes), and portable (4 lanes of baseline
- * x86-64).  The vector versions take the last partial vector with masked
- * loads and stores, so that every element goes through the same
- * arithmetic wherever it lies, and they contract the multiply-adds into
- * FMAs: results differ from the portable version's in the last bits, and
- * are the same on one machine run to run.
+ * x86-64, then pp_adam_update() for the last elements; SGD is
+ * pp_sgd_update() element by element).
+ * The vector versions do nn/nn_math.h's operations in its order; the
+ * AVX ones take the last partial vector with masked loads and stores, so
+ * that every element goes through the same arithmetic wherever it lies,
+ * and they contract the multiply-adds into FMAs: results differ from the
+ * portable version's in the last bits, and are the same on one machine
+ * run to run.
  */
 #include "config.h"
 
-#include <errno.h>
 #include <immintrin.h>
 #include <math.h>
 
 #include "common/common_impl.h"
-#include "nn/nn_impl.h"
-
-int pp_nn_optim_check(const struct pp_optimizer_config *c)
-{
-	if (c->kind != PP_OPTIM_SGD && c->kind != PP_OPTIM_ADAM)
-		return pp_error(-EINVAL, "optimizer: unknown kind %d (expected sgd or adam)", (int)c->kind);
-	if (!(c->lr > 0.0f) || !isfinite(c->lr))
-		return pp_error(-EINVAL, "optimizer: learning rate %g (expected > 0)", (double)c->lr);
-	if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
-		return pp_error(-EINVAL, "optimizer: weight decay %g (expected >= 0)", (double)c->weight_decay);
-	if (c->kind == PP_OPTIM_SGD) {
-		if (!(c->momentum >= 0.0f) || !(c->dampening >= 0.0f))
-			return pp_error(-EINVAL, "sgd: momentum %g, dampening %g (expected >= 0)",
-					(double)c->momentum, (double)c->dampening);
-		if (c->nesterov && (c->momentum <= 0.0f || c->dampening != 0.0f))
-			return pp_error(-EINVAL, "sgd: Nesterov momentum requires a momentum and zero dampening");
-	} else {
-		if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
-			return pp_error(-EINVAL, "adam: betas %g, %g (expected in [0, 1))",
-					(double)c->beta1, (double)c->beta2);
-		if (!(c->eps > 0.0f))
-			return pp_error(-EINVAL, "adam: eps %g (expected > 0)", (double)c->eps);
-	}
-	return 0;
-}
+#include "nn/cpu/cpu_impl.h"
+#include "nn/nn_math.h"
 
 static void sgd_step_portable(struct nn_optim *o, float *p, const float *grad, size_t n)
 {
 	const struct pp_optimizer_config *c = &o->cfg;
 	const float lr = c->lr, wd = c->weight_decay, mom = c->momentum, damp = 1.0f - c->dampening;
+	const bool nesterov = c->nesterov, first = o->t == 1;
 	float *b = o->buf1;
 
-	for (size_t i = 0; i < n; i++) {
-		float g = grad[i];
-
-		if (wd != 0.0f)
-			g += wd * p[i];
-		if (mom != 0.0f) {
-			b[i] = o->t == 1 ? g : mom * b[i] + damp * g;
-			g = c->nesterov ? g + mom * b[i] : b[i];
-		}
-		p[i] -= lr * g;
-	}
+	for (size_t i = 0; i < n; i++)
+		pp_sgd_update(&p[i], &b[i], grad[i], lr, wd, mom, damp, nesterov, first);
 }
 
-/* Adam's factors of step t: lr over the first bias correction, the square root of the second. */
-struct adam_factors {
-	float step;     /* lr / (1 - b1^t) */
-	float bc2_sqrt; /* sqrt(1 - b2^t) */
-};
-
-static struct adam_factors adam_factors(const struct nn_optim *o)
+/* Adam's factors of step t (pp_adam_factors_of()). */
+static struct pp_adam_factors adam_factors(const struct nn_optim *o)
 {
-	const struct pp_optimizer_config *c = &o->cfg;
-	/* in double, as PyTorch computes them in Python floats */
-	const double bc1 = 1.0 - pow(c->beta1, (double)o->t);
-
-	return (struct adam_factors){
-		.step = (float)(c->lr / bc1),
-		.bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)o->t)),
-	};
+	return pp_adam_factors_of(o->cfg.lr, o->cfg.beta1, o->cfg.beta2, o->t);
 }
 
 static void adam_step_portable(struct nn_optim *o, float *p, const float *grad, size_t n)
 {
 	const struct pp_optimizer_config *c = &o->cfg;
 	const float b1 = c->beta1, b2 = c->beta2, wd = c->weight_decay, eps = c->eps;
-	const struct adam_factors f = adam_factors(o);
+	const struct pp_adam_factors f = adam_factors(o);
 	const float step = f.step, bc2_sqrt = f.bc2_sqrt;
 	float *m = o->buf1, *v = o->buf2;
 	size_t i = 0;
 
-	/* 4 at a time, the same operations in the same order as the scalar tail */
+	/* 4 at a time, the same operations in the same order as pp_adam_update() */
 	for (; i + 4 <= n; i += 4) {
 		nn_f32x4 g, pv, mv, vv, root;
 
@@ -117,19 +71,12 @@ static void adam_step_portable(struct nn_optim *o, float *p, const float *grad, 
 		memcpy(m + i, &mv, sizeof(mv));
 		memcpy(v + i, &vv, sizeof(vv));
 	}
-	for (; i < n; i++) {
-		float g = grad[i];
-
-		if (wd != 0.0f)
-			g += wd * p[i];
-		m[i] = b1 * m[i] + (1.0f - b1) * g;
-		v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-		p[i] -= step * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
-	}
+	for (; i < n; i++)
+		pp_adam_update(&p[i], &m[i], &v[i], grad[i], b1, b2, eps, wd, f);
 }
 
 /*
- * The vector versions.  Adam's order of operations is PyTorch's: g += wd
+ * The vector versions, in pp_adam_update()'s order of operations: g += wd
  * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; p -= step m /
  * (sqrt(v) / bc2_sqrt + eps).
  */
@@ -137,7 +84,7 @@ PP_TARGET_AVX512 static void adam_step_avx512(struct nn_optim *o, float *p,
 								  const float *grad, size_t n)
 {
 	const struct pp_optimizer_config *c = &o->cfg;
-	const struct adam_factors f = adam_factors(o);
+	const struct pp_adam_factors f = adam_factors(o);
 	const __m512 b1 = _mm512_set1_ps(c->beta1), b2 = _mm512_set1_ps(c->beta2);
 	const __m512 a1 = _mm512_set1_ps(1.0f - c->beta1), a2 = _mm512_set1_ps(1.0f - c->beta2);
 	const __m512 wd = _mm512_set1_ps(c->weight_decay), eps = _mm512_set1_ps(c->eps);
@@ -190,7 +137,7 @@ PP_TARGET_AVX2 static void adam_step_avx2(struct nn_optim *o, float *p,
 								 const float *grad, size_t n)
 {
 	const struct pp_optimizer_config *c = &o->cfg;
-	const struct adam_factors f = adam_factors(o);
+	const struct pp_adam_factors f = adam_factors(o);
 	const __m256 b1 = _mm256_set1_ps(c->beta1), b2 = _mm256_set1_ps(c->beta2);
 	const __m256 a1 = _mm256_set1_ps(1.0f - c->beta1), a2 = _mm256_set1_ps(1.0f - c->beta2);
 	const __m256 wd = _mm256_set1_ps(c->weight_decay), eps = _mm256_set1_ps(c->eps);

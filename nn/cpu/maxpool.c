@@ -1,5 +1,5 @@
 /*
- * nn/maxpool.c: MaxPool2d (no padding) on the CPU.  The forward keeps the
+ * nn/cpu/maxpool.c: MaxPool2d (no padding) on the CPU.  The forward keeps the
  * index of each window's maximum (the first one, as PyTorch's CPU kernel),
  * so the backward routes each gradient to it.  A ReLU before it can be
  * fused in (pp_nn_maxpool_relu_forward()).  The common 2x2 windows of stride 2
@@ -11,7 +11,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "nn/nn_impl.h"
+#include "nn/cpu/cpu_impl.h"
 
 /* 4 lanes of int32, for the comparison masks and indices */
 typedef int32_t nn_i32x4 __attribute__((vector_size(16)));

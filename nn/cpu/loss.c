@@ -1,10 +1,11 @@
 /*
- * nn/loss.c: softmax cross-entropy (PyTorch's CrossEntropyLoss with mean
+ * nn/cpu/loss.c: softmax cross-entropy (PyTorch's CrossEntropyLoss with mean
  * reduction when scale = 1 / batch) on the CPU.  Numerically stable: the
  * largest logit is subtracted before exponentiating, and the loss is
  * log(sum exp(z - max)) - (z_label - max), in double.
  *
- * Two versions: a portable one that calls the C library's exp, and for
+ * Two versions: a portable one, pp_xent_sample() of nn/nn_math.h (the
+ * CUDA kernel's arithmetic too) with the C library's exp, and for
  * up to 16 classes an AVX-512 one that takes a sample's logits in one
  * vector and exponentiates them in double, 8 at a time, with its own exp
  * (to about 1 ulp, so the losses agree with the portable version's to
@@ -17,38 +18,24 @@
 #include <math.h>
 
 #include "common/common_impl.h"
-#include "nn/nn_impl.h"
+#include "nn/cpu/cpu_impl.h"
+#include "nn/nn_math.h"
 
 /* Classes the AVX-512 version takes: one vector of floats. */
 #define XENT_AVX512_MAX_CLASSES 16
 
+/* pp_xent_sample() sample by sample (the labels checked by the caller). */
 static void softmax_xent_portable(const float *logits, const int32_t *labels, int n, int c,
 				  float scale, float *dlogits, double *losses, uint64_t *correct)
 {
 	uint64_t right = 0;
 
 	for (int i = 0; i < n; i++) {
-		const float *z = logits + (size_t)i * c;
-		int y = labels[i], arg = 0;
-		float m = z[0];
-		double sum = 0.0;
+		unsigned r;
+		int bad;
 
-		for (int j = 1; j < c; j++)
-			if (z[j] > m) {
-				m = z[j];
-				arg = j;
-			}
-		for (int j = 0; j < c; j++)
-			sum += exp((double)z[j] - m);
-		losses[i] = log(sum) - ((double)z[y] - m);
-		right += arg == y;
-		if (dlogits) {
-			float *d = dlogits + (size_t)i * c;
-
-			for (int j = 0; j < c; j++)
-				d[j] = (float)(exp((double)z[j] - m) / sum) * scale;
-			d[y] -= scale;
-		}
+		losses[i] = pp_xent_sample(logits, labels, c, scale, dlogits, (size_t)i, &r, &bad);
+		right += r;
 	}
 	*correct += right;
 }

@@ -1,6 +1,6 @@
 /*
- * nn/model_cuda.c: the CUDA backend of a model: the same layers as the CPU
- * backend (nn/model_cpu.c), op by op, on the whole batch at once, all
+ * nn/cuda/model_cuda.c: the CUDA backend of a model: the same layers as the CPU
+ * backend (nn/cpu/model_cpu.c), op by op, on the whole batch at once, all
  * queued on the model's stream; the host never waits inside a step.  The
  * running loss and correct count stay on the device until
  * pp_model_metrics() reads them.
@@ -22,13 +22,14 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/common_impl.h"
+#include "nn/cuda/cuda_impl.h"
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
 #include "nn/cuda/optim.h"
-#include "nn/nn_impl.h"
 
 static struct pp_cuda_geom geom_of(const struct nn_layer *l)
 {
@@ -63,27 +64,28 @@ static struct pp_cuda_pool_geom pool_geom_of(const struct pp_model *m, size_t i)
 
 static void cuda_teardown(struct pp_model *m)
 {
-	if (m->stream)
-		pp_cuda_sync(m->stream);
-	pp_cuda_blas_destroy(m->blas);
-	m->blas = NULL;
-	pp_nn_mem_free(m->dev, m->col_all);
-	pp_nn_mem_free(m->dev, m->dcol_all);
-	pp_nn_mem_free(m->dev, m->perm);
-	pp_nn_mem_free(m->dev, m->acc);
-	pp_nn_mem_free(m->dev, m->optim_state);
-	pp_nn_mem_free(m->dev, m->red);
-	pp_nn_mem_free(m->dev, m->xent_scratch);
-	m->col_all = m->dcol_all = m->perm = NULL;
-	m->acc = NULL;
-	m->optim_state = NULL;
-	m->red = NULL;
-	m->xent_scratch = NULL;
+	struct nn_cuda *cu = m->ctx;
+
+	if (!cu)
+		return;
+	if (cu->stream)
+		pp_cuda_sync(cu->stream);
+	pp_cuda_blas_destroy(cu->blas);
+	pp_nn_mem_free(m->dev, cu->col_all);
+	pp_nn_mem_free(m->dev, cu->dcol_all);
+	pp_nn_mem_free(m->dev, cu->perm);
+	pp_nn_mem_free(m->dev, cu->acc);
+	pp_nn_mem_free(m->dev, cu->optim_state);
+	pp_nn_mem_free(m->dev, cu->red);
+	pp_nn_mem_free(m->dev, cu->xent_scratch);
+	free(cu);
+	m->ctx = NULL;
 }
 
 static int cuda_setup(struct pp_model *m)
 {
 	struct pp_stream *s = m->cfg.stream;
+	struct nn_cuda *cu;
 	int ret;
 
 	if (!s)
@@ -92,13 +94,17 @@ static int cuda_setup(struct pp_model *m)
 	if (pp_stream_device(s) != m->dev)
 		return pp_error(-EINVAL, "model stream: expected device %s but got %s",
 				pp_nn_device_name(m->dev), pp_nn_device_name(pp_stream_device(s)));
-	m->stream = pp_nn_cuda_stream(s);
-	ret = pp_cuda_blas_create(m->stream, &m->blas);
+	cu = calloc(1, sizeof(*cu));
+	if (!cu)
+		return pp_error(-ENOMEM, "model: out of memory");
+	m->ctx = cu;
+	cu->stream = pp_nn_cuda_stream(s);
+	ret = pp_cuda_blas_create(cu->stream, &cu->blas);
 	if (!ret)
-		ret = pp_nn_mem_alloc(m->dev, sizeof(*m->acc), (void **)&m->acc);
+		ret = pp_nn_mem_alloc(m->dev, sizeof(*cu->acc), (void **)&cu->acc);
 	if (!ret)
-		ret = pp_nn_mem_alloc(m->dev, sizeof(*m->optim_state), (void **)&m->optim_state);
-	m->optim_state_stale = true;
+		ret = pp_nn_mem_alloc(m->dev, sizeof(*cu->optim_state), (void **)&cu->optim_state);
+	m->optim_t_set = true;
 	return ret;
 }
 
@@ -111,6 +117,7 @@ static int cuda_setup(struct pp_model *m)
  */
 static int cuda_reserve(struct pp_model *m)
 {
+	struct nn_cuda *cu = m->ctx;
 	const size_t cap = m->capacity;
 	size_t col = 0, out = 0, red = 0;
 	int ret;
@@ -130,83 +137,86 @@ static int cuda_reserve(struct pp_model *m)
 			out = PP_MAX(out, l->out_size);
 		}
 	}
-	pp_nn_mem_free(m->dev, m->col_all);
-	pp_nn_mem_free(m->dev, m->dcol_all);
-	pp_nn_mem_free(m->dev, m->perm);
-	pp_nn_mem_free(m->dev, m->red);
-	pp_nn_mem_free(m->dev, m->xent_scratch);
-	m->col_all = m->dcol_all = m->perm = m->red = NULL;
-	m->xent_scratch = NULL;
+	pp_nn_mem_free(m->dev, cu->col_all);
+	pp_nn_mem_free(m->dev, cu->dcol_all);
+	pp_nn_mem_free(m->dev, cu->perm);
+	pp_nn_mem_free(m->dev, cu->red);
+	pp_nn_mem_free(m->dev, cu->xent_scratch);
+	cu->col_all = cu->dcol_all = cu->perm = cu->red = NULL;
+	cu->xent_scratch = NULL;
 	ret = pp_nn_mem_alloc(m->dev, pp_xent_scratch_bytes((int)PP_MIN(cap, (size_t)INT32_MAX)),
-			      &m->xent_scratch);
+			      &cu->xent_scratch);
 	if (!ret && red)
-		ret = pp_nn_mem_alloc(m->dev, red * sizeof(float), (void **)&m->red);
+		ret = pp_nn_mem_alloc(m->dev, red * sizeof(float), (void **)&cu->red);
 	if (!ret && col)
-		ret = pp_nn_mem_alloc(m->dev, cap * col * sizeof(float), (void **)&m->col_all);
+		ret = pp_nn_mem_alloc(m->dev, cap * col * sizeof(float), (void **)&cu->col_all);
 	if (!ret && col)
-		ret = pp_nn_mem_alloc(m->dev, cap * col * sizeof(float), (void **)&m->dcol_all);
+		ret = pp_nn_mem_alloc(m->dev, cap * col * sizeof(float), (void **)&cu->dcol_all);
 	if (!ret && col)
-		ret = pp_nn_mem_alloc(m->dev, cap * out * sizeof(float), (void **)&m->perm);
+		ret = pp_nn_mem_alloc(m->dev, cap * out * sizeof(float), (void **)&cu->perm);
 	return ret;
 }
 
 static int conv_forward(struct pp_model *m, const struct nn_layer *l, float *y, const float *x,
 			int n)
 {
+	struct nn_cuda *cu = m->ctx;
 	const struct pp_cuda_geom g = geom_of(l);
 	const int kk = l->in_c * l->k * l->k, bp = n * l->out_h * l->out_w;
 	/* Yp (OC, nP) = W (OC, KK) col^T (KK, nP): column-major Yp^T = col^T(T) W^T(N) */
 	const struct pp_cuda_gemm mm = {
 		.ta = true, .tb = false, .m = bp, .n = l->out_c, .k = kk,
-		.a = m->col_all, .lda = kk, .b = m->params + l->w_off, .ldb = kk,
-		.c = m->perm, .ldc = bp, .beta = 0.0f,
+		.a = cu->col_all, .lda = kk, .b = m->params + l->w_off, .ldb = kk,
+		.c = cu->perm, .ldc = bp, .beta = 0.0f,
 	};
-	int ret = pp_cuda_im2col(x, m->col_all, n, &g, m->stream);
+	int ret = pp_cuda_im2col(x, cu->col_all, n, &g, cu->stream);
 
 	if (!ret)
-		ret = pp_cuda_sgemm(m->blas, &mm);
+		ret = pp_cuda_sgemm(cu->blas, &mm);
 	if (!ret)
-		ret = pp_cuda_from_cbp(m->perm, m->params + l->b_off, y, n, l->out_c,
-				       l->out_h * l->out_w, m->stream);
+		ret = pp_cuda_from_cbp(cu->perm, m->params + l->b_off, y, n, l->out_c,
+				       l->out_h * l->out_w, cu->stream);
 	return ret;
 }
 
 static int conv_backward(struct pp_model *m, const struct nn_layer *l, float *dx,
 			 const float *dy, const float *x, int n)
 {
+	struct nn_cuda *cu = m->ctx;
 	const struct pp_cuda_geom g = geom_of(l);
 	const int kk = l->in_c * l->k * l->k, bp = n * l->out_h * l->out_w;
 	/* dW (OC, KK) += dYp (OC, nP) col (nP, KK): column-major dW^T = col^T(N) dYp^T(N) */
 	const struct pp_cuda_gemm dw = {
 		.ta = false, .tb = false, .m = kk, .n = l->out_c, .k = bp,
-		.a = m->col_all, .lda = kk, .b = m->perm, .ldb = bp,
+		.a = cu->col_all, .lda = kk, .b = cu->perm, .ldb = bp,
 		.c = m->grads + l->w_off, .ldc = kk, .beta = 1.0f,
 	};
 	/* dcol (nP, KK) = dYp^T (nP, OC) W (OC, KK): column-major dcol^T = W^T(N) dYp(T) */
 	const struct pp_cuda_gemm dc = {
 		.ta = false, .tb = true, .m = kk, .n = bp, .k = l->out_c,
-		.a = m->params + l->w_off, .lda = kk, .b = m->perm, .ldb = bp,
-		.c = m->dcol_all, .ldc = kk, .beta = 0.0f,
+		.a = m->params + l->w_off, .lda = kk, .b = cu->perm, .ldb = bp,
+		.c = cu->dcol_all, .ldc = kk, .beta = 0.0f,
 	};
-	int ret = pp_cuda_to_cbp(dy, m->perm, n, l->out_c, l->out_h * l->out_w, m->stream);
+	int ret = pp_cuda_to_cbp(dy, cu->perm, n, l->out_c, l->out_h * l->out_w, cu->stream);
 
 	if (!ret)
 		ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, l->out_c, l->out_h * l->out_w,
-					   m->red, m->stream);
+					   cu->red, cu->stream);
 	if (!ret)
-		ret = pp_cuda_im2col(x, m->col_all, n, &g, m->stream);
+		ret = pp_cuda_im2col(x, cu->col_all, n, &g, cu->stream);
 	if (!ret)
-		ret = pp_cuda_sgemm(m->blas, &dw);
+		ret = pp_cuda_sgemm(cu->blas, &dw);
 	if (!ret && dx)
-		ret = pp_cuda_sgemm(m->blas, &dc);
+		ret = pp_cuda_sgemm(cu->blas, &dc);
 	if (!ret && dx)
-		ret = pp_cuda_col2im(m->dcol_all, dx, n, &g, m->stream);
+		ret = pp_cuda_col2im(cu->dcol_all, dx, n, &g, cu->stream);
 	return ret;
 }
 
 static int linear_forward_cuda(struct pp_model *m, const struct nn_layer *l, float *y,
 			       const float *x, int n)
 {
+	struct nn_cuda *cu = m->ctx;
 	const int ic = (int)l->in_size, oc = l->out_c;
 	/* y (n, OC) = x (n, IC) W^T (IC, OC) + b: column-major y^T = W(T) x^T(N) */
 	const struct pp_cuda_gemm mm = {
@@ -214,14 +224,15 @@ static int linear_forward_cuda(struct pp_model *m, const struct nn_layer *l, flo
 		.a = m->params + l->w_off, .lda = ic, .b = x, .ldb = ic,
 		.c = y, .ldc = oc, .beta = 1.0f,
 	};
-	int ret = pp_cuda_fill_rows(y, m->params + l->b_off, n, oc, m->stream);
+	int ret = pp_cuda_fill_rows(y, m->params + l->b_off, n, oc, cu->stream);
 
-	return ret ? ret : pp_cuda_sgemm(m->blas, &mm);
+	return ret ? ret : pp_cuda_sgemm(cu->blas, &mm);
 }
 
 static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, float *dx,
 				const float *dy, const float *x, int n)
 {
+	struct nn_cuda *cu = m->ctx;
 	const int ic = (int)l->in_size, oc = l->out_c;
 	/* dW (OC, IC) += dy^T (OC, n) x (n, IC): column-major dW^T = x^T(N) dy(T) */
 	const struct pp_cuda_gemm dw = {
@@ -235,17 +246,18 @@ static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, fl
 		.a = m->params + l->w_off, .lda = ic, .b = dy, .ldb = oc,
 		.c = dx, .ldc = ic, .beta = 0.0f,
 	};
-	int ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, oc, 1, m->red, m->stream);
+	int ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, oc, 1, cu->red, cu->stream);
 
 	if (!ret)
-		ret = pp_cuda_sgemm(m->blas, &dw);
+		ret = pp_cuda_sgemm(cu->blas, &dw);
 	if (!ret && dx)
-		ret = pp_cuda_sgemm(m->blas, &dd);
+		ret = pp_cuda_sgemm(cu->blas, &dd);
 	return ret;
 }
 
 static int forward(struct pp_model *m, const float *x, int n)
 {
+	struct nn_cuda *cu = m->ctx;
 	int ret = 0;
 
 	for (size_t i = 0; i < m->n_layers && !ret; i++) {
@@ -265,19 +277,19 @@ static int forward(struct pp_model *m, const float *x, int n)
 
 				ret = pp_cuda_conv_pool_forward(x, m->params + l->w_off,
 								m->params + l->b_off, m->acts[p],
-								m->pool_idx[p], n, &pg, m->stream);
+								m->pool_idx[p], n, &pg, cu->stream);
 			} else {
 				ret = conv_forward(m, l, y, x, n);
 			}
 			break;
 		case NN_MAXPOOL:
-			ret = pp_cuda_maxpool_forward(y, m->pool_idx[i], x, n, &g, m->stream);
+			ret = pp_cuda_maxpool_forward(y, m->pool_idx[i], x, n, &g, cu->stream);
 			break;
 		case NN_RELU:
-			ret = pp_cuda_relu_forward(y, x, (size_t)n * l->out_size, m->stream);
+			ret = pp_cuda_relu_forward(y, x, (size_t)n * l->out_size, cu->stream);
 			break;
 		case NN_FLATTEN:
-			ret = pp_cuda_copy(y, x, (size_t)n * l->out_size * sizeof(float), m->stream);
+			ret = pp_cuda_copy(y, x, (size_t)n * l->out_size * sizeof(float), cu->stream);
 			break;
 		case NN_LINEAR:
 			ret = linear_forward_cuda(m, l, y, x, n);
@@ -291,6 +303,7 @@ static int forward(struct pp_model *m, const float *x, int n)
 /* Queues the backward pass; returns 0, PP_MODEL_GRAD_KEEP (the gradient hook asked for no update) or -errno. */
 static int backward(struct pp_model *m, const float *input, int n)
 {
+	struct nn_cuda *cu = m->ctx;
 	bool keep = false;
 	int ret = 0;
 
@@ -312,24 +325,24 @@ static int backward(struct pp_model *m, const float *input, int n)
 				ret = pp_cuda_conv_pool_backward(dx, m->grads + l->w_off,
 								 m->grads + l->b_off, m->dacts[p],
 								 m->pool_idx[p], m->acts[p], x,
-								 m->params + l->w_off, n, &pg, m->red,
-								 m->stream);
+								 m->params + l->w_off, n, &pg, cu->red,
+								 cu->stream);
 			} else {
 				ret = conv_backward(m, l, dx, dy, x, n);
 			}
 			break;
 		case NN_MAXPOOL:
 			if (dx)
-				ret = pp_cuda_maxpool_backward(dx, dy, m->pool_idx[i], n, &g, m->stream);
+				ret = pp_cuda_maxpool_backward(dx, dy, m->pool_idx[i], n, &g, cu->stream);
 			break;
 		case NN_RELU:
 			if (dx)
 				ret = pp_cuda_relu_backward(dx, dy, m->acts[i], (size_t)n * l->out_size,
-							    m->stream);
+							    cu->stream);
 			break;
 		case NN_FLATTEN:
 			if (dx)
-				ret = pp_cuda_copy(dx, dy, (size_t)n * l->out_size * sizeof(float), m->stream);
+				ret = pp_cuda_copy(dx, dy, (size_t)n * l->out_size * sizeof(float), cu->stream);
 			break;
 		case NN_LINEAR:
 			ret = linear_backward_cuda(m, l, dx, dy, x, n);
@@ -352,19 +365,21 @@ static int backward(struct pp_model *m, const float *input, int n)
 /* The device's step count from the host's (a new model, a checkpoint's), in stream order. */
 static int cuda_prepare(struct pp_model *m)
 {
+	struct nn_cuda *cu = m->ctx;
 	int ret;
 
-	if (!m->optim_state_stale)
+	if (!m->optim_t_set)
 		return 0;
-	ret = pp_cuda_optim_set(m->optim_state, m->optim.t, m->stream);
+	ret = pp_cuda_optim_set(cu->optim_state, m->optim.t, cu->stream);
 	if (!ret)
-		m->optim_state_stale = false;
+		m->optim_t_set = false;
 	return ret;
 }
 
 /* The optimizer's update: its step count and factors come from device memory (graphs). */
 static int update(struct pp_model *m)
 {
+	struct nn_cuda *cu = m->ctx;
 	const struct pp_optimizer_config *c = &m->optim.cfg;
 	const struct pp_cuda_optim_args a = {
 		.adam = c->kind == PP_OPTIM_ADAM, .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2,
@@ -372,8 +387,8 @@ static int update(struct pp_model *m)
 		.dampening = c->dampening, .nesterov = c->nesterov,
 	};
 
-	return pp_cuda_optim_step(m->optim_state, &a, m->params, m->grads, m->optim.buf1,
-				  m->optim.buf2, m->n_params, m->stream);
+	return pp_cuda_optim_step(cu->optim_state, &a, m->params, m->grads, m->optim.buf1,
+				  m->optim.buf2, m->n_params, cu->stream);
 }
 
 /* The host's bookkeeping of a step: done in the step, or at each launch of its graph. */
@@ -386,6 +401,7 @@ static void cuda_account(struct pp_model *m, const struct nn_job *job)
 
 static int cuda_run(struct pp_model *m, struct nn_job *job)
 {
+	struct nn_cuda *cu = m->ctx;
 	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	const int n = (int)job->batch;
 	const float *x = job->in_f32;
@@ -398,21 +414,21 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		ret = cuda_prepare(m);
 	if (!ret && job->in_u8) {
 		ret = pp_cuda_u8_to_f32(job->in_u8, m->input, job->batch * m->layers[0].in_size,
-					m->cfg.mean, m->cfg.std, m->stream);
+					m->cfg.mean, m->cfg.std, cu->stream);
 		x = m->input;
 	}
 	if (!ret && job->train)
-		ret = pp_cuda_zero(m->grads, m->n_params * sizeof(float), m->stream);
+		ret = pp_cuda_zero(m->grads, m->n_params * sizeof(float), cu->stream);
 	if (!ret)
 		ret = forward(m, x, n);
 	if (!ret)
 		ret = pp_cuda_softmax_xent(m->acts[m->n_layers - 1], job->labels, n, last->out_c,
 					   1.0f / (float)n, job->train ? m->dacts[m->n_layers - 1] : NULL,
-					   &m->acc->loss_sum, &m->acc->correct, &m->acc->bad_label,
-					   m->xent_scratch, m->stream);
+					   &cu->acc->loss_sum, &cu->acc->correct, &cu->acc->bad_label,
+					   cu->xent_scratch, cu->stream);
 	if (!ret && job->logits)
 		ret = pp_cuda_copy(job->logits, m->acts[m->n_layers - 1],
-				   job->batch * last->out_size * sizeof(float), m->stream);
+				   job->batch * last->out_size * sizeof(float), cu->stream);
 	if (!ret && job->train)
 		ret = backward(m, x, n);
 	if (!ret && job->train)
@@ -423,19 +439,20 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		cuda_account(m, job);
 	/* a step that failed after its step count was taken on the device: set it again */
 	if (ret < 0 && job->train && !m->capturing)
-		m->optim_state_stale = true;
+		m->optim_t_set = true;
 	return ret < 0 ? ret : 0;
 }
 
 static int cuda_metrics(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p)
 {
+	struct nn_cuda *cu = m->ctx;
 	struct nn_cuda_acc acc;
-	int ret = pp_cuda_read(&acc, m->acc, sizeof(acc), m->stream);
+	int ret = pp_cuda_read(&acc, cu->acc, sizeof(acc), cu->stream);
 
 	if (ret)
 		return ret;
 	if (reset) {
-		ret = pp_cuda_zero(m->acc, sizeof(*m->acc), m->stream);
+		ret = pp_cuda_zero(cu->acc, sizeof(*cu->acc), cu->stream);
 		if (ret)
 			return ret;
 	}
