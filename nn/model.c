@@ -268,7 +268,17 @@ int pp_nn_model_new(const char *spec, struct pp_device *dev, const struct pp_mod
 	if (!m)
 		return pp_error(-ENOMEM, "model: out of memory");
 	m->dev = dev;
-	m->backend = pp_nn_host_addressable(dev) ? &pp_nn_backend_cpu : &pp_nn_backend_cuda;
+	/* the backend is chosen by what the device offers, not by its kind */
+	if (pp_nn_host_addressable(dev))
+		m->backend = &pp_nn_backend_cpu;
+	else if (pp_device_get_props(dev)->cuda_streams)
+		m->backend = &pp_nn_backend_cuda;
+	else {
+		free(m);
+		return pp_error(-ENODEV, "model: no nn backend for device %s: its memory is not "
+				"the host's and its streams are not CUDA streams",
+				pp_nn_device_name(dev));
+	}
 	m->cfg = *cfg;
 	ret = pp_nn_spec_parse(spec, (int)PP_MIN(cfg->in_channels, 1u << 30),
 			    (int)PP_MIN(cfg->in_height, 1u << 30), (int)PP_MIN(cfg->in_width, 1u << 30),

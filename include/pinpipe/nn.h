@@ -250,8 +250,10 @@ struct pp_model;
  *
  * Returns 0 and the model in *model_p, or -EINVAL (a bad spec or config;
  * the message names the layer and what was expected; no stream on cuda),
- * -ENODEV, -ENOMEM, -EIO (a CUDA call failed), -ENOENT (OpenBLAS, for a
- * model on the CPU, cannot be loaded; the message names it).
+ * -ENODEV (also: a device whose memory is not the host's and whose streams
+ * are not CUDA streams, for which nn has no backend), -ENOMEM, -EIO (a CUDA
+ * call failed), -ENOENT (OpenBLAS, for a model on the CPU, cannot be
+ * loaded; the message names it).
  */
 PP_API int pp_model_create(const char *spec, struct pp_device *dev,
 			   const struct pp_model_config *cfg, struct pp_model **model_p);
