@@ -168,11 +168,22 @@ static int start_bucket(struct pp_grad_sync *gs, struct pp_stream *stream)
 	return 0;
 }
 
-/* Deterministic: keeps a range of this micro-batch's gradient in its slot. */
-static int keep_range(struct pp_grad_sync *gs, const float *grads, size_t offset, size_t count)
+/*
+ * Deterministic: keeps a range of this micro-batch's gradient in its slot,
+ * which the host reads and sums: a gradient the host cannot address (on a
+ * cuda device) is refused, not read.
+ */
+static int keep_range(struct pp_grad_sync *gs, const float *grads, size_t offset, size_t count,
+		      struct pp_stream *stream)
 {
 	const unsigned k = (unsigned)gs->rank + (unsigned)gs->size * gs->local_done;
+	const struct pp_device_props *props =
+		stream != NULL ? pp_device_get_props(pp_stream_device(stream)) : NULL;
 
+	if (props != NULL && !props->host_addressable)
+		return sync_fail(gs, -EINVAL, "the deterministic reduction (micro_batches %u) sums "
+				 "the gradient on the host: not in the memory of %s, which the host "
+				 "cannot address", gs->micro, props->name);
 	if (gs->slots == NULL || offset > gs->n_params || count > gs->n_params - offset)
 		return sync_fail(gs, -EINVAL, "the gradient hook: floats %zu..%zu of a gradient of "
 				 "%zu%s", offset, offset + count, gs->n_params,
@@ -236,7 +247,7 @@ int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
 				 offset, offset + count);
 	gs->base = grads - offset;
 	if (gs->micro > 0) {
-		ret = keep_range(gs, grads, offset, count);
+		ret = keep_range(gs, grads, offset, count, stream);
 		if (ret < 0)
 			drop_step(gs);
 		gs->stats.hook_ns += pp_now_ns() - t0;
