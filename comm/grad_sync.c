@@ -32,12 +32,12 @@ struct pp_grad_sync {
 	struct pp_grad_sync_stats stats;
 };
 
-void pp_grad_sync_config_init(struct pp_grad_sync_config *cfg)
+PP_API void pp_grad_sync_config_init(struct pp_grad_sync_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 }
 
-int pp_grad_sync_create(const struct pp_grad_sync_config *cfg, struct pp_grad_sync **gs_p)
+PP_API int pp_grad_sync_create(const struct pp_grad_sync_config *cfg, struct pp_grad_sync **gs_p)
 {
 	struct pp_grad_sync *gs;
 
@@ -62,7 +62,7 @@ int pp_grad_sync_create(const struct pp_grad_sync_config *cfg, struct pp_grad_sy
 	return 0;
 }
 
-void pp_grad_sync_destroy(struct pp_grad_sync *gs)
+PP_API void pp_grad_sync_destroy(struct pp_grad_sync *gs)
 {
 	if (gs == NULL)
 		return;
@@ -72,7 +72,7 @@ void pp_grad_sync_destroy(struct pp_grad_sync *gs)
 	free(gs);
 }
 
-int pp_grad_sync_attach(struct pp_grad_sync *gs, struct pp_model_config *mc)
+PP_API int pp_grad_sync_attach(struct pp_grad_sync *gs, struct pp_model_config *mc)
 {
 	if (gs == NULL || mc == NULL)
 		return pp_error(-EINVAL, "grad_sync: attach: no %s", gs == NULL ? "grad sync" :
@@ -105,7 +105,7 @@ static void drop_step(struct pp_grad_sync *gs)
 		memset(gs->slots, 0, (size_t)gs->micro * gs->n_params * sizeof(float));
 }
 
-int pp_grad_sync_start(struct pp_grad_sync *gs, struct pp_model *model)
+PP_API int pp_grad_sync_start(struct pp_grad_sync *gs, struct pp_model *model)
 {
 	size_t n;
 	float *params;
@@ -225,8 +225,8 @@ static int reduce_micro(struct pp_grad_sync *gs)
 	return 0;
 }
 
-int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
-		      struct pp_stream *stream)
+PP_API int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
+			     struct pp_stream *stream)
 {
 	struct pp_grad_sync *gs = arg;
 	const uint64_t t0 = pp_now_ns();
@@ -272,7 +272,7 @@ int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
 	return ret;
 }
 
-int pp_grad_sync_end(void *arg, struct pp_stream *stream)
+PP_API int pp_grad_sync_end(void *arg, struct pp_stream *stream)
 {
 	struct pp_grad_sync *gs = arg;
 	const uint64_t t0 = pp_now_ns();
@@ -299,7 +299,8 @@ int pp_grad_sync_end(void *arg, struct pp_stream *stream)
 	return ret;
 }
 
-void pp_grad_sync_get_stats(const struct pp_grad_sync *gs, struct pp_grad_sync_stats *stats)
+PP_API void pp_grad_sync_get_stats(const struct pp_grad_sync *gs,
+				   struct pp_grad_sync_stats *stats)
 {
 	if (gs == NULL)
 		memset(stats, 0, sizeof(*stats));
