@@ -38,3 +38,26 @@ int pp_getopt_whole(int argc, char *const argv[], const char *shortopts,
 	*name_p = longopts[idx].name;
 	return '?';
 }
+
+const char *pp_getopt_unknown(char *const argv[], const struct option *longopts)
+{
+	static char letter[3];
+	const char *prev = optind >= 1 ? argv[optind - 1] : "";
+
+	/* A long option refused (a value it does not take) has its own val in optopt. */
+	if (strncmp(prev, "--", 2) == 0) {
+		const size_t len = strcspn(prev + 2, "=");
+
+		for (const struct option *o = longopts; o->name != NULL; o++)
+			if (strlen(o->name) == len && strncmp(prev + 2, o->name, len) == 0 &&
+			    o->val == optopt)
+				return prev;
+	}
+	if (optopt > 0 && optopt < 128) {
+		letter[0] = '-';
+		letter[1] = (char)optopt;
+		letter[2] = '\0';
+		return letter;
+	}
+	return prev;
+}

@@ -19,4 +19,13 @@
 int pp_getopt_whole(int argc, char *const argv[], const char *shortopts,
 		    const struct option *longopts, const char **abbrev_p, const char **name_p);
 
+/*
+ * The option that pp_getopt_whole() just refused as unknown ('?'), as the
+ * user wrote it: "-Z" for an unknown letter (which getopt leaves in the
+ * middle of a cluster such as "-Zq", where argv[optind - 1] is the element
+ * before), else the element that held the long option ("--bogus",
+ * "--no-eval=1").  The letter is kept in a static buffer.
+ */
+const char *pp_getopt_unknown(char *const argv[], const struct option *longopts);
+
 #endif

@@ -323,7 +323,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			if (abbrev != NULL)
 				return bad_usage("'%s': options are taken by their whole name: --%s",
 						 abbrev, whole);
-			return bad_usage("unknown option %s", argv[optind - 1]);
+			return bad_usage("unknown option '%s'", pp_getopt_unknown(argv, longopts));
 		}
 	}
 	if (optind < argc)

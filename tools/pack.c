@@ -877,7 +877,7 @@ int main(int argc, char **argv)
 					"name: --%s (try --help)\n", abbrev, whole);
 				return 2;
 			}
-			return usage_error("unknown option", argv[optind - 1]);
+			return usage_error("unknown option", pp_getopt_unknown(argv, longopts));
 		}
 	}
 	if (have_n && have_s)

@@ -623,7 +623,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 					"name: --%s (try --help)\n", abbrev, whole);
 			else
 				fprintf(stderr, "pinpipe-train: unknown option '%s' (try --help)\n",
-					argv[optind - 1]);
+					pp_getopt_unknown(argv, long_options));
 			return 2;
 		}
 	}
