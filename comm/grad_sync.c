@@ -204,6 +204,9 @@ static int reduce_micro(struct pp_grad_sync *gs)
 	if (gs->slots == NULL)
 		return sync_fail(gs, -EINVAL, "the gradient sync: no micro-batch slots "
 				 "(pp_grad_sync_start())");
+	if (gs->base == NULL && p > 0)
+		return sync_fail(gs, -EINVAL, "the gradient sync: no gradient handed over by "
+				 "pp_grad_sync_hook() since the last sync");
 	if (++gs->local_done < gs->local_count)
 		return PP_MODEL_GRAD_KEEP;
 	gs->local_done = 0;
@@ -295,6 +298,7 @@ PP_API int pp_grad_sync_end(void *arg, struct pp_stream *stream)
 	}
 	if (ret == 0)
 		gs->stats.steps++;
+	gs->base = NULL; /* the next step's hook hands its gradient over again */
 	gs->stats.sync_ns += pp_now_ns() - t0;
 	return ret;
 }

@@ -178,7 +178,8 @@ END_TEST
  * 1's micro-batches are not kept in slots 1 and 3 alone (rank 0's are 0
  * and 2), if the first sync of a step updates, or if the result is not
  * (s0 + s1 + s2 + s3) / 4 added in that order, bit for bit, in this step
- * and in the next (the slots emptied between).
+ * and in the next (the slots emptied between); or if a sync with no range
+ * handed over since the last is not refused.
  */
 START_TEST(test_deterministic_micro_batches)
 {
@@ -236,6 +237,11 @@ START_TEST(test_deterministic_micro_batches)
 		ck_assert(!peer.shared_slot);
 		ck_assert_mem_eq(grad, want, n * sizeof(float));
 	}
+	/* A sync with no gradient handed over since the last: refused, not a write through NULL. */
+	ck_assert_int_eq(pp_grad_sync_end(gs, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no gradient handed over by "
+				     "pp_grad_sync_hook() since the last sync"));
+	ck_assert_int_eq(peer.n, 2);
 	free(s[1]);
 	free(s[3]);
 	pp_grad_sync_get_stats(gs, &st);

@@ -116,7 +116,8 @@ PP_API int pp_grad_sync_start(struct pp_grad_sync *gs, struct pp_model *model);
  * calls them.  Return 0, PP_MODEL_GRAD_KEEP (the sync of a deterministic
  * micro-batch but the rank's last), or -errno: -EINVAL (a range outside
  * the gradient of the deterministic reduction, or before start(), or on a
- * stream of a device the host cannot address), -ENOMEM,
+ * stream of a device the host cannot address; its sync with no range
+ * handed over since the last), -ENOMEM,
  * or a collective's error (the step's buckets then dropped: the
  * communicator frees them).
  */
