@@ -9,8 +9,12 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/args.h"
 
@@ -60,4 +64,36 @@ const char *pp_getopt_unknown(char *const argv[], const struct option *longopts)
 		return letter;
 	}
 	return prev;
+}
+
+void pp_args_folder_of(const char *path, char *dir, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (slash == NULL)
+		snprintf(dir, len, ".");
+	else if (slash == path)
+		snprintf(dir, len, "/");
+	else
+		snprintf(dir, len, "%.*s", (int)(slash - path), path);
+}
+
+int pp_args_check_folder(const char *dir, char *why, size_t len)
+{
+	struct stat st;
+	int err;
+
+	if (stat(dir, &st) != 0) {
+		err = errno;
+		snprintf(why, len, "the directory %s: %s", dir, strerror(err));
+	} else if (!S_ISDIR(st.st_mode)) {
+		err = ENOTDIR;
+		snprintf(why, len, "the directory %s is not a directory", dir);
+	} else if (access(dir, W_OK | X_OK) != 0) {
+		err = errno;
+		snprintf(why, len, "cannot make files in the directory %s: %s", dir, strerror(err));
+	} else {
+		return 0;
+	}
+	return -err;
 }
