@@ -43,7 +43,7 @@ size_t pp_comm_dtype_size(enum pp_comm_dtype dtype)
 }
 
 /* The world sizes that MPI launchers put in their ranks' environment. */
-bool pp_comm_launched(void)
+PP_API bool pp_comm_launched(void)
 {
 	static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
 					    "MPI_LOCALNRANKS", "SLURM_NTASKS" };

@@ -32,12 +32,12 @@ struct pp_grad_sync {
 	struct pp_grad_sync_stats stats;
 };
 
-void pp_grad_sync_config_init(struct pp_grad_sync_config *cfg)
+PP_API void pp_grad_sync_config_init(struct pp_grad_sync_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 }
 
-int pp_grad_sync_create(const struct pp_grad_sync_config *cfg, struct pp_grad_sync **gs_p)
+PP_API int pp_grad_sync_create(const struct pp_grad_sync_config *cfg, struct pp_grad_sync **gs_p)
 {
 	struct pp_grad_sync *gs;
 
@@ -62,7 +62,7 @@ int pp_grad_sync_create(const struct pp_grad_sync_config *cfg, struct pp_grad_sy
 	return 0;
 }
 
-void pp_grad_sync_destroy(struct pp_grad_sync *gs)
+PP_API void pp_grad_sync_destroy(struct pp_grad_sync *gs)
 {
 	if (gs == NULL)
 		return;
@@ -72,7 +72,7 @@ void pp_grad_sync_destroy(struct pp_grad_sync *gs)
 	free(gs);
 }
 
-int pp_grad_sync_attach(struct pp_grad_sync *gs, struct pp_model_config *mc)
+PP_API int pp_grad_sync_attach(struct pp_grad_sync *gs, struct pp_model_config *mc)
 {
 	if (gs == NULL || mc == NULL)
 		return pp_error(-EINVAL, "grad_sync: attach: no %s", gs == NULL ? "grad sync" :
@@ -105,7 +105,7 @@ static void drop_step(struct pp_grad_sync *gs)
 		memset(gs->slots, 0, (size_t)gs->micro * gs->n_params * sizeof(float));
 }
 
-int pp_grad_sync_start(struct pp_grad_sync *gs, struct pp_model *model)
+PP_API int pp_grad_sync_start(struct pp_grad_sync *gs, struct pp_model *model)
 {
 	size_t n;
 	float *params;
@@ -168,11 +168,22 @@ static int start_bucket(struct pp_grad_sync *gs, struct pp_stream *stream)
 	return 0;
 }
 
-/* Deterministic: keeps a range of this micro-batch's gradient in its slot. */
-static int keep_range(struct pp_grad_sync *gs, const float *grads, size_t offset, size_t count)
+/*
+ * Deterministic: keeps a range of this micro-batch's gradient in its slot,
+ * which the host reads and sums: a gradient the host cannot address (on a
+ * cuda device) is refused, not read.
+ */
+static int keep_range(struct pp_grad_sync *gs, const float *grads, size_t offset, size_t count,
+		      struct pp_stream *stream)
 {
 	const unsigned k = (unsigned)gs->rank + (unsigned)gs->size * gs->local_done;
+	const struct pp_device_props *props =
+		stream != NULL ? pp_device_get_props(pp_stream_device(stream)) : NULL;
 
+	if (props != NULL && !props->host_addressable)
+		return sync_fail(gs, -EINVAL, "the deterministic reduction (micro_batches %u) sums "
+				 "the gradient on the host: not in the memory of %s, which the host "
+				 "cannot address", gs->micro, props->name);
 	if (gs->slots == NULL || offset > gs->n_params || count > gs->n_params - offset)
 		return sync_fail(gs, -EINVAL, "the gradient hook: floats %zu..%zu of a gradient of "
 				 "%zu%s", offset, offset + count, gs->n_params,
@@ -193,6 +204,9 @@ static int reduce_micro(struct pp_grad_sync *gs)
 	if (gs->slots == NULL)
 		return sync_fail(gs, -EINVAL, "the gradient sync: no micro-batch slots "
 				 "(pp_grad_sync_start())");
+	if (gs->base == NULL && p > 0)
+		return sync_fail(gs, -EINVAL, "the gradient sync: no gradient handed over by "
+				 "pp_grad_sync_hook() since the last sync");
 	if (++gs->local_done < gs->local_count)
 		return PP_MODEL_GRAD_KEEP;
 	gs->local_done = 0;
@@ -214,8 +228,8 @@ static int reduce_micro(struct pp_grad_sync *gs)
 	return 0;
 }
 
-int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
-		      struct pp_stream *stream)
+PP_API int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
+			     struct pp_stream *stream)
 {
 	struct pp_grad_sync *gs = arg;
 	const uint64_t t0 = pp_now_ns();
@@ -236,7 +250,7 @@ int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
 				 offset, offset + count);
 	gs->base = grads - offset;
 	if (gs->micro > 0) {
-		ret = keep_range(gs, grads, offset, count);
+		ret = keep_range(gs, grads, offset, count, stream);
 		if (ret < 0)
 			drop_step(gs);
 		gs->stats.hook_ns += pp_now_ns() - t0;
@@ -261,7 +275,7 @@ int pp_grad_sync_hook(void *arg, float *grads, size_t offset, size_t count,
 	return ret;
 }
 
-int pp_grad_sync_end(void *arg, struct pp_stream *stream)
+PP_API int pp_grad_sync_end(void *arg, struct pp_stream *stream)
 {
 	struct pp_grad_sync *gs = arg;
 	const uint64_t t0 = pp_now_ns();
@@ -284,11 +298,13 @@ int pp_grad_sync_end(void *arg, struct pp_stream *stream)
 	}
 	if (ret == 0)
 		gs->stats.steps++;
+	gs->base = NULL; /* the next step's hook hands its gradient over again */
 	gs->stats.sync_ns += pp_now_ns() - t0;
 	return ret;
 }
 
-void pp_grad_sync_get_stats(const struct pp_grad_sync *gs, struct pp_grad_sync_stats *stats)
+PP_API void pp_grad_sync_get_stats(const struct pp_grad_sync *gs,
+				   struct pp_grad_sync_stats *stats)
 {
 	if (gs == NULL)
 		memset(stats, 0, sizeof(*stats));

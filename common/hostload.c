@@ -9,11 +9,13 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/hostload.h"
 
@@ -71,8 +73,9 @@ double pp_hostload_waiting(const struct pp_hostload *a, const struct pp_hostload
 int pp_hostload_cores(void)
 {
 	cpu_set_t set;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
 
 	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
 		return CPU_COUNT(&set);
-	return 1;
+	return online > 0 && online < INT_MAX ? (int)online : 1;
 }

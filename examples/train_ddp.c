@@ -7,7 +7,7 @@
  * batches of N x 100 samples.  Run alone, it is a world of one.
  *
  *   cc train_ddp.c $(pkg-config --cflags --libs pinpipe) -o train_ddp
- *   mpirun -np 2 ./train_ddp [DATA_DIR] [DEVICE] [EPOCHS]
+ *   mpirun -np 2 ./train_ddp [DATA_DIR] [DEVICE] [EPOCHS]   # as root: --allow-run-as-root
  *
  * DATA_DIR holds MNIST, Fashion-MNIST or CIFAR-10 (default: Debian's Fashion-MNIST),
  * DEVICE is cpu, sim or cuda.  Rank 0 says each epoch's loss and accuracy

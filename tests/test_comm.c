@@ -182,6 +182,29 @@ START_TEST(test_auto_is_local)
 }
 END_TEST
 
+/*
+ * Fails if pp_comm_launched() is not false outside a launcher, true for each
+ * launcher's world size above 1 in the environment, and false for a world
+ * of one (a single rank is no job of several).
+ */
+START_TEST(test_launched)
+{
+	static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+					    "MPI_LOCALNRANKS", "SLURM_NTASKS" };
+
+	leave_launcher();
+	ck_assert(!pp_comm_launched());
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		setenv(vars[i], "1", 1);
+		ck_assert_msg(!pp_comm_launched(), "%s=1", vars[i]);
+		setenv(vars[i], "2", 1);
+		ck_assert_msg(pp_comm_launched(), "%s=2", vars[i]);
+		unsetenv(vars[i]);
+	}
+	ck_assert(!pp_comm_launched());
+}
+END_TEST
+
 /* Fails if a bad argument is accepted, or its message does not name the rank and the call. */
 START_TEST(test_argument_errors)
 {
@@ -507,6 +530,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_local_every_call);
 	tcase_add_test(tc, test_local_device_buffer);
 	tcase_add_test(tc, test_auto_is_local);
+	tcase_add_test(tc, test_launched);
 	tcase_add_test(tc, test_argument_errors);
 	tcase_add_test(tc, test_fault_fails_a_collective);
 	tcase_add_test(tc, test_fault_stall_times_out);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "device/device_impl.h"
 #include "pinpipe/grad_sync.h"
 #include "tests/testutil.h"
 
@@ -177,7 +178,8 @@ END_TEST
  * 1's micro-batches are not kept in slots 1 and 3 alone (rank 0's are 0
  * and 2), if the first sync of a step updates, or if the result is not
  * (s0 + s1 + s2 + s3) / 4 added in that order, bit for bit, in this step
- * and in the next (the slots emptied between).
+ * and in the next (the slots emptied between); or if a sync with no range
+ * handed over since the last is not refused.
  */
 START_TEST(test_deterministic_micro_batches)
 {
@@ -235,6 +237,11 @@ START_TEST(test_deterministic_micro_batches)
 		ck_assert(!peer.shared_slot);
 		ck_assert_mem_eq(grad, want, n * sizeof(float));
 	}
+	/* A sync with no gradient handed over since the last: refused, not a write through NULL. */
+	ck_assert_int_eq(pp_grad_sync_end(gs, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no gradient handed over by "
+				     "pp_grad_sync_hook() since the last sync"));
+	ck_assert_int_eq(peer.n, 2);
 	free(s[1]);
 	free(s[3]);
 	pp_grad_sync_get_stats(gs, &st);
@@ -294,6 +301,28 @@ START_TEST(test_bad_arguments)
 	ck_assert_int_eq(pp_grad_sync_end(gs, NULL), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "pp_grad_sync_start()"));
 	pp_grad_sync_destroy(gs);
+	/*
+	 * The deterministic reduction reads the gradient on the host: a range
+	 * on the stream of a device the host cannot address (a cuda device's,
+	 * played by a cpu device that says so) is refused, not read.
+	 */
+	{
+		struct pp_device *dev;
+		struct pp_stream *stream;
+
+		ck_assert_int_eq(pp_device_open("cpu", &dev), 0);
+		ck_assert_int_eq(pp_stream_create(dev, &stream), 0);
+		gs = make_sync(c, 0, 2);
+		dev->props.host_addressable = false;
+		ck_assert_int_eq(pp_grad_sync_hook(gs, g, 0, 1, stream), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "grad_sync: rank 1 of 2: the "
+					     "deterministic reduction (micro_batches 2) sums the "
+					     "gradient on the host: not in the memory of cpu"));
+		dev->props.host_addressable = true;
+		pp_grad_sync_destroy(gs);
+		pp_stream_destroy(stream);
+		pp_device_close(dev);
+	}
 	gs = make_sync(c, 0, 0);
 	ck_assert_int_eq(pp_grad_sync_hook(gs, NULL, 0, 3, NULL), -EINVAL);
 	ck_assert_str_eq(pp_last_error(), "grad_sync: rank 1 of 2: the gradient hook: no gradient "

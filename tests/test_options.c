@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/args.h"
 #include "tests/testutil.h"
 #include "pinpipe/nn.h"
 #include "trainer/options.h"
@@ -302,6 +303,38 @@ END_TEST
  * --no-progress, which otherwise take the last word.  Fails if either of
  * them undoes -q, or if they stop overriding each other.
  */
+/*
+ * Fails if the folder of an output path is not its text before the last
+ * '/' ("." without one, "/" for "/x"), or if the folder check (both
+ * programs' outputs, common/args.c) takes a missing folder or a file, or
+ * refuses a folder that can take files, or says why in other words.
+ */
+START_TEST(test_output_folder)
+{
+	char dir[64], why[256], tmpl[] = "/tmp/pp-options-XXXXXX", file[64];
+	FILE *f;
+
+	pp_args_folder_of("x.csv", dir, sizeof(dir));
+	ck_assert_str_eq(dir, ".");
+	pp_args_folder_of("/x.csv", dir, sizeof(dir));
+	ck_assert_str_eq(dir, "/");
+	pp_args_folder_of("runs/a/x.csv", dir, sizeof(dir));
+	ck_assert_str_eq(dir, "runs/a");
+	ck_assert_ptr_nonnull(mkdtemp(tmpl));
+	ck_assert_int_eq(pp_args_check_folder(tmpl, why, sizeof(why)), 0);
+	snprintf(file, sizeof(file), "%s/f", tmpl);
+	ck_assert_ptr_nonnull(f = fopen(file, "w"));
+	fclose(f);
+	ck_assert_int_eq(pp_args_check_folder(file, why, sizeof(why)), -ENOTDIR);
+	ck_assert_str_eq(why + strlen(why) - strlen(" is not a directory"), " is not a directory");
+	ck_assert_ptr_nonnull(strstr(why, file));
+	unlink(file);
+	ck_assert_int_eq(pp_args_check_folder(file, why, sizeof(why)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(why, "No such file or directory"));
+	rmdir(tmpl);
+}
+END_TEST
+
 START_TEST(test_quiet)
 {
 	static const struct {
@@ -341,6 +374,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_device_list);
 	tcase_add_test(tc, test_outputs);
 	tcase_add_test(tc, test_columns);
+	tcase_add_test(tc, test_output_folder);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -11,7 +11,10 @@ set -u
 bench=./pinpipe-bench
 tmp=${TMPDIR:-/tmp}/pp-bench-test.$$
 mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+pids=
+# The busy loops below end with the test, whatever ends it.
+trap 'for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+trap 'exit 1' HUP INT TERM
 fail() { echo "FAIL: $*"; exit 1; }
 
 expect_usage() {
@@ -134,23 +137,29 @@ check_load_line "$tmp/ov.csv" "$tmp/out"
 # core most of the time (a loop per core would leave the scheduler's fair
 # share; two leave each thread a third at most), and the figures are said
 # to be the host's.
+# The run delay comes from /proc/self/task/N/schedstat: a kernel (or a
+# sandbox) without it says nothing, and the check is left out.
 cores=$(nproc)
 pids=
 i=0
+[ -r /proc/self/schedstat ] || { echo "test_pinpipe_bench: no schedstat here: the loaded host's warning not checked"; i=$((cores * 2)); }
 while [ $i -lt $((cores * 2)) ]; do
 	sh -c 'while :; do :; done' &
 	pids="$pids $!"
 	i=$((i + 1))
 done
+if [ -n "$pids" ]; then
 "$bench" overlap --device=sim:call_us=20 --batches=60 --compute-us=200 --csv="$tmp/busy.csv" \
 	> "$tmp/busy.out" 2> "$tmp/err"
 rc=$?
 for p in $pids; do kill "$p"; done
+pids=
 wait 2> /dev/null
 [ $rc -eq 0 ] || fail "overlap beside busy loops: exit $rc: $(cat "$tmp/err")"
 check_load_line "$tmp/busy.csv" "$tmp/busy.out"
-grep -q "^# host too loaded for these figures: this process's threads waited for a core [0-9.]* of the time on average (cpu_wait, $cores cores); sim's copy engine and kernels are host threads" "$tmp/busy.out" ||
+grep -q "^# host too loaded for these figures: this process had [0-9.]* threads waiting for a core on average (cpu_wait, $cores cores); sim's copy engine and kernels are host threads" "$tmp/busy.out" ||
 	fail "beside $((cores * 2)) busy loops on $cores cores, no warning: $(cat "$tmp/busy.csv" "$tmp/busy.out")"
+fi
 
 # Launch-bound steps (4 kernels of no length, 200 us a launch): a pageable
 # copy blocks the launches and is counted as exposed; a pinned one is not.

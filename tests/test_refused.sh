@@ -64,7 +64,7 @@ expect 0 "" "$train" $small -q --csv="$tmp/ok.csv" --jsonl="$tmp/ok.jsonl" \
 # pinpipe-pack -o PREFIX in a missing directory: refused before any input is read.
 printf 'not an idx file at all' >"$tmp/junk-images"
 expect 2 "-o $tmp/none/x: the directory $tmp/none: No such file" "$pack" -o "$tmp/none/x" "$tmp/junk-images"
-expect 2 "-o $tmp/file/x: $tmp/file is not a directory" "$pack" -o "$tmp/file/x" "$tmp/junk-images"
+expect 2 "-o $tmp/file/x: the directory $tmp/file is not a directory" "$pack" -o "$tmp/file/x" "$tmp/junk-images"
 # The same prefix in a directory that is there: the input is read (and is bad).
 expect 1 "junk-images: offset 0: magic" "$pack" -o "$tmp/x" "$tmp/junk-images"
 

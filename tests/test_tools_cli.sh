@@ -4,7 +4,8 @@
 # "NAME VERSION" for --version (the version configure gave pinpipe.pc),
 # if its --help does not start "usage: NAME " or has a line wider than 80
 # columns, if an unknown option is not one line ending "(try --help)" with
-# exit 2, or if an abbreviation of a long option ("--ep=1" for --epochs,
+# exit 2 naming the option as given (an unknown letter in a cluster, "-Zq",
+# as "-Z"), or if an abbreviation of a long option ("--ep=1" for --epochs,
 # "--out x") is taken instead of refused the same way, naming the whole
 # option, while the whole name with its value as the next argument still
 # reaches the value's own check.
@@ -55,8 +56,14 @@ done
 
 # Unknown options and abbreviations: one line, the same wording, exit 2.
 one_line 2 "^pinpipe-train: unknown option '--bogus' \(try --help\)$" ./pinpipe-train --bogus
-one_line 2 "^pinpipe-bench: unknown option --bogus \(try --help\)$" ./pinpipe-bench overlap --bogus
+one_line 2 "^pinpipe-bench: unknown option '--bogus' \(try --help\)$" ./pinpipe-bench overlap --bogus
 one_line 2 "^pinpipe-pack: unknown option '--bogus' \(try --help\)$" ./pinpipe-pack --bogus
+# An unknown letter at the head of a cluster is named, not the argument before it.
+one_line 2 "^pinpipe-train: unknown option '-Z' \(try --help\)$" ./pinpipe-train --epochs=1 -Zq
+one_line 2 "^pinpipe-bench: unknown option '-Z' \(try --help\)$" ./pinpipe-bench overlap -Zh
+one_line 2 "^pinpipe-pack: unknown option '-Z' \(try --help\)$" ./pinpipe-pack -Zh
+# A long option given a value it does not take is named as given.
+one_line 2 "^pinpipe-train: unknown option '--no-eval=1' \(try --help\)$" ./pinpipe-train --no-eval=1
 whole="options are taken by their whole name"
 one_line 2 "^pinpipe-train: '--ep=1': $whole: --epochs \(try --help\)$" ./pinpipe-train --ep=1
 one_line 2 "^pinpipe-train: '--max-st': $whole: --max-steps \(try --help\)$" ./pinpipe-train --max-st 5

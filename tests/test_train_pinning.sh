@@ -12,6 +12,7 @@ train=${PINPIPE_TRAIN:-./pinpipe-train}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pinpipe-pin-test-XXXXXX") || exit 1
 pids=
 trap 'for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+trap 'exit 1' HUP INT TERM
 fail=0
 small="--data=synthetic:1400 --device=sim:call_us=5 --model=mlp --batch-size=50 --epochs=2 --no-eval --no-progress"
 
@@ -42,19 +43,23 @@ awk -F, -v line="$line" '
 
 # Busy loops on every core, twice over: each of the run's threads gets a
 # third of a core at most, and waits the rest of the time it is runnable.
+# The run delay comes from /proc/self/task/N/schedstat: a kernel (or a
+# sandbox) without it says nothing, and the check is left out.
 cores=$(nproc)
 i=0
+[ -r /proc/self/schedstat ] || { echo "test_train_pinning: no schedstat here: the loaded host's warning not checked"; i=$((cores * 2)); }
 while [ $i -lt $((cores * 2)) ]; do
 	sh -c 'while :; do :; done' &
 	pids="$pids $!"
 	i=$((i + 1))
 done
-"$train" $small --epochs=1 --pin-memory=on,off >"$tmp/busy" 2>&1
+[ -z "$pids" ] || "$train" $small --epochs=1 --pin-memory=on,off >"$tmp/busy" 2>&1
 rc=$?
 for p in $pids; do kill "$p"; done
+busy=$pids
 pids=
 [ $rc -eq 0 ] || { echo "FAIL: beside busy loops: exit $rc"; cat "$tmp/busy"; fail=1; }
-grep -q "^pinpipe-train: warning: host too loaded for these timings: run [12]'s threads waited for a core [0-9.]* of the time on average in an epoch ($cores cores); on sim" "$tmp/busy" ||
+[ -z "$busy" ] || grep -q "^pinpipe-train: warning: host too loaded for these timings: run [12] had [0-9.]* threads waiting for a core on average in an epoch ($cores cores); on sim" "$tmp/busy" ||
 	{ echo "FAIL: beside $((cores * 2)) busy loops on $cores cores, no warning:"; cat "$tmp/busy"; fail=1; }
 "$train" $small -q --pin-memory=on,off 2>"$tmp/err" >/dev/null
 ! grep -q 'pinning bought\|host too loaded' "$tmp/err" || { echo "FAIL: -q says more than the table:"; cat "$tmp/err"; fail=1; }

@@ -99,10 +99,10 @@ static void usage(FILE *f)
 	      "             step per batch: step time, copy time exposed and hidden, the\n"
 	      "             host's time in copy calls and in the stage, its device calls\n"
 	      "Then what pinning bought (pinned against pageable: GB/s; the step's time),\n"
-	      "and a warning when this process's threads waited for a core a quarter of\n"
-	      "the time or more (cpu_wait: threads waiting, on average): on a host that\n"
-	      "busy the figures measure the host, and on sim, whose copy engine and\n"
-	      "kernels are host threads, the device too.\n"
+	      "and a warning when this process had 0.25 threads or more waiting for a\n"
+	      "core, on average (cpu_wait): on a host that busy the figures measure the\n"
+	      "host, and on sim, whose copy engine and kernels are host threads, the\n"
+	      "device too.\n"
 	      "\n"
 	      "  --device=NAME     auto, cpu, sim, sim:bw=25GB/s,call_us=20, cuda, cuda:N\n"
 	      "                    (default: auto)\n"
@@ -323,7 +323,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			if (abbrev != NULL)
 				return bad_usage("'%s': options are taken by their whole name: --%s",
 						 abbrev, whole);
-			return bad_usage("unknown option %s", argv[optind - 1]);
+			return bad_usage("unknown option '%s'", pp_getopt_unknown(argv, longopts));
 		}
 	}
 	if (optind < argc)
@@ -765,8 +765,8 @@ static const char *cell(const struct table *t, int r, const char *col)
 /*
  * What pinning bought, from the rows: the step's time pinned against
  * pageable (overlap), or each size's GB/s (bandwidth); then, when this
- * process's threads waited for a core a quarter of the time or more in
- * some row, that the host was too loaded for the figures.  The share of
+ * process had 0.25 threads or more waiting for a core on average in some
+ * row, that the host was too loaded for the figures.  The share of
  * the copy hidden is no comparison: a pageable copy's time, as timed,
  * includes the host's staging of it, which the share counts as hidden.
  */
@@ -812,8 +812,8 @@ static void print_verdict(const struct options *o, const struct table *t, enum p
 		}
 	}
 	if (!isnan(worst) && worst >= PP_HOSTLOAD_TOO_LOADED)
-		printf("# host too loaded for these figures: this process's threads waited for a "
-		       "core %.2f of the time on average (cpu_wait, %d cores)%s\n", worst,
+		printf("# host too loaded for these figures: this process had %.2f threads waiting "
+		       "for a core on average (cpu_wait, %d cores)%s\n", worst,
 		       pp_hostload_cores(),
 		       kind == PP_DEVICE_SIM ? "; sim's copy engine and kernels are host threads, "
 		       "so its copy and step times measure the host" : "");

@@ -764,24 +764,15 @@ static int verify(char **files, int n)
  */
 static int check_prefix(const char *prefix)
 {
-	const char *slash = strrchr(prefix, '/');
-	char dir[4096];
-	struct stat st;
+	char dir[4096], why[4200];
+	int ret;
 
-	if (slash == NULL)
-		snprintf(dir, sizeof(dir), ".");
-	else
-		snprintf(dir, sizeof(dir), "%.*s", slash == prefix ? 1 : (int)(slash - prefix), prefix);
-	if (stat(dir, &st) != 0)
-		fprintf(stderr, "pinpipe-pack: -o %s: the directory %s: %s (make it first)\n", prefix,
-			dir, strerror(errno));
-	else if (!S_ISDIR(st.st_mode))
-		fprintf(stderr, "pinpipe-pack: -o %s: %s is not a directory\n", prefix, dir);
-	else if (access(dir, W_OK | X_OK) != 0)
-		fprintf(stderr, "pinpipe-pack: -o %s: cannot make files in the directory %s: %s\n",
-			prefix, dir, strerror(errno));
-	else
+	pp_args_folder_of(prefix, dir, sizeof(dir));
+	ret = pp_args_check_folder(dir, why, sizeof(why));
+	if (ret == 0)
 		return 0;
+	fprintf(stderr, "pinpipe-pack: -o %s: %s%s\n", prefix, why,
+		ret == -ENOENT ? " (make it first)" : "");
 	return 2;
 }
 
@@ -877,7 +868,7 @@ int main(int argc, char **argv)
 					"name: --%s (try --help)\n", abbrev, whole);
 				return 2;
 			}
-			return usage_error("unknown option", argv[optind - 1]);
+			return usage_error("unknown option", pp_getopt_unknown(argv, longopts));
 		}
 	}
 	if (have_n && have_s)

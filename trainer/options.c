@@ -375,35 +375,14 @@ static int copy_path(char *dst, size_t len, const char *name, const char *value)
 	return 0;
 }
 
-/* The folder of 'path' (its text before the last '/', "." without one, "/" for "/x"). */
-static void folder_of(const char *path, char *dir, size_t len)
-{
-	const char *slash = strrchr(path, '/');
-
-	if (slash == NULL)
-		snprintf(dir, len, ".");
-	else if (slash == path)
-		snprintf(dir, len, "/");
-	else
-		snprintf(dir, len, "%.*s", (int)(slash - path), path);
-}
-
 /* Checks that 'dir' is a folder this process may make files in; else says why on stderr. */
-static int check_folder(const char *name, const char *path, const char *dir, const char *what)
+static int check_folder(const char *name, const char *path, const char *dir)
 {
-	struct stat st;
+	char why[4200];
 
-	if (stat(dir, &st) != 0)
-		fprintf(stderr, "pinpipe-train: --%s=%s: %s %s: %s\n", name, path, what, dir,
-			strerror(errno));
-	else if (!S_ISDIR(st.st_mode))
-		fprintf(stderr, "pinpipe-train: --%s=%s: %s %s is not a directory\n", name, path,
-			what, dir);
-	else if (access(dir, W_OK | X_OK) != 0)
-		fprintf(stderr, "pinpipe-train: --%s=%s: cannot make files in %s %s: %s\n", name,
-			path, what, dir, strerror(errno));
-	else
+	if (pp_args_check_folder(dir, why, sizeof(why)) == 0)
 		return 0;
+	fprintf(stderr, "pinpipe-train: --%s=%s: %s\n", name, path, why);
 	return 2;
 }
 
@@ -426,7 +405,7 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 			return 2;
 		}
 		if (folder)
-			return check_folder(name, path, path, "the directory");
+			return check_folder(name, path, path);
 		if (!beside && access(path, W_OK) != 0) {
 			fprintf(stderr, "pinpipe-train: --%s=%s: cannot write: %s\n", name, path,
 				strerror(errno));
@@ -438,16 +417,16 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 		fprintf(stderr, "pinpipe-train: --%s=%s: %s\n", name, path, strerror(errno));
 		return 2;
 	}
-	folder_of(path, dir, sizeof(dir));
+	pp_args_folder_of(path, dir, sizeof(dir));
 	/* A folder of TensorBoard runs is made with its parents: the nearest one there decides. */
 	while (folder && stat(dir, &st) != 0 && errno == ENOENT && strcmp(dir, ".") != 0 &&
 	       strcmp(dir, "/") != 0) {
 		char up[4096];
 
-		folder_of(dir, up, sizeof(up));
+		pp_args_folder_of(dir, up, sizeof(up));
 		snprintf(dir, sizeof(dir), "%s", up);
 	}
-	return check_folder(name, path, dir, "the directory");
+	return check_folder(name, path, dir);
 }
 
 int tr_options_parse(int argc, char **argv, struct tr_options *opt)
@@ -623,7 +602,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 					"name: --%s (try --help)\n", abbrev, whole);
 			else
 				fprintf(stderr, "pinpipe-train: unknown option '%s' (try --help)\n",
-					argv[optind - 1]);
+					pp_getopt_unknown(argv, long_options));
 			return 2;
 		}
 	}

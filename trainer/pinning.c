@@ -114,8 +114,8 @@ void tr_pinning_print(const struct tr_results *res, FILE *f)
 		for (size_t i = 0; i < res->n; i++)
 			if (res->rows[i].run == worst_run && strncmp(res->rows[i].p.device, "sim", 3) == 0)
 				sim = true;
-		fprintf(f, "pinpipe-train: warning: host too loaded for these timings: run %u's threads waited for a core %.2f "
-			"of the time on average in an epoch (%d cores)%s\n", worst_run, worst,
+		fprintf(f, "pinpipe-train: warning: host too loaded for these timings: run %u had %.2f "
+			"threads waiting for a core on average in an epoch (%d cores)%s\n", worst_run, worst,
 			pp_hostload_cores(), sim ? "; on sim, whose copy engine and kernels are host "
 			"threads, the copy and step times measure the host" : "");
 	}

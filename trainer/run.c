@@ -6,10 +6,8 @@
 #include "config.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "trainer/run.h"
 #include "trainer/tensorboard.h"
@@ -130,16 +128,6 @@ void tr_run_close(struct run *r)
 	pp_stream_destroy(r->compute);
 	pp_device_close(r->dev);
 	memset(r, 0, sizeof(*r));
-}
-
-unsigned tr_usable_cores(void)
-{
-	cpu_set_t set;
-	long online = sysconf(_SC_NPROCESSORS_ONLN);
-
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return (unsigned)CPU_COUNT(&set);
-	return online > 0 ? (unsigned)online : 1;
 }
 
 void tr_blas_note(struct tr_params *p, bool say)

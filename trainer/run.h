@@ -45,12 +45,6 @@ int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
 void tr_run_close(struct run *r);
 
 /*
- * The cores this process may run on: those of its affinity mask (taskset,
- * a container's cpuset), else the online ones.
- */
-unsigned tr_usable_cores(void);
-
-/*
  * Names the BLAS kernels of a run on the CPU in its parameters, and says
  * once a process, on stderr, when the processor has better ones and how
  * to choose them (pp_blas_get_info()).

@@ -44,7 +44,9 @@
  *       bit, for every N that divides M (on the CPU, whose step is
  *       bit-identical whatever its thread count).  It costs M forward and
  *       backward passes of B/M samples in place of one, and an allreduce of
- *       M gradients in place of one.
+ *       M gradients in place of one.  The host keeps and sums the slots: a
+ *       model on a device whose memory the host cannot address (cuda) is
+ *       refused by the hook (-EINVAL).
  *
  * A failed collective fails the step (the model's parameters left as they
  * were) with the communicator's error, and leaves the ranks out of step:
@@ -113,7 +115,9 @@ PP_API int pp_grad_sync_start(struct pp_grad_sync *gs, struct pp_model *model);
  * grad_sync take them (arg: the grad sync), for a hook of one's own that
  * calls them.  Return 0, PP_MODEL_GRAD_KEEP (the sync of a deterministic
  * micro-batch but the rank's last), or -errno: -EINVAL (a range outside
- * the gradient of the deterministic reduction, or before start()), -ENOMEM,
+ * the gradient of the deterministic reduction, or before start(), or on a
+ * stream of a device the host cannot address; its sync with no range
+ * handed over since the last), -ENOMEM,
  * or a collective's error (the step's buckets then dropped: the
  * communicator frees them).
  */
