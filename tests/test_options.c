@@ -280,12 +280,13 @@ START_TEST(test_outputs)
 }
 END_TEST
 
-/* Fails if --columns takes a name that is no column, or does not keep a good list. */
+/* Fails if --columns takes a name that is no column or one twice, or does not keep a good list. */
 START_TEST(test_columns)
 {
 	static const char *const list[] = { "--columns=epoch,test_acc", NULL };
 	static const char *const all[] = { "--columns=all", NULL };
 	static const char *const bad[] = { "--columns=epoch,speed", NULL };
+	static const char *const twice[] = { "--columns=epoch,test_acc,epoch", NULL };
 	struct tr_options opt;
 
 	ck_assert_int_eq(parse(&opt, list), 0);
@@ -293,6 +294,7 @@ START_TEST(test_columns)
 	ck_assert_int_eq(parse(&opt, all), 0);
 	ck_assert_str_eq(opt.columns, "all");
 	ck_assert_int_eq(parse(&opt, bad), 2);
+	ck_assert_int_eq(parse(&opt, twice), 2); /* a column shown twice */
 	ck_assert_int_eq(parse(&opt, (const char *const[]){ NULL }), 0);
 	ck_assert_str_eq(opt.columns, "");
 }

@@ -65,6 +65,10 @@ expect 0 "" "$train" $small -q --csv="$tmp/ok.csv" --jsonl="$tmp/ok.jsonl" \
 printf 'not an idx file at all' >"$tmp/junk-images"
 expect 2 "-o $tmp/none/x: the directory $tmp/none: No such file" "$pack" -o "$tmp/none/x" "$tmp/junk-images"
 expect 2 "-o $tmp/file/x: the directory $tmp/file is not a directory" "$pack" -o "$tmp/file/x" "$tmp/junk-images"
+# A folder given as the prefix (the shards would be named "-train-..." in it).
+mkdir -p "$tmp/outdir"
+expect 2 "-o $tmp/outdir/: a folder, not a prefix" "$pack" -o "$tmp/outdir/" "$tmp/junk-images"
+expect 2 "-o $tmp/outdir: a folder, not a prefix" "$pack" -o "$tmp/outdir" "$tmp/junk-images"
 # The same prefix in a directory that is there: the input is read (and is bad).
 expect 1 "junk-images: offset 0: magic" "$pack" -o "$tmp/x" "$tmp/junk-images"
 

@@ -765,8 +765,17 @@ static int verify(char **files, int n)
 static int check_prefix(const char *prefix)
 {
 	char dir[4096], why[4200];
+	struct stat st;
 	int ret;
 
+	/* the shards are PREFIX-SPLIT-...: a folder alone would make files named "-train-..." in it */
+	if (prefix[0] == '\0' || prefix[strlen(prefix) - 1] == '/' ||
+	    (stat(prefix, &st) == 0 && S_ISDIR(st.st_mode))) {
+		fprintf(stderr, "pinpipe-pack: -o %s: a folder, not a prefix: the shards are named "
+			"PREFIX-SPLIT-N-of-M.pps (give, e.g., %s%sfmnist)\n", prefix, prefix,
+			prefix[0] != '\0' && prefix[strlen(prefix) - 1] == '/' ? "" : "/");
+		return 2;
+	}
 	pp_args_folder_of(prefix, dir, sizeof(dir));
 	ret = pp_args_check_folder(dir, why, sizeof(why));
 	if (ret == 0)

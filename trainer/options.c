@@ -553,8 +553,8 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 			if (optarg[0] == '\0' || strlen(optarg) >= sizeof(opt->columns)) {
 				ret = bad(name, optarg, "empty or too long");
 			} else if (!tr_results_valid_columns(optarg, col, sizeof(col))) {
-				snprintf(why, sizeof(why), "'%s' is not a column (all, or a list of: %s)",
-					 col, tr_results_column_names());
+				snprintf(why, sizeof(why), "'%s' is not a column, or named twice (all, "
+					 "or a list of: %s)", col, tr_results_column_names());
 				ret = bad(name, optarg, why);
 			} else {
 				snprintf(opt->columns, sizeof(opt->columns), "%s", optarg);

@@ -348,15 +348,18 @@ static size_t column_index(const char *name, size_t len)
 
 bool tr_results_valid_columns(const char *list, char *bad, size_t len)
 {
+	bool seen[NCOLS] = { false };
+
 	if (strcmp(list, "all") == 0)
 		return true;
 	for (const char *s = list; ; s++) {
-		size_t n = strcspn(s, ",");
+		size_t n = strcspn(s, ","), i = column_index(s, n);
 
-		if (column_index(s, n) == NCOLS) {
+		if (i == NCOLS || seen[i]) {
 			snprintf(bad, len, "%.*s", (int)n, s);
 			return false;
 		}
+		seen[i] = true;
 		s += n;
 		if (*s == '\0')
 			return true;

@@ -85,7 +85,7 @@ const char *tr_results_column_names(void);
 /*
  * Checks a --columns value: "all", or column names separated by commas.
  * Returns true if it is one; else false, with the first name that is not a
- * column in bad[0..len).
+ * column, or a column named a second time, in bad[0..len).
  */
 bool tr_results_valid_columns(const char *list, char *bad, size_t len);
 
