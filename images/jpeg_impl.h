@@ -5,6 +5,7 @@
 #ifndef PP_IMAGES_JPEG_IMPL_H
 #define PP_IMAGES_JPEG_IMPL_H
 
+#include "common/cpu.h"
 #include "pinpipe/image.h"
 
 /*
@@ -25,6 +26,36 @@ struct pp_jpeg_crop {
 void pp_jpeg_plan(const struct pp_jpeg_config *cfg, uint32_t width, uint32_t height,
 		  struct pp_rng *rng, struct pp_jpeg_crop *crop);
 
+/*
+ * One thread's resize (images/resize.c): the tables of the crop's columns
+ * and the row between its two passes, grown as needed.
+ */
+struct pp_jpeg_resize {
+	uint32_t size, channels;     /* of the output */
+	enum pp_isa isa;             /* the version of the pass across (pp_isa_best(); tests set it) */
+	uint32_t *xa;                /* [size] each output column's left source value in vrow,
+				      * in the output's order (mirrored when flipped) */
+	uint16_t *fx;                /* [size] weight of the pixel right of it, of 256 */
+	int32_t *xw;                 /* [size][4] both weights as int16 pairs (x3 and a 0), for AVX2 */
+	int16_t *vrow;               /* [vcap] a row resized down over the crop's columns, interleaved:
+				      * value x 256 - 32768 */
+	size_t vcap;
+};
+
+/* Makes the tables for an output of size x size x channels.  Returns 0 or -ENOMEM. */
+int pp_jpeg_resize_init(struct pp_jpeg_resize *r, uint32_t size, uint32_t channels);
+
+/* Frees them; a zeroed or freed resize is allowed. */
+void pp_jpeg_resize_free(struct pp_jpeg_resize *r);
+
+/*
+ * Resizes crop c (in the pixels of the width x height image) of pix, the
+ * image decoded at sw x sh (interleaved), bilinearly into out (CHW, size x
+ * size), flipped if c says so.  Returns 0 or -ENOMEM.
+ */
+int pp_jpeg_resize_crop(struct pp_jpeg_resize *r, const uint8_t *pix, uint32_t sw, uint32_t sh,
+			uint32_t width, uint32_t height, const struct pp_jpeg_crop *c, uint8_t *out);
+
 /* One thread's decoding state: a decompressor and the resize's tables. */
 struct pp_jpeg_worker;
 
@@ -37,6 +68,9 @@ void pp_jpeg_worker_destroy(struct pp_jpeg_worker *w);
 /* pp_jpeg_decode() with the worker's state. */
 int pp_jpeg_decode_with(const struct pp_jpeg_decoder *d, struct pp_jpeg_worker *w,
 			const void *jpeg, size_t len, struct pp_rng *rng, uint8_t *out);
+
+/* The worker's resize, for tests (to set its isa). */
+struct pp_jpeg_resize *pp_jpeg_worker_resize(struct pp_jpeg_worker *w);
 
 /* Decodes with a crop of the caller's (in the image's pixels, inside it), for tests. */
 int pp_jpeg_decode_crop(const struct pp_jpeg_decoder *d, struct pp_jpeg_worker *w,

@@ -204,6 +204,110 @@ START_TEST(test_crop_and_flip)
 }
 END_TEST
 
+/* torchvision's coordinate (align_corners=False) of output o in a decoded axis of n pixels. */
+static void ref_axis(double start, double len, uint32_t s, uint32_t o, double scale, uint32_t n,
+		     uint32_t *i0, uint32_t *i1, double *f)
+{
+	double sc = (start + (o + 0.5) * len / s) * scale - 0.5;
+
+	sc = sc < 0 ? 0 : sc > n - 1 ? n - 1 : sc;
+	*i0 = (uint32_t)floor(sc);
+	*i1 = *i0 + 1 < n ? *i0 + 1 : *i0;
+	*f = sc - *i0;
+}
+
+/*
+ * Fails if a resized crop (RandomResizedCrop's, flipped or not, at every
+ * DCT scale, up and down, RGB and grayscale, an output size that is not a
+ * multiple of 8) differs by more than one value from the real-valued
+ * bilinear resize of libjpeg-turbo's decode at the crop's scale (the
+ * 8-bit weights move a value by under one before its rounding), or if the
+ * portable and AVX2 versions of the resize differ by one bit.
+ */
+START_TEST(test_resize_bounded)
+{
+	static const struct { uint32_t w, h, ch, size; } cases[] = {
+		{ 400, 300, 3, 37 }, { 300, 400, 3, 64 }, { 400, 300, 1, 40 }, { 90, 70, 3, 120 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const uint32_t W = cases[i].w, H = cases[i].h, ch = cases[i].ch, s = cases[i].size;
+		struct pp_jpeg_config jc = { .size = s, .channels = ch, .mode = PP_JPEG_TRAIN };
+		struct pp_jpeg_decoder *d;
+		struct pp_jpeg_worker *w;
+		size_t len, plane = (size_t)s * s, ndiff = 0;
+		uint8_t *jpeg = make_jpeg(W, H, ch, 40 + i, 0, &len), *ref[9] = { NULL };
+		uint8_t *out = malloc(ch * plane), *out2 = malloc(ch * plane);
+		unsigned scales_seen = 0;
+
+		ck_assert_int_eq(pp_jpeg_decoder_create(&jc, &d), 0);
+		ck_assert_int_eq(pp_jpeg_worker_create(d, &w), 0);
+		for (uint32_t m = 1; m <= 8; m *= 2)
+			ref[m] = reference(jpeg, len, (W * m + 7) / 8, (H * m + 7) / 8, ch);
+		for (uint64_t t = 0; t < 200; t++) {
+			struct pp_rng rng;
+			struct pp_jpeg_crop c;
+			pp_rng_init(&rng, 5, i, t);
+			pp_jpeg_plan(&jc, W, H, &rng, &c);
+			/* some at the whole size, some at a scale coarser than the plan's */
+			if (t % 4 == 1)
+				c.scale8 = 8;
+			else if (t % 4 == 3 && c.scale8 > 1)
+				c.scale8 /= 2;
+			scales_seen |= 1u << c.scale8;
+			pp_jpeg_worker_resize(w)->isa = PP_ISA_BASE;
+			ck_assert_msg(pp_jpeg_decode_crop(d, w, jpeg, len, &c, out) == 0, "%s",
+				      pp_last_error());
+			if (pp_isa_best() >= PP_ISA_AVX2) {
+				pp_jpeg_worker_resize(w)->isa = pp_isa_best();
+				ck_assert_int_eq(pp_jpeg_decode_crop(d, w, jpeg, len, &c, out2), 0);
+				ck_assert_msg(memcmp(out, out2, ch * plane) == 0,
+					      "case %zu, crop %llu: the AVX2 resize differs from the "
+					      "portable one", i, (unsigned long long)t);
+			}
+			const uint32_t sw = (W * c.scale8 + 7) / 8, sh = (H * c.scale8 + 7) / 8;
+			const uint8_t *p = ref[c.scale8];
+			for (uint32_t oy = 0; oy < s; oy++) {
+				uint32_t y0, y1, x0, x1;
+				double fy, fx;
+				ref_axis(c.y, c.h, s, oy, (double)sh / H, sh, &y0, &y1, &fy);
+				for (uint32_t ox = 0; ox < s; ox++) {
+					ref_axis(c.x, c.w, s, c.flip ? s - 1 - ox : ox, (double)sw / W, sw,
+						 &x0, &x1, &fx);
+					for (uint32_t k = 0; k < ch; k++) {
+						double top = p[((size_t)y0 * sw + x0) * ch + k] * (1 - fx) +
+							     p[((size_t)y0 * sw + x1) * ch + k] * fx;
+						double bot = p[((size_t)y1 * sw + x0) * ch + k] * (1 - fx) +
+							     p[((size_t)y1 * sw + x1) * ch + k] * fx;
+						double want = top * (1 - fy) + bot * fy;
+						int got = out[k * plane + (size_t)oy * s + ox];
+						ck_assert_msg(fabs(got - want) < 1.5,
+							      "case %zu, crop %llu (%g, %g, %g x %g, flip %d, "
+							      "scale %u/8): channel %u (%u, %u): %d, want %.2f",
+							      i, (unsigned long long)t, c.x, c.y, c.w, c.h,
+							      c.flip, c.scale8, k, ox, oy, got, want);
+						ndiff += got != (int)lround(want);
+					}
+				}
+			}
+		}
+		/* the 8-bit weights are not the real ones: some values differ, but few */
+		ck_assert_msg(ndiff < 200 * ch * plane / 10, "case %zu: %zu values off by one", i,
+			      ndiff);
+		/* the cases reach the DCT scales they are meant to */
+		ck_assert_msg((scales_seen & (1u << 8)) && (i == 3 || (scales_seen & (1u << 4))),
+			      "case %zu: scales seen %#x", i, scales_seen);
+		for (uint32_t m = 1; m <= 8; m *= 2)
+			free(ref[m]);
+		free(out);
+		free(out2);
+		free(jpeg);
+		pp_jpeg_worker_destroy(w);
+		pp_jpeg_decoder_destroy(d);
+	}
+}
+END_TEST
+
 /*
  * Fails if RandomResizedCrop's crops leave the image, break its scale and
  * ratio bounds, flip far from half the time, or miss torchvision's
@@ -614,6 +718,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_eval_equals_reference);
 	tcase_add_test(tc, test_reference_equals_pillow);
 	tcase_add_test(tc, test_crop_and_flip);
+	tcase_add_test(tc, test_resize_bounded);
 	tcase_add_test(tc, test_train_plan);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("loader");
