@@ -21,6 +21,8 @@
 
 struct pp_jpeg_worker {
 	struct pp_tj *tj;
+	struct pp_tj_region *region; /* NULL: built without libjpeg's API, the whole image decoded */
+	bool whole;                  /* decode the whole image all the same (tests) */
 	struct pp_jpeg_resize rs;
 	/* the decoder's pool: */
 	struct pp_jpeg_decoder *owner;
@@ -187,6 +189,8 @@ int pp_jpeg_worker_create(const struct pp_jpeg_decoder *d, struct pp_jpeg_worker
 		goto err_free;
 	if ((ret = pp_tj_create(&w->tj)) < 0)
 		goto err_free;
+	if ((ret = pp_tj_region_create(&w->region)) < 0 && ret != -ENOTSUP)
+		goto err_free;
 	*w_p = w;
 	return 0;
 
@@ -200,6 +204,7 @@ void pp_jpeg_worker_destroy(struct pp_jpeg_worker *w)
 	if (w == NULL)
 		return;
 	pp_tj_destroy(w->tj);
+	pp_tj_region_destroy(w->region);
 	pp_jpeg_resize_free(&w->rs);
 	free(w);
 }
@@ -207,6 +212,12 @@ void pp_jpeg_worker_destroy(struct pp_jpeg_worker *w)
 struct pp_jpeg_resize *pp_jpeg_worker_resize(struct pp_jpeg_worker *w)
 {
 	return &w->rs;
+}
+
+bool pp_jpeg_worker_decode_whole(struct pp_jpeg_worker *w, bool whole)
+{
+	w->whole = whole;
+	return w->region != NULL;
 }
 
 /* Reads the header and checks that the image may be decoded. */
@@ -226,18 +237,39 @@ static int check_header(const struct pp_jpeg_config *cfg, struct pp_jpeg_worker 
 	return 0;
 }
 
-/* Decodes the image (whose header is hd) at the crop's scale and resizes the crop into out. */
+/*
+ * Decodes the image (whose header is hd) at the crop's scale, the rows and
+ * columns that the resize reads alone where libjpeg's API is there, and
+ * resizes the crop into out.
+ */
 static int decode_crop(const struct pp_jpeg_config *cfg, struct pp_jpeg_worker *w,
-		       const void *jpeg, size_t len, const struct pp_tj_header *hdp,
-		       const struct pp_jpeg_crop *cp, uint8_t *out)
+		       const void *jpeg, size_t len, const struct pp_tj_header *hd,
+		       const struct pp_jpeg_crop *c, uint8_t *out)
 {
-	const uint8_t *pix = NULL;
-	uint32_t sw = 0, sh = 0;
+	/* the decoded size, as libjpeg rounds it (up) */
+	const uint32_t sw = (uint32_t)(((uint64_t)hd->width * c->scale8 + 7) / 8);
+	const uint32_t sh = (uint32_t)(((uint64_t)hd->height * c->scale8 + 7) / 8);
+	const struct pp_jpeg_resize *rs = &w->rs;
+	struct pp_tj_pixels px;
 	int ret;
 
-	if ((ret = pp_tj_decode(w->tj, jpeg, len, cp->scale8, cfg->channels, &pix, &sw, &sh)) < 0)
+	if ((ret = pp_jpeg_resize_plan(&w->rs, sw, sh, hd->width, hd->height, c)) < 0)
 		return ret;
-	return pp_jpeg_resize_crop(&w->rs, pix, sw, sh, hdp->width, hdp->height, cp, out);
+	if (w->region != NULL && !w->whole) {
+		ret = pp_tj_region_decode(w->region, jpeg, len, c->scale8, cfg->channels, rs->x0,
+					  rs->y0, rs->x1, rs->y1, &px);
+	} else {
+		px = (struct pp_tj_pixels){ 0 };
+		ret = pp_tj_decode(w->tj, jpeg, len, c->scale8, cfg->channels, &px.pix, &px.w, &px.h);
+		px.stride = (size_t)px.w * cfg->channels;
+	}
+	if (ret < 0)
+		return ret;
+	if (px.w != sw || px.h != sh)
+		return pp_error(-EBADMSG, "a JPEG decoded at %u x %u where its header and the scale "
+				"%u/8 say %u x %u", px.w, px.h, c->scale8, sw, sh);
+	pp_jpeg_resize_run(rs, px.pix, px.stride, px.x, px.y, out);
+	return 0;
 }
 
 int pp_jpeg_decode_with(const struct pp_jpeg_decoder *d, struct pp_jpeg_worker *w,

@@ -47,7 +47,9 @@ int pp_jpeg_resize_init(struct pp_jpeg_resize *r, uint32_t size, uint32_t channe
 	r->xa = pp_malloc(size * sizeof(*r->xa));
 	r->fx = pp_malloc(size * sizeof(*r->fx));
 	r->xw = pp_malloc((size_t)size * 4 * sizeof(*r->xw));
-	if (r->xa == NULL || r->fx == NULL || r->xw == NULL) {
+	r->ya = pp_malloc(size * sizeof(*r->ya));
+	r->fy = pp_malloc(size * sizeof(*r->fy));
+	if (r->xa == NULL || r->fx == NULL || r->xw == NULL || r->ya == NULL || r->fy == NULL) {
 		pp_jpeg_resize_free(r);
 		return pp_error(-ENOMEM, "JPEG: no memory for the resize's tables");
 	}
@@ -59,6 +61,8 @@ void pp_jpeg_resize_free(struct pp_jpeg_resize *r)
 	free(r->xa);
 	free(r->fx);
 	free(r->xw);
+	free(r->ya);
+	free(r->fy);
 	free(r->vrow);
 	memset(r, 0, sizeof(*r));
 }
@@ -183,11 +187,10 @@ PP_TARGET_AVX2 static void hpass_rgb_avx2(const struct pp_jpeg_resize *r, const 
 }
 #endif
 
-int pp_jpeg_resize_crop(struct pp_jpeg_resize *r, const uint8_t *pix, uint32_t sw, uint32_t sh,
-			uint32_t width, uint32_t height, const struct pp_jpeg_crop *c, uint8_t *out)
+int pp_jpeg_resize_plan(struct pp_jpeg_resize *r, uint32_t sw, uint32_t sh, uint32_t width,
+			uint32_t height, const struct pp_jpeg_crop *c)
 {
 	const uint32_t s = r->size, ch = r->channels;
-	const size_t plane = (size_t)s * s;
 	uint32_t lo = UINT32_MAX, hi = 0;
 	size_t n;
 
@@ -218,12 +221,28 @@ int pp_jpeg_resize_crop(struct pp_jpeg_resize *r, const uint8_t *pix, uint32_t s
 		r->xw[ox * 4] = r->xw[ox * 4 + 1] = r->xw[ox * 4 + 2] = pair;
 		r->xw[ox * 4 + 3] = 0;
 	}
+	r->x0 = lo;
+	r->x1 = hi;
+	r->y0 = UINT32_MAX;
+	r->y1 = 0;
 	for (uint32_t oy = 0; oy < s; oy++) {
-		uint32_t y0;
-		uint16_t fy;
-		source_pixel(c->y, c->h / s, oy, (double)sh / height, sh, &y0, &fy);
-		const uint8_t *r0 = pix + ((size_t)y0 * sw + lo) * ch;
-		const uint8_t *r1 = fy > 0 ? r0 + (size_t)sw * ch : r0;
+		source_pixel(c->y, c->h / s, oy, (double)sh / height, sh, &r->ya[oy], &r->fy[oy]);
+		r->y0 = r->ya[oy] < r->y0 ? r->ya[oy] : r->y0;
+		r->y1 = r->ya[oy] + 1 + (r->fy[oy] > 0) > r->y1 ? r->ya[oy] + 1 + (r->fy[oy] > 0) : r->y1;
+	}
+	return 0;
+}
+
+void pp_jpeg_resize_run(const struct pp_jpeg_resize *r, const uint8_t *pix, size_t stride,
+			uint32_t px, uint32_t py, uint8_t *out)
+{
+	const uint32_t s = r->size, ch = r->channels;
+	const size_t plane = (size_t)s * s, n = (size_t)(r->x1 - r->x0) * ch;
+
+	for (uint32_t oy = 0; oy < s; oy++) {
+		const uint32_t fy = r->fy[oy];
+		const uint8_t *r0 = pix + (size_t)(r->ya[oy] - py) * stride + (size_t)(r->x0 - px) * ch;
+		const uint8_t *r1 = fy > 0 ? r0 + stride : r0;
 		vpass(r0, r1, 256u - fy, fy, n, r->vrow);
 #ifdef PP_TARGET_AVX2
 		if (ch == 3 && r->isa >= PP_ISA_AVX2) {
@@ -233,5 +252,4 @@ int pp_jpeg_resize_crop(struct pp_jpeg_resize *r, const uint8_t *pix, uint32_t s
 #endif
 		hpass_portable(r, r->vrow, out + (size_t)oy * s, plane);
 	}
-	return 0;
 }

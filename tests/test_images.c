@@ -53,9 +53,13 @@ static uint8_t *make_pixels(uint32_t w, uint32_t h, uint32_t ch, uint64_t seed)
 	return p;
 }
 
-/* Encodes an image; flags: TJFLAG_PROGRESSIVE, or 0.  Returns malloc'd bytes. */
-static uint8_t *make_jpeg(uint32_t w, uint32_t h, uint32_t ch, uint64_t seed, int flags,
-			  size_t *len_p)
+/*
+ * Encodes an image with chroma subsampling samp (TJSAMP_*; grayscale's
+ * for one channel); flags: TJFLAG_PROGRESSIVE, or 0.  Returns malloc'd
+ * bytes.
+ */
+static uint8_t *make_jpeg_samp(uint32_t w, uint32_t h, uint32_t ch, uint64_t seed, int flags,
+			       int samp, size_t *len_p)
 {
 	tjhandle t = tjInitCompress();
 	uint8_t *px = make_pixels(w, h, ch == 4 ? 4 : ch, seed), *jpeg = NULL, *out;
@@ -64,7 +68,7 @@ static uint8_t *make_jpeg(uint32_t w, uint32_t h, uint32_t ch, uint64_t seed, in
 	ck_assert_ptr_nonnull(t);
 	ck_assert_msg(tjCompress2(t, px, (int)w, 0, (int)h,
 				  ch == 1 ? TJPF_GRAY : ch == 4 ? TJPF_CMYK : TJPF_RGB, &jpeg, &len,
-				  ch == 1 ? TJSAMP_GRAY : TJSAMP_420, 90, flags) == 0,
+				  ch == 1 ? TJSAMP_GRAY : samp, 90, flags) == 0,
 		      "%s", tjGetErrorStr2(t));
 	out = malloc(len);
 	memcpy(out, jpeg, len);
@@ -73,6 +77,13 @@ static uint8_t *make_jpeg(uint32_t w, uint32_t h, uint32_t ch, uint64_t seed, in
 	free(px);
 	*len_p = len;
 	return out;
+}
+
+/* make_jpeg_samp() at 4:2:0. */
+static uint8_t *make_jpeg(uint32_t w, uint32_t h, uint32_t ch, uint64_t seed, int flags,
+			  size_t *len_p)
+{
+	return make_jpeg_samp(w, h, ch, seed, flags, TJSAMP_420, len_p);
 }
 
 /* libjpeg-turbo's own decode at (sw, sh) (a scale it supports), with default flags. */
@@ -304,6 +315,91 @@ START_TEST(test_resize_bounded)
 		free(jpeg);
 		pp_jpeg_worker_destroy(w);
 		pp_jpeg_decoder_destroy(d);
+	}
+}
+END_TEST
+
+/*
+ * Fails if decoding only the rows and columns a crop reads (libjpeg's API)
+ * gives other bits than decoding the whole image, for RandomResizedCrop's
+ * crops and eval's, at every DCT scale, flipped or not, for 4:2:0, 4:2:2,
+ * 4:4:0, 4:4:4, grayscale and progressive files of sizes that are not
+ * whole iMCUs; or if a file truncated or cut by an EOI marker below a crop
+ * at its top decodes.  Skips where pinpipe has no libjpeg API.
+ */
+START_TEST(test_region_equals_whole)
+{
+	static const struct { uint32_t w, h, ch; int samp, flags; } cases[] = {
+		{ 301, 227, 3, TJSAMP_420, 0 }, { 227, 301, 3, TJSAMP_422, 0 },
+		{ 250, 190, 3, TJSAMP_440, 0 }, { 250, 190, 3, TJSAMP_444, 0 },
+		{ 263, 199, 1, TJSAMP_GRAY, 0 }, { 301, 227, 3, TJSAMP_420, TJFLAG_PROGRESSIVE },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const uint32_t ch = cases[i].ch, s = 40;
+		struct pp_jpeg_config jc = { .size = s, .channels = ch, .mode = PP_JPEG_TRAIN };
+		struct pp_jpeg_config ec = { .size = s, .channels = ch, .mode = PP_JPEG_EVAL };
+		struct pp_jpeg_decoder *d;
+		struct pp_jpeg_worker *w;
+		size_t len;
+		uint8_t *jpeg = make_jpeg_samp(cases[i].w, cases[i].h, ch, 60 + i, cases[i].flags,
+					       cases[i].samp, &len);
+		uint8_t whole[3 * 40 * 40], part[3 * 40 * 40];
+		unsigned scales_seen = 0;
+
+		ck_assert_int_eq(pp_jpeg_decoder_create(&jc, &d), 0);
+		ck_assert_int_eq(pp_jpeg_worker_create(d, &w), 0);
+		if (!pp_jpeg_worker_decode_whole(w, false)) {
+			fprintf(stderr, "test_region_equals_whole: no libjpeg API, not checked\n");
+			pp_jpeg_worker_destroy(w);
+			pp_jpeg_decoder_destroy(d);
+			free(jpeg);
+			return;
+		}
+		for (uint64_t t = 0; t < 300; t++) {
+			struct pp_rng rng;
+			struct pp_jpeg_crop c;
+			pp_rng_init(&rng, 7, i, t);
+			pp_jpeg_plan(t == 0 ? &ec : &jc, cases[i].w, cases[i].h, &rng, &c);
+			if (t % 3 == 1)
+				c.scale8 = 8;
+			scales_seen |= 1u << c.scale8;
+			pp_jpeg_worker_decode_whole(w, true);
+			ck_assert_msg(pp_jpeg_decode_crop(d, w, jpeg, len, &c, whole) == 0, "%s",
+				      pp_last_error());
+			pp_jpeg_worker_decode_whole(w, false);
+			ck_assert_msg(pp_jpeg_decode_crop(d, w, jpeg, len, &c, part) == 0, "%s",
+				      pp_last_error());
+			ck_assert_msg(memcmp(whole, part, ch * s * s) == 0,
+				      "case %zu, crop %llu (%g, %g, %g x %g, flip %d, scale %u/8): the "
+				      "region's decode differs from the whole image's", i,
+				      (unsigned long long)t, c.x, c.y, c.w, c.h, c.flip, c.scale8);
+		}
+		ck_assert_msg((scales_seen & 0x112) == 0x112 || (scales_seen & 0x114) == 0x114,
+			      "case %zu: scales seen %#x", i, scales_seen);
+		/* a crop of the top rows of a file that ends (or whose data ends) further down */
+		{
+			struct pp_jpeg_crop c = { .x = 10, .y = 0, .w = 40, .h = 40, .scale8 = 8 };
+			uint8_t *cut = malloc(len);
+			memcpy(cut, jpeg, len);
+			ck_assert_int_eq(pp_jpeg_decode_crop(d, w, cut, len * 3 / 4, &c, part),
+					 -EBADMSG);
+			ck_assert_msg(strstr(pp_last_error(), "truncated or corrupt") != NULL, "%s",
+				      pp_last_error());
+			cut[len * 3 / 4] = 0xff;
+			cut[len * 3 / 4 + 1] = 0xd9;
+			ck_assert_int_eq(pp_jpeg_decode_crop(d, w, cut, len, &c, part), -EBADMSG);
+			/* and the worker decodes the next good file */
+			ck_assert_msg(pp_jpeg_decode_crop(d, w, jpeg, len, &c, part) == 0, "%s",
+				      pp_last_error());
+			pp_jpeg_worker_decode_whole(w, true);
+			ck_assert_int_eq(pp_jpeg_decode_crop(d, w, jpeg, len, &c, whole), 0);
+			ck_assert_int_eq(memcmp(whole, part, ch * s * s), 0);
+			free(cut);
+		}
+		pp_jpeg_worker_destroy(w);
+		pp_jpeg_decoder_destroy(d);
+		free(jpeg);
 	}
 }
 END_TEST
@@ -719,6 +815,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_reference_equals_pillow);
 	tcase_add_test(tc, test_crop_and_flip);
 	tcase_add_test(tc, test_resize_bounded);
+	tcase_add_test(tc, test_region_equals_whole);
 	tcase_add_test(tc, test_train_plan);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("loader");
