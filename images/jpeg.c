@@ -1,7 +1,7 @@
 /*
  * images/jpeg.c: the JPEG decoder: torchvision's crops planned from the
  * header, the image decoded at the DCT scale that still holds the crop
- * (images/tj.c), and resized bilinearly into CHW uint8.  A decoder runs on
+ * (images/tj.c), and resized bilinearly into CHW uint8 (images/resize.c).  A decoder runs on
  * several workers at once: each thread gets its own decompressor from a
  * small pool keyed by thread (pthread_getspecific), returned to the pool
  * when the thread ends and freed with the decoder.
@@ -21,11 +21,9 @@
 
 struct pp_jpeg_worker {
 	struct pp_tj *tj;
-	uint32_t *x0;                /* [size] offset of each output column's left source pixel */
-	uint16_t *fx;                /* [size] weight of the pixel right of it, of 256 */
-	uint16_t *hrow[2];           /* [size * channels] two source rows resized across, x 256 */
-	uint32_t hrow_y[2];          /* the source row each holds (UINT32_MAX: none) */
-	uint8_t *vrow;               /* [size * channels] an output row, interleaved */
+	struct pp_tj_region *region; /* NULL: built without libjpeg's API, the whole image decoded */
+	bool whole;                  /* decode the whole image all the same (tests) */
+	struct pp_jpeg_resize rs;
 	/* the decoder's pool: */
 	struct pp_jpeg_decoder *owner;
 	bool in_use;
@@ -187,17 +185,11 @@ int pp_jpeg_worker_create(const struct pp_jpeg_decoder *d, struct pp_jpeg_worker
 
 	if (w == NULL)
 		return pp_error(-ENOMEM, "JPEG: no memory for a worker");
-	w->x0 = pp_malloc(d->cfg.size * sizeof(*w->x0));
-	w->fx = pp_malloc(d->cfg.size * sizeof(*w->fx));
-	w->hrow[0] = pp_malloc((size_t)d->cfg.size * d->cfg.channels * sizeof(uint16_t));
-	w->hrow[1] = pp_malloc((size_t)d->cfg.size * d->cfg.channels * sizeof(uint16_t));
-	w->vrow = pp_malloc((size_t)d->cfg.size * d->cfg.channels);
-	if (w->x0 == NULL || w->fx == NULL || w->hrow[0] == NULL || w->hrow[1] == NULL ||
-	    w->vrow == NULL) {
-		ret = pp_error(-ENOMEM, "JPEG: no memory for a worker");
+	if ((ret = pp_jpeg_resize_init(&w->rs, d->cfg.size, d->cfg.channels)) < 0)
 		goto err_free;
-	}
 	if ((ret = pp_tj_create(&w->tj)) < 0)
+		goto err_free;
+	if ((ret = pp_tj_region_create(&w->region)) < 0 && ret != -ENOTSUP)
 		goto err_free;
 	*w_p = w;
 	return 0;
@@ -212,41 +204,20 @@ void pp_jpeg_worker_destroy(struct pp_jpeg_worker *w)
 	if (w == NULL)
 		return;
 	pp_tj_destroy(w->tj);
-	free(w->x0);
-	free(w->fx);
-	free(w->hrow[0]);
-	free(w->hrow[1]);
-	free(w->vrow);
+	pp_tj_region_destroy(w->region);
+	pp_jpeg_resize_free(&w->rs);
 	free(w);
 }
 
-/*
- * Where output coordinate o falls in a scaled image of n pixels: the left
- * (or upper) one and the weight of the next, of 256 (0 at an edge, so that
- * the next is never read past it).
- */
-static void source_pixel(double start, double step, uint32_t o, double scale, uint32_t n,
-			 uint32_t *i0, uint16_t *f)
+struct pp_jpeg_resize *pp_jpeg_worker_resize(struct pp_jpeg_worker *w)
 {
-	double src = start + (o + 0.5) * step - 0.5;       /* in the image's pixels */
-	double sc = (src + 0.5) * scale - 0.5;             /* in the decoded image's */
-	double fl;
-	long q;
+	return &w->rs;
+}
 
-	if (sc <= 0) {
-		*i0 = 0;
-		*f = 0;
-		return;
-	}
-	if (sc >= n - 1) {
-		*i0 = n - 1;
-		*f = 0;
-		return;
-	}
-	fl = floor(sc);
-	q = lround((sc - fl) * 256);
-	*i0 = (uint32_t)fl + (q == 256);
-	*f = (uint16_t)(q == 256 ? 0 : q);
+bool pp_jpeg_worker_decode_whole(struct pp_jpeg_worker *w, bool whole)
+{
+	w->whole = whole;
+	return w->region != NULL;
 }
 
 /* Reads the header and checks that the image may be decoded. */
@@ -266,82 +237,38 @@ static int check_header(const struct pp_jpeg_config *cfg, struct pp_jpeg_worker 
 	return 0;
 }
 
-/* Decodes the image (whose header is hd) at the crop's scale and resizes the crop into out. */
+/*
+ * Decodes the image (whose header is hd) at the crop's scale, the rows and
+ * columns that the resize reads alone where libjpeg's API is there, and
+ * resizes the crop into out.
+ */
 static int decode_crop(const struct pp_jpeg_config *cfg, struct pp_jpeg_worker *w,
-		       const void *jpeg, size_t len, const struct pp_tj_header *hdp,
-		       const struct pp_jpeg_crop *cp, uint8_t *out)
+		       const void *jpeg, size_t len, const struct pp_tj_header *hd,
+		       const struct pp_jpeg_crop *c, uint8_t *out)
 {
-	const uint32_t s = cfg->size, ch = cfg->channels;
-	const size_t plane = (size_t)s * s;
-	const struct pp_tj_header hd = *hdp;
-	const struct pp_jpeg_crop c = *cp;
-	const uint8_t *pix = NULL;
-	uint32_t sw = 0, sh = 0;
+	/* the decoded size, as libjpeg rounds it (up) */
+	const uint32_t sw = (uint32_t)(((uint64_t)hd->width * c->scale8 + 7) / 8);
+	const uint32_t sh = (uint32_t)(((uint64_t)hd->height * c->scale8 + 7) / 8);
+	const struct pp_jpeg_resize *rs = &w->rs;
+	struct pp_tj_pixels px;
 	int ret;
 
-	if ((ret = pp_tj_decode(w->tj, jpeg, len, c.scale8, ch, &pix, &sw, &sh)) < 0)
+	if ((ret = pp_jpeg_resize_plan(&w->rs, sw, sh, hd->width, hd->height, c)) < 0)
 		return ret;
-	for (uint32_t ox = 0; ox < s; ox++) {
-		source_pixel(c.x, c.w / s, ox, (double)sw / hd.width, sw, &w->x0[ox], &w->fx[ox]);
-		w->x0[ox] *= ch;
+	if (w->region != NULL && !w->whole) {
+		ret = pp_tj_region_decode(w->region, jpeg, len, c->scale8, cfg->channels, rs->x0,
+					  rs->y0, rs->x1, rs->y1, &px);
+	} else {
+		px = (struct pp_tj_pixels){ 0 };
+		ret = pp_tj_decode(w->tj, jpeg, len, c->scale8, cfg->channels, &px.pix, &px.w, &px.h);
+		px.stride = (size_t)px.w * cfg->channels;
 	}
-	/*
-	 * Bilinear in 8-bit fixed point, exact where a weight is 0 (a pixel on
-	 * the grid): each source row used is resized across once (hrow), then
-	 * each output row is the weighted sum of two of those.
-	 */
-	w->hrow_y[0] = w->hrow_y[1] = UINT32_MAX;
-	for (uint32_t oy = 0; oy < s; oy++) {
-		uint32_t y0, rows[2];
-		uint16_t fy;
-		const uint16_t *h[2];
-		source_pixel(c.y, c.h / s, oy, (double)sh / hd.height, sh, &y0, &fy);
-		rows[0] = y0;
-		rows[1] = fy > 0 ? y0 + 1 : y0;
-		for (int r = 0; r < 2; r++) {
-			int slot = w->hrow_y[0] == rows[r] ? 0 : w->hrow_y[1] == rows[r] ? 1 : -1;
-			if (slot < 0) {
-				/* replace the row not needed now */
-				slot = w->hrow_y[0] == rows[1 - r] ? 1 : 0;
-				const uint8_t *src = pix + (size_t)rows[r] * sw * ch;
-				uint16_t *dst = w->hrow[slot];
-				if (ch == 3) {
-					for (uint32_t ox = 0; ox < s; ox++) {
-						const uint32_t a = w->x0[ox], wx1 = w->fx[ox];
-						const uint32_t wx0 = 256 - wx1, b = wx1 ? a + 3 : a;
-						dst[ox * 3] = (uint16_t)(src[a] * wx0 + src[b] * wx1);
-						dst[ox * 3 + 1] = (uint16_t)(src[a + 1] * wx0 +
-									     src[b + 1] * wx1);
-						dst[ox * 3 + 2] = (uint16_t)(src[a + 2] * wx0 +
-									     src[b + 2] * wx1);
-					}
-				} else {
-					for (uint32_t ox = 0; ox < s; ox++) {
-						const uint32_t a = w->x0[ox], wx1 = w->fx[ox];
-						const uint32_t b = wx1 ? a + 1 : a;
-						dst[ox] = (uint16_t)(src[a] * (256 - wx1) + src[b] * wx1);
-					}
-				}
-				w->hrow_y[slot] = rows[r];
-			}
-			h[r] = w->hrow[slot];
-		}
-		/* down, over the interleaved row (contiguous: the compiler's vectors), then apart */
-		const uint32_t wy1 = fy, wy0 = 256 - fy, n = s * ch;
-		const uint16_t *t0 = h[0], *t1 = h[1];
-		uint8_t *v = w->vrow;
-		for (uint32_t i = 0; i < n; i++)
-			v[i] = (uint8_t)(((uint32_t)t0[i] * wy0 + (uint32_t)t1[i] * wy1 + 32768) >> 16);
-		for (uint32_t k = 0; k < ch; k++) {
-			uint8_t *dst = out + k * plane + (size_t)oy * s;
-			if (c.flip)
-				for (uint32_t ox = 0; ox < s; ox++)
-					dst[s - 1 - ox] = v[ox * ch + k];
-			else
-				for (uint32_t ox = 0; ox < s; ox++)
-					dst[ox] = v[ox * ch + k];
-		}
-	}
+	if (ret < 0)
+		return ret;
+	if (px.w != sw || px.h != sh)
+		return pp_error(-EBADMSG, "a JPEG decoded at %u x %u where its header and the scale "
+				"%u/8 say %u x %u", px.w, px.h, c->scale8, sw, sh);
+	pp_jpeg_resize_run(rs, px.pix, px.stride, px.x, px.y, out);
 	return 0;
 }
 

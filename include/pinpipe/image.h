@@ -14,8 +14,11 @@
  *          whatever the worker, rank or resume;
  *   eval   Resize(size * 8 / 7) (the shorter side) then CenterCrop(size).
  * The image is decoded at the smallest of the library's DCT scales (1/1,
- * 1/2, 1/4, 1/8) that still holds the crop at its output size or more, and
- * resized from there bilinearly (pixel centres, as align_corners=False).
+ * 1/2, 1/4, 1/8) that still holds the crop at its output size or more
+ * (only the crop's rows and columns, where pinpipe was built with
+ * libjpeg-turbo's libjpeg API too: Debian's libjpeg62-turbo-dev; the same
+ * pixels), and resized from there bilinearly (pixel centres, as
+ * align_corners=False; 8-bit weights, within one value of the exact one).
  * A file that is truncated, corrupt (a libjpeg-turbo warning is an error:
  * never a partly grey image), empty, not a JPEG, CMYK, or larger than
  * max_pixels is refused with a message; the loader names the shard and
