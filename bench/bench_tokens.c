@@ -22,7 +22,9 @@
  * Tokens per second counts the B x T inputs of each batch.
  *
  *   bench_tokens [-d DIR] [-s SHARDS] [-n TOKENS] [-t SECONDS] [-T SEQ]
- *                [-p bench/bench_tokens.py] [-P PYTHON]
+ *                [-p bench/bench_tokens.py] [-P PYTHON] [-S]
+ * -S: the pinpipe rows with the loader's consumer never polling for a batch
+ * (PP_LOADER_NO_SPIN): it sleeps for each one it waits for, as before the poll.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +52,7 @@ static int nshards = 4;
 static long ntok = 50000000;
 static double secs = 1.0;
 static size_t T = 1024;
+static uint32_t spin_us;  /* -S: PP_LOADER_NO_SPIN, the consumer sleeps for every batch it waits for */
 
 static void shard_path(char *buf, size_t len, int s)
 {
@@ -152,7 +155,7 @@ static double run_pinpipe(size_t B, int shuffle, unsigned workers)
 
 	snprintf(pattern, sizeof(pattern), "%s/tok_train_*.bin", dir);
 	if (dataloader_open(&dl, pattern, B, T, 0, 1, shuffle,
-			    &(DataLoaderOptions){ .workers = workers }) < 0) {
+			    &(DataLoaderOptions){ .workers = workers, .spin_us = spin_us }) < 0) {
 		fprintf(stderr, "bench_tokens: %s\n", pp_last_error());
 		exit(1);
 	}
@@ -175,7 +178,7 @@ static double run_stored(size_t B, int shuffle, unsigned workers)
 {
 	struct pp_tokens_config tc = { .seq_len = (uint32_t)T };
 	struct pp_loader_config cfg = { .batch_size = (uint32_t)B, .shuffle = shuffle,
-					.workers = workers };
+					.workers = workers, .spin_us = spin_us };
 	struct pp_tokens *tk;
 	struct pp_loader *l;
 	struct pp_batch *b;
@@ -282,7 +285,7 @@ int main(int argc, char **argv)
 	static const size_t bs[] = { 8, 16, 32, 64 };
 	int c;
 
-	while ((c = getopt(argc, argv, "d:s:n:t:T:p:P:")) != -1) {
+	while ((c = getopt(argc, argv, "d:s:n:t:T:p:P:S")) != -1) {
 		switch (c) {
 		case 'd': snprintf(dir, sizeof(dir), "%s", optarg); break;
 		case 's': nshards = atoi(optarg); break;
@@ -291,9 +294,10 @@ int main(int argc, char **argv)
 		case 'T': T = (size_t)atol(optarg); break;
 		case 'p': script = optarg; break;
 		case 'P': python = optarg; break;
+		case 'S': spin_us = PP_LOADER_NO_SPIN; break;
 		default:
 			fprintf(stderr, "usage: bench_tokens [-d DIR] [-s SHARDS] [-n TOKENS] "
-				"[-t SECONDS] [-T SEQ] [-p bench/bench_tokens.py] [-P PYTHON]\n");
+				"[-t SECONDS] [-T SEQ] [-p bench/bench_tokens.py] [-P PYTHON] [-S]\n");
 			return 2;
 		}
 	}

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -124,6 +125,9 @@ static int check_config(const struct pp_loader_config *cfg, const struct pp_samp
 				cfg->batch_size, 1u << 24);
 	if (cfg->workers > 256)
 		return pp_error(-EINVAL, "loader: %u workers are above the limit of 256", cfg->workers);
+	if (cfg->spin_us > 1000000 && cfg->spin_us != PP_LOADER_NO_SPIN)
+		return pp_error(-EINVAL, "loader: spin_us %u is above the limit of 1000000 (1 s; "
+				"PP_LOADER_NO_SPIN for none)", cfg->spin_us);
 	if (cfg->prefetch > 4096 || cfg->io_depth > 256 || cfg->window_chunks > (1u << 20))
 		return pp_error(-EINVAL, "loader: prefetch %u, io_depth %u or window_chunks %u "
 				"out of range (at most 4096, 256, 2^20)", cfg->prefetch,
@@ -337,6 +341,24 @@ out_free:
 	return ret;
 }
 
+/*
+ * How long the consumer polls for a batch (pp_loader_config.spin_us): by
+ * default only where a processor of the process's affinity is left free by
+ * the workers, so that the poll never takes a worker's processor.
+ */
+static uint64_t spin_ns(const struct pp_loader_config *cfg)
+{
+	cpu_set_t set;
+	int cpus;
+
+	if (cfg->workers == 0 || cfg->spin_us == PP_LOADER_NO_SPIN)
+		return 0;
+	if (cfg->spin_us != 0)
+		return (uint64_t)cfg->spin_us * 1000u;
+	cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+	return cfg->workers < (uint32_t)cpus ? (uint64_t)PP_LOADER_SPIN_US * 1000u : 0;
+}
+
 int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader_source *src,
 			    struct pp_loader **l_p)
 {
@@ -367,6 +389,7 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 
 	l->batch_size = cfg->batch_size ? cfg->batch_size : 64;
 	l->nworkers = cfg->workers;
+	l->spin_ns = spin_ns(cfg);
 	l->io_depth = cfg->io_depth ? cfg->io_depth : 4;
 	l->claimers = PP_MAX(cfg->workers, 1u);
 	l->streaming = src->load_chunks != NULL && cfg->cache == PP_LOADER_CACHE_STREAM;

@@ -273,6 +273,8 @@ enum pp_loader_slot_state {
 struct pp_loader_slot {
 	enum pp_loader_slot_state state;
 	uint64_t expect;       /* the batch number allowed to fill it next */
+	uint64_t published;    /* 1 + the batch last made READY in it; written under mu with
+	                          release order, read by a spinning consumer without mu */
 	pthread_cond_t freed;  /* the workers waiting to fill it: it was released, or the
 	                          epoch ends (one per slot, so that a release wakes only
 	                          those waiting for its slot) */
@@ -352,6 +354,7 @@ struct pp_loader {
 	                            tables (sample, len, labels) indexed by sample id */
 	size_t memory_bytes;
 
+	uint64_t spin_ns;        /* pp_loader_next() polls this long before sleeping; 0: never */
 	pthread_mutex_t mu;
 	pthread_cond_t cond_work;   /* workers: a batch can be claimed, or stop */
 	pthread_cond_t cond_ready;  /* consumer: a batch is ready, or an error */

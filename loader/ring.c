@@ -5,7 +5,8 @@
  * release, and the statistics.  Batch b goes to slot b mod depth; the
  * consumer takes batch b only after b - 1, so the batches come out in plan
  * order whatever the number of workers.  With 0 workers the consumer fills
- * each batch itself when it asks for it.
+ * each batch itself when it asks for it.  A consumer that waits for a batch
+ * polls for it first (spin_us), then sleeps on cond_ready.
  */
 #include "config.h"
 
@@ -199,6 +200,35 @@ PP_API uint64_t pp_loader_batches_per_epoch(const struct pp_loader *l)
 
 /* ------------------------------------------------------------------ consumer */
 
+/* A hint to the processor inside a polling loop. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+/*
+ * Polls, without the mutex, up to l->spin_ns for batch b to be published
+ * in its slot (a hint only: the caller checks the slot's state under the
+ * mutex after).  A consumer asleep on cond_ready costs the worker that
+ * fills its batch a wake-up for every batch.  Returns whether it came.
+ */
+static bool spin_for(const struct pp_loader *l, const struct pp_loader_slot *sl, uint64_t b)
+{
+	uint64_t t0 = pp_now_ns();
+
+	for (uint32_t i = 1;; i++) {
+		if (__atomic_load_n(&sl->published, __ATOMIC_ACQUIRE) == b + 1)
+			return true;
+		cpu_relax();
+		if ((i & 63) == 0 && pp_now_ns() - t0 > l->spin_ns)
+			return false;
+	}
+}
+
 /* pp_loader_next(), or with 'wait' false pp_loader_try_next(). */
 static int next_batch(struct pp_loader *l, bool wait, struct pp_batch **batch_p)
 {
@@ -248,6 +278,14 @@ static int next_batch(struct pp_loader *l, bool wait, struct pp_batch **batch_p)
 			ret = -EAGAIN;
 			goto out_unlock;
 		}
+		if (l->spin_ns > 0 && l->err == 0 && sl->state != PP_SLOT_READY) {
+			pthread_mutex_unlock(&l->mu);
+			spin_for(l, sl, b);
+			pthread_mutex_lock(&l->mu);
+			l->stats.consumer_spins++;
+		}
+		if (l->err == 0 && sl->state != PP_SLOT_READY)
+			l->stats.consumer_sleeps++;
 		while (l->err == 0 && sl->state != PP_SLOT_READY)
 			pthread_cond_wait(&l->cond_ready, &l->mu);
 		if (l->err != 0) {

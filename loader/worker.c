@@ -366,6 +366,7 @@ static void *worker_main(void *arg)
 				pp_loader_error_record(l, ret);
 		} else {
 			sl->state = PP_SLOT_READY;
+			__atomic_store_n(&sl->published, b + 1, __ATOMIC_RELEASE);
 			pthread_cond_broadcast(&l->cond_ready);
 		}
 		l->busy--;

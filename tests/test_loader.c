@@ -915,6 +915,63 @@ START_TEST(test_stats)
 }
 END_TEST
 
+/*
+ * The consumer's poll (spin_us): a consumer faster than its workers (a
+ * source whose chunks load slowly) polls for its batches when told to, and
+ * sleeps for them when told not to; either way the batches are those of a
+ * loader that fills them in the consumer's thread, in order.  Fails if the
+ * poll hands out a batch before it is published, or out of order, if
+ * spin_us is ignored, or if an out-of-range value is accepted.
+ */
+START_TEST(test_spin)
+{
+	uint32_t spins[] = { 1000000, PP_LOADER_NO_SPIN, 0 };
+	struct pp_loader_config ref_cfg = { .batch_size = 10, .shuffle = true, .seed = 3,
+					    .cache = PP_LOADER_CACHE_STREAM };
+	struct pp_loader *l = make_loader(T_CHUNKS, 200, 10, &ref_cfg, NULL);
+	struct pp_loader_source src;
+	struct pp_loader_stats st;
+	uint64_t ref[200], ids[200], nref = 0;
+	uint8_t pad[200];
+
+	run_epoch(l, 1, &ref_cfg, ref, pad, &nref, true);
+	ck_assert_uint_eq(nref, 200);
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	ck_assert_uint_eq(st.consumer_spins + st.consumer_sleeps, 0); /* 0 workers: never waits */
+	pp_loader_destroy(l);
+	for (int i = 0; i < 3; i++) {
+		for (uint32_t w = 1; w <= 3; w += 2) {
+			struct pp_loader_config cfg = ref_cfg;
+			struct tsource *t;
+			uint64_t n = 0;
+			cfg.workers = w;
+			cfg.spin_us = spins[i];
+			l = make_loader(T_CHUNKS, 200, 10, &cfg, &t);
+			t->delay_us = 2000; /* a chunk a batch: 2 ms each, far slower than the consumer */
+			run_epoch(l, 1, &cfg, ids, pad, &n, true);
+			ck_assert_uint_eq(n, nref);
+			ck_assert_int_eq(memcmp(ids, ref, sizeof(ref)), 0);
+			ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+			if (spins[i] == PP_LOADER_NO_SPIN) {
+				ck_assert_uint_eq(st.consumer_spins, 0);
+				/* 20 batches of 2 ms against a consumer that does nothing */
+				ck_assert_uint_gt(st.consumer_sleeps, 0);
+			} else if (spins[i] == 1000000) {
+				ck_assert_uint_gt(st.consumer_spins, 0);
+			}
+			pp_loader_destroy(l);
+		}
+	}
+	ref_cfg.workers = 1;
+	ref_cfg.spin_us = 1000001;
+	src = tsource_make(T_ARRAY, 100, 0, NULL);
+	l = NULL;
+	ck_assert_int_eq(pp_loader_create_source(&ref_cfg, &src, &l), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "spin_us 1000001"));
+	ck_assert_ptr_null(l);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ real shards and datasets */
 
 
@@ -1304,6 +1361,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(te, test_convert_kernels);
 	tcase_add_test(te, test_bad_config);
 	tcase_add_test(te, test_stats);
+	tcase_add_test(te, test_spin);
 	suite_add_tcase(s, te);
 	tcase_set_timeout(tio, 60);
 	tcase_add_loop_test(tio, test_reader, 0, 2);

@@ -128,6 +128,7 @@ int dataloader_open(DataLoader *dl, const char *pattern, size_t B, size_t T, int
 	cfg.shuffle = dl->should_shuffle;
 	cfg.seed = o.seed ? o.seed : 42;
 	cfg.workers = o.workers ? o.workers : 2;
+	cfg.spin_us = o.spin_us;
 	cfg.prefetch = o.prefetch;
 	cfg.device = o.device;
 	cfg.pin_memory = o.device != NULL;

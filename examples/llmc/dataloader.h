@@ -60,6 +60,9 @@ typedef struct {
 	                              (uint16 or uint32) for the model to widen */
 	enum pp_loader_io io;      /* the reads' system calls: io_uring, or pread where it is
 	                              refused (PP_LOADER_IO_AUTO) */
+	unsigned spin_us;          /* how long the trainer's thread polls for a batch that is
+	                              not ready before it sleeps (pp_loader_config.spin_us);
+	                              0: the loader's default, PP_LOADER_NO_SPIN: never */
 } DataLoaderOptions;
 
 typedef struct {
