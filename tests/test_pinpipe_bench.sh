@@ -16,6 +16,12 @@ pids=
 trap 'for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 trap 'exit 1' HUP INT TERM
 fail() { echo "FAIL: $*"; exit 1; }
+# A CSV's rows for awk -F,: the first cell, quoted where a sim's settings
+# hold commas ("sim:bw=1GB/s,call_us=200"), made plain, its commas ';'.
+plain() { sed -E ':a
+s/^("[^",]*),/\1;/
+ta
+s/^"([^"]*)"/\1/' "$1"; }
 
 expect_usage() {
 	"$bench" "$@" > "$tmp/out" 2> "$tmp/err"
@@ -53,16 +59,16 @@ grep -q '/nonexistent-dir' "$tmp/err" || fail "missing data directory: message: 
 	fail "bandwidth CSV header: $(head -1 "$tmp/bw.csv")"
 [ "$(wc -l < "$tmp/bw.csv")" -eq 9 ] || fail "bandwidth CSV: $(wc -l < "$tmp/bw.csv") lines, expected 9"
 # What pinning bought, per size: pinned GB/s over pageable, from the rows (h2d: rows 2 and 4, 6 and 8).
-want=$(awk -F, 'NR > 1 { g[NR] = $7; s[NR] = $5 }
+want=$(plain "$tmp/bw.csv" | awk -F, 'NR > 1 { g[NR] = $7; s[NR] = $5 }
 	END { printf "# pinning bought, h2d (pinned against pageable GB/s): %s B %.2fx, %s B %.2fx",
-	      s[2], g[2] / g[4], s[6], g[6] / g[8] }' "$tmp/bw.csv")
+	      s[2], g[2] / g[4], s[6], g[6] / g[8] }')
 grep -qxF "$want" "$tmp/out" || fail "bandwidth: expected '$want' in: $(cat "$tmp/out")"
 
 # The host too loaded: printed exactly when a row's cpu_wait is 0.25 or more.
 # $1: the CSV, $2: the output.
 check_load_line() {
-	loaded=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "cpu_wait") c = i }
-		NR > 1 && $c != "-" && $c >= 0.25 { n++ } END { print n + 0 }' "$1")
+	loaded=$(plain "$1" | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "cpu_wait") c = i }
+		NR > 1 && $c != "-" && $c >= 0.25 { n++ } END { print n + 0 }')
 	if [ "$loaded" -gt 0 ]; then
 		grep -q '^# host too loaded for these figures: ' "$2" ||
 			fail "cpu_wait of 0.25 or more in $loaded rows, and no warning: $(cat "$1" "$2")"
@@ -96,20 +102,23 @@ with_retries() {
 "$bench" overlap --device=sim:bw=10GB/s,call_us=20 --batches=30 --batch-size=1024 \
 	--compute-us=0 --csv="$tmp/bare.csv" > /dev/null 2> "$tmp/err" ||
 	fail "overlap run without compute: exit $?: $(cat "$tmp/err")"
-compute_us=$(awk -F, 'NR == 2 { c = int($8 * 4); print (c > 2000 ? c : 2000) }' "$tmp/bare.csv")
+compute_us=$(plain "$tmp/bare.csv" | awk -F, 'NR == 2 { c = int($8 * 4); print (c > 2000 ? c : 2000) }')
 rule() {
 	"$bench" overlap --device=sim:bw=10GB/s,call_us=20 --batches=60 --batch-size=1024 \
 		--compute-us="$compute_us" --time-every=1 --csv="$tmp/ov.csv" --jsonl="$tmp/ov.json" \
 		> "$tmp/out" 2> "$tmp/err" || fail "overlap run: exit $?: $(cat "$tmp/err")"
-	awk -F, 'NR == 2 { pin = $11; m1 = $2 }
+	plain "$tmp/ov.csv" | awk -F, 'NR == 2 { pin = $11; m1 = $2 }
 		 NR == 3 { pagec = $9; pageb = $12; m2 = $2 }
 		 END {
 			if (NR != 3 || m1 != "pinned" || m2 != "pageable") { print "rows: " NR ", " m1 ", " m2; exit 1 }
 			if (!(pin >= 0.95)) { print "pinned: hidden share " pin " under 0.95"; exit 1 }
 			if (!(pageb >= pagec / 2)) { print "pageable: host blocked " pageb " us of a " pagec " us copy"; exit 1 }
-		 }' "$tmp/ov.csv" > "$tmp/why" || { cat "$tmp/ov.csv" >> "$tmp/why"; return 1; }
+		 }' > "$tmp/why" || { cat "$tmp/ov.csv" >> "$tmp/why"; return 1; }
 }
 with_retries "overlap, compute-bound" rule
+# The device with its settings, quoted in CSV (it holds a comma) and a JSON string.
+sed -n 2p "$tmp/ov.csv" | grep -q '^"sim:bw=10GB/s,call_us=20",pinned,1024,' ||
+	fail "overlap CSV: the device's cell: $(sed -n 2p "$tmp/ov.csv")"
 grep -q '^# data: synthetic, 60000 samples of 1x28x28 u8 as f32; batches of 1024' "$tmp/out" ||
 	fail "overlap: the header does not say which data: $(cat "$tmp/out")"
 grep -q "^# compute: $compute_us.0 us a batch (--compute-us) as 1 kernel; one batch in 1 timed" "$tmp/out" ||
@@ -119,12 +128,12 @@ cols=device,memory,batch_size,dtype,batches,kernels,compute_us,step_us,copy_us,e
 grep -q '"memory": "pinned"' "$tmp/ov.json" || fail "overlap JSON: $(cat "$tmp/ov.json")"
 grep -q '"hidden_share": [0-9.]*,' "$tmp/ov.json" || fail "overlap JSON hidden_share: $(cat "$tmp/ov.json")"
 [ "$(wc -l < "$tmp/ov.json")" -eq 2 ] || fail "overlap JSON lines: not a line a row: $(cat "$tmp/ov.json")"
-/usr/bin/python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert len(r)==2 and r[0]["batch_size"]==1024' \
+/usr/bin/python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert len(r)==2 and r[0]["batch_size"]==1024 and r[1]["device"]=="sim:bw=10GB/s,call_us=20"' \
 	"$tmp/ov.json" 2> /dev/null || [ ! -x /usr/bin/python3 ] || fail "overlap JSON lines do not parse: $(cat "$tmp/ov.json")"
 # What pinning bought: the rows' step times, and the share of the pageable one saved.
-want=$(awk -F, 'NR == 2 { on = $8; eon = $10 } NR == 3 { off = $8; eoff = $10 }
+want=$(plain "$tmp/ov.csv" | awk -F, 'NR == 2 { on = $8; eon = $10 } NR == 3 { off = $8; eoff = $10 }
 	END { d = off - on; printf "# pinning bought: a step of %s us pinned against %s us pageable, %.1f%% %s (exposed copy %s against %s us a batch)",
-	      on, off, (d < 0 ? -d : d) / off * 100, (d >= 0 ? "less" : "MORE"), eon, eoff }' "$tmp/ov.csv")
+	      on, off, (d < 0 ? -d : d) / off * 100, (d >= 0 ? "less" : "MORE"), eon, eoff }')
 grep -qxF "$want" "$tmp/out" || fail "overlap: expected '$want' in: $(cat "$tmp/out")"
 check_load_line "$tmp/ov.csv" "$tmp/out"
 # --json is the same as --jsonl.
@@ -167,11 +176,11 @@ launch_bound() {
 	"$bench" overlap --device=sim:bw=1GB/s,call_us=200 --batches=40 --compute-us=0 \
 		--kernels=4 --time-every=1 --csv="$tmp/lb.csv" > "$tmp/out" 2> "$tmp/err" ||
 		fail "overlap --kernels=4: exit $?: $(cat "$tmp/err")"
-	awk -F, 'NR == 2 { pin = $11; k = $6 } NR == 3 { page = $11 }
+	plain "$tmp/lb.csv" | awk -F, 'NR == 2 { pin = $11; k = $6 } NR == 3 { page = $11 }
 		 END {
 			if (NR != 3 || k != 4) { print "rows: " NR ", kernels " k; exit 1 }
 			if (!(page < 0.5 && pin > page)) { print "hidden share: pinned " pin ", pageable " page; exit 1 }
-		 }' "$tmp/lb.csv" > "$tmp/why" || { cat "$tmp/lb.csv" >> "$tmp/why"; return 1; }
+		 }' > "$tmp/why" || { cat "$tmp/lb.csv" >> "$tmp/why"; return 1; }
 }
 with_retries "overlap --kernels=4" launch_bound
 expect_usage overlap --kernels=0

@@ -372,6 +372,38 @@ static void table_print(const struct table *t)
 	}
 }
 
+/* A CSV cell as RFC 4180 writes it: quoted, its quotes doubled, where it holds a comma, a quote or a line break. */
+static void csv_cell(FILE *f, const char *v)
+{
+	if (strpbrk(v, ",\"\r\n") == NULL) {
+		fputs(v, f);
+		return;
+	}
+	fputc('"', f);
+	for (; *v; v++) {
+		if (*v == '"')
+			fputc('"', f);
+		fputc(*v, f);
+	}
+	fputc('"', f);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void json_string(FILE *f, const char *v)
+{
+	fputc('"', f);
+	for (; *v; v++) {
+		unsigned char c = (unsigned char)*v;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
 static int table_write(const struct table *t, const char *path, bool json)
 {
 	FILE *f = fopen(path, "w");
@@ -384,27 +416,48 @@ static int table_write(const struct table *t, const char *path, bool json)
 		for (int r = 0; r < t->nrows; r++) {
 			fputs("{", f);
 			for (int c = 0; c < t->ncols; c++) {
-				bool num = t->numeric[c] && strcmp(t->cells[r][c], "-") != 0;
+				const char *v = t->cells[r][c];
+				bool dash = strcmp(v, "-") == 0;
 
-				fprintf(f, "%s\"%s\": %s%s%s", c ? ", " : "", t->cols[c], num ? "" : "\"",
-					num ? t->cells[r][c] : (strcmp(t->cells[r][c], "-") ? t->cells[r][c] : ""),
-					num ? "" : "\"");
+				fputs(c ? ", " : "", f);
+				json_string(f, t->cols[c]);
+				fputs(": ", f);
+				if (t->numeric[c] && !dash)
+					fputs(v, f);
+				else
+					json_string(f, dash ? "" : v);
 			}
 			fputs("}\n", f);
 		}
 	} else {
-		for (int c = 0; c < t->ncols; c++)
-			fprintf(f, "%s%s", c ? "," : "", t->cols[c]);
+		for (int c = 0; c < t->ncols; c++) {
+			fputs(c ? "," : "", f);
+			csv_cell(f, t->cols[c]);
+		}
 		fputc('\n', f);
 		for (int r = 0; r < t->nrows; r++)
-			for (int c = 0; c < t->ncols; c++)
-				fprintf(f, "%s%s", t->cells[r][c], c + 1 < t->ncols ? "," : "\n");
+			for (int c = 0; c < t->ncols; c++) {
+				csv_cell(f, t->cells[r][c]);
+				fputc(c + 1 < t->ncols ? ',' : '\n', f);
+			}
 	}
 	if (fclose(f) != 0) {
 		fprintf(stderr, "pinpipe-bench: %s: write failed: %s\n", path, strerror(errno));
 		return 1;
 	}
 	return 0;
+}
+
+/*
+ * The device as the rows name it: the device's name, or the option as given
+ * where it names the same device with settings ("sim:bw=25GB/s,call_us=20").
+ */
+static const char *device_label(const struct options *o, struct pp_device *dev)
+{
+	const char *name = pp_device_get_props(dev)->name;
+	size_t n = strlen(name);
+
+	return strncmp(o->device, name, n) == 0 && o->device[n] == ':' ? o->device : name;
 }
 
 static int fail(const char *what, int ret)
@@ -455,7 +508,7 @@ static int run_bandwidth(const struct options *o, struct pp_device *dev, struct 
 	static const char *const cols[] = { "device", "direction", "memory", "pinned", "size_bytes",
 					    "copies", "gb_per_s", "host_blocked_share", "cpu_wait" };
 	static const bool num[] = { false, false, false, false, true, true, true, true, true };
-	const char *name = pp_device_get_props(dev)->name;
+	const char *name = device_label(o, dev);
 	struct pp_stream *st;
 	int ret;
 
@@ -644,7 +697,7 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 				    true, true, true, true, true, true, true, true };
 	struct pp_synthetic_config sc = { .count = 60000, .channels = 1, .height = 28, .width = 28,
 					  .num_classes = 10, .seed = 1, .dtype = PP_DTYPE_U8 };
-	const char *name = pp_device_get_props(dev)->name;
+	const char *name = device_label(o, dev);
 	struct pp_dataset *ds = NULL;
 	struct pp_image_folder *img = NULL;
 	const struct pp_source *src = NULL;
