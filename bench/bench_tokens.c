@@ -16,6 +16,9 @@
  *            shards mapped and cached: each window's inputs and targets
  *            (T uint16 each) into a batch buffer, windows in order or,
  *            shuffled, drawn at random
+ *   uring    the floor of any loader that reads: one thread's io_uring
+ *            reads of the same windows into a registered buffer, nothing
+ *            else (in order, a batch as one read; shuffled, a read a window)
  *   nanogpt  nanoGPT's get_batch (bench/bench_tokens.py: np.memmap made
  *            every batch, B random offsets, astype(int64), torch.stack),
  *            when -p names the script
@@ -29,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +266,72 @@ static double run_memcpy(size_t B, int shuffle)
 	return (double)batches * B * T / t;
 }
 
+/*
+ * The floor of a loader that reads: one thread's io_uring reads of the same
+ * windows into a registered buffer, nothing else (no split, no widening, no
+ * hand-over).  In order, a batch's B x T + 1 tokens as one read; shuffled,
+ * B reads of T + 1 tokens at random windows of all shards, all of a batch
+ * in flight at once.  Returns tokens/s, or 0 where io_uring is refused.
+ */
+static double run_uring(size_t B, int shuffle)
+{
+	size_t nwin = (size_t)(ntok - 1) / T, per = nwin / B, win = (T + 1) * 2;
+	size_t cap = B * win > (B * T + 1) * 2 ? B * win : (B * T + 1) * 2;
+	uint64_t batches = 0, x = 7;
+	struct io_uring ring;
+	struct iovec iov;
+	int fds[64], n = nshards < 64 ? nshards : 64;
+	double t0, t;
+	char path[512];
+
+	if (io_uring_queue_init((unsigned)B, &ring, 0) < 0)
+		return 0;
+	iov.iov_len = cap;
+	if (posix_memalign(&iov.iov_base, 4096, cap) || io_uring_register_buffers(&ring, &iov, 1) < 0)
+		abort();
+	for (int s = 0; s < n; s++) {
+		shard_path(path, sizeof(path), s);
+		if ((fds[s] = open(path, O_RDONLY)) < 0)
+			abort();
+	}
+	t0 = now_s();
+	for (size_t i = 0;; i = (i + 1) % (per * (size_t)n)) {
+		struct io_uring_cqe *cqe;
+		unsigned head, seen = 0, want = shuffle ? (unsigned)B : 1;
+		for (unsigned k = 0; k < want; k++) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			size_t s = i / per, w = i % per * B, len = (B * T + 1) * 2;
+			if (shuffle) {
+				x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+				s = x % (uint64_t)n;
+				w = x / (uint64_t)n % nwin;
+				len = win;
+			}
+			io_uring_prep_read_fixed(sqe, fds[s], (char *)iov.iov_base + k * win,
+						 (unsigned)len, 1024 + w * T * 2, 0);
+		}
+		if (io_uring_submit_and_wait(&ring, want) < 0)
+			abort();
+		io_uring_for_each_cqe(&ring, head, cqe) {
+			if (cqe->res <= 0)
+				abort();
+			seen++;
+		}
+		io_uring_cq_advance(&ring, seen);
+		if (seen != want)
+			abort();
+		batches++;
+		if ((batches & 7) == 0 && now_s() - t0 > secs)
+			break;
+	}
+	t = now_s() - t0;
+	for (int s = 0; s < n; s++)
+		close(fds[s]);
+	io_uring_queue_exit(&ring);
+	free(iov.iov_base);
+	return (double)batches * B * T / t;
+}
+
 /* nanoGPT's get_batch through the script; tokens/s, or 0 when it cannot run. */
 static double run_nanogpt(const char *python, const char *script, size_t B)
 {
@@ -305,9 +375,9 @@ int main(int argc, char **argv)
 		return 1;
 	printf("%d shards of %ld uint16 tokens in %s, T = %zu, %.1f s a run; Mtok/s of inputs\n",
 	       nshards, ntok, dir, T, secs);
-	printf("%3s %7s %8s %8s %7s %7s %8s %8s %7s %7s %7s %7s %7s\n", "B", "shuffle", "nanogpt",
-	       "llmc", "pp w=1", "pp w=2", "pp16 w1", "pp16 w2", "memcpy", "w1/llmc", "w2/llmc",
-	       "16w1/cp", "16w2/cp");
+	printf("%3s %7s %8s %8s %7s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s\n", "B", "shuffle",
+	       "nanogpt", "llmc", "pp w=1", "pp w=2", "pp16 w1", "pp16 w2", "memcpy", "uring",
+	       "w1/llmc", "w2/llmc", "16w1/cp", "16w2/cp", "ur/cp");
 	for (size_t i = 0; i < sizeof(bs) / sizeof(bs[0]); i++) {
 		for (int shuffle = 0; shuffle < 2; shuffle++) {
 			double ng = script && shuffle ? run_nanogpt(python, script, bs[i]) : 0;
@@ -317,9 +387,11 @@ int main(int argc, char **argv)
 			double s1 = run_stored(bs[i], shuffle, 1);
 			double s2 = run_stored(bs[i], shuffle, 2);
 			double mc = run_memcpy(bs[i], shuffle);
-			printf("%3zu %7s %8.1f %8.1f %7.0f %7.0f %8.0f %8.0f %7.0f %7.2f %7.2f %7.2f "
-			       "%7.2f\n", bs[i], shuffle ? "yes" : "no", ng / 1e6, lc / 1e6, p1 / 1e6,
-			       p2 / 1e6, s1 / 1e6, s2 / 1e6, mc / 1e6, p1 / lc, p2 / lc, s1 / mc, s2 / mc);
+			double ur = run_uring(bs[i], shuffle);
+			printf("%3zu %7s %8.1f %8.1f %7.0f %7.0f %8.0f %8.0f %7.0f %7.0f %7.2f %7.2f %7.2f "
+			       "%7.2f %7.2f\n", bs[i], shuffle ? "yes" : "no", ng / 1e6, lc / 1e6, p1 / 1e6,
+			       p2 / 1e6, s1 / 1e6, s2 / 1e6, mc / 1e6, ur / 1e6, p1 / lc, p2 / lc, s1 / mc,
+			       s2 / mc, ur / mc);
 			fflush(stdout);
 		}
 	}
