@@ -188,17 +188,21 @@ PP_HD static inline void pp_fused_forward(const struct pp_cuda_pool_geom *g, con
  * order) whose window may hold a convolution output that read the pixel,
  * the selected output's gradient times the weight of the tap that joined
  * them.  dpool, idx, pooled: the pool's output gradient, indices (as
- * pp_fused_forward()) and output, (n, OC, PH, PW).
+ * pp_fused_forward()) and output, (n, OC, PH, PW).  No division in the
+ * loop (a 64-bit division is a long routine on a GPU): the selected
+ * output's row within its window is found by subtracting rows, fewer than
+ * the window's side.
  */
 PP_HD static inline float pp_fused_din(const struct pp_cuda_pool_geom *g, const float *dpool,
 				       const int32_t *idx, const float *pooled, const float *w,
 				       size_t i)
 {
 	const struct pp_cuda_geom *cg = &g->conv;
-	const int ix = (int)(i % (size_t)cg->w), iy = (int)(i / (size_t)cg->w % (size_t)cg->h);
-	const int ch = (int)(i / ((size_t)cg->w * cg->h) % (size_t)cg->c);
-	const size_t s = i / ((size_t)cg->w * cg->h * cg->c);
-	const int k = cg->k, st = cg->stride, pad = cg->pad;
+	const size_t chw = (size_t)cg->c * cg->h * cg->w;
+	const size_t s = i / chw;
+	const int rem = (int)(i - s * chw), ix = rem % cg->w, iy = rem / cg->w % cg->h;
+	const int ch = rem / (cg->w * cg->h);
+	const int k = cg->k, st = cg->stride, pad = cg->pad, ow = cg->ow;
 	/* the convolution outputs whose windows cover the pixel, then the pool windows holding them */
 	const int oy0 = pp_ceil_div(iy + pad - k + 1, st) > 0 ? pp_ceil_div(iy + pad - k + 1, st) : 0;
 	const int ox0 = pp_ceil_div(ix + pad - k + 1, st) > 0 ? pp_ceil_div(ix + pad - k + 1, st) : 0;
@@ -207,25 +211,34 @@ PP_HD static inline float pp_fused_din(const struct pp_cuda_pool_geom *g, const 
 	const int px0 = pp_ceil_div(ox0 - g->pk + 1, g->ps) > 0 ? pp_ceil_div(ox0 - g->pk + 1, g->ps) : 0;
 	const int py1 = oy1 < 0 ? -1 : pp_floor_div(oy1, g->ps) < g->ph - 1 ? pp_floor_div(oy1, g->ps) : g->ph - 1;
 	const int px1 = ox1 < 0 ? -1 : pp_floor_div(ox1, g->ps) < g->pw - 1 ? pp_floor_div(ox1, g->ps) : g->pw - 1;
-	const size_t plane = (size_t)cg->oh * cg->ow;
+	const int plane = cg->oh * ow;
+	const size_t kk = (size_t)k * k;
 	float sum = 0.0f;
 
-	for (int o = 0; o < cg->oc; o++)
+	for (int o = 0; o < cg->oc; o++) {
+		const size_t row0 = (s * cg->oc + o) * g->ph;
+		const float *wo = w + ((size_t)o * cg->c + ch) * kk;
+
 		for (int py = py0; py <= py1; py++)
 			for (int px = px0; px <= px1; px++) {
-				const size_t at = ((s * cg->oc + o) * g->ph + py) * g->pw + px;
-				size_t r;
-				int ky, kx;
+				const size_t at = (row0 + py) * g->pw + px;
+				/* the selected output (oy, ox) = (py ps + dy, px ps + dx), dy, dx < pk */
+				int d, dy = 0, ky, kx;
 
 				/* the ReLU's mask first: it stops about half the windows with one load */
 				if (g->relu && !(pooled[at] > 0.0f))
 					continue;
-				r = (size_t)idx[at] - o * plane;
-				ky = iy + pad - (int)(r / (size_t)cg->ow) * st;
-				kx = ix + pad - (int)(r % (size_t)cg->ow) * st;
+				d = idx[at] - o * plane - (py * g->ps * ow + px * g->ps);
+				while (d >= ow && dy + 1 < g->pk) {
+					d -= ow;
+					dy++;
+				}
+				ky = iy + pad - (py * g->ps + dy) * st;
+				kx = ix + pad - (px * g->ps + d) * st;
 				if (ky >= 0 && ky < k && kx >= 0 && kx < k)
-					sum += dpool[at] * w[(((size_t)o * cg->c + ch) * k + ky) * k + kx];
+					sum += dpool[at] * wo[(size_t)ky * k + kx];
 			}
+	}
 	return sum;
 }
 
@@ -259,13 +272,14 @@ PP_HD static inline struct pp_fused_sel pp_fused_param_sel(const struct pp_cuda_
 {
 	const struct pp_cuda_geom *cg = &g->conv;
 	const size_t pp = (size_t)g->ph * g->pw, s = t / pp;
-	const size_t at = (s * cg->oc + o) * pp + t % pp;
-	const size_t r = (size_t)idx[at] - (size_t)o * cg->oh * cg->ow;
+	const size_t at = (s * cg->oc + o) * pp + (t - s * pp);
+	/* one 64-bit division above; these in 32 bits, a fraction of its cost on a GPU */
+	const int r = idx[at] - o * cg->oh * cg->ow, oy = r / cg->ow;
 	struct pp_fused_sel e;
 
 	e.gr = pp_fused_grad(g, dpool, pooled, at);
-	e.iy0 = (int)(r / (size_t)cg->ow) * cg->stride - cg->pad;
-	e.ix0 = (int)(r % (size_t)cg->ow) * cg->stride - cg->pad;
+	e.iy0 = oy * cg->stride - cg->pad;
+	e.ix0 = (r - oy * cg->ow) * cg->stride - cg->pad;
 	e.base = (long long)s * cg->c * cg->h * cg->w + (long long)e.iy0 * cg->w + e.ix0;
 	return e;
 }
