@@ -373,8 +373,9 @@ int main(int argc, char **argv)
 	}
 	if (nshards < 1 || ntok < 2 || T < 1 || secs <= 0 || prepare() < 0)
 		return 1;
-	printf("%d shards of %ld uint16 tokens in %s, T = %zu, %.1f s a run; Mtok/s of inputs\n",
-	       nshards, ntok, dir, T, secs);
+	printf("%d shards of %ld uint16 tokens in %s, T = %zu, %.1f s a run; Mtok/s of inputs; "
+	       "the consumer's poll %s\n", nshards, ntok, dir, T, secs,
+	       spin_us ? "off (-S)" : "as the loader's default");
 	printf("%3s %7s %8s %8s %7s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s\n", "B", "shuffle",
 	       "nanogpt", "llmc", "pp w=1", "pp w=2", "pp16 w1", "pp16 w2", "memcpy", "uring",
 	       "w1/llmc", "w2/llmc", "16w1/cp", "16w2/cp", "ur/cp");

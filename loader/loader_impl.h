@@ -355,6 +355,8 @@ struct pp_loader {
 	size_t memory_bytes;
 
 	uint64_t spin_ns;        /* pp_loader_next() polls this long before sleeping; 0: never */
+	int failed;              /* err is set: written under mu with release order, read by a
+	                            polling consumer without mu */
 	pthread_mutex_t mu;
 	pthread_cond_t cond_work;   /* workers: a batch can be claimed, or stop */
 	pthread_cond_t cond_ready;  /* consumer: a batch is ready, or an error */

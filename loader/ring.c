@@ -122,6 +122,8 @@ static int start_epoch(struct pp_loader *l, uint64_t epoch, uint64_t start, bool
 		if (sl->state == PP_SLOT_READY)
 			sl->state = PP_SLOT_FREE;
 		sl->expect = e;
+		/* batch numbers start again: no poll may take an earlier epoch's for its own */
+		__atomic_store_n(&sl->published, 0, __ATOMIC_RELEASE);
 	}
 	for (uint32_t i = 0; i < l->nwindows; i++) {
 		l->windows[i].seg = -1;
@@ -212,20 +214,22 @@ static inline void cpu_relax(void)
 
 /*
  * Polls, without the mutex, up to l->spin_ns for batch b to be published
- * in its slot (a hint only: the caller checks the slot's state under the
- * mutex after).  A consumer asleep on cond_ready costs the worker that
- * fills its batch a wake-up for every batch.  Returns whether it came.
+ * in its slot or for a worker to fail (a hint only: the caller checks the
+ * slot's state and the error under the mutex after).  A consumer asleep on
+ * cond_ready costs the worker that fills its batch a wake-up for every
+ * batch.
  */
-static bool spin_for(const struct pp_loader *l, const struct pp_loader_slot *sl, uint64_t b)
+static void spin_for(const struct pp_loader *l, const struct pp_loader_slot *sl, uint64_t b)
 {
 	uint64_t t0 = pp_now_ns();
 
 	for (uint32_t i = 1;; i++) {
-		if (__atomic_load_n(&sl->published, __ATOMIC_ACQUIRE) == b + 1)
-			return true;
+		if (__atomic_load_n(&sl->published, __ATOMIC_ACQUIRE) == b + 1 ||
+		    __atomic_load_n(&l->failed, __ATOMIC_ACQUIRE))
+			return;
 		cpu_relax();
 		if ((i & 63) == 0 && pp_now_ns() - t0 > l->spin_ns)
-			return false;
+			return;
 	}
 }
 

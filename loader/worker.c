@@ -21,6 +21,7 @@ void pp_loader_error_record(struct pp_loader *l, int err)
 	if (l->err == 0) {
 		l->err = err;
 		snprintf(l->errmsg, sizeof(l->errmsg), "%s", pp_last_error());
+		__atomic_store_n(&l->failed, 1, __ATOMIC_RELEASE);
 	}
 	pthread_cond_broadcast(&l->cond_ready);
 	pp_loader_wake_slots(l);

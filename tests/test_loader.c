@@ -19,6 +19,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -917,25 +918,33 @@ END_TEST
 
 /*
  * The consumer's poll (spin_us): a consumer faster than its workers (a
- * source whose chunks load slowly) polls for its batches when told to, and
- * sleeps for them when told not to; either way the batches are those of a
- * loader that fills them in the consumer's thread, in order.  Fails if the
- * poll hands out a batch before it is published, or out of order, if
- * spin_us is ignored, or if an out-of-range value is accepted.
+ * source whose chunks load slowly) polls for its batches when told to and
+ * catches them there, sleeps for them when told not to, and by default
+ * polls exactly where the workers leave a processor free; over two epochs
+ * (the second's batch numbers those of the first again), the batches are
+ * those of a loader that fills them in the consumer's thread, in order.
+ * Fails if spin_us is ignored, if the poll misses batches published to it
+ * (or takes an earlier epoch's for its own), if it hands out a batch out of
+ * order, or if an out-of-range value is accepted.
  */
 START_TEST(test_spin)
 {
-	uint32_t spins[] = { 1000000, PP_LOADER_NO_SPIN, 0 };
+	uint32_t spins[] = { 200000, PP_LOADER_NO_SPIN, 0 };
 	struct pp_loader_config ref_cfg = { .batch_size = 10, .shuffle = true, .seed = 3,
 					    .cache = PP_LOADER_CACHE_STREAM };
 	struct pp_loader *l = make_loader(T_CHUNKS, 200, 10, &ref_cfg, NULL);
 	struct pp_loader_source src;
 	struct pp_loader_stats st;
-	uint64_t ref[200], ids[200], nref = 0;
-	uint8_t pad[200];
+	uint64_t ref[400], ids[400], nref = 0;
+	uint8_t pad[400];
+	cpu_set_t set;
+	int cpus;
 
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+	cpus = CPU_COUNT(&set);
 	run_epoch(l, 1, &ref_cfg, ref, pad, &nref, true);
-	ck_assert_uint_eq(nref, 200);
+	run_epoch(l, 2, &ref_cfg, ref, pad, &nref, true);
+	ck_assert_uint_eq(nref, 400);
 	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
 	ck_assert_uint_eq(st.consumer_spins + st.consumer_sleeps, 0); /* 0 workers: never waits */
 	pp_loader_destroy(l);
@@ -944,20 +953,32 @@ START_TEST(test_spin)
 			struct pp_loader_config cfg = ref_cfg;
 			struct tsource *t;
 			uint64_t n = 0;
+			bool polls = spins[i] != PP_LOADER_NO_SPIN && (spins[i] != 0 || (int)w < cpus);
 			cfg.workers = w;
 			cfg.spin_us = spins[i];
 			l = make_loader(T_CHUNKS, 200, 10, &cfg, &t);
-			t->delay_us = 2000; /* a chunk a batch: 2 ms each, far slower than the consumer */
+			t->delay_us = 5000; /* a chunk a batch: 5 ms each, far slower than the consumer */
 			run_epoch(l, 1, &cfg, ids, pad, &n, true);
+			run_epoch(l, 2, &cfg, ids, pad, &n, true);
 			ck_assert_uint_eq(n, nref);
 			ck_assert_int_eq(memcmp(ids, ref, sizeof(ref)), 0);
 			ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
-			if (spins[i] == PP_LOADER_NO_SPIN) {
-				ck_assert_uint_eq(st.consumer_spins, 0);
-				/* 20 batches of 2 ms against a consumer that does nothing */
+			ck_assert_uint_le(st.consumer_spins + st.consumer_sleeps, 2 * 20);
+			if (polls) {
+				ck_assert_msg(st.consumer_spins > 0, "spin_us %u, %u workers, %d CPUs: "
+					      "no poll", spins[i], w, cpus);
+				/* 200 ms against 5 ms batches: nearly every poll catches its batch */
+				if (spins[i] == 200000)
+					ck_assert_msg(st.consumer_sleeps * 4 < st.consumer_spins,
+						      "%u workers: %llu polls, %llu sleeps", w,
+						      (unsigned long long)st.consumer_spins,
+						      (unsigned long long)st.consumer_sleeps);
+			} else {
+				ck_assert_msg(st.consumer_spins == 0, "spin_us %u, %u workers, %d CPUs: "
+					      "%llu polls", spins[i], w, cpus,
+					      (unsigned long long)st.consumer_spins);
+				/* 40 batches of 5 ms against a consumer that does nothing */
 				ck_assert_uint_gt(st.consumer_sleeps, 0);
-			} else if (spins[i] == 1000000) {
-				ck_assert_uint_gt(st.consumer_spins, 0);
 			}
 			pp_loader_destroy(l);
 		}

@@ -144,16 +144,6 @@ struct pp_loader_config {
 	                           stuck read by io_uring (which cancels it); the pread
 	                           path checks it between reads only */
 	size_t memory_budget;   /* bytes the loader may allocate (ring, caches, buffers); 0: no limit */
-	uint32_t spin_us;       /* how long pp_loader_next() polls for a batch that is not
-	                           ready before it sleeps until a worker wakes it (a wake-up
-	                           costs the worker a system call, and under a hypervisor an
-	                           interrupt between processors, for every batch: up to a
-	                           third of a fast source's time).  0: PP_LOADER_SPIN_US
-	                           where the workers leave a processor of the process's
-	                           affinity free, else none; 1..1000000: that long;
-	                           PP_LOADER_NO_SPIN: never.  It burns the consumer's
-	                           processor while it polls, only when it waits for data */
-
 	/* The open loader (pinpipe/source.h); zero for none. */
 	const struct pp_source *source;    /* a source of the trainer's own; must outlive the loader */
 	const struct pp_decoder *decoders; /* decoders a version 2 shard set may name, looked up
@@ -162,6 +152,19 @@ struct pp_loader_config {
 	const struct pp_transform *transforms; /* run on every sample, in this order, after its
 	                                          decoder and before the conversion to 'dtype' */
 	size_t ntransforms;
+
+	uint32_t spin_us;       /* how long pp_loader_next() polls for a batch that is not
+	                           ready before it sleeps until a worker wakes it (a wake-up
+	                           costs the worker a system call, and under a hypervisor an
+	                           interrupt between processors, for every batch: up to a
+	                           third of a fast source's time).  0: PP_LOADER_SPIN_US
+	                           where the workers leave a processor of the process's
+	                           affinity (as pp_loader_create() finds it) free, else
+	                           none; 1..1000000: that long; PP_LOADER_NO_SPIN: never.
+	                           The poll burns the consumer's processor, only while it
+	                           waits for data, and ends early when a worker fails.
+	                           Without workers, and in pp_loader_try_next(), nothing
+	                           polls */
 };
 
 /*
@@ -207,8 +210,6 @@ struct pp_loader_stats {
 	uint64_t samples;          /* samples handed out, padding included */
 	uint64_t bytes;            /* bytes of samples handed out */
 	uint64_t consumer_wait_ns; /* time pp_loader_next() waited for a batch (or filled it, with 0 workers) */
-	uint64_t consumer_spins;   /* batches pp_loader_next() polled for (spin_us) */
-	uint64_t consumer_sleeps;  /* batches it slept for, after polling where it polls */
 	uint64_t read_ns;          /* summed over workers: waiting for chunk reads */
 	uint64_t decode_ns;        /* summed over workers: CRC and inflate of chunks */
 	uint64_t fill_ns;          /* summed over workers: gathering and converting samples into slots */
@@ -222,6 +223,8 @@ struct pp_loader_stats {
 	bool pinned;               /* the ring is pinned host memory */
 	size_t memory_bytes;       /* bytes the loader allocated (ring, caches, buffers) */
 	uint32_t slots;            /* ring slots */
+	uint64_t consumer_spins;   /* batches pp_loader_next() polled for (spin_us) */
+	uint64_t consumer_sleeps;  /* batches it slept for: not ready after the poll, where it polls */
 };
 
 struct pp_loader;
