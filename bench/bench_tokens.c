@@ -15,7 +15,7 @@
  *   memcpy   one thread's plain memcpy of the same bytes as pp16 from the
  *            shards mapped and cached: each window's inputs and targets
  *            (T uint16 each) into a batch buffer, windows in order or,
- *            shuffled, drawn at random
+ *            shuffled, drawn at random from all the shards
  *   uring    the floor of any loader that reads: one thread's io_uring
  *            reads of the same windows into a registered buffer, nothing
  *            else (in order, a batch as one read; shuffled, a read a window)
@@ -224,44 +224,53 @@ fail:
 	exit(1);
 }
 
-/* memcpy of each window's inputs and targets from the cached mapping, shard after shard; returns tokens/s. */
+/*
+ * memcpy of each window's inputs and targets from the cached mappings of
+ * all the shards: in order shard after shard, shuffled windows drawn at
+ * random from all of them (as pinpipe's plan and the uring floor draw
+ * them); returns tokens/s.
+ */
 static double run_memcpy(size_t B, int shuffle)
 {
 	size_t per = (size_t)(ntok - 1) / (B * T), nwin = (size_t)(ntok - 1) / T;
-	uint8_t *dst = malloc(B * T * 4);
+	size_t len = 1024 + (size_t)ntok * 2;
+	uint8_t *dst = malloc(B * T * 4), **m = calloc((size_t)nshards, sizeof(*m));
 	uint64_t batches = 0, x = 7;
-	double t0 = now_s(), t;
+	double t0, t;
 	char path[512];
 
-	for (int s = 0; now_s() - t0 < secs; s = (s + 1) % nshards) {
+	for (int s = 0; s < nshards; s++) {
 		int fd;
-		uint8_t *m;
 		shard_path(path, sizeof(path), s);
 		fd = open(path, O_RDONLY);
-		m = mmap(NULL, 1024 + (size_t)ntok * 2, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+		m[s] = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
 		close(fd);
-		if (m == MAP_FAILED)
+		if (m[s] == MAP_FAILED)
 			abort();
-		for (size_t i = 0; i < per; i++) {
-			for (size_t k = 0; k < B; k++) {
-				size_t w = i * B + k;
-				const uint8_t *src;
-				if (shuffle) {
-					x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-					w = x % nwin;
-				}
-				src = m + 1024 + w * T * 2;
-				memcpy(dst + k * T * 2, src, T * 2);
-				memcpy(dst + (B + k) * T * 2, src + 2, T * 2);
+	}
+	t0 = now_s();
+	for (size_t i = 0;; i = (i + 1) % (per * (size_t)nshards)) {
+		for (size_t k = 0; k < B; k++) {
+			size_t s = i / per, w = i % per * B + k;
+			const uint8_t *src;
+			if (shuffle) {
+				x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+				s = x % (uint64_t)nshards;
+				w = x / (uint64_t)nshards % nwin;
 			}
-			__asm__ volatile("" : : "r"(dst) : "memory");
-			batches++;
-			if ((batches & 7) == 0 && now_s() - t0 > secs)
-				break;
+			src = m[s] + 1024 + w * T * 2;
+			memcpy(dst + k * T * 2, src, T * 2);
+			memcpy(dst + (B + k) * T * 2, src + 2, T * 2);
 		}
-		munmap(m, 1024 + (size_t)ntok * 2);
+		__asm__ volatile("" : : "r"(dst) : "memory");
+		batches++;
+		if ((batches & 7) == 0 && now_s() - t0 > secs)
+			break;
 	}
 	t = now_s() - t0;
+	for (int s = 0; s < nshards; s++)
+		munmap(m[s], len);
+	free(m);
 	free(dst);
 	return (double)batches * B * T / t;
 }

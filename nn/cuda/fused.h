@@ -137,9 +137,10 @@ PP_HD static inline void pp_fused_forward(const struct pp_cuda_pool_geom *g, con
 					  size_t i)
 {
 	const struct pp_cuda_geom *cg = &g->conv;
-	const int px = (int)(i % (size_t)g->pw), py = (int)(i / (size_t)g->pw % (size_t)g->ph);
-	const int o = (int)(i / ((size_t)g->pw * g->ph) % (size_t)cg->oc);
-	const size_t s = i / ((size_t)g->pw * g->ph * cg->oc);
+	/* one 64-bit division, the rest in 32 bits (a fraction of its cost on a GPU) */
+	const size_t per = (size_t)g->pw * g->ph * cg->oc, s = i / per;
+	const int rem = (int)(i - s * per), px = rem % g->pw, py = rem / g->pw % g->ph;
+	const int o = rem / (g->pw * g->ph);
 	const float *xs = x + s * (size_t)cg->c * cg->h * cg->w;
 	const float *wo = w + (size_t)o * cg->c * cg->k * cg->k;
 	const int win = g->pk * g->pk;
