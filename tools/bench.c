@@ -36,6 +36,7 @@
 #include "common/args.h"
 #include "common/hostload.h"
 #include "common/size.h"
+#include "common/textout.h"
 #include "pinpipe/pinpipe.h"
 #include "pinpipe/transfer.h"
 
@@ -372,38 +373,6 @@ static void table_print(const struct table *t)
 	}
 }
 
-/* A CSV cell as RFC 4180 writes it: quoted, its quotes doubled, where it holds a comma, a quote or a line break. */
-static void csv_cell(FILE *f, const char *v)
-{
-	if (strpbrk(v, ",\"\r\n") == NULL) {
-		fputs(v, f);
-		return;
-	}
-	fputc('"', f);
-	for (; *v; v++) {
-		if (*v == '"')
-			fputc('"', f);
-		fputc(*v, f);
-	}
-	fputc('"', f);
-}
-
-/* A JSON string: quotes, backslashes and control characters escaped. */
-static void json_string(FILE *f, const char *v)
-{
-	fputc('"', f);
-	for (; *v; v++) {
-		unsigned char c = (unsigned char)*v;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 static int table_write(const struct table *t, const char *path, bool json)
 {
 	FILE *f = fopen(path, "w");
@@ -420,24 +389,24 @@ static int table_write(const struct table *t, const char *path, bool json)
 				bool dash = strcmp(v, "-") == 0;
 
 				fputs(c ? ", " : "", f);
-				json_string(f, t->cols[c]);
+				pp_json_string(f, t->cols[c]);
 				fputs(": ", f);
 				if (t->numeric[c] && !dash)
 					fputs(v, f);
 				else
-					json_string(f, dash ? "" : v);
+					pp_json_string(f, dash ? "" : v);
 			}
 			fputs("}\n", f);
 		}
 	} else {
 		for (int c = 0; c < t->ncols; c++) {
 			fputs(c ? "," : "", f);
-			csv_cell(f, t->cols[c]);
+			pp_csv_cell(f, t->cols[c]);
 		}
 		fputc('\n', f);
 		for (int r = 0; r < t->nrows; r++)
 			for (int c = 0; c < t->ncols; c++) {
-				csv_cell(f, t->cells[r][c]);
+				pp_csv_cell(f, t->cells[r][c]);
 				fputc(c + 1 < t->ncols ? ',' : '\n', f);
 			}
 	}

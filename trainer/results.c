@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/textout.h"
 #include "trainer/results.h"
 
 enum col_kind { COL_UINT, COL_BOOL, COL_REAL, COL_TEXT };
@@ -581,21 +582,6 @@ void tr_results_print_table(const struct tr_results *res, const char *sort, cons
 	print_wrapped(items, " ", limit, out);
 }
 
-static void write_csv_text(const char *s, FILE *out)
-{
-	if (strpbrk(s, ",\"\n\r") == NULL) {
-		fputs(s, out);
-		return;
-	}
-	fputc('"', out);
-	for (; *s; s++) {
-		if (*s == '"')
-			fputc('"', out);
-		fputc(*s, out);
-	}
-	fputc('"', out);
-}
-
 int tr_results_write_csv_header(FILE *out)
 {
 	for (size_t c = 0; c < NCOLS; c++)
@@ -612,7 +598,7 @@ int tr_results_write_row_csv(const struct tr_row *row, FILE *out)
 		if (c)
 			fputc(',', out);
 		format_cell(row, &columns[c], false, cell, sizeof(cell));
-		write_csv_text(cell, out);
+		pp_csv_cell(out, cell);
 	}
 	fputc('\n', out);
 	return ferror(out) ? -EIO : 0;
@@ -626,22 +612,6 @@ int tr_results_write_csv(const struct tr_results *res, FILE *out)
 	return ferror(out) ? -EIO : 0;
 }
 
-static void write_json_text(const char *s, FILE *out)
-{
-	fputc('"', out);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			fprintf(out, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(out, "\\u%04x", ch);
-		else
-			fputc(ch, out);
-	}
-	fputc('"', out);
-}
-
 int tr_results_write_row_jsonl(const struct tr_row *row, FILE *out)
 {
 	char cell[256];
@@ -653,7 +623,7 @@ int tr_results_write_row_jsonl(const struct tr_row *row, FILE *out)
 		fprintf(out, "%s\"%s\":", c ? "," : "", col->name);
 		switch (col->kind) {
 		case COL_TEXT:
-			write_json_text(field(row, col), out);
+			pp_json_string(out, field(row, col));
 			break;
 		case COL_BOOL:
 			fputs(*(const bool *)field(row, col) ? "true" : "false", out);
