@@ -413,8 +413,10 @@ static void expect_close(const char *what, const char *where, const float *want,
  * maximum taken at a position whose value is not the maximum) or its
  * pooled backward (input, weight and bias gradients by more than 1e-4),
  * or if a second backward gives other bits than the first: the CNN's two
- * convolutions at batch 100 (a reduction of many parts) and an odd case
- * with padding, stride 2, a pool with gaps and no ReLU, batch 1.
+ * convolutions at batch 100 (a reduction of many parts; the tiled
+ * forward and input gradient), an odd case with padding, stride 2, a pool
+ * with gaps and no ReLU, batch 1 (the kernels that are not tiled), and a
+ * tiled one with padding, K = 3 and rows of 7 (a run cut short).
  */
 START_TEST(test_fused_kernels_match_cpu)
 {
@@ -423,6 +425,7 @@ START_TEST(test_fused_kernels_match_cpu)
 		{ 100, 1, 28, 28, 6, 5, 1, 0, 2, 2, 1 },
 		{ 100, 6, 12, 12, 12, 5, 1, 0, 2, 2, 1 },
 		{ 1, 3, 11, 10, 5, 3, 2, 1, 2, 3, 0 },
+		{ 3, 3, 9, 7, 5, 3, 1, 1, 2, 2, 1 },
 	};
 	struct pp_device *gpu;
 	struct pp_stream *st;

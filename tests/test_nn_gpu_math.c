@@ -5,7 +5,10 @@
  * and compared with the CPU layers of nn/: the fused conv + bias + ReLU +
  * max-pool forward with pp_nn_conv2d_forward() then
  * pp_nn_maxpool_relu_forward(), its backward with
- * pp_nn_conv2d_backward_pooled(), the max-pool's gathered backward with
+ * pp_nn_conv2d_backward_pooled(), the tiled kernels' blocks (a sample's
+ * planes staged, then every thread's outputs) with the threads' bits
+ * (forward) or its terms in their order (input gradient), the max-pool's
+ * gathered backward with
  * pp_nn_maxpool_backward(), the deterministic sums with plain sums,
  * the softmax cross-entropy with pp_nn_softmax_xent(); and the
  * optimizers' per-element arithmetic (nn/nn_math.h) with the CPU's
@@ -104,6 +107,49 @@ static void emu_param_blocks(float *partial, const struct pp_cuda_pool_geom *g, 
 							  : g->conv.oc * (plan->kw - 1) + o)] = acc[k];
 		}
 	}
+}
+
+/*
+ * A tiled kernel's blocks (conv_pool_forward_tiled_kernel,
+ * conv_pool_din_tiled_kernel): for each sample, every element of its
+ * planes staged, as the block's threads do before their barrier, then
+ * every work item from there.  The shared memory is an allocation of the
+ * plan's size exactly, so that AddressSanitizer sees a read outside it.
+ */
+static void emu_forward_tiled(const struct pp_cuda_pool_geom *g, const struct pp_fused_tile_plan *p,
+			      const float *x, const float *w, const float *b, float *out,
+			      int32_t *idx, int n)
+{
+	float *sh = malloc(pp_fused_tile_bytes(p));
+
+	ck_assert_ptr_nonnull(sh);
+	memcpy(sh + p->plane_floats, w, (size_t)p->w_floats * sizeof(float));
+	for (int s = 0; s < n; s++) {
+		for (int e = 0; e < p->plane_floats; e++)
+			sh[e] = pp_fused_forward_stage(g, p, x, (size_t)s, e);
+		for (int i = 0; i < p->items; i++)
+			pp_fused_forward_tile(g, g->conv.k, p, sh, sh + p->plane_floats, b,
+					      out + (size_t)s * p->items, idx + (size_t)s * p->items, i);
+	}
+	free(sh);
+}
+
+static void emu_din_tiled(const struct pp_cuda_pool_geom *g, const struct pp_fused_tile_plan *p,
+			  const float *dpool, const int32_t *idx, const float *pooled, const float *w,
+			  float *din, int n)
+{
+	const size_t chw = (size_t)g->conv.c * g->conv.h * g->conv.w;
+	float *sh = malloc(pp_fused_tile_bytes(p));
+
+	ck_assert_ptr_nonnull(sh);
+	memcpy(sh + p->plane_floats, w, (size_t)p->w_floats * sizeof(float));
+	for (int s = 0; s < n; s++) {
+		for (int e = 0; e < p->plane_floats; e++)
+			sh[e] = pp_fused_din_stage(g, p, dpool, idx, pooled, (size_t)s, e);
+		for (int i = 0; i < p->items; i++)
+			pp_fused_din_tile(g, g->conv.k, p, sh, sh + p->plane_floats, din + (size_t)s * chw, i);
+	}
+	free(sh);
 }
 
 /* pp_cuda_sum_channels(): out (J) += the sums of d (S, J, P) */
@@ -219,6 +265,40 @@ static void expect_close(const char *what, int c, const float *want, const float
 }
 
 /*
+ * The tiled forward, where the layer takes it: the same bits as the
+ * thread per output (out, idx) gave; the CNN's two convolutions must take
+ * it, a convolution of stride 2 or 3 must not.
+ */
+static void expect_tiled_forward(int c, const struct fused *f, const float *out, const int32_t *idx)
+{
+	const size_t outs = (size_t)f->n * f->pool.out_size;
+	struct pp_fused_tile_plan plan;
+	const int tiled = pp_fused_forward_plan(&f->g, &plan) == 0;
+	float *out2;
+	int32_t *idx2;
+
+	ck_assert_msg(c >= 2 || tiled, "case %d: the CNN's convolution does not take the tiled forward", c);
+	ck_assert_msg(f->g.conv.stride == 1 || !tiled, "case %d: stride %d taken by the tiled forward", c,
+		      f->g.conv.stride);
+	if (!tiled)
+		return;
+	ck_assert_int_eq(plan.items, (int)f->pool.out_size);
+	out2 = malloc(outs * sizeof(float));
+	idx2 = malloc(outs * sizeof(int32_t));
+	ck_assert_ptr_nonnull(out2);
+	ck_assert_ptr_nonnull(idx2);
+	memset(out2, 0xff, outs * sizeof(float));
+	memset(idx2, 0xff, outs * sizeof(int32_t));
+	emu_forward_tiled(&f->g, &plan, f->x, f->w, f->b, out2, idx2, f->n);
+	ck_assert_msg(memcmp(out2, out, outs * sizeof(float)) == 0,
+		      "case %d: the tiled forward's outputs differ from the threads'", c);
+	ck_assert_msg(memcmp(idx2, idx, outs * sizeof(int32_t)) == 0,
+		      "case %d: the tiled forward's indices differ from the threads'", c);
+	free(out2);
+	free(idx2);
+}
+
+/*
  * Fails if a thread of the fused forward computes a pooled output other
  * than the CPU's convolution then pool (a tap, channel, bias or padding
  * wrong, a window position missed or taken from the next window, the ReLU
@@ -256,6 +336,7 @@ START_TEST(test_fused_forward)
 				      "case %d: output %zu picked %d (%g), the CPU %d (%g)", c, i, idx[i],
 				      (double)cs[idx[i]], f.idx[i], (double)cs[f.idx[i]]);
 		}
+		expect_tiled_forward(c, &f, out, idx);
 		/* an input of zeros: every output of a channel ties at its bias; the first is taken */
 		memset(f.x, 0, (size_t)f.n * f.l.in_size * sizeof(float));
 		pp_nn_conv2d_forward(&f.l, f.conv, f.x, f.w, f.b, f.col, f.n);
@@ -267,12 +348,51 @@ START_TEST(test_fused_forward)
 			pp_fused_forward(g, f.x, f.w, f.b, out, idx, i);
 		ck_assert_mem_eq(idx, f.idx, outs * sizeof(int32_t));
 		ck_assert_mem_eq(out, f.pooled, outs * sizeof(float));
+		expect_tiled_forward(c, &f, out, idx);
 		free(out);
 		free(idx);
 		fused_free(&f);
 	}
 }
 END_TEST
+
+/*
+ * The input gradient of a convolution of stride 1 and its pool, as the
+ * tiled kernel adds its terms: for each pixel, output channels in order,
+ * then the convolution's outputs by row and column, those the pool
+ * selected and the ReLU passed (written plainly: no planes, no runs).
+ */
+static void din_in_order(const struct pp_cuda_pool_geom *g, const float *dpool, const int32_t *idx,
+			 const float *pooled, const float *w, float *din, int n)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+
+	for (int s = 0; s < n; s++)
+		for (int ch = 0; ch < cg->c; ch++)
+			for (int iy = 0; iy < cg->h; iy++)
+				for (int ix = 0; ix < cg->w; ix++) {
+					float sum = 0.0f;
+
+					for (int o = 0; o < cg->oc; o++)
+						for (int oy = 0; oy < cg->oh; oy++)
+							for (int ox = 0; ox < cg->ow; ox++) {
+								const int ky = iy + cg->pad - oy, kx = ix + cg->pad - ox;
+								const int py = oy / g->ps, px = ox / g->ps;
+								size_t at;
+
+								if (ky < 0 || ky >= cg->k || kx < 0 || kx >= cg->k ||
+								    py >= g->ph || px >= g->pw ||
+								    oy - py * g->ps >= g->pk || ox - px * g->ps >= g->pk)
+									continue;
+								at = (((size_t)s * cg->oc + o) * g->ph + py) * g->pw + px;
+								if (idx[at] != (o * cg->oh + oy) * cg->ow + ox ||
+								    (g->relu && !(pooled[at] > 0.0f)))
+									continue;
+								sum += dpool[at] * w[((o * cg->c + ch) * cg->k + ky) * cg->k + kx];
+							}
+					din[(((size_t)s * cg->c + ch) * cg->h + iy) * cg->w + ix] = sum;
+				}
+}
 
 /*
  * Fails if the fused backward's threads (the input gradient, a thread per
@@ -298,6 +418,8 @@ START_TEST(test_fused_backward)
 		float *db1 = pp_test_zero_floats(f.l.n_b), *db2 = pp_test_zero_floats(f.l.n_b);
 		float *partial = pp_test_zero_floats(pp_fused_param_floats(g, f.n));
 		float *tiled = pp_test_zero_floats(pp_fused_param_floats(g, f.n));
+		struct pp_fused_tile_plan tplan;
+		bool tiled_din;
 
 		for (size_t i = 0; i < outs; i += 5)
 			dpool[i] = 0.0f;
@@ -322,6 +444,20 @@ START_TEST(test_fused_backward)
 		}
 		emu_finish(dw2, db2, jn - g->conv.oc, partial, jn, parts);
 		expect_close("input gradient", c, din1, din2, ins, 1e-4f);
+		/* the tiled input gradient, where the layer takes it: the bits of its order, close to the CPU's */
+		tiled_din = pp_fused_din_plan(g, &tplan) == 0;
+		ck_assert_msg(c >= 2 || tiled_din, "case %d: the CNN's convolution does not take the tiled "
+			      "input gradient", c);
+		ck_assert_msg(g->conv.stride == 1 || !tiled_din, "case %d: stride %d taken by the tiled "
+			      "input gradient", c, g->conv.stride);
+		if (tiled_din) {
+			memset(din1, 0xff, ins * sizeof(float));
+			emu_din_tiled(g, &tplan, dpool, f.idx, f.pooled, f.w, din1, f.n);
+			expect_close("tiled input gradient", c, din2, din1, ins, 1e-5f);
+			din_in_order(g, dpool, f.idx, f.pooled, f.w, din2, f.n);
+			ck_assert_msg(memcmp(din1, din2, ins * sizeof(float)) == 0,
+				      "case %d: the tiled input gradient differs from its terms in order", c);
+		}
 		expect_close("weight gradient", c, dw1, dw2, f.l.n_w, 1e-4f);
 		expect_close("bias gradient", c, db1, db2, f.l.n_b, 1e-4f);
 		free(dpool);

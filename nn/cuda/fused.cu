@@ -1,7 +1,8 @@
 /*
  * nn/cuda/fused.cu: the kernels whose per-thread arithmetic is in
  * nn/cuda/fused.h: conv + bias + ReLU + max-pool forward and its pooled
- * backward without im2col columns, the deterministic sums (bias gradients)
+ * backward without im2col columns (and the usual layers' forward and
+ * input gradient tiled, a block per sample), the deterministic sums (bias gradients)
  * spread over the whole GPU, and softmax cross-entropy in one kernel.
  * Each kernel calls the header's function for its thread; the blocks'
  * trees run here, in shared memory, in the header's order.
@@ -118,9 +119,6 @@ static __global__ void conv_pool_forward_kernel(const float *__restrict__ x,
 		pp_fused_forward(&g, x, w, b, out, idx, i);
 }
 
-/* Shared memory a block may take without asking (the same on every GPU since sm_20). */
-#define SMEM_PLAIN (48 * 1024)
-
 /*
  * The same, a block per sample (a grid-stride loop over them): the
  * sample's input and every weight in shared memory, each thread's
@@ -151,6 +149,52 @@ static __global__ void conv_pool_forward_smem_kernel(const float *__restrict__ x
 	}
 }
 
+/*
+ * The tiled forward (nn/cuda/fused.h, pp_fused_forward_tile()): a block
+ * per sample (a grid-stride loop over them), its input with the padding's
+ * zeros and every weight in shared memory, a thread per pooled output; K a
+ * constant, so that the input rows a thread holds are registers.
+ */
+template <int K>
+static __global__ void conv_pool_forward_tiled_kernel(const float *__restrict__ x,
+						      const float *__restrict__ w,
+						      const float *__restrict__ b, float *out,
+						      int32_t *idx, int n, struct pp_fused_tile_plan plan,
+						      struct pp_cuda_pool_geom g)
+{
+	extern __shared__ float sh[];
+	float *xs = sh, *ws = sh + plan.plane_floats;
+
+	for (int i = threadIdx.x; i < plan.w_floats; i += blockDim.x)
+		ws[i] = w[i];
+	for (int s = blockIdx.x; s < n; s += gridDim.x) {
+		__syncthreads();
+		for (int e = threadIdx.x; e < plan.plane_floats; e += blockDim.x)
+			xs[e] = pp_fused_forward_stage(&g, &plan, x, (size_t)s, e);
+		__syncthreads();
+		for (int i = threadIdx.x; i < plan.items; i += blockDim.x)
+			pp_fused_forward_tile(&g, K, &plan, xs, ws, b, out + (size_t)s * plan.items,
+					      idx + (size_t)s * plan.items, i);
+	}
+}
+
+typedef void (*forward_tiled_fn)(const float *, const float *, const float *, float *, int32_t *,
+				  int, struct pp_fused_tile_plan, struct pp_cuda_pool_geom);
+
+/* The tiled forward's kernel for each K, 1 .. PP_FUSED_KMAX. */
+static const forward_tiled_fn forward_tiled[PP_FUSED_KMAX] = {
+	conv_pool_forward_tiled_kernel<1>, conv_pool_forward_tiled_kernel<2>,
+	conv_pool_forward_tiled_kernel<3>, conv_pool_forward_tiled_kernel<4>,
+	conv_pool_forward_tiled_kernel<5>, conv_pool_forward_tiled_kernel<6>,
+	conv_pool_forward_tiled_kernel<7>,
+};
+
+/* Blocks of a kernel that takes a sample a block: one each, at most 65535 (a grid-stride loop). */
+static unsigned sample_blocks(int n)
+{
+	return (unsigned)(n < 65535 ? n : 65535);
+}
+
 extern "C" int pp_cuda_conv_pool_forward(const float *x, const float *w, const float *b, float *out,
 					 int32_t *idx, int n, const struct pp_cuda_pool_geom *g,
 					 void *stream)
@@ -158,9 +202,16 @@ extern "C" int pp_cuda_conv_pool_forward(const float *x, const float *w, const f
 	const size_t total = (size_t)n * g->conv.oc * g->ph * g->pw;
 	const size_t smem = ((size_t)g->conv.c * g->conv.h * g->conv.w +
 			     (size_t)g->conv.oc * g->conv.c * g->conv.k * g->conv.k) * sizeof(float);
+	struct pp_fused_tile_plan plan;
 
-	if (smem <= SMEM_PLAIN && n > 0) {
-		conv_pool_forward_smem_kernel<<<(unsigned)(n < 65535 ? n : 65535), PP_CUDA_THREADS, smem,
+	if (n > 0 && g->conv.k >= 1 && pp_fused_forward_plan(g, &plan) == 0) {
+		forward_tiled[g->conv.k - 1]<<<sample_blocks(n), PP_CUDA_THREADS,
+					       pp_fused_tile_bytes(&plan), (cudaStream_t)stream>>>(
+			x, w, b, out, idx, n, plan, *g);
+		return pp_cuda_launched("conv_pool_forward_tiled");
+	}
+	if (smem <= PP_FUSED_SMEM_BYTES && n > 0) {
+		conv_pool_forward_smem_kernel<<<sample_blocks(n), PP_CUDA_THREADS, smem,
 						(cudaStream_t)stream>>>(x, w, b, out, idx, n, *g);
 		return pp_cuda_launched("conv_pool_forward");
 	}
@@ -180,6 +231,46 @@ static __global__ void conv_pool_din_kernel(float *din, const float *__restrict_
 	if (i < total)
 		din[i] = pp_fused_din(&g, dpool, idx, pooled, w, i);
 }
+
+/*
+ * The tiled input gradient (pp_fused_din_tile()): a block per sample, the
+ * gradient that reached each output channel of its convolution (zeros but
+ * where the pool selected and the ReLU passed) as planes with zeros
+ * around them in shared memory, with every weight; a thread per run of
+ * PP_DIN_RUN pixels of an input row.
+ */
+template <int K>
+static __global__ void conv_pool_din_tiled_kernel(float *din, const float *__restrict__ dpool,
+						  const int32_t *__restrict__ idx,
+						  const float *__restrict__ pooled,
+						  const float *__restrict__ w, int n,
+						  struct pp_fused_tile_plan plan, struct pp_cuda_pool_geom g)
+{
+	extern __shared__ float sh[];
+	float *gs = sh, *ws = sh + plan.plane_floats;
+	const size_t chw = (size_t)g.conv.c * g.conv.h * g.conv.w;
+
+	for (int i = threadIdx.x; i < plan.w_floats; i += blockDim.x)
+		ws[i] = w[i];
+	for (int s = blockIdx.x; s < n; s += gridDim.x) {
+		__syncthreads();
+		for (int e = threadIdx.x; e < plan.plane_floats; e += blockDim.x)
+			gs[e] = pp_fused_din_stage(&g, &plan, dpool, idx, pooled, (size_t)s, e);
+		__syncthreads();
+		for (int i = threadIdx.x; i < plan.items; i += blockDim.x)
+			pp_fused_din_tile(&g, K, &plan, gs, ws, din + (size_t)s * chw, i);
+	}
+}
+
+typedef void (*din_tiled_fn)(float *, const float *, const int32_t *, const float *, const float *,
+			     int, struct pp_fused_tile_plan, struct pp_cuda_pool_geom);
+
+/* The tiled input gradient's kernel for each K, 1 .. PP_FUSED_KMAX. */
+static const din_tiled_fn din_tiled[PP_FUSED_KMAX] = {
+	conv_pool_din_tiled_kernel<1>, conv_pool_din_tiled_kernel<2>, conv_pool_din_tiled_kernel<3>,
+	conv_pool_din_tiled_kernel<4>, conv_pool_din_tiled_kernel<5>, conv_pool_din_tiled_kernel<6>,
+	conv_pool_din_tiled_kernel<7>,
+};
 
 /*
  * First pass of the weight and bias gradients, as the plan says
@@ -252,9 +343,14 @@ extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, cons
 	const int jn = pp_fused_param_count(g), nw = jn - g->conv.oc;
 	const int parts = pp_fused_param_parts(jn, (size_t)n * g->ph * g->pw);
 	const struct pp_fused_param_plan plan = pp_fused_param_plan_of(g, parts);
+	struct pp_fused_tile_plan tp;
 	int ret = 0;
 
-	if (din) {
+	if (din && n > 0 && g->conv.k >= 1 && pp_fused_din_plan(g, &tp) == 0) {
+		din_tiled[g->conv.k - 1]<<<sample_blocks(n), PP_CUDA_THREADS, pp_fused_tile_bytes(&tp),
+					   st>>>(din, dpool, idx, pooled, w, n, tp, *g);
+		ret = pp_cuda_launched("conv_pool_din_tiled");
+	} else if (din) {
 		const size_t total = (size_t)n * g->conv.c * g->conv.h * g->conv.w;
 
 		conv_pool_din_kernel<<<blocks_of(total, PP_CUDA_THREADS), PP_CUDA_THREADS, 0, st>>>(din, dpool, idx,

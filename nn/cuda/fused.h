@@ -17,6 +17,10 @@
  *    input gradient gathered by a thread per input pixel from the selected
  *    windows that cover it, the weight and bias gradients by the reduction
  *    below;
+ *  - the forward and the input gradient of the usual layers (stride 1,
+ *    small kernels) again, tiled: a block per sample from shared memory,
+ *    each thread several outputs from registers (the section "the tiled
+ *    kernels");
  *  - sums of d (S, J, P) over S and P (the bias gradients);
  *  - a max-pool's backward as a gather (a thread per input pixel), for
  *    the pools that are not fused;
@@ -419,6 +423,244 @@ PP_HD static inline struct pp_fused_param_plan pp_fused_param_plan_of(const stru
 	p.tile_steps = PP_PARAM_TILE / p.pb;
 	p.blocks = (unsigned)g->conv.oc * (unsigned)p.pchunks * (unsigned)p.wchunks;
 	return p;
+}
+
+/* ------------------------------------------------------------------ the tiled kernels: a sample a block */
+
+/*
+ * The forward and the input gradient of the usual CNN's layers (stride 1,
+ * kernels up to PP_FUSED_KMAX, pools of 2 x 2 for the forward) by a block
+ * a sample, whose input (forward) or unpooled gradient (backward) lies in
+ * shared memory with zeros around it, as every weight of the layer does:
+ * each thread computes several outputs that share their loads, from
+ * registers, with no test of the borders in its loops.  The terms they
+ * add beyond those of pp_fused_forward() and pp_fused_din() are products
+ * with zeros, which leave a sum's bits as they were (a sum that starts at
+ * +0 is never -0; weights finite).  The forward adds its terms in
+ * pp_fused_forward()'s order, so its bits are the same; the input
+ * gradient takes a pixel's terms by output channel, then by the
+ * convolution's rows and columns, where pp_fused_din() takes them by pool
+ * window, so its bits may differ from that kernel's in the last place (a
+ * pool window spans rows).  Both orders are fixed: two runs give the same
+ * bits.  Other layers, or a sample too large for a block's shared memory,
+ * take the kernels above.
+ */
+/* The largest kernel side of the tiled kernels: their registers are sized by it. */
+#define PP_FUSED_KMAX 7
+/* Input pixels of a row that a thread of the tiled input gradient computes. */
+#define PP_DIN_RUN 4
+/* Shared memory a block may take without asking for more (the same on every GPU since sm_20). */
+#define PP_FUSED_SMEM_BYTES (48 * 1024)
+
+/* Where a tiled kernel keeps a sample and the weights in shared memory. */
+struct pp_fused_tile_plan {
+	int rows, cols;    /* a channel's plane with its border of zeros */
+	int top, left;     /* the border above and left of the plane's first row and column */
+	int runs;          /* the input gradient: runs of PP_DIN_RUN pixels a row */
+	int items;         /* a sample's work items: pooled outputs, or input rows' runs */
+	int plane_floats;  /* channels x rows x cols: the sample's planes */
+	int w_floats;      /* OC C K K: the weights */
+};
+
+/* Shared memory of a tiled kernel, in bytes. */
+PP_HD static inline size_t pp_fused_tile_bytes(const struct pp_fused_tile_plan *p)
+{
+	return ((size_t)p->plane_floats + (size_t)p->w_floats) * sizeof(float);
+}
+
+/*
+ * The tiled forward's plan: the sample's input with 'pad' zeros on every
+ * side, a thread per pooled output.  Returns 0 when the layer fits it
+ * (stride 1, a 2 x 2 pool, K <= PP_FUSED_KMAX, the sample and the weights
+ * in PP_FUSED_SMEM_BYTES), else -1.
+ */
+PP_HD static inline int pp_fused_forward_plan(const struct pp_cuda_pool_geom *g,
+					      struct pp_fused_tile_plan *p)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const long long rows = (long long)cg->h + 2LL * cg->pad, cols = (long long)cg->w + 2LL * cg->pad;
+	const long long planes = (long long)cg->c * rows * cols;
+	const long long wf = (long long)cg->oc * cg->c * cg->k * cg->k;
+
+	if (cg->stride != 1 || g->pk != 2 || cg->k > PP_FUSED_KMAX ||
+	    (planes + wf) * (long long)sizeof(float) > PP_FUSED_SMEM_BYTES)
+		return -1;
+	p->rows = (int)rows;
+	p->cols = (int)cols;
+	p->top = p->left = cg->pad;
+	p->runs = 0;
+	p->items = cg->oc * g->ph * g->pw;
+	p->plane_floats = (int)planes;
+	p->w_floats = (int)wf;
+	return 0;
+}
+
+/* Element e of sample s's padded input: x (s, c, r - pad, q - pad), or 0 outside it. */
+PP_HD static inline float pp_fused_forward_stage(const struct pp_cuda_pool_geom *g,
+						 const struct pp_fused_tile_plan *p,
+						 const float *x, size_t s, int e)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int q = e % p->cols - p->left, r = e / p->cols % p->rows - p->top;
+	const int c = e / (p->cols * p->rows);
+
+	if (r < 0 || r >= cg->h || q < 0 || q >= cg->w)
+		return 0.0f;
+	return x[((s * (size_t)cg->c + (size_t)c) * (size_t)cg->h + (size_t)r) * (size_t)cg->w +
+		 (size_t)q];
+}
+
+/*
+ * Pooled output i (o, py, px) of the sample whose padded input is xs and
+ * weights ws (both in shared memory), as pp_fused_forward(): the window's
+ * four convolution outputs from two rows of K + 1 inputs a tap row, held
+ * in registers; k is the layer's K (a constant in the kernel).
+ */
+PP_HD static inline void pp_fused_forward_tile(const struct pp_cuda_pool_geom *g, const int k,
+					       const struct pp_fused_tile_plan *p, const float *xs,
+					       const float *ws, const float *b, float *out,
+					       int32_t *idx, int i)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int px = i % g->pw, py = i / g->pw % g->ph, o = i / (g->pw * g->ph);
+	const int oy = py * g->ps, ox = px * g->ps;
+	float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, best = 0.0f;
+	int32_t best_at = 0;
+
+	for (int c = 0; c < cg->c; c++)
+		for (int ky = 0; ky < k; ky++) {
+			const float *r0 = xs + ((c * p->rows) + oy + ky) * p->cols + ox;
+			const float *r1 = r0 + p->cols;
+			const float *wr = ws + ((o * cg->c + c) * k + ky) * k;
+			float a[PP_FUSED_KMAX + 1], d[PP_FUSED_KMAX + 1];
+
+			for (int j = 0; j <= k; j++) {
+				a[j] = r0[j];
+				d[j] = r1[j];
+			}
+			for (int kx = 0; kx < k; kx++) {
+				const float wv = wr[kx];
+
+				acc[0] += wv * a[kx];
+				acc[1] += wv * a[kx + 1];
+				acc[2] += wv * d[kx];
+				acc[3] += wv * d[kx + 1];
+			}
+		}
+	for (int v = 0; v < 4; v++) {
+		const float val = acc[v] + b[o];
+
+		if (v == 0 || val > best) {
+			best = val;
+			best_at = (int32_t)((o * cg->oh + oy + v / 2) * cg->ow + ox + v % 2);
+		}
+	}
+	out[i] = g->relu && !(best > 0.0f) ? 0.0f : best;
+	idx[i] = best_at;
+}
+
+/*
+ * The tiled input gradient's plan: each output channel's plane of the
+ * gradient that reached the convolution (the selected outputs' gradients,
+ * zeros elsewhere) with K - 1 zeros above and left and more below and
+ * right, so that every tap a run reads lies in it; a thread per run of
+ * PP_DIN_RUN pixels of an input row.  Returns 0 when the layer fits it
+ * (stride 1, K <= PP_FUSED_KMAX, the planes and the weights in
+ * PP_FUSED_SMEM_BYTES), else -1.
+ */
+PP_HD static inline int pp_fused_din_plan(const struct pp_cuda_pool_geom *g,
+					  struct pp_fused_tile_plan *p)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const long long runs = ((long long)cg->w + PP_DIN_RUN - 1) / PP_DIN_RUN;
+	const long long rows = (long long)cg->h + cg->pad + cg->k - 1;
+	const long long cols = runs * PP_DIN_RUN + cg->pad + cg->k - 1;
+	const long long planes = (long long)cg->oc * rows * cols;
+	const long long wf = (long long)cg->oc * cg->c * cg->k * cg->k;
+
+	if (cg->stride != 1 || cg->k > PP_FUSED_KMAX ||
+	    (planes + wf) * (long long)sizeof(float) > PP_FUSED_SMEM_BYTES)
+		return -1;
+	p->rows = (int)rows;
+	p->cols = (int)cols;
+	p->top = p->left = cg->k - 1;
+	p->runs = (int)runs;
+	p->items = cg->c * cg->h * (int)runs;
+	p->plane_floats = (int)planes;
+	p->w_floats = (int)wf;
+	return 0;
+}
+
+/*
+ * Element e (o, r, q) of sample s's planes: the gradient that reached the
+ * convolution's output (o, r - top, q - left) where the pool selected it
+ * and the ReLU let it through (pp_fused_grad()), else 0.
+ */
+PP_HD static inline float pp_fused_din_stage(const struct pp_cuda_pool_geom *g,
+					     const struct pp_fused_tile_plan *p, const float *dpool,
+					     const int32_t *idx, const float *pooled, size_t s, int e)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int ox = e % p->cols - p->left, oy = e / p->cols % p->rows - p->top;
+	const int o = e / (p->cols * p->rows);
+	int py, px;
+	size_t at;
+
+	if (oy < 0 || oy >= cg->oh || ox < 0 || ox >= cg->ow)
+		return 0.0f;
+	py = oy / g->ps;
+	px = ox / g->ps;
+	if (py >= g->ph || px >= g->pw || oy - py * g->ps >= g->pk || ox - px * g->ps >= g->pk)
+		return 0.0f;
+	at = ((s * (size_t)cg->oc + (size_t)o) * (size_t)g->ph + (size_t)py) * (size_t)g->pw +
+	     (size_t)px;
+	if (idx[at] != (o * cg->oh + oy) * cg->ow + ox)
+		return 0.0f;
+	return pp_fused_grad(g, dpool, pooled, at);
+}
+
+/*
+ * Run 'item' (c, iy, run) of the sample's input gradient, from its planes
+ * gs and the weights ws (both in shared memory): for each output channel
+ * and each of the K gradient rows that reach the input row (the
+ * convolution's rows in order, so the kernel's rows backwards), the row's
+ * PP_DIN_RUN + K - 1 values in registers, each pixel of the run adding
+ * its K taps (columns in order); din_s: the sample's input gradient.  The
+ * terms of a pixel come in pp_fused_din()'s order (channel, then the
+ * selected outputs by row and column: windows do not overlap).
+ */
+PP_HD static inline void pp_fused_din_tile(const struct pp_cuda_pool_geom *g, const int k,
+					   const struct pp_fused_tile_plan *p, const float *gs,
+					   const float *ws, float *din_s, int item)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int run = item % p->runs, iy = item / p->runs % cg->h, c = item / (p->runs * cg->h);
+	const int ix0 = run * PP_DIN_RUN;
+	float acc[PP_DIN_RUN];
+
+	for (int v = 0; v < PP_DIN_RUN; v++)
+		acc[v] = 0.0f;
+	for (int o = 0; o < cg->oc; o++) {
+		/* gradient row iy + pad - (K - 1) + t lies at plane row iy + pad + t */
+		const float *go = gs + (o * p->rows + iy + cg->pad) * p->cols + ix0 + cg->pad;
+		const float *wo = ws + (o * cg->c + c) * k * k;
+
+		for (int t = 0; t < k; t++) {
+			const float *gr = go + t * p->cols, *wr = wo + (k - 1 - t) * k;
+			float gv[PP_DIN_RUN + PP_FUSED_KMAX - 1];
+
+			for (int j = 0; j < PP_DIN_RUN + k - 1; j++)
+				gv[j] = gr[j];
+			for (int j = 0; j < k; j++) {
+				const float wv = wr[k - 1 - j];
+
+				for (int v = 0; v < PP_DIN_RUN; v++)
+					acc[v] += gv[v + j] * wv;
+			}
+		}
+	}
+	for (int v = 0; v < PP_DIN_RUN && ix0 + v < cg->w; v++)
+		din_s[(c * cg->h + iy) * cg->w + ix0 + v] = acc[v];
 }
 
 /* ------------------------------------------------------------------ max-pool backward */
