@@ -395,6 +395,139 @@ static void din_in_order(const struct pp_cuda_pool_geom *g, const float *dpool, 
 }
 
 /*
+ * The weight and bias gradients by blocks of samples (conv_pool_wgrad_kernel),
+ * emulated: each block's chunk, its groups staged one after the other
+ * (shared memory filled with garbage first, so that a term read before it
+ * is staged shows), then each task's terms of the group; the partial sums
+ * written where pp_fused_wg_slot() says.
+ */
+static void emu_wgrad(const struct pp_cuda_pool_geom *g, const struct pp_fused_wg_plan *p,
+		      const float *dpool, const int32_t *idx, const float *pooled, const float *x,
+		      int n, float *partial)
+{
+	const int pp = g->ph * g->pw;
+	float *sh = malloc(pp_fused_wg_bytes(p)), *acc = malloc((size_t)p->tasks * sizeof(float));
+	struct pp_fused_wsel *sel = (struct pp_fused_wsel *)(void *)(sh + p->plane_floats);
+
+	ck_assert_ptr_nonnull(sh);
+	ck_assert_ptr_nonnull(acc);
+	ck_assert_uint_eq(p->blocks, (unsigned)g->conv.oc * (unsigned)p->chunks);
+	for (unsigned b = 0; b < p->blocks; b++) {
+		const int o = (int)(b % (unsigned)g->conv.oc), chunk = (int)(b / (unsigned)g->conv.oc);
+
+		memset(acc, 0, (size_t)p->tasks * sizeof(float));
+		for (int gi = 0; gi < p->chunk_groups; gi++) {
+			const int s0 = (chunk * p->chunk_groups + gi) * p->samples;
+			const int count = PP_MIN(n - s0, p->samples) * pp;
+
+			if (s0 >= n)
+				break;
+			memset(sh, 0xff, pp_fused_wg_bytes(p));
+			for (int e = 0; e < p->plane_floats; e++)
+				sh[e] = pp_fused_wg_stage_x(g, p, x, n, s0, e);
+			for (int e = 0; e < count; e++)
+				sel[e] = pp_fused_wg_stage_sel(g, p, dpool, idx, pooled, n, s0, o, e);
+			for (int k = 0; k < p->tasks; k++)
+				acc[k] = pp_fused_wg_add(p, sh, sel, count, k / p->kw,
+							 pp_fused_wg_tap(g, p, k % p->kw), acc[k]);
+		}
+		for (int k = 0; k < p->tasks; k++)
+			partial[pp_fused_wg_slot(g, p, chunk, o, k)] = acc[k];
+	}
+	free(sh);
+	free(acc);
+}
+
+/*
+ * The same partial sums written plainly: part (chunk, lane) of output j
+ * (pp_fused_param_term()'s numbering) adds the terms of its chunk's
+ * groups in order, in each group those at lane, lane + lanes, ...
+ */
+static void wgrad_in_order(const struct pp_cuda_pool_geom *g, const struct pp_fused_wg_plan *p,
+			   const float *dpool, const int32_t *idx, const float *pooled, const float *x,
+			   int n, float *partial)
+{
+	const int pp = g->ph * g->pw, jn = pp_fused_param_count(g);
+
+	for (int chunk = 0; chunk < p->chunks; chunk++)
+		for (int lane = 0; lane < p->lanes; lane++)
+			for (int j = 0; j < jn; j++) {
+				float sum = 0.0f;
+
+				for (int gi = 0; gi < p->chunk_groups; gi++) {
+					const int s0 = (chunk * p->chunk_groups + gi) * p->samples;
+
+					for (int u = lane; s0 < n && u < PP_MIN(n - s0, p->samples) * pp;
+					     u += p->lanes)
+						sum += pp_fused_param_term(g, dpool, idx, pooled, x, j,
+									   (size_t)s0 * pp + (size_t)u);
+				}
+				partial[(size_t)(chunk * p->lanes + lane) * jn + j] = sum;
+			}
+}
+
+/*
+ * Fails if the weight and bias gradients by blocks of samples, where the
+ * layer takes them (the CNN's convolutions must), give partial sums other
+ * than their terms in the plan's order, bit for bit, or, after the second
+ * pass, gradients other than the CPU's: with the plan's groups, with
+ * groups of 1 and 2 samples (a group cut short), and chunks of 2 groups.
+ */
+static void expect_wgrad(int c, const struct fused *f, const float *dpool, const float *dw_cpu,
+			 const float *db_cpu)
+{
+	const struct pp_cuda_pool_geom *g = &f->g;
+	const int pp = g->ph * g->pw, jn = pp_fused_param_count(g);
+	struct pp_fused_wg_plan plan;
+
+	if (pp_fused_wg_plan_of(g, f->n, &plan) != 0) {
+		ck_assert_msg(c >= 2, "case %d: the CNN's convolution does not take the weight "
+			      "gradients by blocks of samples", c);
+		return;
+	}
+	ck_assert_msg(pp_fused_param_floats(g, f->n) >= (size_t)jn * plan.parts,
+		      "case %d: scratch of %zu floats for %d parts of %d", c,
+		      pp_fused_param_floats(g, f->n), plan.parts, jn);
+	for (int v = 0; v < 4; v++) {
+		struct pp_fused_wg_plan p = plan;
+		float *got, *want, *dw, *db;
+
+		if (v >= 1) { /* groups of v samples; for v = 3, of 2 samples, two groups a chunk */
+			p.samples = v < 3 ? v : 2;
+			p.lanes = PP_MIN(plan.lanes, p.samples * pp);
+			p.tasks = p.kw * p.lanes;
+			p.plane_floats = p.samples * g->conv.c * p.rows * p.cols;
+			p.sel_count = p.samples * pp;
+			pp_fused_wg_chunks(&p, f->n);
+			if (v == 3) {
+				p.chunk_groups = 2;
+				p.chunks = (p.groups + 1) / 2;
+				p.parts = p.chunks * p.lanes;
+			}
+			p.blocks = (unsigned)g->conv.oc * (unsigned)p.chunks;
+		}
+		got = pp_test_zero_floats((size_t)jn * p.parts);
+		want = pp_test_zero_floats((size_t)jn * p.parts);
+		dw = pp_test_zero_floats(f->l.n_w);
+		db = pp_test_zero_floats(f->l.n_b);
+		memset(got, 0xff, (size_t)jn * p.parts * sizeof(float));
+		emu_wgrad(g, &p, dpool, f->idx, f->pooled, f->x, f->n, got);
+		wgrad_in_order(g, &p, dpool, f->idx, f->pooled, f->x, f->n, want);
+		ck_assert_msg(memcmp(got, want, (size_t)jn * p.parts * sizeof(float)) == 0,
+			      "case %d, variant %d (groups of %d, %d a chunk, %d lanes): the blocks' "
+			      "partial sums differ from their terms in order", c, v, p.samples,
+			      p.chunk_groups, p.lanes);
+		emu_finish(dw, db, jn - g->conv.oc, got, jn, p.parts);
+		expect_close("weight gradient (by samples)", c, dw_cpu, dw, f->l.n_w, 1e-4f);
+		expect_close("bias gradient (by samples)", c, db_cpu, db, f->l.n_b, 1e-4f);
+		free(got);
+		free(want);
+		free(dw);
+		free(db);
+	}
+}
+
+/*
  * Fails if the fused backward's threads (the input gradient, a thread per
  * pixel) and its reduction (first pass per (weight or bias, part), second
  * pass per block) differ from pp_nn_conv2d_backward_pooled() on the same
@@ -460,6 +593,7 @@ START_TEST(test_fused_backward)
 		}
 		expect_close("weight gradient", c, dw1, dw2, f.l.n_w, 1e-4f);
 		expect_close("bias gradient", c, db1, db2, f.l.n_b, 1e-4f);
+		expect_wgrad(c, &f, dpool, dw1, db1);
 		free(dpool);
 		free(dcol);
 		free(din1);

@@ -334,6 +334,62 @@ conv_pool_params_kernel(float *partial, const float *__restrict__ dpool,
 	}
 }
 
+/*
+ * The weight and bias gradients by blocks of samples (nn/cuda/fused.h,
+ * pp_fused_wg_plan_of()): block (chunk, o) stages its chunk's groups one
+ * after the other, the inputs and channel o's terms in shared memory, and
+ * each of its tasks (a weight or the bias, a lane) adds its terms of each
+ * group in order; its sum is part (chunk, lane) of that weight's.
+ */
+static __global__ void
+conv_pool_wgrad_kernel(float *partial, const float *__restrict__ dpool,
+		       const int32_t *__restrict__ idx, const float *__restrict__ pooled,
+		       const float *__restrict__ x, int n, struct pp_fused_wg_plan plan,
+		       struct pp_cuda_pool_geom g)
+{
+	extern __shared__ float sh[];
+	struct pp_fused_wsel *sel = (struct pp_fused_wsel *)(sh + plan.plane_floats);
+	const int o = (int)(blockIdx.x % (unsigned)g.conv.oc), chunk = (int)(blockIdx.x / (unsigned)g.conv.oc);
+	const int pp = g.ph * g.pw;
+	int tap[PP_WG_TASKS];
+	float acc[PP_WG_TASKS];
+
+#pragma unroll
+	for (int r = 0; r < PP_WG_TASKS; r++) {
+		const int k = threadIdx.x + r * PP_WG_THREADS;
+
+		acc[r] = 0.0f;
+		tap[r] = k < plan.tasks ? pp_fused_wg_tap(&g, &plan, k % plan.kw) : 0;
+	}
+	for (int gi = 0; gi < plan.chunk_groups; gi++) {
+		const int s0 = (chunk * plan.chunk_groups + gi) * plan.samples;
+		const int count = (n - s0 < plan.samples ? n - s0 : plan.samples) * pp;
+
+		if (s0 >= n)
+			break; /* the same for every thread of the block */
+		__syncthreads();
+		for (int e = threadIdx.x; e < plan.plane_floats; e += PP_WG_THREADS)
+			sh[e] = pp_fused_wg_stage_x(&g, &plan, x, n, s0, e);
+		for (int e = threadIdx.x; e < count; e += PP_WG_THREADS)
+			sel[e] = pp_fused_wg_stage_sel(&g, &plan, dpool, idx, pooled, n, s0, o, e);
+		__syncthreads();
+#pragma unroll
+		for (int r = 0; r < PP_WG_TASKS; r++) {
+			const int k = threadIdx.x + r * PP_WG_THREADS;
+
+			if (k < plan.tasks)
+				acc[r] = pp_fused_wg_add(&plan, sh, sel, count, k / plan.kw, tap[r], acc[r]);
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < PP_WG_TASKS; r++) {
+		const int k = threadIdx.x + r * PP_WG_THREADS;
+
+		if (k < plan.tasks)
+			partial[pp_fused_wg_slot(&g, &plan, chunk, o, k)] = acc[r];
+	}
+}
+
 extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, const float *dpool,
 					  const int32_t *idx, const float *pooled, const float *x,
 					  const float *w, int n, const struct pp_cuda_pool_geom *g,
@@ -344,6 +400,7 @@ extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, cons
 	const int parts = pp_fused_param_parts(jn, (size_t)n * g->ph * g->pw);
 	const struct pp_fused_param_plan plan = pp_fused_param_plan_of(g, parts);
 	struct pp_fused_tile_plan tp;
+	struct pp_fused_wg_plan wg;
 	int ret = 0;
 
 	if (din && n > 0 && g->conv.k >= 1 && pp_fused_din_plan(g, &tp) == 0) {
@@ -359,6 +416,12 @@ extern "C" int pp_cuda_conv_pool_backward(float *din, float *dw, float *db, cons
 	}
 	if (ret)
 		return ret;
+	if (n > 0 && pp_fused_wg_plan_of(g, n, &wg) == 0) {
+		conv_pool_wgrad_kernel<<<wg.blocks, PP_WG_THREADS, pp_fused_wg_bytes(&wg), st>>>(
+			scratch, dpool, idx, pooled, x, n, wg, *g);
+		ret = pp_cuda_launched("conv_pool_wgrad");
+		return ret ? ret : sum_finish(dw, db, nw, scratch, jn, wg.parts, st);
+	}
 	conv_pool_params_kernel<<<plan.blocks, PP_PARAM_THREADS, 0, st>>>(scratch, dpool, idx, pooled, x,
 									 n, parts, plan, *g);
 	ret = pp_cuda_launched("conv_pool_params");

@@ -359,13 +359,6 @@ PP_HD static inline int pp_fused_param_parts(int outputs, size_t terms)
 	return (int)(p < 1 ? 1 : p > cap ? cap : p);
 }
 
-/* The floats of its partial sums for n samples (the scratch of pp_cuda_conv_pool_backward()). */
-PP_HD static inline size_t pp_fused_param_floats(const struct pp_cuda_pool_geom *g, int n)
-{
-	const size_t terms = (size_t)n * g->ph * g->pw;
-
-	return (size_t)pp_fused_param_count(g) * (size_t)pp_fused_param_parts(pp_fused_param_count(g), terms);
-}
 
 /* The terms of part 'part' of 'parts': part, part + parts, ... below 'terms'. */
 PP_HD static inline size_t pp_fused_param_steps(size_t terms, int parts, int part)
@@ -661,6 +654,189 @@ PP_HD static inline void pp_fused_din_tile(const struct pp_cuda_pool_geom *g, co
 	}
 	for (int v = 0; v < PP_DIN_RUN && ix0 + v < cg->w; v++)
 		din_s[(c * cg->h + iy) * cg->w + ix0 + v] = acc[v];
+}
+
+/*
+ * The weight and bias gradients of the usual layers by blocks of samples,
+ * every term in shared memory: block (chunk, o) takes output channel o
+ * and a chunk of consecutive samples, which it stages 'samples' at a time
+ * (a group): their inputs, with the padding's zeros, and for each pooled
+ * output of channel o its gradient (pp_fused_grad()) and where its
+ * selected window's first tap lies among them.  A task is a (weight or
+ * bias, lane): lane r adds a group's terms r, r + lanes, ... in order,
+ * group after group, so each (chunk, lane) is a part of the reduction and
+ * sum_finish_kernel adds the parts as for the kernel above; a part's terms
+ * and their order are a rule of the shape alone (two runs give the same
+ * bits).  Its partial sums are the terms of pp_fused_param_term() in that
+ * order: a tap in the padding adds the gradient times a zero where that
+ * function gives 0, which leaves the sum's bits as they were.  Layers
+ * whose channel has more than PP_WG_THREADS PP_WG_TASKS weights, or
+ * whose sample does not fit a block's shared memory, take the kernel above.
+ */
+#define PP_WG_THREADS 256
+#define PP_WG_TASKS 4
+/* Samples a group stages, at most. */
+#define PP_WG_SAMPLES 8
+/* Chunks of a channel, at most: beyond, a chunk takes more groups. */
+#define PP_WG_MAX_CHUNKS 512
+
+/* A term of a group: the gradient of a pooled output, and its window's first tap in the planes. */
+struct pp_fused_wsel {
+	float gr;
+	int off;
+};
+
+struct pp_fused_wg_plan {
+	int kw;            /* a channel's weights and bias: C K K + 1 */
+	int lanes;         /* lanes a weight's terms are dealt to in a group */
+	int tasks;         /* kw lanes: at most PP_WG_THREADS PP_WG_TASKS */
+	int samples;       /* samples of a group */
+	int groups;        /* groups of the batch */
+	int chunk_groups;  /* groups a chunk takes */
+	int chunks;        /* chunks of a channel */
+	int parts;         /* chunks lanes: the parts of each weight's sum */
+	int rows, cols;    /* an input plane with the padding */
+	int plane_floats;  /* the group's inputs: samples C rows cols */
+	int sel_count;     /* the group's terms: samples PH PW */
+	unsigned blocks;   /* OC chunks: block b is chunk b / OC of channel b % OC */
+};
+
+/* The chunks of a channel for n samples in groups of 'samples'. */
+PP_HD static inline void pp_fused_wg_chunks(struct pp_fused_wg_plan *p, int n)
+{
+	p->groups = n > 0 ? (n + p->samples - 1) / p->samples : 1;
+	p->chunk_groups = (p->groups + PP_WG_MAX_CHUNKS - 1) / PP_WG_MAX_CHUNKS;
+	p->chunks = (p->groups + p->chunk_groups - 1) / p->chunk_groups;
+	p->parts = p->chunks * p->lanes;
+}
+
+/* The plan for n samples: 0, or -1 where the layer takes the kernel above. */
+PP_HD static inline int pp_fused_wg_plan_of(const struct pp_cuda_pool_geom *g, int n,
+					    struct pp_fused_wg_plan *p)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const long long rows = (long long)cg->h + 2LL * cg->pad, cols = (long long)cg->w + 2LL * cg->pad;
+	const long long pp = (long long)g->ph * g->pw;
+	const long long per = (long long)cg->c * rows * cols * (long long)sizeof(float) +
+			      pp * (long long)sizeof(struct pp_fused_wsel);
+	const long long kw = (long long)cg->c * cg->k * cg->k + 1;
+	long long samples = per > 0 ? PP_FUSED_SMEM_BYTES / per : 0, lanes;
+
+	if (samples < 1 || kw > PP_WG_THREADS * PP_WG_TASKS)
+		return -1;
+	samples = samples < PP_WG_SAMPLES ? samples : PP_WG_SAMPLES;
+	lanes = kw < PP_WG_THREADS ? PP_WG_THREADS / kw : 1;
+	lanes = lanes < samples * pp ? lanes : samples * pp;
+	p->kw = (int)kw;
+	p->lanes = (int)lanes;
+	p->tasks = (int)(kw * lanes);
+	p->samples = (int)samples;
+	p->rows = (int)rows;
+	p->cols = (int)cols;
+	p->plane_floats = (int)(samples * cg->c * rows * cols);
+	p->sel_count = (int)(samples * pp);
+	pp_fused_wg_chunks(p, n);
+	p->blocks = (unsigned)cg->oc * (unsigned)p->chunks;
+	return 0;
+}
+
+/* Shared memory of a block of the plan, in bytes. */
+PP_HD static inline size_t pp_fused_wg_bytes(const struct pp_fused_wg_plan *p)
+{
+	return (size_t)p->plane_floats * sizeof(float) + (size_t)p->sel_count * sizeof(struct pp_fused_wsel);
+}
+
+/* Element e of the planes of the group from sample s0: x (s0 + e's sample, c, r - pad, q - pad), or 0. */
+PP_HD static inline float pp_fused_wg_stage_x(const struct pp_cuda_pool_geom *g,
+					      const struct pp_fused_wg_plan *p, const float *x, int n,
+					      int s0, int e)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int q = e % p->cols - cg->pad, r = e / p->cols % p->rows - cg->pad;
+	const int sc = e / (p->cols * p->rows), s = s0 + sc / cg->c, c = sc % cg->c;
+
+	if (s >= n || r < 0 || r >= cg->h || q < 0 || q >= cg->w)
+		return 0.0f;
+	return x[(((size_t)s * (size_t)cg->c + (size_t)c) * (size_t)cg->h + (size_t)r) * (size_t)cg->w +
+		 (size_t)q];
+}
+
+/* Term e of channel o in the group from sample s0: pooled output e of the group's sample e / (PH PW). */
+PP_HD static inline struct pp_fused_wsel pp_fused_wg_stage_sel(const struct pp_cuda_pool_geom *g,
+							       const struct pp_fused_wg_plan *p,
+							       const float *dpool, const int32_t *idx,
+							       const float *pooled, int n, int s0, int o,
+							       int e)
+{
+	const struct pp_cuda_geom *cg = &g->conv;
+	const int pp = g->ph * g->pw, sl = e / pp;
+	struct pp_fused_wsel t = { 0.0f, 0 };
+	size_t at;
+	int r, oy;
+
+	if (s0 + sl >= n)
+		return t;
+	at = ((size_t)(s0 + sl) * (size_t)cg->oc + (size_t)o) * (size_t)pp + (size_t)(e - sl * pp);
+	r = idx[at] - o * cg->oh * cg->ow;
+	oy = r / cg->ow;
+	t.gr = pp_fused_grad(g, dpool, pooled, at);
+	t.off = (sl * cg->c * p->rows + oy * cg->stride) * p->cols + (r - oy * cg->ow) * cg->stride;
+	return t;
+}
+
+/* Weight w (c K K + ky K + kx) of a channel: its tap's offset from a window's first; -1: w = C K K, the bias. */
+PP_HD static inline int pp_fused_wg_tap(const struct pp_cuda_pool_geom *g,
+					const struct pp_fused_wg_plan *p, int w)
+{
+	const int k = g->conv.k;
+
+	if (w >= p->kw - 1)
+		return -1;
+	return (w / (k * k) * p->rows + w / k % k) * p->cols + w % k;
+}
+
+/* acc plus lane 'lane''s terms of a group's 'count' terms, in order, for the weight at 'tap' (-1: the bias). */
+PP_HD static inline float pp_fused_wg_add(const struct pp_fused_wg_plan *p, const float *xs,
+					  const struct pp_fused_wsel *sel, int count, int lane,
+					  int tap, float acc)
+{
+	if (tap < 0) {
+		for (int u = lane; u < count; u += p->lanes)
+			acc += sel[u].gr;
+	} else {
+		for (int u = lane; u < count; u += p->lanes)
+			acc += sel[u].gr * xs[sel[u].off + tap];
+	}
+	return acc;
+}
+
+/* Where task k's sum goes in the partial sums (parts, J): the weights of all channels, then the biases. */
+PP_HD static inline size_t pp_fused_wg_slot(const struct pp_cuda_pool_geom *g,
+					    const struct pp_fused_wg_plan *p, int chunk, int o, int k)
+{
+	const int w = k % p->kw, lane = k / p->kw, jn = g->conv.oc * p->kw;
+	const int j = w < p->kw - 1 ? o * (p->kw - 1) + w : g->conv.oc * (p->kw - 1) + o;
+
+	return (size_t)(chunk * p->lanes + lane) * (size_t)jn + (size_t)j;
+}
+
+/*
+ * The floats of the weight gradients' partial sums for up to n samples
+ * (the scratch of pp_cuda_conv_pool_backward()), whichever kernel takes
+ * them: a chunk's parts for n samples at most PP_WG_MAX_CHUNKS, and never
+ * more than for n.
+ */
+PP_HD static inline size_t pp_fused_param_floats(const struct pp_cuda_pool_geom *g, int n)
+{
+	const size_t terms = (size_t)n * g->ph * g->pw, jn = (size_t)pp_fused_param_count(g);
+	const size_t tiled = jn * (size_t)pp_fused_param_parts((int)jn, terms);
+	struct pp_fused_wg_plan p;
+	size_t chunks;
+
+	if (pp_fused_wg_plan_of(g, n, &p) != 0)
+		return tiled;
+	chunks = p.groups < PP_WG_MAX_CHUNKS ? (size_t)p.groups : PP_WG_MAX_CHUNKS;
+	return tiled > jn * chunks * (size_t)p.lanes ? tiled : jn * chunks * (size_t)p.lanes;
 }
 
 /* ------------------------------------------------------------------ max-pool backward */
