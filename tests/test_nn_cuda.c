@@ -415,8 +415,9 @@ static void expect_close(const char *what, const char *where, const float *want,
  * or if a second backward gives other bits than the first: the CNN's two
  * convolutions at batch 100 (a reduction of many parts; the tiled
  * forward and input gradient), an odd case with padding, stride 2, a pool
- * with gaps and no ReLU, batch 1 (the kernels that are not tiled), and a
- * tiled one with padding, K = 3 and rows of 7 (a run cut short).
+ * with gaps and no ReLU, batch 1 (the forward and input gradient that are
+ * not tiled; the weight gradients by blocks of samples take any stride),
+ * and a tiled one with padding, K = 3 and rows of 7 (a run cut short).
  */
 START_TEST(test_fused_kernels_match_cpu)
 {
@@ -441,7 +442,7 @@ START_TEST(test_fused_kernels_match_cpu)
 		struct nn_layer pool = { .kind = NN_MAXPOOL, .in_c = sh[4], .out_c = sh[4], .k = sh[8],
 					 .stride = sh[9] };
 		struct pp_cuda_pool_geom g;
-		size_t ins, outs, convs, jn, red;
+		size_t ins, outs, convs, red;
 		float *x, *w, *b, *conv, *pooled, *col, *dcol, *dpool, *din, *dw, *db;
 		float *out_g, *din_g, *dw_g, *db_g, *dw_g2, *db_g2;
 		int32_t *idx, *idx_g;
@@ -468,8 +469,7 @@ START_TEST(test_fused_kernels_match_cpu)
 		ins = (size_t)n * l.in_size;
 		outs = (size_t)n * pool.out_size;
 		convs = (size_t)n * l.out_size;
-		jn = (size_t)pp_fused_param_count(&g);
-		red = pp_red_floats((int)jn, (size_t)n * g.ph * g.pw);
+		red = pp_fused_param_floats(&g, n);
 		x = host_floats(ins, 1 + c);
 		w = host_floats(l.n_w, 2 + c);
 		b = host_floats(l.n_b, 3 + c);

@@ -485,9 +485,25 @@ static void expect_wgrad(int c, const struct fused *f, const float *dpool, const
 			      "gradients by blocks of samples", c);
 		return;
 	}
-	ck_assert_msg(pp_fused_param_floats(g, f->n) >= (size_t)jn * plan.parts,
-		      "case %d: scratch of %zu floats for %d parts of %d", c,
-		      pp_fused_param_floats(g, f->n), plan.parts, jn);
+	/* every batch up to a model's capacity: its chunks cover it, none is
+	 * empty, the parts stay within the second pass's, and the scratch
+	 * reserved at the capacity holds them */
+	for (int n = 1; n <= 20000; n += n < 100 ? 1 : 97) {
+		struct pp_fused_wg_plan q;
+		const int per_chunk = plan.samples;
+
+		ck_assert_int_eq(pp_fused_wg_plan_of(g, n, &q), 0);
+		ck_assert_msg((long long)q.chunks * q.chunk_groups * per_chunk >= n &&
+			      (long long)(q.chunks - 1) * q.chunk_groups * per_chunk < n,
+			      "case %d, batch %d: %d chunks of %d groups of %d samples", c, n, q.chunks,
+			      q.chunk_groups, per_chunk);
+		ck_assert_int_le(q.parts, PP_RED_MAX_PARTS);
+		ck_assert_uint_eq(q.blocks, (unsigned)g->conv.oc * (unsigned)q.chunks);
+		ck_assert_msg(pp_fused_param_floats(g, 20000) >= (size_t)jn * q.parts &&
+			      pp_fused_param_floats(g, n) >= (size_t)jn * q.parts,
+			      "case %d, batch %d: scratch of %zu floats for %d parts of %d", c, n,
+			      pp_fused_param_floats(g, n), q.parts, jn);
+	}
 	for (int v = 0; v < 4; v++) {
 		struct pp_fused_wg_plan p = plan;
 		float *got, *want, *dw, *db;

@@ -41,6 +41,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "nn/cuda/kernels.h"
 #include "nn/nn_math.h"
@@ -567,7 +568,10 @@ PP_HD static inline int pp_fused_din_plan(const struct pp_cuda_pool_geom *g,
 	const struct pp_cuda_geom *cg = &g->conv;
 	const long long runs = ((long long)cg->w + PP_DIN_RUN - 1) / PP_DIN_RUN;
 	const long long rows = (long long)cg->h + cg->pad + cg->k - 1;
-	const long long cols = runs * PP_DIN_RUN + cg->pad + cg->k - 1;
+	/* odd: the runs of a warp's threads, 4 floats apart in a row, then a
+	 * row further, fall in fewer common banks (6 at most in a bank for the
+	 * CNN's 12 x 12 at 16 columns, 3 at 17) */
+	const long long cols = (runs * PP_DIN_RUN + cg->pad + cg->k - 1) | 1;
 	const long long planes = (long long)cg->oc * rows * cols;
 	const long long wf = (long long)cg->oc * cg->c * cg->k * cg->k;
 
@@ -618,9 +622,9 @@ PP_HD static inline float pp_fused_din_stage(const struct pp_cuda_pool_geom *g,
  * and each of the K gradient rows that reach the input row (the
  * convolution's rows in order, so the kernel's rows backwards), the row's
  * PP_DIN_RUN + K - 1 values in registers, each pixel of the run adding
- * its K taps (columns in order); din_s: the sample's input gradient.  The
- * terms of a pixel come in pp_fused_din()'s order (channel, then the
- * selected outputs by row and column: windows do not overlap).
+ * its K taps (columns in order); din_s: the sample's input gradient.  A
+ * pixel's terms come by output channel, then by the convolution's row and
+ * column (not by pool window, as pp_fused_din()'s).
  */
 PP_HD static inline void pp_fused_din_tile(const struct pp_cuda_pool_geom *g, const int k,
 					   const struct pp_fused_tile_plan *p, const float *gs,
@@ -669,7 +673,9 @@ PP_HD static inline void pp_fused_din_tile(const struct pp_cuda_pool_geom *g, co
  * and their order are a rule of the shape alone (two runs give the same
  * bits).  Its partial sums are the terms of pp_fused_param_term() in that
  * order: a tap in the padding adds the gradient times a zero where that
- * function gives 0, which leaves the sum's bits as they were.  Layers
+ * function gives 0, and a gradient of 0 is multiplied by its input where
+ * that function takes the 0 alone, which leave the sum's bits as they were
+ * (inputs finite).  Layers
  * whose channel has more than PP_WG_THREADS PP_WG_TASKS weights, or
  * whose sample does not fit a block's shared memory, take the kernel above.
  */
@@ -701,11 +707,21 @@ struct pp_fused_wg_plan {
 	unsigned blocks;   /* OC chunks: block b is chunk b / OC of channel b % OC */
 };
 
+/* Chunks of a channel, at most: PP_WG_MAX_CHUNKS, and parts no more than PP_RED_MAX_PARTS. */
+PP_HD static inline int pp_fused_wg_max_chunks(int lanes)
+{
+	const int cap = PP_RED_MAX_PARTS / (lanes > 0 ? lanes : 1);
+
+	return cap < 1 ? 1 : cap < PP_WG_MAX_CHUNKS ? cap : PP_WG_MAX_CHUNKS;
+}
+
 /* The chunks of a channel for n samples in groups of 'samples'. */
 PP_HD static inline void pp_fused_wg_chunks(struct pp_fused_wg_plan *p, int n)
 {
+	const int most = pp_fused_wg_max_chunks(p->lanes);
+
 	p->groups = n > 0 ? (n + p->samples - 1) / p->samples : 1;
-	p->chunk_groups = (p->groups + PP_WG_MAX_CHUNKS - 1) / PP_WG_MAX_CHUNKS;
+	p->chunk_groups = (p->groups + most - 1) / most;
 	p->chunks = (p->groups + p->chunk_groups - 1) / p->chunk_groups;
 	p->parts = p->chunks * p->lanes;
 }
@@ -722,6 +738,7 @@ PP_HD static inline int pp_fused_wg_plan_of(const struct pp_cuda_pool_geom *g, i
 	const long long kw = (long long)cg->c * cg->k * cg->k + 1;
 	long long samples = per > 0 ? PP_FUSED_SMEM_BYTES / per : 0, lanes;
 
+	memset(p, 0, sizeof(*p));
 	if (samples < 1 || kw > PP_WG_THREADS * PP_WG_TASKS)
 		return -1;
 	samples = samples < PP_WG_SAMPLES ? samples : PP_WG_SAMPLES;
@@ -823,8 +840,8 @@ PP_HD static inline size_t pp_fused_wg_slot(const struct pp_cuda_pool_geom *g,
 /*
  * The floats of the weight gradients' partial sums for up to n samples
  * (the scratch of pp_cuda_conv_pool_backward()), whichever kernel takes
- * them: a chunk's parts for n samples at most PP_WG_MAX_CHUNKS, and never
- * more than for n.
+ * them: the chunks of a channel for n samples at most
+ * pp_fused_wg_max_chunks(), and never more than for n.
  */
 PP_HD static inline size_t pp_fused_param_floats(const struct pp_cuda_pool_geom *g, int n)
 {
@@ -835,7 +852,8 @@ PP_HD static inline size_t pp_fused_param_floats(const struct pp_cuda_pool_geom 
 
 	if (pp_fused_wg_plan_of(g, n, &p) != 0)
 		return tiled;
-	chunks = p.groups < PP_WG_MAX_CHUNKS ? (size_t)p.groups : PP_WG_MAX_CHUNKS;
+	chunks = (size_t)(p.groups < pp_fused_wg_max_chunks(p.lanes) ? p.groups
+								       : pp_fused_wg_max_chunks(p.lanes));
 	return tiled > jn * chunks * (size_t)p.lanes ? tiled : jn * chunks * (size_t)p.lanes;
 }
 
