@@ -43,6 +43,9 @@ static const struct {
 	{ "fc:10", 1, 4, 4 },
 	{ "conv:10:3", 2, 3, 3 },
 	{ "conv:10:3:2:1", 3, 2, 2 },
+	/* Flattens first, twice, and last: no copies, the layers around them read and write through */
+	{ "flatten,fc:16,relu,flatten,fc:10", 1, 4, 4 },
+	{ "conv:10:3,flatten", 2, 3, 3 },
 };
 
 struct pair {

@@ -33,7 +33,10 @@
  * thread per (output, part), the threads of a warp on adjacent outputs);
  * then a block of PP_RED_THREADS lanes per output adds the parts, lane t
  * those at t, t + PP_RED_THREADS, ... in order, and the lanes in a fixed
- * tree (second pass).  No atomics on floats: two runs give the same bits.
+ * tree (second pass); where the terms are few and one apart (a Linear
+ * layer's bias gradients), they are the parts themselves and the second
+ * pass runs alone (pp_red_one_pass()).  No atomics on floats: two runs
+ * give the same bits.
  */
 #ifndef PP_NN_CUDA_FUSED_H
 #define PP_NN_CUDA_FUSED_H
@@ -65,6 +68,17 @@ PP_HD static inline int pp_red_parts(int outputs, size_t terms)
 
 	cap = cap < 1 ? 1 : cap > PP_RED_MAX_PARTS ? PP_RED_MAX_PARTS : cap;
 	return (int)(p < 1 ? 1 : p > cap ? cap : p);
+}
+
+/*
+ * Whether the sums of d (S, J, 1) over S (a Linear layer's bias gradients)
+ * take the second pass alone: d is then its parts, S of them, each a term,
+ * where S is at most PP_RED_MAX_PARTS (a rule of the shape: two runs the
+ * same bits); one launch rather than two.
+ */
+PP_HD static inline bool pp_red_one_pass(int s, int p)
+{
+	return p == 1 && s >= 1 && s <= PP_RED_MAX_PARTS;
 }
 
 /* The floats of partial sums that J sums of T terms take (the scratch of a first pass). */

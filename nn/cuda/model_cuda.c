@@ -255,6 +255,27 @@ static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, fl
 	return ret;
 }
 
+/*
+ * A Flatten changes only the shape: its output is its input, and the
+ * gradient of its output is that of its input, neither copied (two copies
+ * of the batch's features a step, and two launches, fewer).  The output
+ * of layer i, past Flattens (i = SIZE_MAX, below the first layer: the
+ * model's input), and where the gradient of layer i's output lies.
+ */
+static const float *output_of(const struct pp_model *m, size_t i, const float *input)
+{
+	for (; i < m->n_layers && m->layers[i].kind == NN_FLATTEN; i--)
+		;
+	return i < m->n_layers ? m->acts[i] : input;
+}
+
+static float *grad_of(const struct pp_model *m, size_t i)
+{
+	for (; i < m->n_layers && m->layers[i].kind == NN_FLATTEN; i--)
+		;
+	return i < m->n_layers ? m->dacts[i] : NULL;
+}
+
 static int forward(struct pp_model *m, const float *x, int n)
 {
 	struct nn_cuda *cu = m->ctx;
@@ -289,8 +310,7 @@ static int forward(struct pp_model *m, const float *x, int n)
 			ret = pp_cuda_relu_forward(y, x, (size_t)n * l->out_size, cu->stream);
 			break;
 		case NN_FLATTEN:
-			ret = pp_cuda_copy(y, x, (size_t)n * l->out_size * sizeof(float), cu->stream);
-			break;
+			continue; /* x stays its output (output_of()) */
 		case NN_LINEAR:
 			ret = linear_forward_cuda(m, l, y, x, n);
 			break;
@@ -311,8 +331,8 @@ static int backward(struct pp_model *m, const float *input, int n)
 		const struct nn_layer *l = &m->layers[i];
 		const struct pp_cuda_geom g = geom_of(l);
 		const float *dy = m->dacts[i];
-		float *dx = l->need_din ? m->dacts[i - 1] : NULL;
-		const float *x = i ? m->acts[i - 1] : input;
+		float *dx = l->need_din ? grad_of(m, i - 1) : NULL;
+		const float *x = output_of(m, i - 1, input);
 
 		if (pp_nn_behind_pooled_conv(m, i))
 			continue; /* the convolution before them takes their backward */
@@ -341,9 +361,7 @@ static int backward(struct pp_model *m, const float *input, int n)
 							    cu->stream);
 			break;
 		case NN_FLATTEN:
-			if (dx)
-				ret = pp_cuda_copy(dx, dy, (size_t)n * l->out_size * sizeof(float), cu->stream);
-			break;
+			continue; /* the layer above wrote the gradient of its input (grad_of()) */
 		case NN_LINEAR:
 			ret = linear_backward_cuda(m, l, dx, dy, x, n);
 			break;
@@ -421,13 +439,14 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		ret = pp_cuda_zero(m->grads, m->n_params * sizeof(float), cu->stream);
 	if (!ret)
 		ret = forward(m, x, n);
+	/* the logits: the last layer's output (a Flatten's is its input's) */
 	if (!ret)
-		ret = pp_cuda_softmax_xent(m->acts[m->n_layers - 1], job->labels, n, last->out_c,
-					   1.0f / (float)n, job->train ? m->dacts[m->n_layers - 1] : NULL,
+		ret = pp_cuda_softmax_xent(output_of(m, m->n_layers - 1, x), job->labels, n, last->out_c,
+					   1.0f / (float)n, job->train ? grad_of(m, m->n_layers - 1) : NULL,
 					   &cu->acc->loss_sum, &cu->acc->correct, &cu->acc->bad_label,
 					   cu->xent_scratch, cu->stream);
 	if (!ret && job->logits)
-		ret = pp_cuda_copy(job->logits, m->acts[m->n_layers - 1],
+		ret = pp_cuda_copy(job->logits, output_of(m, m->n_layers - 1, x),
 				   job->batch * last->out_size * sizeof(float), cu->stream);
 	if (!ret && job->train)
 		ret = backward(m, x, n);
