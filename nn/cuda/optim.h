@@ -3,9 +3,10 @@
  * device memory, so that a step captured as a graph (nn/graph.c) updates
  * the parameters as step t + 1 at every launch, not as the step it was
  * captured at (as PyTorch's Adam with capturable=True).  One kernel for
- * the whole flat parameter vector; the step's factors are made once per
- * step by a one-thread kernel, by pp_adam_factors_of() (nn/nn_math.h) as
- * on the host.  Without CUDA in the build every launcher returns -ENODEV.
+ * the whole flat parameter vector, one launch a step: each block makes the
+ * step's factors from the count, by pp_adam_factors_of() (nn/nn_math.h) as
+ * on the host, and the last block to finish counts the step.  Without
+ * CUDA in the build every launcher returns -ENODEV.
  */
 #ifndef PP_NN_CUDA_OPTIM_H
 #define PP_NN_CUDA_OPTIM_H
@@ -20,9 +21,8 @@ extern "C" {
 
 /* What the optimizer kernels read of the step, in device memory. */
 struct pp_cuda_optim_state {
-	unsigned long long t; /* steps taken, this one included once pp_cuda_optim_tick() ran */
-	float step;           /* Adam: lr / (1 - beta1^t) */
-	float bc2_sqrt;       /* Adam: sqrt(1 - beta2^t) */
+	unsigned long long t; /* steps taken */
+	unsigned int ticket;  /* an update's blocks that have finished; 0 between updates */
 };
 
 /* The settings of an optimizer that a graph keeps (nn/nn_math.h's meaning). */
@@ -37,9 +37,9 @@ struct pp_cuda_optim_args {
 /* Sets the step count to t (after a checkpoint's load), in stream order. */
 int pp_cuda_optim_set(struct pp_cuda_optim_state *st, unsigned long long t, void *stream);
 /*
- * One update of p (n) from g (n): counts the step (t + 1) and makes its
- * factors, then updates with buf1 (SGD momentum, Adam first moment) and
- * buf2 (Adam second moment).  Two launches.
+ * One update of p (n) from g (n) as step t + 1, with buf1 (SGD momentum,
+ * Adam first moment) and buf2 (Adam second moment); t + 1 becomes the
+ * count.  One launch.
  */
 int pp_cuda_optim_step(struct pp_cuda_optim_state *st, const struct pp_cuda_optim_args *a,
 		       float *p, const float *g, float *buf1, float *buf2, size_t n, void *stream);
