@@ -77,8 +77,19 @@ int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p);
 void pp_cuda_blas_destroy(void *handle);
 int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
 
-/* out (rows, cols) = b (cols) on every row */
-int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols, void *stream);
+/* Rows filled by one launch of pp_cuda_fill_rows(): at most this many arrays. */
+#define PP_CUDA_FILLS 8
+
+/* Arrays out[k] (rows, cols[k]) to fill with b[k] (cols[k]) on every row. */
+struct pp_cuda_fills {
+	int count;                    /* 1 .. PP_CUDA_FILLS */
+	float *out[PP_CUDA_FILLS];
+	const float *b[PP_CUDA_FILLS];
+	int cols[PP_CUDA_FILLS];
+};
+
+/* out[k] (rows, cols[k]) = b[k] on every row, for every k < f->count, in one launch */
+int pp_cuda_fill_rows(const struct pp_cuda_fills *f, int rows, void *stream);
 /*
  * out (J) += the sums of d (S, J, P) over S and P (a Linear's bias
  * gradient with P = 1, a convolution's with S the samples), in the
@@ -158,7 +169,7 @@ static inline int pp_cuda_blas_create(void *stream, void **handle_p) PP_CUDA_STU
 static inline int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p) PP_CUDA_STUB
 static inline void pp_cuda_blas_destroy(void *handle) {}
 static inline int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g) PP_CUDA_STUB
-static inline int pp_cuda_fill_rows(float *out, const float *b, int rows, int cols,
+static inline int pp_cuda_fill_rows(const struct pp_cuda_fills *f, int rows,
 				    void *stream) PP_CUDA_STUB
 static inline int pp_cuda_sum_channels(float *out, const float *d, int s, int j, int p,
 				       float *scratch, void *stream) PP_CUDA_STUB

@@ -224,9 +224,36 @@ static int linear_forward_cuda(struct pp_model *m, const struct nn_layer *l, flo
 		.a = m->params + l->w_off, .lda = ic, .b = x, .ldb = ic,
 		.c = y, .ldc = oc, .beta = 1.0f,
 	};
-	int ret = pp_cuda_fill_rows(y, m->params + l->b_off, n, oc, cu->stream);
+	/* y holds the bias already (fill_biases()) */
+	return pp_cuda_sgemm(cu->blas, &mm);
+}
 
-	return ret ? ret : pp_cuda_sgemm(cu->blas, &mm);
+/*
+ * Every Linear layer's output its bias on every row, PP_CUDA_FILLS layers
+ * a launch, before the forward: the layers' GEMMs add to it (one launch a
+ * step for the CNN's three, where each filled its own).
+ */
+static int fill_biases(struct pp_model *m, int n)
+{
+	struct nn_cuda *cu = m->ctx;
+	struct pp_cuda_fills f = { 0 };
+	int ret = 0;
+
+	for (size_t i = 0; i < m->n_layers && ret == 0; i++) {
+		const struct nn_layer *l = &m->layers[i];
+
+		if (l->kind == NN_LINEAR) {
+			f.out[f.count] = m->acts[i];
+			f.b[f.count] = m->params + l->b_off;
+			f.cols[f.count] = l->out_c;
+			f.count++;
+		}
+		if (f.count == PP_CUDA_FILLS || (f.count > 0 && i + 1 == m->n_layers)) {
+			ret = pp_cuda_fill_rows(&f, n, cu->stream);
+			f.count = 0;
+		}
+	}
+	return ret;
 }
 
 static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, float *dx,
@@ -279,7 +306,7 @@ static float *grad_of(const struct pp_model *m, size_t i)
 static int forward(struct pp_model *m, const float *x, int n)
 {
 	struct nn_cuda *cu = m->ctx;
-	int ret = 0;
+	int ret = fill_biases(m, n);
 
 	for (size_t i = 0; i < m->n_layers && !ret; i++) {
 		const struct nn_layer *l = &m->layers[i];
