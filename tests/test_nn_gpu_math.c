@@ -144,8 +144,10 @@ static void emu_din_tiled(const struct pp_cuda_pool_geom *g, const struct pp_fus
 	ck_assert_ptr_nonnull(sh);
 	memcpy(sh + p->plane_floats, w, (size_t)p->w_floats * sizeof(float));
 	for (int s = 0; s < n; s++) {
-		for (int e = 0; e < p->plane_floats; e++)
-			sh[e] = pp_fused_din_stage(g, p, dpool, idx, pooled, (size_t)s, e);
+		for (int e = 0; e < p->plane_floats; e++) /* the block's two steps */
+			sh[e] = 0.0f;
+		for (int q = 0; q < g->conv.oc * g->ph * g->pw; q++)
+			pp_fused_din_scatter(g, p, dpool, idx, pooled, (size_t)s, sh, q);
 		for (int i = 0; i < p->items; i++)
 			pp_fused_din_tile(g, g->conv.k, p, sh, sh + p->plane_floats, din + (size_t)s * chw, i);
 	}

@@ -237,9 +237,10 @@ static __global__ void conv_pool_din_kernel(float *din, const float *__restrict_
 /*
  * The tiled input gradient (pp_fused_din_tile()): a block per sample, the
  * gradient that reached each output channel of its convolution (zeros but
- * where the pool selected and the ReLU passed) as planes with zeros
- * around them in shared memory, with every weight; a thread per run of
- * PP_DIN_RUN pixels of an input row.
+ * where the pool selected and the ReLU passed: zeroed, then scattered by
+ * pp_fused_din_scatter()) as planes with zeros around them in shared
+ * memory, with every weight; a thread per run of PP_DIN_RUN pixels of an
+ * input row.
  */
 template <int K>
 static __global__ void conv_pool_din_tiled_kernel(float *din, const float *__restrict__ dpool,
@@ -251,13 +252,17 @@ static __global__ void conv_pool_din_tiled_kernel(float *din, const float *__res
 	extern __shared__ float sh[];
 	float *gs = sh, *ws = sh + plan.plane_floats;
 	const size_t chw = (size_t)g.conv.c * g.conv.h * g.conv.w;
+	const int pooled_per = g.conv.oc * g.ph * g.pw;
 
 	for (int i = threadIdx.x; i < plan.w_floats; i += blockDim.x)
 		ws[i] = w[i];
 	for (int s = blockIdx.x; s < n; s += gridDim.x) {
 		__syncthreads();
 		for (int e = threadIdx.x; e < plan.plane_floats; e += blockDim.x)
-			gs[e] = pp_fused_din_stage(&g, &plan, dpool, idx, pooled, (size_t)s, e);
+			gs[e] = 0.0f;
+		__syncthreads();
+		for (int q = threadIdx.x; q < pooled_per; q += blockDim.x)
+			pp_fused_din_scatter(&g, &plan, dpool, idx, pooled, (size_t)s, gs, q);
 		__syncthreads();
 		for (int i = threadIdx.x; i < plan.items; i += blockDim.x)
 			pp_fused_din_tile(&g, K, &plan, gs, ws, din + (size_t)s * chw, i);

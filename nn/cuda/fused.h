@@ -603,31 +603,25 @@ PP_HD static inline int pp_fused_din_plan(const struct pp_cuda_pool_geom *g,
 }
 
 /*
- * Element e (o, r, q) of sample s's planes: the gradient that reached the
- * convolution's output (o, r - top, q - left) where the pool selected it
- * and the ReLU let it through (pp_fused_grad()), else 0.
+ * The planes staged in two steps, a barrier between them: every element
+ * zeroed, then each pooled output q (o, py, px) of sample s writes the
+ * gradient that reached it (pp_fused_grad(): 0 where the ReLU blocked
+ * it) at its selected convolution output, inside its window.  Windows do
+ * not overlap, so no two outputs write one element; a thread per pooled
+ * output, one division each, where a thread per element would test every
+ * element against its window.
  */
-PP_HD static inline float pp_fused_din_stage(const struct pp_cuda_pool_geom *g,
-					     const struct pp_fused_tile_plan *p, const float *dpool,
-					     const int32_t *idx, const float *pooled, size_t s, int e)
+PP_HD static inline void pp_fused_din_scatter(const struct pp_cuda_pool_geom *g,
+					      const struct pp_fused_tile_plan *p, const float *dpool,
+					      const int32_t *idx, const float *pooled, size_t s,
+					      float *gs, int q)
 {
 	const struct pp_cuda_geom *cg = &g->conv;
-	const int ox = e % p->cols - p->left, oy = e / p->cols % p->rows - p->top;
-	const int o = e / (p->cols * p->rows);
-	int py, px;
-	size_t at;
+	const int per = g->ph * g->pw, o = q / per;
+	const size_t at = (s * (size_t)cg->oc + (size_t)o) * (size_t)per + (size_t)(q - o * per);
+	const int r = idx[at] - o * cg->oh * cg->ow, oy = r / cg->ow, ox = r - oy * cg->ow;
 
-	if (oy < 0 || oy >= cg->oh || ox < 0 || ox >= cg->ow)
-		return 0.0f;
-	py = oy / g->ps;
-	px = ox / g->ps;
-	if (py >= g->ph || px >= g->pw || oy - py * g->ps >= g->pk || ox - px * g->ps >= g->pk)
-		return 0.0f;
-	at = ((s * (size_t)cg->oc + (size_t)o) * (size_t)g->ph + (size_t)py) * (size_t)g->pw +
-	     (size_t)px;
-	if (idx[at] != (o * cg->oh + oy) * cg->ow + ox)
-		return 0.0f;
-	return pp_fused_grad(g, dpool, pooled, at);
+	gs[(o * p->rows + oy + p->top) * p->cols + ox + p->left] = pp_fused_grad(g, dpool, pooled, at);
 }
 
 /*
