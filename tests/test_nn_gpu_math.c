@@ -187,6 +187,7 @@ static const struct fused_case fused_cases[] = {
 	{ 2, 1, 13, 13, 3, 4, 1, 0, 2, 3, true },   /* pool stride 3 > window: gaps */
 	{ 3, 4, 5, 5, 2, 1, 1, 0, 2, 2, false },    /* 1 x 1 kernel, odd output */
 	{ 2, 2, 10, 9, 3, 2, 3, 1, 2, 2, true },    /* stride 3 > kernel 2: pixels no tap reads */
+	{ 2, 2, 5, 6, 3, 2, 1, 3, 2, 2, true },     /* padding 3 > kernel 2: outputs no pixel reaches */
 };
 
 struct fused {

@@ -581,11 +581,15 @@ PP_HD static inline int pp_fused_din_plan(const struct pp_cuda_pool_geom *g,
 {
 	const struct pp_cuda_geom *cg = &g->conv;
 	const long long runs = ((long long)cg->w + PP_DIN_RUN - 1) / PP_DIN_RUN;
-	const long long rows = (long long)cg->h + cg->pad + cg->k - 1;
+	/* the rows and columns the runs read, and every output of the
+	 * convolution (where the scatter writes: more, where pad >= K) */
+	const long long rows = ((long long)cg->h + cg->pad > cg->oh ? (long long)cg->h + cg->pad : cg->oh) +
+			       cg->k - 1;
 	/* odd: the runs of a warp's threads, 4 floats apart in a row, then a
 	 * row further, fall in fewer common banks (6 at most in a bank for the
 	 * CNN's 12 x 12 at 16 columns, 3 at 17) */
-	const long long cols = (runs * PP_DIN_RUN + cg->pad + cg->k - 1) | 1;
+	const long long cols = ((runs * PP_DIN_RUN + cg->pad > cg->ow ? runs * PP_DIN_RUN + cg->pad : cg->ow) +
+				cg->k - 1) | 1;
 	const long long planes = (long long)cg->oc * rows * cols;
 	const long long wf = (long long)cg->oc * cg->c * cg->k * cg->k;
 
