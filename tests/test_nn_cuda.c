@@ -45,7 +45,7 @@ static const struct {
 	{ "conv:10:3:2:1", 3, 2, 2 },
 	/* Flattens first, twice, and last: no copies, the layers around them read and write through */
 	{ "flatten,fc:16,relu,flatten,fc:10", 1, 4, 4 },
-	{ "conv:10:3,flatten", 2, 3, 3 },
+	{ "conv:10:3,flatten,flatten", 2, 3, 3 },
 	/* ten Linear layers: their biases filled by two launches (pp_cuda_fill_rows() takes 8) */
 	{ "fc:12,relu,fc:11,relu,fc:12,relu,fc:13,fc:12,relu,fc:12,fc:9,relu,fc:12,relu,fc:12,fc:10",
 	  1, 4, 4 },
@@ -369,6 +369,57 @@ START_TEST(test_graph_matches_eager)
 }
 END_TEST
 
+/*
+ * Fails if a Flatten on the GPU, which copies neither its input forward nor
+ * its gradient back, makes a layer read or write the wrong buffer: a model
+ * with Flattens first, twice in a row, in the middle and last must give
+ * the same bits as the same model without them, in its logits and in its
+ * parameters after three steps, op by op and as graphs.
+ */
+START_TEST(test_flatten_through)
+{
+	static const char *const specs[2] = { "fc:16,relu,fc:10",
+					      "flatten,fc:16,relu,flatten,flatten,fc:10,flatten" };
+	const size_t lshape[2] = { BATCH, 10 };
+	struct pair p;
+
+	pair_open(&p, 2, PP_OPTIM_ADAM);
+	for (int graph = 0; graph < 2; graph++) {
+		float z[2][BATCH * 10], *after[2];
+		size_t n = 0;
+
+		for (int s = 0; s < 2; s++) {
+			struct pp_model_config cfg;
+			struct pp_model *m;
+			struct pp_tensor *logits;
+
+			pp_model_config_init(&cfg);
+			cfg.seed = 5;
+			cfg.stream = p.stream;
+			cfg.graph = graph ? PP_MODEL_GRAPH_ON : PP_MODEL_GRAPH_OFF;
+			ck_assert_int_eq(pp_model_create(specs[s], p.gpu, &cfg, &m), 0);
+			ck_assert_int_eq(pp_tensor_create(p.gpu, PP_DTYPE_F32, 2, lshape, &logits), 0);
+			for (int step = 0; step < 3; step++)
+				ck_assert_int_eq(pp_model_train_step(m, p.x_gpu, p.labels_gpu), 0);
+			ck_assert_int_eq(pp_model_evaluate(m, p.x_gpu, p.labels_gpu, logits), 0);
+			ck_assert_int_eq(pp_tensor_copy_to_host(logits, z[s], sizeof(z[s])), 0);
+			n = pp_model_param_count(m);
+			after[s] = malloc(n * sizeof(float));
+			ck_assert_ptr_nonnull(after[s]);
+			ck_assert_int_eq(pp_model_params_read(m, after[s], n), 0);
+			pp_tensor_destroy(logits);
+			pp_model_destroy(m);
+		}
+		ck_assert_msg(memcmp(z[0], z[1], sizeof(z[0])) == 0, "graph %d: the logits differ", graph);
+		ck_assert_msg(memcmp(after[0], after[1], n * sizeof(float)) == 0,
+			      "graph %d: the parameters differ", graph);
+		free(after[0]);
+		free(after[1]);
+	}
+	pair_close(&p);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ the kernels one by one */
 
 /* Device memory holding a copy of host (bytes; zeros where host is NULL), on g's stream. */
@@ -593,7 +644,8 @@ END_TEST
  */
 START_TEST(test_sums_and_loss_match_cpu)
 {
-	static const int sums[][3] = { { 1, 1, 1 }, { 100, 120, 1 }, { 1000, 6, 576 }, { 3, 2000, 5 } };
+	static const int sums[][3] = { { 1, 1, 1 }, { 100, 120, 1 }, { 1000, 6, 576 }, { 3, 2000, 5 },
+				       { 5000, 10, 1 } };
 	static const int xents[][2] = { { 1, 10 }, { 257, 10 }, { 70000, 10 } };
 	struct pp_device *gpu;
 	struct pp_stream *st;
@@ -700,6 +752,7 @@ int main(void)
 	tcase_add_test(tc, test_train_steps_match_cpu);
 	tcase_add_test(tc, test_bad_label_and_device);
 	tcase_add_test(tc, test_graph_matches_eager);
+	tcase_add_test(tc, test_flatten_through);
 	tcase_add_test(tc, test_steps_deterministic);
 	tcase_add_test(tc, test_fused_kernels_match_cpu);
 	tcase_add_test(tc, test_sums_and_loss_match_cpu);

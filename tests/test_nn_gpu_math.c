@@ -160,7 +160,7 @@ static void emu_sum_channels(float *out, const float *d, int s, int jn, int p)
 	const int parts = pp_red_parts(jn, (size_t)s * p);
 	float *partial;
 
-	if (pp_red_one_pass(s, p)) { /* the second pass alone, d its parts */
+	if (pp_red_one_pass(s, jn, p)) { /* the second pass alone, d its parts */
 		emu_finish(out, out, jn, d, jn, s);
 		return;
 	}
@@ -697,8 +697,8 @@ END_TEST
  * against a sum in double), for sums of 1 term, fewer terms than a
  * block's lanes, more parts than lanes (the strided lanes), many outputs
  * (few parts each) and a Linear's and the CNN's bias gradients: a
- * Linear's by the second pass alone up to PP_RED_MAX_PARTS samples, and
- * by both passes beyond.
+ * Linear's by the second pass alone up to PP_RED_MAX_PARTS samples (and
+ * PP_RED_ONE_PASS_TERMS terms in all), and by both passes beyond.
  */
 START_TEST(test_sums)
 {
@@ -707,11 +707,13 @@ START_TEST(test_sums)
 		{ 1, 1, 1 }, { 3, 7, 1 }, { 100, 120, 1 }, { 1000, 10, 1 }, { 5, 6, 577 },
 		{ 2, 12, 64 }, { 1, 3, 100000 }, { 4, 2000, 3 }, { 100, 6, 576 },
 		{ PP_RED_MAX_PARTS, 3, 1 }, { PP_RED_MAX_PARTS + 1, 3, 1 }, { 60000, 10, 1 },
+		{ 1000, 600, 1 },
 	};
 
-	ck_assert(pp_red_one_pass(1, 1) && pp_red_one_pass(100, 1) && pp_red_one_pass(PP_RED_MAX_PARTS, 1));
-	ck_assert(!pp_red_one_pass(PP_RED_MAX_PARTS + 1, 1) && !pp_red_one_pass(100, 2) &&
-		  !pp_red_one_pass(0, 1));
+	ck_assert(pp_red_one_pass(1, 1, 1) && pp_red_one_pass(100, 120, 1) &&
+		  pp_red_one_pass(PP_RED_MAX_PARTS, 3, 1) && pp_red_one_pass(1000, 120, 1));
+	ck_assert(!pp_red_one_pass(PP_RED_MAX_PARTS + 1, 1, 1) && !pp_red_one_pass(100, 120, 2) &&
+		  !pp_red_one_pass(0, 10, 1) && !pp_red_one_pass(4096, 4096, 1));
 	for (int c = 0; c < (int)(sizeof(shapes) / sizeof(shapes[0])); c++) {
 		const int s = shapes[c][0], jn = shapes[c][1], p = shapes[c][2];
 		const size_t n = (size_t)s * jn * p;

@@ -100,7 +100,7 @@ extern "C" int pp_cuda_sum_channels(float *out, const float *d, int s, int j, in
 	const int parts = pp_red_parts(j, (size_t)s * p);
 	int ret;
 
-	if (pp_red_one_pass(s, p)) /* d (S, J) is the parts (S, J) */
+	if (pp_red_one_pass(s, j, p)) /* d (S, J) is the parts (S, J) */
 		return sum_finish(out, out, j, d, j, s, (cudaStream_t)stream);
 	sum_partial_kernel<<<blocks_of((size_t)j * parts, PP_CUDA_THREADS), PP_CUDA_THREADS, 0,
 			     (cudaStream_t)stream>>>(scratch, d, s, j, p, parts);

@@ -70,15 +70,22 @@ PP_HD static inline int pp_red_parts(int outputs, size_t terms)
 	return (int)(p < 1 ? 1 : p > cap ? cap : p);
 }
 
+/* Terms of the sums that take the second pass alone, at most (its lanes read them J apart). */
+#define PP_RED_ONE_PASS_TERMS (1L << 19)
+
 /*
- * Whether the sums of d (S, J, 1) over S (a Linear layer's bias gradients)
- * take the second pass alone: d is then its parts, S of them, each a term,
- * where S is at most PP_RED_MAX_PARTS (a rule of the shape: two runs the
- * same bits); one launch rather than two.
+ * Whether the sums of d (S, J, 1) over S (a Linear layer's bias
+ * gradients, a convolution's of 1 x 1 outputs) take the second pass
+ * alone: d is then its parts, S of them, each a term, where S is at most
+ * PP_RED_MAX_PARTS and S J at most PP_RED_ONE_PASS_TERMS (a block's lanes
+ * read its output's terms J floats apart, which costs more than the first
+ * pass's adjacent reads for wide layers); a rule of the shape, so two
+ * runs give the same bits; one launch rather than two.
  */
-PP_HD static inline bool pp_red_one_pass(int s, int p)
+PP_HD static inline bool pp_red_one_pass(int s, int j, int p)
 {
-	return p == 1 && s >= 1 && s <= PP_RED_MAX_PARTS;
+	return p == 1 && s >= 1 && s <= PP_RED_MAX_PARTS && j >= 1 &&
+	       (long long)s * j <= PP_RED_ONE_PASS_TERMS;
 }
 
 /* The floats of partial sums that J sums of T terms take (the scratch of a first pass). */

@@ -40,6 +40,9 @@ static __device__ void count_step(struct pp_cuda_optim_state *st, unsigned long 
 {
 	__syncthreads();
 	if (threadIdx.x == 0) {
+		/* not needed for the count (the last block reads no other block's
+		 * data), but orders this block's read of st->t before its ticket
+		 * beyond doubt */
 		__threadfence();
 		if (atomicAdd(&st->ticket, 1u) == gridDim.x - 1) {
 			st->t = t;
