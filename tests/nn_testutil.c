@@ -68,3 +68,26 @@ void pp_test_train(struct pp_model *m, int steps, uint64_t first)
 		pp_tensor_destroy(x);
 	}
 }
+
+float *pp_test_eval_train(const char *spec, struct pp_device *dev,
+			  const struct pp_model_config *cfg, struct pp_tensor *x,
+			  const int32_t *labels, size_t batch, int steps, float *z, size_t *n_p)
+{
+	const size_t lshape[2] = { batch, 10 };
+	struct pp_tensor *logits;
+	struct pp_model *m;
+	float *params;
+
+	ck_assert_int_eq(pp_model_create(spec, dev, cfg, &m), 0);
+	ck_assert_int_eq(pp_tensor_create(dev, PP_DTYPE_F32, 2, lshape, &logits), 0);
+	ck_assert_int_eq(pp_model_evaluate(m, x, labels, logits), 0);
+	ck_assert_int_eq(pp_tensor_copy_to_host(logits, z, batch * 10 * sizeof(float)), 0);
+	for (int s = 0; s < steps; s++)
+		ck_assert_int_eq(pp_model_train_step(m, x, labels), 0);
+	params = pp_test_read_params(m);
+	if (n_p)
+		*n_p = pp_model_param_count(m);
+	pp_tensor_destroy(logits);
+	pp_model_destroy(m);
+	return params;
+}

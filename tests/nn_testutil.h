@@ -1,6 +1,6 @@
 /*
  * tests/nn_testutil.h: what the nn test programs (test_nn_layers,
- * test_nn_model, test_nn_checkpoint) share: a repeatable random stream and
+ * test_nn_model, test_nn_checkpoint, test_nn_cuda) share: a repeatable random stream and
  * small models trained on synthetic batches.
  */
 #ifndef PP_TESTS_NN_TESTUTIL_H
@@ -31,5 +31,15 @@ float *pp_test_read_params(struct pp_model *m);
 
 /* Trains 'steps' steps on synthetic batches of 16 from seeds first, first + 1, ... */
 void pp_test_train(struct pp_model *m, int steps, uint64_t first);
+
+/*
+ * A model of 'spec' on dev (NULL: the CPU) made as cfg says: its logits
+ * on x (batch x 10, on dev) into z, then 'steps' training steps on x and
+ * labels (on dev); returns its parameters (malloc'd; their count in *n_p
+ * unless NULL) and destroys it.  Fails the test on error.
+ */
+float *pp_test_eval_train(const char *spec, struct pp_device *dev,
+			  const struct pp_model_config *cfg, struct pp_tensor *x,
+			  const int32_t *labels, size_t batch, int steps, float *z, size_t *n_p);
 
 #endif

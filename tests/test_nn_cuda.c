@@ -25,6 +25,7 @@
 #include "nn/cuda/kernels.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
+#include "tests/nn_testutil.h"
 #include "tests/testutil.h"
 
 #define BATCH 24
@@ -380,38 +381,26 @@ START_TEST(test_flatten_through)
 {
 	static const char *const specs[2] = { "fc:16,relu,fc:10",
 					      "flatten,fc:16,relu,flatten,flatten,fc:10,flatten" };
-	const size_t lshape[2] = { BATCH, 10 };
 	struct pair p;
 
 	pair_open(&p, 2, PP_OPTIM_ADAM);
 	for (int graph = 0; graph < 2; graph++) {
 		float z[2][BATCH * 10], *after[2];
-		size_t n = 0;
+		size_t n[2];
 
 		for (int s = 0; s < 2; s++) {
 			struct pp_model_config cfg;
-			struct pp_model *m;
-			struct pp_tensor *logits;
 
 			pp_model_config_init(&cfg);
 			cfg.seed = 5;
 			cfg.stream = p.stream;
 			cfg.graph = graph ? PP_MODEL_GRAPH_ON : PP_MODEL_GRAPH_OFF;
-			ck_assert_int_eq(pp_model_create(specs[s], p.gpu, &cfg, &m), 0);
-			ck_assert_int_eq(pp_tensor_create(p.gpu, PP_DTYPE_F32, 2, lshape, &logits), 0);
-			for (int step = 0; step < 3; step++)
-				ck_assert_int_eq(pp_model_train_step(m, p.x_gpu, p.labels_gpu), 0);
-			ck_assert_int_eq(pp_model_evaluate(m, p.x_gpu, p.labels_gpu, logits), 0);
-			ck_assert_int_eq(pp_tensor_copy_to_host(logits, z[s], sizeof(z[s])), 0);
-			n = pp_model_param_count(m);
-			after[s] = malloc(n * sizeof(float));
-			ck_assert_ptr_nonnull(after[s]);
-			ck_assert_int_eq(pp_model_params_read(m, after[s], n), 0);
-			pp_tensor_destroy(logits);
-			pp_model_destroy(m);
+			after[s] = pp_test_eval_train(specs[s], p.gpu, &cfg, p.x_gpu, p.labels_gpu, BATCH, 3,
+						      z[s], &n[s]);
 		}
 		ck_assert_msg(memcmp(z[0], z[1], sizeof(z[0])) == 0, "graph %d: the logits differ", graph);
-		ck_assert_msg(memcmp(after[0], after[1], n * sizeof(float)) == 0,
+		ck_assert_uint_eq(n[0], n[1]);
+		ck_assert_msg(memcmp(after[0], after[1], n[0] * sizeof(float)) == 0,
 			      "graph %d: the parameters differ", graph);
 		free(after[0]);
 		free(after[1]);

@@ -1122,7 +1122,6 @@ END_TEST
 START_TEST(test_flatten_in_place)
 {
 	static const char *const specs[2] = { "fc:16,relu,fc:10", "flatten,fc:16,relu,flatten,fc:10,flatten" };
-	const size_t lshape[2] = { 16, 10 };
 	int32_t labels[16];
 
 	for (int f32 = 0; f32 < 2; f32++) {
@@ -1138,20 +1137,10 @@ START_TEST(test_flatten_in_place)
 		}
 		for (int s = 0; s < 2; s++) {
 			struct pp_model_config cfg;
-			struct pp_model *m;
-			struct pp_tensor *logits;
 
 			pp_model_config_init(&cfg);
 			cfg.seed = 5;
-			ck_assert_int_eq(pp_model_create(specs[s], NULL, &cfg, &m), 0);
-			ck_assert_int_eq(pp_tensor_create(NULL, PP_DTYPE_F32, 2, lshape, &logits), 0);
-			ck_assert_int_eq(pp_model_evaluate(m, x, labels, logits), 0);
-			ck_assert_int_eq(pp_tensor_copy_to_host(logits, z[s], sizeof(z[s])), 0);
-			ck_assert_int_eq(pp_model_train_step(m, x, labels), 0);
-			ck_assert_int_eq(pp_model_train_step(m, x, labels), 0);
-			after[s] = pp_test_read_params(m);
-			pp_tensor_destroy(logits);
-			pp_model_destroy(m);
+			after[s] = pp_test_eval_train(specs[s], NULL, &cfg, x, labels, 16, 2, z[s], NULL);
 		}
 		ck_assert_mem_eq(z[0], z[1], sizeof(z[0]));
 		ck_assert_mem_eq(after[0], after[1], (16 * 784 + 16 + 10 * 16 + 10) * sizeof(float));
