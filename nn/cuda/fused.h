@@ -516,9 +516,14 @@ PP_HD static inline float pp_fused_forward_stage(const struct pp_cuda_pool_geom 
 						 const float *x, size_t s, int e)
 {
 	const struct pp_cuda_geom *cg = &g->conv;
-	const int q = e % p->cols - p->left, r = e / p->cols % p->rows - p->top;
-	const int c = e / (p->cols * p->rows);
+	int q, r, c;
 
+	/* no padding: the planes are the sample's input as it lies, no division */
+	if (p->left == 0 && p->top == 0 && p->rows == cg->h && p->cols == cg->w)
+		return x[s * (size_t)cg->c * (size_t)cg->h * (size_t)cg->w + (size_t)e];
+	q = e % p->cols - p->left;
+	r = e / p->cols % p->rows - p->top;
+	c = e / (p->cols * p->rows);
 	if (r < 0 || r >= cg->h || q < 0 || q >= cg->w)
 		return 0.0f;
 	return x[((s * (size_t)cg->c + (size_t)c) * (size_t)cg->h + (size_t)r) * (size_t)cg->w +
@@ -788,9 +793,19 @@ PP_HD static inline float pp_fused_wg_stage_x(const struct pp_cuda_pool_geom *g,
 					      int s0, int e)
 {
 	const struct pp_cuda_geom *cg = &g->conv;
-	const int q = e % p->cols - cg->pad, r = e / p->cols % p->rows - cg->pad;
-	const int sc = e / (p->cols * p->rows), s = s0 + sc / cg->c, c = sc % cg->c;
+	int q, r, sc, s, c;
 
+	/* no padding: the planes are the samples' inputs as they lie, no division */
+	if (cg->pad == 0) {
+		const size_t chw = (size_t)cg->c * (size_t)cg->h * (size_t)cg->w;
+
+		return (size_t)e < (size_t)(n - s0) * chw ? x[(size_t)s0 * chw + (size_t)e] : 0.0f;
+	}
+	q = e % p->cols - cg->pad;
+	r = e / p->cols % p->rows - cg->pad;
+	sc = e / (p->cols * p->rows);
+	s = s0 + sc / cg->c;
+	c = sc % cg->c;
 	if (s >= n || r < 0 || r >= cg->h || q < 0 || q >= cg->w)
 		return 0.0f;
 	return x[(((size_t)s * (size_t)cg->c + (size_t)c) * (size_t)cg->h + (size_t)r) * (size_t)cg->w +
