@@ -51,10 +51,6 @@ struct pp_cuda_gemm {
 
 #ifdef PP_HAVE_CUDA
 
-/* dst[i] = (src[i] / 255 - mean) / std for i in 0..n-1: ToTensor + Normalize, in the
- * arithmetic of common/normalize.h. */
-int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float mean, float std,
-		      void *stream);
 /* Sets bytes of device memory to zero. */
 int pp_cuda_zero(void *ptr, size_t bytes, void *stream);
 /* Copies bytes from device to device. */
@@ -77,19 +73,31 @@ int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p);
 void pp_cuda_blas_destroy(void *handle);
 int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
 
-/* Rows filled by one launch of pp_cuda_fill_rows(): at most this many arrays. */
+/* Arrays a step's prologue fills with rows of a bias, at most. */
 #define PP_CUDA_FILLS 8
 
-/* Arrays out[k] (rows, cols[k]) to fill with b[k] (cols[k]) on every row. */
-struct pp_cuda_fills {
-	int count;                    /* 1 .. PP_CUDA_FILLS */
+/*
+ * What a step does before its layers, in one launch (pp_cuda_prologue()):
+ * the uint8 input normalised, dst[i] = (src[i] / 255 - mean) / std
+ * (ToTensor + Normalize) in the arithmetic of common/normalize.h, the
+ * gradients zeroed, and Linear layers' outputs filled with their bias on
+ * every row (their GEMMs add to it).  Each part may be empty.
+ */
+struct pp_cuda_prologue {
+	const uint8_t *src;           /* the input, n bytes (n 0: none) */
+	float *dst;                   /* its normalised floats */
+	size_t n;
+	float mean, std;
+	float *zero;                  /* floats to zero (zero_n 0: none) */
+	size_t zero_n;
+	int fills;                    /* 0 .. PP_CUDA_FILLS arrays: */
+	int rows;                     /* out[k] (rows, cols[k]) = b[k] (cols[k]) on every row */
 	float *out[PP_CUDA_FILLS];
 	const float *b[PP_CUDA_FILLS];
 	int cols[PP_CUDA_FILLS];
 };
 
-/* out[k] (rows, cols[k]) = b[k] on every row, for every k < f->count, in one launch */
-int pp_cuda_fill_rows(const struct pp_cuda_fills *f, int rows, void *stream);
+int pp_cuda_prologue(const struct pp_cuda_prologue *p, void *stream);
 /*
  * out (J) += the sums of d (S, J, P) over S and P (a Linear's bias
  * gradient with P = 1, a convolution's with S the samples), in the
@@ -159,8 +167,6 @@ int pp_cuda_softmax_xent(const float *logits, const int32_t *labels, int n, int 
 #else /* !PP_HAVE_CUDA */
 
 #define PP_CUDA_STUB { return -ENODEV; }
-static inline int pp_cuda_u8_to_f32(const uint8_t *src, float *dst, size_t n, float mean,
-				    float std, void *stream) PP_CUDA_STUB
 static inline int pp_cuda_zero(void *ptr, size_t bytes, void *stream) PP_CUDA_STUB
 static inline int pp_cuda_copy(void *dst, const void *src, size_t bytes, void *stream) PP_CUDA_STUB
 static inline int pp_cuda_read(void *host, const void *src, size_t bytes, void *stream) PP_CUDA_STUB
@@ -169,8 +175,7 @@ static inline int pp_cuda_blas_create(void *stream, void **handle_p) PP_CUDA_STU
 static inline int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p) PP_CUDA_STUB
 static inline void pp_cuda_blas_destroy(void *handle) {}
 static inline int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g) PP_CUDA_STUB
-static inline int pp_cuda_fill_rows(const struct pp_cuda_fills *f, int rows,
-				    void *stream) PP_CUDA_STUB
+static inline int pp_cuda_prologue(const struct pp_cuda_prologue *p, void *stream) PP_CUDA_STUB
 static inline int pp_cuda_sum_channels(float *out, const float *d, int s, int j, int p,
 				       float *scratch, void *stream) PP_CUDA_STUB
 static inline int pp_cuda_conv_pool_forward(const float *x, const float *w, const float *b,

@@ -224,36 +224,8 @@ static int linear_forward_cuda(struct pp_model *m, const struct nn_layer *l, flo
 		.a = m->params + l->w_off, .lda = ic, .b = x, .ldb = ic,
 		.c = y, .ldc = oc, .beta = 1.0f,
 	};
-	/* y holds the bias already (fill_biases()) */
+	/* y holds the bias already (prologue()) */
 	return pp_cuda_sgemm(cu->blas, &mm);
-}
-
-/*
- * Every Linear layer's output its bias on every row, PP_CUDA_FILLS layers
- * a launch, before the forward: the layers' GEMMs add to it (one launch a
- * step for the CNN's three, where each filled its own).
- */
-static int fill_biases(struct pp_model *m, int n)
-{
-	struct nn_cuda *cu = m->ctx;
-	struct pp_cuda_fills f = { 0 };
-	int ret = 0;
-
-	for (size_t i = 0; i < m->n_layers && ret == 0; i++) {
-		const struct nn_layer *l = &m->layers[i];
-
-		if (l->kind == NN_LINEAR) {
-			f.out[f.count] = m->acts[i];
-			f.b[f.count] = m->params + l->b_off;
-			f.cols[f.count] = l->out_c;
-			f.count++;
-		}
-		if (f.count == PP_CUDA_FILLS || (f.count > 0 && i + 1 == m->n_layers)) {
-			ret = pp_cuda_fill_rows(&f, n, cu->stream);
-			f.count = 0;
-		}
-	}
-	return ret;
 }
 
 static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, float *dx,
@@ -306,7 +278,7 @@ static float *grad_of(const struct pp_model *m, size_t i)
 static int forward(struct pp_model *m, const float *x, int n)
 {
 	struct nn_cuda *cu = m->ctx;
-	int ret = fill_biases(m, n);
+	int ret = 0;
 
 	for (size_t i = 0; i < m->n_layers && !ret; i++) {
 		const struct nn_layer *l = &m->layers[i];
@@ -444,6 +416,49 @@ static void cuda_account(struct pp_model *m, const struct nn_job *job)
 	m->metrics.samples += job->batch;
 }
 
+/*
+ * What a step does before its layers (pp_cuda_prologue()): the uint8
+ * input normalised into m->input, the gradients zeroed when training, and
+ * every Linear layer's output filled with its bias, PP_CUDA_FILLS layers a
+ * launch: one launch for all of it up to 8 Linear layers, where the CNN's
+ * step launched three kernels and a memset for these before.
+ */
+static int prologue(struct pp_model *m, const struct nn_job *job, int n)
+{
+	struct nn_cuda *cu = m->ctx;
+	struct pp_cuda_prologue p;
+	size_t i = 0;
+	int ret = 0;
+
+	for (bool first = true; ret == 0 && (first || i < m->n_layers); first = false) {
+		memset(&p, 0, sizeof(p));
+		p.rows = n;
+		if (first && job->in_u8) {
+			p.src = job->in_u8;
+			p.dst = m->input;
+			p.n = job->batch * m->layers[0].in_size;
+			p.mean = m->cfg.mean;
+			p.std = m->cfg.std;
+		}
+		if (first && job->train) {
+			p.zero = m->grads;
+			p.zero_n = m->n_params;
+		}
+		for (; i < m->n_layers && p.fills < PP_CUDA_FILLS; i++) {
+			const struct nn_layer *l = &m->layers[i];
+
+			if (l->kind != NN_LINEAR)
+				continue;
+			p.out[p.fills] = m->acts[i];
+			p.b[p.fills] = m->params + l->b_off;
+			p.cols[p.fills] = l->out_c;
+			p.fills++;
+		}
+		ret = pp_cuda_prologue(&p, cu->stream);
+	}
+	return ret;
+}
+
 static int cuda_run(struct pp_model *m, struct nn_job *job)
 {
 	struct nn_cuda *cu = m->ctx;
@@ -457,13 +472,10 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 				job->batch);
 	if (!m->capturing)
 		ret = cuda_prepare(m);
-	if (!ret && job->in_u8) {
-		ret = pp_cuda_u8_to_f32(job->in_u8, m->input, job->batch * m->layers[0].in_size,
-					m->cfg.mean, m->cfg.std, cu->stream);
+	if (job->in_u8)
 		x = m->input;
-	}
-	if (!ret && job->train)
-		ret = pp_cuda_zero(m->grads, m->n_params * sizeof(float), cu->stream);
+	if (!ret)
+		ret = prologue(m, job, n);
 	if (!ret)
 		ret = forward(m, x, n);
 	/* the logits: the last layer's output (a Flatten's is its input's) */

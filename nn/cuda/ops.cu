@@ -169,30 +169,6 @@ extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
 
 /* ------------------------------------------------------------------ rows and columns */
 
-/* Row y of the grid fills array y of f: every row of it its bias. */
-static __global__ void fill_rows_kernel(struct pp_cuda_fills f, int rows)
-{
-	const int k = blockIdx.y, cols = f.cols[k];
-	float *out = f.out[k];
-	const float *b = f.b[k];
-
-	GRID_STRIDE(i, (size_t)rows * cols)
-		out[i] = b[i % cols];
-}
-
-extern "C" int pp_cuda_fill_rows(const struct pp_cuda_fills *f, int rows, void *stream)
-{
-	int most = 0;
-
-	if (f->count < 1 || f->count > PP_CUDA_FILLS)
-		return pp_error(-EINVAL, "fill_rows: %d arrays (1 to %d)", f->count, PP_CUDA_FILLS);
-	for (int k = 0; k < f->count; k++)
-		most = f->cols[k] > most ? f->cols[k] : most;
-	fill_rows_kernel<<<dim3(pp_cuda_blocks_for((size_t)rows * most), (unsigned)f->count),
-			   PP_CUDA_THREADS, 0, (cudaStream_t)stream>>>(*f, rows);
-	return pp_cuda_launched("fill_rows");
-}
-
 /* ------------------------------------------------------------------ convolution layout */
 
 static __global__ void im2col_kernel(const float *x, float *col, int n, struct pp_cuda_geom g)
