@@ -47,7 +47,7 @@ static const struct {
 	/* Flattens first, twice, and last: no copies, the layers around them read and write through */
 	{ "flatten,fc:16,relu,flatten,fc:10", 1, 4, 4 },
 	{ "conv:10:3,flatten,flatten", 2, 3, 3 },
-	/* ten Linear layers: their biases filled by two launches (pp_cuda_fill_rows() takes 8) */
+	/* ten Linear layers: their biases filled by two launches (pp_cuda_prologue() takes 8) */
 	{ "fc:12,relu,fc:11,relu,fc:12,relu,fc:13,fc:12,relu,fc:12,fc:9,relu,fc:12,relu,fc:12,fc:10",
 	  1, 4, 4 },
 };

@@ -57,7 +57,8 @@ extern "C" int pp_cuda_prologue(const struct pp_cuda_prologue *p, void *stream)
 		return 0;
 	for (int k = 0; k < p->fills; k++)
 		most = PP_MAX(most, (size_t)p->rows * (size_t)p->cols[k]);
-	blocks = PP_MIN(PP_MAX((most + 255) / 256, (size_t)1), (size_t)65535);
+	/* a grid-stride loop: at most 1024 blocks a part (every part gets as many) */
+	blocks = PP_MIN(PP_MAX((most + 255) / 256, (size_t)1), (size_t)1024);
 	if (p->n > 0)
 		pp_normalize_u8_params(p->mean, p->std, &scale, &bias);
 	prologue_kernel<<<dim3((unsigned)blocks, parts), 256, 0, (cudaStream_t)stream>>>(*p, scale, bias);

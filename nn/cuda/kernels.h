@@ -49,30 +49,6 @@ struct pp_cuda_gemm {
 	float beta;       /* C = op(A) op(B) + beta C */
 };
 
-#ifdef PP_HAVE_CUDA
-
-/* Sets bytes of device memory to zero. */
-int pp_cuda_zero(void *ptr, size_t bytes, void *stream);
-/* Copies bytes from device to device. */
-int pp_cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
-/* Copies bytes from the device to the host and waits for the stream. */
-int pp_cuda_read(void *host, const void *src, size_t bytes, void *stream);
-/* Waits for the stream's work. */
-int pp_cuda_sync(void *stream);
-
-/*
- * A cuBLAS handle bound to 'stream', with its own reference to cuBLAS,
- * which is loaded here (dlopen) and not linked: by its soname, then from
- * the toolkit's directory found by configure.  -ENOENT with a message
- * naming the library when it cannot be loaded or lacks a function, -EIO
- * when cuBLAS refuses (no GPU).  pp_cuda_blas_open() loads the library
- * named 'lib' instead.
- */
-int pp_cuda_blas_create(void *stream, void **handle_p);
-int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p);
-void pp_cuda_blas_destroy(void *handle);
-int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
-
 /* Arrays a step's prologue fills with rows of a bias, at most. */
 #define PP_CUDA_FILLS 8
 
@@ -97,6 +73,31 @@ struct pp_cuda_prologue {
 	int cols[PP_CUDA_FILLS];
 };
 
+#ifdef PP_HAVE_CUDA
+
+/* Sets bytes of device memory to zero. */
+int pp_cuda_zero(void *ptr, size_t bytes, void *stream);
+/* Copies bytes from device to device. */
+int pp_cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
+/* Copies bytes from the device to the host and waits for the stream. */
+int pp_cuda_read(void *host, const void *src, size_t bytes, void *stream);
+/* Waits for the stream's work. */
+int pp_cuda_sync(void *stream);
+
+/*
+ * A cuBLAS handle bound to 'stream', with its own reference to cuBLAS,
+ * which is loaded here (dlopen) and not linked: by its soname, then from
+ * the toolkit's directory found by configure.  -ENOENT with a message
+ * naming the library when it cannot be loaded or lacks a function, -EIO
+ * when cuBLAS refuses (no GPU).  pp_cuda_blas_open() loads the library
+ * named 'lib' instead.
+ */
+int pp_cuda_blas_create(void *stream, void **handle_p);
+int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p);
+void pp_cuda_blas_destroy(void *handle);
+int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
+
+/* The step's prologue (struct pp_cuda_prologue, above), in one launch. */
 int pp_cuda_prologue(const struct pp_cuda_prologue *p, void *stream);
 /*
  * out (J) += the sums of d (S, J, P) over S and P (a Linear's bias
