@@ -471,6 +471,8 @@ full="--data=synthetic:500 --model=flatten,fc:10 -q"
 expect 1 "--jsonl=/dev/full: cannot write: No space left on device" \
 	"$train" $full --epochs=3 --jsonl=/dev/full
 expect 1 "/dev/full: cannot write: No space left on device" "$train" $full --epochs=3 --csv=/dev/full
+# A file no write reaches, though access() lets root write it: said before training, exit 2.
+expect 2 "--csv=/proc/version: cannot write: " "$train" $full --epochs=3 --csv=/proc/version
 mkdir "$tmp/full"
 if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=12k tmpfs "$tmp/full" 2>/dev/null; then
 	expect 1 "--jsonl=$tmp/full/r.jsonl: cannot write: No space left on device" \

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -387,6 +388,25 @@ static int check_folder(const char *name, const char *path, const char *dir)
 }
 
 /*
+ * 0 when a write to the regular file at 'path' can be made, else the
+ * errno: an empty write, which changes nothing, through a descriptor
+ * opened to append.  Some files that access() says root may write refuse
+ * every write (those of /proc: EIO), and would fail the run only after
+ * its training.
+ */
+static int probe_write(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY), err = 0;
+
+	if (fd < 0)
+		return errno;
+	if (write(fd, "", 0) < 0)
+		err = errno;
+	close(fd);
+	return err;
+}
+
+/*
  * Checks, before anything is trained, that an output can be written:
  * a file (--csv, --jsonl), one that is written beside itself and renamed
  * (--checkpoint: its folder must take the temporary file), or a folder
@@ -397,6 +417,7 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 {
 	struct stat st;
 	char dir[4096];
+	int err;
 
 	if (stat(path, &st) == 0) {
 		if (folder != S_ISDIR(st.st_mode)) {
@@ -409,6 +430,11 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 		if (!beside && access(path, W_OK) != 0) {
 			fprintf(stderr, "pinpipe-train: --%s=%s: cannot write: %s\n", name, path,
 				strerror(errno));
+			return 2;
+		}
+		if (!beside && S_ISREG(st.st_mode) && (err = probe_write(path)) != 0) {
+			fprintf(stderr, "pinpipe-train: --%s=%s: cannot write: %s\n", name, path,
+				strerror(err));
 			return 2;
 		}
 		if (!beside)
