@@ -380,6 +380,13 @@ int pp_nn_model_wait(struct pp_model *m)
 	return m->backend->queued ? pp_stream_synchronize(m->cfg.stream) : 0;
 }
 
+size_t pp_nn_past_flattens(const struct pp_model *m, size_t i)
+{
+	for (; i < m->n_layers && m->layers[i].kind == NN_FLATTEN; i--)
+		;
+	return i < m->n_layers ? i : SIZE_MAX;
+}
+
 bool pp_nn_behind_pooled_conv(const struct pp_model *m, size_t i)
 {
 	const struct nn_layer *L = m->layers;

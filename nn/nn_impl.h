@@ -140,6 +140,14 @@ int pp_nn_model_check_runtime(const struct pp_model_config *cfg);
  */
 bool pp_nn_behind_pooled_conv(const struct pp_model *m, size_t i);
 
+/*
+ * Layer i, or the first layer below it that is not a Flatten: a Flatten
+ * changes only the shape, so its output is its input's and its input's
+ * gradient its output's.  SIZE_MAX (past the bottom: the model's input)
+ * where all of them are Flattens, or i is SIZE_MAX.
+ */
+size_t pp_nn_past_flattens(const struct pp_model *m, size_t i);
+
 /* Waits for the model's queued work (nn_backend.queued); 0 or -errno. */
 int pp_nn_model_wait(struct pp_model *m);
 

@@ -126,7 +126,7 @@ static void emu_forward_tiled(const struct pp_cuda_pool_geom *g, const struct pp
 	memcpy(sh + p->plane_floats, w, (size_t)p->w_floats * sizeof(float));
 	for (int s = 0; s < n; s++) {
 		for (int e = 0; e < p->plane_floats; e++)
-			sh[e] = pp_fused_forward_stage(g, p, x, (size_t)s, e);
+			sh[e] = pp_fused_padded_input(&g->conv, x, (size_t)s, e);
 		for (int i = 0; i < p->items; i++)
 			pp_fused_forward_tile(g, g->conv.k, p, sh, sh + p->plane_floats, b,
 					      out + (size_t)s * p->items, idx + (size_t)s * p->items, i);

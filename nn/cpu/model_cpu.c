@@ -198,9 +198,8 @@ static bool relu_in_pool(const struct pp_model *m, size_t i)
  */
 static const float *output_of(const struct pp_model *m, const struct nn_job *job, size_t i)
 {
-	for (; i < m->n_layers && m->layers[i].kind == NN_FLATTEN; i--)
-		;
-	if (i >= m->n_layers)
+	i = pp_nn_past_flattens(m, i);
+	if (i == SIZE_MAX)
 		return job->in_u8 ? m->input : job->in_f32;
 	return m->acts[i];
 }

@@ -172,7 +172,7 @@ static __global__ void conv_pool_forward_tiled_kernel(const float *__restrict__ 
 	for (int s = blockIdx.x; s < n; s += gridDim.x) {
 		__syncthreads();
 		for (int e = threadIdx.x; e < plan.plane_floats; e += blockDim.x)
-			xs[e] = pp_fused_forward_stage(&g, &plan, x, (size_t)s, e);
+			xs[e] = pp_fused_padded_input(&g.conv, x, (size_t)s, e);
 		__syncthreads();
 		for (int i = threadIdx.x; i < plan.items; i += blockDim.x)
 			pp_fused_forward_tile(&g, K, &plan, xs, ws, b, out + (size_t)s * plan.items,

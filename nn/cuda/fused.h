@@ -485,7 +485,7 @@ PP_HD static inline size_t pp_fused_tile_bytes(const struct pp_fused_tile_plan *
 
 /*
  * The tiled forward's plan: the sample's input with 'pad' zeros on every
- * side, a thread per pooled output.  Returns 0 when the layer fits it
+ * side (staged by pp_fused_padded_input()), a thread per pooled output.  Returns 0 when the layer fits it
  * (stride 1, a 2 x 2 pool, K <= PP_FUSED_KMAX, the sample and the weights
  * in PP_FUSED_SMEM_BYTES), else -1.
  */
@@ -510,20 +510,23 @@ PP_HD static inline int pp_fused_forward_plan(const struct pp_cuda_pool_geom *g,
 	return 0;
 }
 
-/* Element e of sample s's padded input: x (s, c, r - pad, q - pad), or 0 outside it. */
-PP_HD static inline float pp_fused_forward_stage(const struct pp_cuda_pool_geom *g,
-						 const struct pp_fused_tile_plan *p,
-						 const float *x, size_t s, int e)
+/*
+ * Element e of the inputs of samples s, s + 1, ... each channel with the
+ * padding's zeros around it (H + 2 pad rows of W + 2 pad): x (s + e's
+ * sample, c, r - pad, q - pad), or 0 in the padding.  Without padding the
+ * planes are the inputs as they lie: no division.
+ */
+PP_HD static inline float pp_fused_padded_input(const struct pp_cuda_geom *cg, const float *x,
+						size_t s, int e)
 {
-	const struct pp_cuda_geom *cg = &g->conv;
+	const int rows = cg->h + 2 * cg->pad, cols = cg->w + 2 * cg->pad;
 	int q, r, c;
 
-	/* no padding: the planes are the sample's input as it lies, no division */
-	if (p->left == 0 && p->top == 0 && p->rows == cg->h && p->cols == cg->w)
+	if (cg->pad == 0)
 		return x[s * (size_t)cg->c * (size_t)cg->h * (size_t)cg->w + (size_t)e];
-	q = e % p->cols - p->left;
-	r = e / p->cols % p->rows - p->top;
-	c = e / (p->cols * p->rows);
+	q = e % cols - cg->pad;
+	r = e / cols % rows - cg->pad;
+	c = e / (cols * rows);
 	if (r < 0 || r >= cg->h || q < 0 || q >= cg->w)
 		return 0.0f;
 	return x[((s * (size_t)cg->c + (size_t)c) * (size_t)cg->h + (size_t)r) * (size_t)cg->w +
@@ -787,29 +790,15 @@ PP_HD static inline size_t pp_fused_wg_bytes(const struct pp_fused_wg_plan *p)
 	return (size_t)p->plane_floats * sizeof(float) + (size_t)p->sel_count * sizeof(struct pp_fused_wsel);
 }
 
-/* Element e of the planes of the group from sample s0: x (s0 + e's sample, c, r - pad, q - pad), or 0. */
+/* Element e of the planes of the group from sample s0 (pp_fused_padded_input()), 0 past sample n - 1. */
 PP_HD static inline float pp_fused_wg_stage_x(const struct pp_cuda_pool_geom *g,
 					      const struct pp_fused_wg_plan *p, const float *x, int n,
 					      int s0, int e)
 {
-	const struct pp_cuda_geom *cg = &g->conv;
-	int q, r, sc, s, c;
+	const size_t per = (size_t)g->conv.c * (size_t)p->rows * (size_t)p->cols;
 
-	/* no padding: the planes are the samples' inputs as they lie, no division */
-	if (cg->pad == 0) {
-		const size_t chw = (size_t)cg->c * (size_t)cg->h * (size_t)cg->w;
-
-		return (size_t)e < (size_t)(n - s0) * chw ? x[(size_t)s0 * chw + (size_t)e] : 0.0f;
-	}
-	q = e % p->cols - cg->pad;
-	r = e / p->cols % p->rows - cg->pad;
-	sc = e / (p->cols * p->rows);
-	s = s0 + sc / cg->c;
-	c = sc % cg->c;
-	if (s >= n || r < 0 || r >= cg->h || q < 0 || q >= cg->w)
-		return 0.0f;
-	return x[(((size_t)s * (size_t)cg->c + (size_t)c) * (size_t)cg->h + (size_t)r) * (size_t)cg->w +
-		 (size_t)q];
+	return (size_t)e < (size_t)(n - s0) * per ? pp_fused_padded_input(&g->conv, x, (size_t)s0, e)
+						  : 0.0f;
 }
 
 /* Term e of channel o in the group from sample s0: pooled output e of the group's sample e / (PH PW). */

@@ -263,16 +263,14 @@ static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, fl
  */
 static const float *output_of(const struct pp_model *m, size_t i, const float *input)
 {
-	for (; i < m->n_layers && m->layers[i].kind == NN_FLATTEN; i--)
-		;
-	return i < m->n_layers ? m->acts[i] : input;
+	i = pp_nn_past_flattens(m, i);
+	return i == SIZE_MAX ? input : m->acts[i];
 }
 
 static float *grad_of(const struct pp_model *m, size_t i)
 {
-	for (; i < m->n_layers && m->layers[i].kind == NN_FLATTEN; i--)
-		;
-	return i < m->n_layers ? m->dacts[i] : NULL;
+	i = pp_nn_past_flattens(m, i);
+	return i == SIZE_MAX ? NULL : m->dacts[i];
 }
 
 static int forward(struct pp_model *m, const float *x, int n)
