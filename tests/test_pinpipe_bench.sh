@@ -78,16 +78,27 @@ check_load_line() {
 }
 check_load_line "$tmp/bw.csv" "$tmp/out"
 
-# Runs a check of the figures up to 3 times: a run where other processes took
+# Runs a check of the figures up to 5 times: a run where other processes took
 # the cores from the loader or the simulated engines is measured again; one
-# must meet every bound.  $1: a name; the rest: the command.
+# must meet every bound.  A miss where a row's cpu_wait was 0.25 or more (the
+# bench's own line: the host too loaded for these figures; sim's copy engine
+# and kernels are host threads) is a host that could not run the check, not
+# a failure: when every miss was such a one, the check is said not judged.
+# $1: a name; $2: the CSV the command writes; the rest: the command.
 with_retries() {
 	what=$1
-	shift
-	for attempt in 1 2 3; do
+	csv=$2
+	shift 2
+	judged=0
+	for attempt in 1 2 3 4 5; do
 		"$@" && return 0
-		echo "$what: attempt $attempt missed: $(cat "$tmp/why")"
+		waits=$(plain "$csv" | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "cpu_wait") c = i }
+			NR > 1 && c { w = w " " $c; if ($c != "-" && $c >= 0.25) l = 1 } END { print (l ? "loaded" : "idle") w }')
+		echo "$what: attempt $attempt missed ($waits): $(cat "$tmp/why")"
+		case $waits in loaded*) ;; *) judged=$((judged + 1)) ;; esac
+		[ $judged -lt 3 ] || break
 	done
+	[ $judged -gt 0 ] || { echo "$what: not judged: the host was too loaded in every attempt"; return 0; }
 	fail "$what: $(cat "$tmp/why")"
 }
 
@@ -115,7 +126,7 @@ rule() {
 			if (!(pageb >= pagec / 2)) { print "pageable: host blocked " pageb " us of a " pagec " us copy"; exit 1 }
 		 }' > "$tmp/why" || { cat "$tmp/ov.csv" >> "$tmp/why"; return 1; }
 }
-with_retries "overlap, compute-bound" rule
+with_retries "overlap, compute-bound" "$tmp/ov.csv" rule
 # The device with its settings, quoted in CSV (it holds a comma) and a JSON string.
 sed -n 2p "$tmp/ov.csv" | grep -q '^"sim:bw=10GB/s,call_us=20",pinned,1024,' ||
 	fail "overlap CSV: the device's cell: $(sed -n 2p "$tmp/ov.csv")"
@@ -171,18 +182,26 @@ grep -q "^# host too loaded for these figures: this process had [0-9.]* threads 
 fi
 
 # Launch-bound steps (4 kernels of no length, 200 us a launch): a pageable
-# copy blocks the launches and is counted as exposed; a pinned one is not.
+# copy blocks the launches, and the time it blocks the host is counted as
+# exposed (at least half of it: the compute stream is idle all along); a
+# pinned copy blocks nothing, so less of it is exposed (under half of the
+# pageable one's exposed time) and more of it is hidden.  The bounds are of
+# the run's own figures: the pageable copy's share hidden is not bounded
+# alone, as its device time, on a loaded host, grows past the host's block.
 launch_bound() {
 	"$bench" overlap --device=sim:bw=1GB/s,call_us=200 --batches=40 --compute-us=0 \
 		--kernels=4 --time-every=1 --csv="$tmp/lb.csv" > "$tmp/out" 2> "$tmp/err" ||
 		fail "overlap --kernels=4: exit $?: $(cat "$tmp/err")"
-	plain "$tmp/lb.csv" | awk -F, 'NR == 2 { pin = $11; k = $6 } NR == 3 { page = $11 }
+	plain "$tmp/lb.csv" | awk -F, 'NR == 2 { pin = $11; k = $6; pine = $10 }
+		 NR == 3 { page = $11; pagee = $10; pageb = $12 }
 		 END {
 			if (NR != 3 || k != 4) { print "rows: " NR ", kernels " k; exit 1 }
-			if (!(page < 0.5 && pin > page)) { print "hidden share: pinned " pin ", pageable " page; exit 1 }
+			if (!(pagee >= pageb / 2)) { print "pageable: " pagee " us exposed of " pageb " us blocking the host"; exit 1 }
+			if (!(pine < pagee / 2)) { print "exposed: pinned " pine " us, pageable " pagee " us"; exit 1 }
+			if (!(pin > page)) { print "hidden share: pinned " pin ", pageable " page; exit 1 }
 		 }' > "$tmp/why" || { cat "$tmp/lb.csv" >> "$tmp/why"; return 1; }
 }
-with_retries "overlap --kernels=4" launch_bound
+with_retries "overlap --kernels=4" "$tmp/lb.csv" launch_bound
 expect_usage overlap --kernels=0
 expect_usage overlap --time-every=x
 echo "pinpipe-bench: command line, CSV and JSON as expected"
