@@ -541,29 +541,32 @@ END_TEST
  * (sim:call_us=5, as on a GPU host), with no compute (the copies and the
  * host's calls are the pipeline) and with a compute step a batch ten times
  * a copy, copied 2 and 6 ahead of a loader ring of 16, one batch in 16
- * timed.  A batch needs one
- * copy, an event after it, the compute stream's wait for it, an event at
- * its release, and one query (or, where the stage must wait, one
- * synchronization) of the oldest release to know its device slot is free
- * again; that completion proves the copy and every one before it complete,
- * so no copy's event is asked whether it is (on the sim, one is asked
- * whether the copy failed: its errors stay with the copy stream, where
- * CUDA's reach the release's query).  A timed batch adds three timing
- * events, and a query of a release not complete yet is wasted now and then.
- * Fails if a run takes more than 6 calls a batch, 3 a timed batch, one in
- * four batches wasted and the slots' worth at the edges (the stage used to
- * take 7.4 a batch, asking copies' events that a release had proved
- * complete, and more the deeper its queue), or more than one copy a batch.
+ * timed, with the default slots (depth + 3) and with depth + 5.  A batch
+ * needs one copy, an event after it and the compute stream's wait for it;
+ * one release in k (2 with the default slots, 4 with depth + 5) is
+ * recorded, and proves the others on its stream complete (compute runs in
+ * order), and with them the copies of their batches (so no copy's event is
+ * asked whether it is); a proof is asked once (a query; or, where it is not
+ * complete and the stage must wait, a synchronization after it) and, on the
+ * sim, one copy's event whether the copy failed (its errors stay with the
+ * copy stream, where CUDA's reach the release's query).  A timed batch adds
+ * three timing events.  Fails if a run takes more than 3 calls a batch and
+ * 4 a proof, 3 a timed batch, one in four batches wasted and the slots'
+ * worth at the edges (the stage took 6.1-6.2 a batch here when it recorded
+ * and asked every release, 7.4 before that, when it asked the copies'
+ * events too), or more than one copy a batch.
  */
 START_TEST(test_calls_per_batch_costly)
 {
 	static const struct {
-		uint32_t depth, kernels, kernel_us;
-	} runs[] = { { 2, 0, 0 }, { 6, 0, 0 }, { 2, 1, 200 }, { 6, 1, 200 } };
+		uint32_t depth, kernels, kernel_us, slots, k;
+	} runs[] = { { 2, 0, 0, 0, 2 },   { 6, 0, 0, 0, 2 },   { 2, 1, 200, 0, 2 },
+		     { 6, 1, 200, 0, 2 }, { 2, 0, 0, 7, 4 },   { 2, 1, 200, 7, 4 } };
 	enum { N = 96 };
 
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
-		struct pp_transfer_config tc = { .depth = runs[i].depth };
+		struct pp_transfer_config tc = { .depth = runs[i].depth, .slots = runs[i].slots };
+		const uint32_t nslots = runs[i].slots ? runs[i].slots : runs[i].depth + 3;
 		struct steps_result r;
 		struct pp_tfix f;
 		uint64_t calls, bound;
@@ -583,11 +586,11 @@ START_TEST(test_calls_per_batch_costly)
 		ck_assert_uint_le(r.dev.copies, N + runs[i].depth);
 		/* Less the test's own calls: a compute step (a host function) a kernel. */
 		calls = r.dev.calls - (uint64_t)N * runs[i].kernels;
-		bound = 6 * N + 3 * r.st.copies_timed + N / 4 + 2 * (runs[i].depth + 2);
-		ck_assert_msg(calls <= bound, "depth %u, %u kernels: %llu calls of the stage for %d "
-			      "batches (%llu timed), more than %llu", runs[i].depth, runs[i].kernels,
-			      (unsigned long long)calls, N, (unsigned long long)r.st.copies_timed,
-			      (unsigned long long)bound);
+		bound = 3 * N + 4 * N / runs[i].k + 3 * r.st.copies_timed + N / 4 + 2 * nslots;
+		ck_assert_msg(calls <= bound, "depth %u, %u slots, %u kernels: %llu calls of the "
+			      "stage for %d batches (%llu timed), more than %llu", runs[i].depth,
+			      nslots, runs[i].kernels, (unsigned long long)calls, N,
+			      (unsigned long long)r.st.copies_timed, (unsigned long long)bound);
 		pp_tfix_close(&f);
 	}
 }

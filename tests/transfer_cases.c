@@ -4,7 +4,8 @@
  * intact and in order under random compute delays, with no device slot
  * reused and no host batch given back before its event; pageable copies
  * block the host and pinned ones do not; epochs can change mid-stream;
- * destroying mid-stream gives everything back; misuse is refused.
+ * destroying mid-stream gives everything back; misuse is refused; releases
+ * without an event of their own are proved before their slots are reused.
  *
  * The device memory is read back by the compute stream itself (a
  * device-to-host copy enqueued after a random synthetic compute delay, then
@@ -80,6 +81,7 @@ struct tcheck_buf {
 	int32_t *expect_labels; /* batch */
 	uint32_t size;          /* samples in the batch */
 	uint64_t index;         /* batch index, for messages */
+	struct pp_stream *stream; /* where its check was queued */
 	atomic_bool busy;       /* a check is queued on it */
 };
 
@@ -184,7 +186,7 @@ void pp_tcheck_batch(struct pp_tcheck *c, struct pp_device_batch *b, uint32_t de
 	ck_assert_msg(memcmp(b->host_labels, rb->labels, (size_t)b->size * sizeof(int32_t)) == 0,
 		      "batch %llu: host labels differ", (unsigned long long)b->index);
 	if (atomic_load(&cb->busy)) {
-		ret = pp_stream_synchronize(compute);
+		ret = pp_stream_synchronize(cb->stream);
 		ck_assert_msg(ret == 0, "compute stream: %s", pp_last_error());
 		ck_assert(!atomic_load(&cb->busy));
 	}
@@ -194,6 +196,7 @@ void pp_tcheck_batch(struct pp_tcheck *c, struct pp_device_batch *b, uint32_t de
 	memcpy(cb->expect_labels, rb->labels, (size_t)b->size * sizeof(int32_t));
 	memcpy(cb->ids, b->host_ids, (size_t)b->size * sizeof(uint64_t));
 	pp_loader_release(c->ref, rb);
+	cb->stream = compute;
 	atomic_store(&cb->busy, true);
 	if (delay_us > 0)
 		ck_assert_int_eq(pp_stream_spin(compute, (uint64_t)delay_us * 1000u), 0);
@@ -555,6 +558,69 @@ START_TEST(test_misuse_refused)
 }
 END_TEST
 
+/*
+ * Releases that record no event of their own: one release in a few is
+ * recorded (2 with the default slots, 4 with depth + 5), the others proved
+ * by a later one on their stream, by one recorded late, or by a
+ * synchronization of the device.  The trainer holds every slot, then
+ * releases the oldest (a release with no event, wanted at once); then takes
+ * the epoch changing its compute stream every 7 batches (releases left
+ * unrecorded on the stream it leaves), and at the third change destroys
+ * the stream it leaves (nothing may be recorded there after).  Fails if
+ * next() refuses or hangs, or if a batch is out of order or differs from
+ * the dataset when its compute reads it after a delay: a slot reused before
+ * its release completed; under the sanitizers, if an event is recorded on
+ * a stream destroyed.
+ */
+START_TEST(test_release_proofs)
+{
+	for (uint32_t slots = 0; slots <= 7; slots += 7) {
+		const uint32_t nslots = slots ? slots : 2 + 3;
+		struct pp_device_batch *b, *held[8];
+		struct pp_stream *other, *swap;
+		struct pp_tcheck *c;
+		struct pp_tfix f;
+		uint64_t n, changes = 0;
+		int ret;
+
+		pp_tfix_open(&f, case_names[_i], 16 * 150, 16, 0, true, 2, slots);
+		ck_assert_int_eq(pp_stream_create(f.dev, &other), 0);
+		c = pp_tcheck_create(&f);
+		ck_assert_int_eq(pp_transfer_begin_epoch(f.t, 0), 0);
+		pp_tcheck_epoch(c, 0);
+		for (uint32_t i = 0; i < nslots; i++)
+			ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &held[i]), 1);
+		ck_assert_int_eq(pp_transfer_next(f.t, f.compute, &b), -ENOBUFS);
+		pp_tcheck_batch(c, held[0], 300);
+		ret = pp_transfer_next(f.t, f.compute, &b);
+		ck_assert_msg(ret == 1, "slots %u: next after one release: %d %s", nslots, ret,
+			      pp_last_error());
+		for (uint32_t i = 1; i < nslots; i++)
+			pp_tcheck_batch(c, held[i], 50);
+		n = nslots;
+		do {
+			ck_assert_uint_eq(b->index, n);
+			pp_tcheck_batch(c, b, n % 3 == 0 ? 200 : 20);
+			if (++n % 7 == 0) {
+				swap = f.compute;
+				f.compute = other;
+				other = swap;
+				if (++changes == 3) {
+					pp_stream_destroy(other);
+					ck_assert_int_eq(pp_stream_create(f.dev, &other), 0);
+				}
+			}
+		} while ((ret = pp_transfer_next(f.t, f.compute, &b)) == 1);
+		ck_assert_msg(ret == 0, "slots %u: next: %s", nslots, pp_last_error());
+		ck_assert_uint_eq(n, 150);
+		ck_assert_int_eq(pp_stream_synchronize(other), 0);
+		ck_assert_uint_eq(pp_tcheck_finish(c), 150);
+		pp_stream_destroy(other);
+		pp_tfix_close(&f);
+	}
+}
+END_TEST
+
 void pp_transfer_cases_add(Suite *s, const char *tcase_name, const char *const *names, int n)
 {
 	TCase *tc = tcase_create(tcase_name);
@@ -567,5 +633,6 @@ void pp_transfer_cases_add(Suite *s, const char *tcase_name, const char *const *
 	tcase_add_loop_test(tc, test_epoch_change_midstream, 0, n);
 	tcase_add_loop_test(tc, test_destroy_midstream, 0, n);
 	tcase_add_loop_test(tc, test_misuse_refused, 0, n);
+	tcase_add_loop_test(tc, test_release_proofs, 0, n);
 	suite_add_tcase(s, tc);
 }

@@ -9,11 +9,14 @@
  *
  * What a batch costs the host, in device calls: one copy (samples and labels
  * in one region of the slot), an event after it, the compute stream's wait
- * for that event, an event at release, and a query of the oldest release
+ * for that event, and, for one batch in 'release_every' (the slots beyond
+ * depth + 1: 2 by default), an event at its release and one query of it
  * when a slot is wanted (a synchronization when next() must wait for one).
- * Orderings stand in for the other queries: a release recorded on the
- * stream that waited for the batch's copy proves that copy complete, and
- * copies complete in the order issued, so the host batches of it and of
+ * Orderings stand in for the other events and queries: compute runs in
+ * order, so a release recorded on a stream proves every earlier release
+ * there complete (the releases between record nothing); a release recorded
+ * on the stream that waited for the batch's copy proves that copy complete,
+ * and copies complete in the order issued, so the host batches of it and of
  * every earlier copy go back to the loader then (copies_complete); the
  * copies' own events are asked only when the loader runs short of ring
  * slots (host_short), and, where a device keeps a copy's error with its
@@ -93,6 +96,7 @@ static int free_slot(struct pp_transfer *t, struct tslot *s)
 	pp_transfer_count_times(t, s);
 	pp_device_release(t->dev, s->mem, t->slot_bytes);
 	s->state = TSLOT_FREE;
+	s->release_recorded = false;
 	return ret;
 }
 
@@ -141,26 +145,113 @@ static struct tslot *oldest_released(struct pp_transfer *t)
 }
 
 /*
- * Frees the released slots that prefetch() can use now, oldest release
- * first, asking the device one query a slot and one more where the oldest
- * is not complete yet (no later release is then asked: compute runs in
- * order).  A host batch goes back to the loader once an ordering proves its
- * copy complete (free_slot), without a query of its own; only where the
- * loader runs short are the copies' events asked (host_short()).  With
- * nothing queued and no slot free, next() waits for the oldest release
- * instead.  Never blocks.  Returns 0 or the error of a failed copy.
+ * The released slot whose recorded release proves s's release complete: of
+ * the releases recorded on s's stream at or after s's, the oldest; NULL
+ * where none is (s's release and those after it there recorded nothing).
  */
-static int reclaim(struct pp_transfer *t)
+static struct tslot *proof_of(struct pp_transfer *t, const struct tslot *s)
 {
-	struct tslot *s;
+	struct tslot *r = NULL;
+
+	for (uint32_t i = 0; i < t->nslots; i++) {
+		struct tslot *x = &t->slots[i];
+
+		if (x->state == TSLOT_RELEASED && x->release_recorded &&
+		    x->release_stream == s->release_stream && x->release_seq >= s->release_seq &&
+		    (r == NULL || x->release_seq < r->release_seq))
+			r = x;
+	}
+	return r;
+}
+
+/*
+ * The proof of s's release (proof_of()); where there is none and s was
+ * released on 'compute', the stream of this next() (so still the trainer's),
+ * the newest release there is recorded now, late (*fresh_p: true), and is
+ * the proof.  NULL where s was released on another stream, unrecorded: only
+ * a synchronization of the device proves it (next_blocking()).
+ */
+static int prove(struct pp_transfer *t, const struct tslot *s, struct pp_stream *compute,
+		 struct tslot **p_p, bool *fresh_p)
+{
+	struct tslot *p = proof_of(t, s);
+	int ret;
+
+	*fresh_p = false;
+	if (p == NULL && s->release_stream == compute) {
+		for (uint32_t i = 0; i < t->nslots; i++) {
+			struct tslot *x = &t->slots[i];
+
+			if (x->state == TSLOT_RELEASED && x->release_stream == compute &&
+			    (p == NULL || x->release_seq > p->release_seq))
+				p = x;
+		}
+		if ((ret = pp_event_record(p->released, compute)) < 0)
+			return ret;
+		p->release_recorded = true;
+		*fresh_p = true;
+	}
+	*p_p = p;
+	return 0;
+}
+
+/*
+ * Frees the released slots that p's complete release proves complete: its
+ * own and every earlier one on its stream, newest first (so that the first
+ * freed proves the copies of the others sound, where a device is asked).
+ */
+static int free_proven(struct pp_transfer *t, struct tslot *p)
+{
+	struct pp_stream *stream = p->release_stream;
+	uint64_t seq = p->release_seq;
+	int ret;
+
+	for (;;) {
+		struct tslot *s = NULL;
+
+		for (uint32_t i = 0; i < t->nslots; i++) {
+			struct tslot *x = &t->slots[i];
+
+			if (x->state == TSLOT_RELEASED && x->release_stream == stream &&
+			    x->release_seq <= seq && (s == NULL || x->release_seq > s->release_seq))
+				s = x;
+		}
+		if (s == NULL)
+			return 0;
+		if ((ret = free_slot(t, s)) < 0)
+			return ret;
+	}
+}
+
+/*
+ * Frees the released slots that prefetch() can use now, oldest release
+ * first, asking the device one query a proof (a recorded release, which
+ * frees every release before it on its stream) and one more where the
+ * oldest is not complete yet (no later release is then asked: compute runs
+ * in order); a proof recorded late, just now, is not asked at once.  A host
+ * batch goes back to the loader once an ordering proves its copy complete
+ * (free_slot), without a query of its own; only where the loader runs short
+ * are the copies' events asked (host_short()).  With nothing queued and no
+ * slot free, next() waits for the oldest release instead.  Never blocks.
+ * Returns 0 or the error of a failed copy.
+ */
+static int reclaim(struct pp_transfer *t, struct pp_stream *compute)
+{
+	struct tslot *s, *p;
+	bool fresh;
 	int ret = 0;
 
 	if (t->loader_done || (t->qlen == 0 && count_free(t) == 0))
 		return 0;
 	while (count_free(t) < t->depth - PP_MIN(t->qlen, t->depth) &&
-	       (s = oldest_released(t)) != NULL && (ret = pp_event_query(s->released)) == 1)
-		if ((ret = free_slot(t, s)) < 0)
+	       (s = oldest_released(t)) != NULL) {
+		if ((ret = prove(t, s, compute, &p, &fresh)) < 0)
 			return ret;
+		if (p == NULL || fresh || (ret = pp_event_query(p->released)) != 1)
+			break;
+		if ((ret = free_proven(t, p)) < 0)
+			return ret;
+	}
 	return ret < 0 ? ret : 0;
 }
 
@@ -377,11 +468,12 @@ static int prefetch(struct pp_transfer *t)
  * for the loader's next batch, and issues its copy.  Returns 1, 0 at the end
  * of the epoch, or -errno.
  */
-static int fetch_blocking(struct pp_transfer *t)
+static int fetch_blocking(struct pp_transfer *t, struct pp_stream *compute)
 {
 	struct pp_batch *hb;
-	struct tslot *s, *r;
+	struct tslot *s, *r, *p;
 	uint64_t t0, dt;
+	bool fresh;
 	int ret;
 
 	while ((s = find_free(t)) == NULL) {
@@ -392,12 +484,22 @@ static int fetch_blocking(struct pp_transfer *t)
 			return pp_error(-ENOBUFS, "transfer: all %u device slots are held by the "
 					"trainer; release a batch before asking for the next",
 					t->nslots);
+		if ((ret = prove(t, r, compute, &p, &fresh)) < 0)
+			return ret;
 		t0 = pp_now_ns();
-		pp_event_synchronize(r->released);
+		if (p != NULL)
+			pp_event_synchronize(p->released);
+		else
+			/* Released on a stream the trainer has left, recording nothing there. */
+			pp_device_synchronize(t->dev);
 		dt = pp_now_ns() - t0;
 		t->stats.slot_wait_ns += dt;
 		t->wait_in_call += dt;
-		if ((ret = free_slot(t, r)) < 0)
+		/* After the device's synchronization every release is complete. */
+		for (uint32_t i = 0; p == NULL && i < t->nslots; i++)
+			if (t->slots[i].state == TSLOT_RELEASED && (ret = free_slot(t, &t->slots[i])) < 0)
+				return ret;
+		if (p != NULL && (ret = free_proven(t, p)) < 0)
 			return ret;
 	}
 	ret = loader_take(t, false, &hb);
@@ -490,10 +592,10 @@ static int next_copied(struct pp_transfer *t, struct pp_stream *compute,
 {
 	int ret;
 
-	if ((ret = reclaim(t)) < 0 || (ret = prefetch(t)) < 0)
+	if ((ret = reclaim(t, compute)) < 0 || (ret = prefetch(t)) < 0)
 		return fail(t, ret);
 	if (t->qlen == 0) {
-		if (!t->loader_done && (ret = fetch_blocking(t)) < 0)
+		if (!t->loader_done && (ret = fetch_blocking(t, compute)) < 0)
 			return fail(t, ret);
 		if (t->qlen == 0) {
 			*b_p = NULL;
@@ -542,10 +644,17 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 	if (compute == NULL || pp_stream_device(compute) != t->dev)
 		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
 				pp_device_get_props(t->dev)->name);
-	if ((ret = pp_event_record(s->released, compute)) < 0)
+	/*
+	 * One release in release_every is recorded; the others are proved by
+	 * the next recorded on their stream, or by one recorded late when a
+	 * slot is wanted (prove()).
+	 */
+	s->release_seq = t->releases + 1;
+	s->release_recorded = s->release_seq % t->release_every == 0;
+	if (s->release_recorded && (ret = pp_event_record(s->released, compute)) < 0)
 		return ret;
+	t->releases++;
 	s->state = TSLOT_RELEASED;
-	s->release_seq = ++t->releases;
 	s->release_stream = compute;
 	/* Where compute's work before the next hand-out ends, when that batch is timed. */
 	next = t->qlen > 0 ? &t->slots[t->queue[t->qhead]] : NULL;
@@ -696,7 +805,7 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	if (cfg->depth > 64)
 		return pp_error(-EINVAL, "transfer: depth %u is out of range (0..64)", cfg->depth);
 	if (cfg->slots == 1 || cfg->slots > 256)
-		return pp_error(-EINVAL, "transfer: %u device slots is out of range (0: depth + 2, "
+		return pp_error(-EINVAL, "transfer: %u device slots is out of range (0: depth + 3, "
 				"or 2..256)", cfg->slots);
 	t = pp_calloc(1, sizeof(*t));
 	if (t == NULL)
@@ -707,7 +816,8 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	t->layout = pp_loader_layout(t->loader);
 	t->labels_field = pp_layout_labels(t->layout);
 	t->depth = cfg->depth ? cfg->depth : 2;
-	t->nslots = cfg->slots ? cfg->slots : t->depth + 2;
+	t->nslots = cfg->slots ? cfg->slots : t->depth + 3;
+	t->release_every = t->nslots > t->depth + 1 ? PP_MIN(t->nslots - t->depth - 1, 4u) : 1;
 	t->time_every = cfg->time_every ? cfg->time_every : TIME_EVERY_DEFAULT;
 	t->stats.device_kind = pp_device_get_props(t->dev)->kind;
 	pp_loader_get_layout(t->loader, &t->batch_size, &t->sample_bytes);
