@@ -4,8 +4,8 @@
  * intact and in order under random compute delays, with no device slot
  * reused and no host batch given back before its event; pageable copies
  * block the host and pinned ones do not; epochs can change mid-stream;
- * destroying mid-stream gives everything back; misuse is refused; releases
- * without an event of their own are proved before their slots are reused.
+ * destroying mid-stream gives everything back; misuse is refused; a span
+ * of releases is proved by its newest, on its own stream.
  *
  * The device memory is read back by the compute stream itself (a
  * device-to-host copy enqueued after a random synthetic compute delay, then
@@ -559,24 +559,22 @@ START_TEST(test_misuse_refused)
 END_TEST
 
 /*
- * Releases that record no event of their own: one release in a few is
- * recorded (2 with the default slots, 4 with depth + 5), the others proved
- * by a later one on their stream, by one recorded late, or by a
- * synchronization of the device.  The trainer holds every slot, then
- * releases the oldest (a release with no event, wanted at once); then takes
- * the epoch changing its compute stream every 7 batches (releases left
- * unrecorded on the stream it leaves), and at the third change destroys
- * the stream it leaves (nothing may be recorded there after).  Fails if
- * next() refuses or hangs, or if a batch is out of order or differs from
- * the dataset when its compute reads it after a delay: a slot reused before
- * its release completed; under the sanitizers, if an event is recorded on
- * a stream destroyed.
+ * Releases asked in spans: one query of the newest of up to k releases on
+ * a stream (2 with the default slots, 4 with depth + 5) frees them all,
+ * and only releases on that stream.  The trainer holds every slot, then
+ * releases the oldest; then takes the epoch changing its compute stream
+ * every 7 batches (destroying the stream it leaves at the third change),
+ * then at every batch, then holding two batches at a time, released in
+ * turn on two streams.  Fails if next() refuses or hangs, or if a batch is
+ * out of order or differs from the dataset when its compute reads it after
+ * a delay: a slot reused before its release completed (a span that took
+ * in a release of another stream, or one after its newest).
  */
 START_TEST(test_release_proofs)
 {
 	for (uint32_t slots = 0; slots <= 7; slots += 7) {
 		const uint32_t nslots = slots ? slots : 2 + 3;
-		struct pp_device_batch *b, *held[8];
+		struct pp_device_batch *b, *held[8], *pair = NULL;
 		struct pp_stream *other, *swap;
 		struct pp_tcheck *c;
 		struct pp_tfix f;
@@ -600,8 +598,19 @@ START_TEST(test_release_proofs)
 		n = nslots;
 		do {
 			ck_assert_uint_eq(b->index, n);
+			if (n >= 100 && pair == NULL && n % 2 == 0) {
+				/* Two held: this one is released after the next is taken. */
+				pair = b;
+				n++;
+				continue;
+			}
+			if (pair != NULL) {
+				pp_tcheck_batch(c, pair, 150);
+				pair = NULL;
+			}
 			pp_tcheck_batch(c, b, n % 3 == 0 ? 200 : 20);
-			if (++n % 7 == 0) {
+			n++;
+			if (n < 60 ? n % 7 == 0 : true) {
 				swap = f.compute;
 				f.compute = other;
 				other = swap;
@@ -612,6 +621,7 @@ START_TEST(test_release_proofs)
 			}
 		} while ((ret = pp_transfer_next(f.t, f.compute, &b)) == 1);
 		ck_assert_msg(ret == 0, "slots %u: next: %s", nslots, pp_last_error());
+		ck_assert_ptr_null(pair);
 		ck_assert_uint_eq(n, 150);
 		ck_assert_int_eq(pp_stream_synchronize(other), 0);
 		ck_assert_uint_eq(pp_tcheck_finish(c), 150);

@@ -9,19 +9,18 @@
  *
  * What a batch costs the host, in device calls: one copy (samples and labels
  * in one region of the slot), an event after it, the compute stream's wait
- * for that event, and, for one batch in 'release_every' (the slots beyond
- * depth + 1: 2 by default), an event at its release and one query of it
- * when a slot is wanted (a synchronization when next() must wait for one).
- * Orderings stand in for the other events and queries: compute runs in
- * order, so a release recorded on a stream proves every earlier release
- * there complete (the releases between record nothing); a release recorded
- * on the stream that waited for the batch's copy proves that copy complete,
- * and copies complete in the order issued, so the host batches of it and of
- * every earlier copy go back to the loader then (copies_complete); the
- * copies' own events are asked only when the loader runs short of ring
- * slots (host_short), and, where a device keeps a copy's error with its
- * stream (sim), once a freed slot whether its copy failed.  One batch in
- * 'time_every' is also timed, its figures counted by overlap.c.
+ * for that event, an event at release, and, for every 'proof_span' batches
+ * (the slots beyond depth + 1: 2 by default), one query when a slot is
+ * wanted (a synchronization when next() must wait for one).  Orderings
+ * stand in for the other queries: compute runs in order, so the newest of
+ * a span of releases on a stream proves them all complete; a release
+ * recorded on the stream that waited for the batch's copy proves that copy
+ * complete, and copies complete in the order issued, so the host batches
+ * of it and of every earlier copy go back to the loader then
+ * (copies_complete); the copies' own events are asked only when the loader
+ * runs short of ring slots (host_short), and, where a device keeps a copy's
+ * error with its stream (sim), once a span whether its copy failed.  One
+ * batch in 'time_every' is also timed, its figures counted by overlap.c.
  */
 #include "config.h"
 
@@ -96,7 +95,6 @@ static int free_slot(struct pp_transfer *t, struct tslot *s)
 	pp_transfer_count_times(t, s);
 	pp_device_release(t->dev, s->mem, t->slot_bytes);
 	s->state = TSLOT_FREE;
-	s->release_recorded = false;
 	return ret;
 }
 
@@ -145,54 +143,24 @@ static struct tslot *oldest_released(struct pp_transfer *t)
 }
 
 /*
- * The released slot whose recorded release proves s's release complete: of
- * the releases recorded on s's stream at or after s's, the oldest; NULL
- * where none is (s's release and those after it there recorded nothing).
+ * The release whose completion is asked for s's: of the releases on s's
+ * stream from s's to proof_span - 1 after it, the newest (s's own where
+ * none came after it there); its completion proves every earlier one there.
  */
 static struct tslot *proof_of(struct pp_transfer *t, const struct tslot *s)
 {
-	struct tslot *r = NULL;
+	struct tslot *p = NULL;
 
 	for (uint32_t i = 0; i < t->nslots; i++) {
 		struct tslot *x = &t->slots[i];
 
-		if (x->state == TSLOT_RELEASED && x->release_recorded &&
-		    x->release_stream == s->release_stream && x->release_seq >= s->release_seq &&
-		    (r == NULL || x->release_seq < r->release_seq))
-			r = x;
+		if (x->state == TSLOT_RELEASED && x->release_stream == s->release_stream &&
+		    x->release_seq >= s->release_seq &&
+		    x->release_seq - s->release_seq < t->proof_span &&
+		    (p == NULL || x->release_seq > p->release_seq))
+			p = x;
 	}
-	return r;
-}
-
-/*
- * The proof of s's release (proof_of()); where there is none and s was
- * released on 'compute', the stream of this next() (so still the trainer's),
- * the newest release there is recorded now, late (*fresh_p: true), and is
- * the proof.  NULL where s was released on another stream, unrecorded: only
- * a synchronization of the device proves it (next_blocking()).
- */
-static int prove(struct pp_transfer *t, const struct tslot *s, struct pp_stream *compute,
-		 struct tslot **p_p, bool *fresh_p)
-{
-	struct tslot *p = proof_of(t, s);
-	int ret;
-
-	*fresh_p = false;
-	if (p == NULL && s->release_stream == compute) {
-		for (uint32_t i = 0; i < t->nslots; i++) {
-			struct tslot *x = &t->slots[i];
-
-			if (x->state == TSLOT_RELEASED && x->release_stream == compute &&
-			    (p == NULL || x->release_seq > p->release_seq))
-				p = x;
-		}
-		if ((ret = pp_event_record(p->released, compute)) < 0)
-			return ret;
-		p->release_recorded = true;
-		*fresh_p = true;
-	}
-	*p_p = p;
-	return 0;
+	return p;
 }
 
 /*
@@ -225,33 +193,31 @@ static int free_proven(struct pp_transfer *t, struct tslot *p)
 
 /*
  * Frees the released slots that prefetch() can use now, oldest release
- * first, asking the device one query a proof (a recorded release, which
- * frees every release before it on its stream) and one more where the
- * oldest is not complete yet (no later release is then asked: compute runs
- * in order); a proof recorded late, just now, is not asked at once.  A host
- * batch goes back to the loader once an ordering proves its copy complete
- * (free_slot), without a query of its own; only where the loader runs short
- * are the copies' events asked (host_short()).  With nothing queued and no
- * slot free, next() waits for the oldest release instead.  Never blocks.
- * Returns 0 or the error of a failed copy.
+ * first, asking the device one query a span of releases (that of its
+ * newest, proof_of()), and none more where it is not complete yet (no
+ * later release is then asked: compute runs in order).  Where the last
+ * next() had to wait for a release and a copy is queued, nothing is asked:
+ * compute is behind, and would say no.  A host batch goes back to the
+ * loader once an ordering proves its copy complete (free_slot), without a
+ * query of its own; only where the loader runs short are the copies'
+ * events asked (host_short()).  With nothing queued and no slot free,
+ * next() waits for a span instead.  Never blocks.  Returns 0 or the error
+ * of a failed copy.
  */
-static int reclaim(struct pp_transfer *t, struct pp_stream *compute)
+static int reclaim(struct pp_transfer *t)
 {
+	bool waited = t->slot_waited;
 	struct tslot *s, *p;
-	bool fresh;
 	int ret = 0;
 
-	if (t->loader_done || (t->qlen == 0 && count_free(t) == 0))
+	t->slot_waited = false;
+	if (t->loader_done || (t->qlen == 0 && count_free(t) == 0) || (waited && t->qlen > 0))
 		return 0;
 	while (count_free(t) < t->depth - PP_MIN(t->qlen, t->depth) &&
-	       (s = oldest_released(t)) != NULL) {
-		if ((ret = prove(t, s, compute, &p, &fresh)) < 0)
-			return ret;
-		if (p == NULL || fresh || (ret = pp_event_query(p->released)) != 1)
-			break;
+	       (s = oldest_released(t)) != NULL &&
+	       (ret = pp_event_query((p = proof_of(t, s))->released)) == 1)
 		if ((ret = free_proven(t, p)) < 0)
 			return ret;
-	}
 	return ret < 0 ? ret : 0;
 }
 
@@ -468,12 +434,11 @@ static int prefetch(struct pp_transfer *t)
  * for the loader's next batch, and issues its copy.  Returns 1, 0 at the end
  * of the epoch, or -errno.
  */
-static int fetch_blocking(struct pp_transfer *t, struct pp_stream *compute)
+static int fetch_blocking(struct pp_transfer *t)
 {
 	struct pp_batch *hb;
 	struct tslot *s, *r, *p;
 	uint64_t t0, dt;
-	bool fresh;
 	int ret;
 
 	while ((s = find_free(t)) == NULL) {
@@ -484,22 +449,14 @@ static int fetch_blocking(struct pp_transfer *t, struct pp_stream *compute)
 			return pp_error(-ENOBUFS, "transfer: all %u device slots are held by the "
 					"trainer; release a batch before asking for the next",
 					t->nslots);
-		if ((ret = prove(t, r, compute, &p, &fresh)) < 0)
-			return ret;
+		p = proof_of(t, r);
+		t->slot_waited = true;
 		t0 = pp_now_ns();
-		if (p != NULL)
-			pp_event_synchronize(p->released);
-		else
-			/* Released on a stream the trainer has left, recording nothing there. */
-			pp_device_synchronize(t->dev);
+		ret = pp_event_synchronize(p->released);
 		dt = pp_now_ns() - t0;
 		t->stats.slot_wait_ns += dt;
 		t->wait_in_call += dt;
-		/* After the device's synchronization every release is complete. */
-		for (uint32_t i = 0; p == NULL && i < t->nslots; i++)
-			if (t->slots[i].state == TSLOT_RELEASED && (ret = free_slot(t, &t->slots[i])) < 0)
-				return ret;
-		if (p != NULL && (ret = free_proven(t, p)) < 0)
+		if (ret < 0 || (ret = free_proven(t, p)) < 0)
 			return ret;
 	}
 	ret = loader_take(t, false, &hb);
@@ -592,10 +549,10 @@ static int next_copied(struct pp_transfer *t, struct pp_stream *compute,
 {
 	int ret;
 
-	if ((ret = reclaim(t, compute)) < 0 || (ret = prefetch(t)) < 0)
+	if ((ret = reclaim(t)) < 0 || (ret = prefetch(t)) < 0)
 		return fail(t, ret);
 	if (t->qlen == 0) {
-		if (!t->loader_done && (ret = fetch_blocking(t, compute)) < 0)
+		if (!t->loader_done && (ret = fetch_blocking(t)) < 0)
 			return fail(t, ret);
 		if (t->qlen == 0) {
 			*b_p = NULL;
@@ -644,17 +601,10 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 	if (compute == NULL || pp_stream_device(compute) != t->dev)
 		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
 				pp_device_get_props(t->dev)->name);
-	/*
-	 * One release in release_every is recorded; the others are proved by
-	 * the next recorded on their stream, or by one recorded late when a
-	 * slot is wanted (prove()).
-	 */
-	s->release_seq = t->releases + 1;
-	s->release_recorded = s->release_seq % t->release_every == 0;
-	if (s->release_recorded && (ret = pp_event_record(s->released, compute)) < 0)
+	if ((ret = pp_event_record(s->released, compute)) < 0)
 		return ret;
-	t->releases++;
 	s->state = TSLOT_RELEASED;
+	s->release_seq = ++t->releases;
 	s->release_stream = compute;
 	/* Where compute's work before the next hand-out ends, when that batch is timed. */
 	next = t->qlen > 0 ? &t->slots[t->queue[t->qhead]] : NULL;
@@ -817,7 +767,7 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	t->labels_field = pp_layout_labels(t->layout);
 	t->depth = cfg->depth ? cfg->depth : 2;
 	t->nslots = cfg->slots ? cfg->slots : t->depth + 3;
-	t->release_every = t->nslots > t->depth + 1 ? PP_MIN(t->nslots - t->depth - 1, 4u) : 1;
+	t->proof_span = t->nslots > t->depth + 1 ? PP_MIN(t->nslots - t->depth - 1, 4u) : 1;
 	t->time_every = cfg->time_every ? cfg->time_every : TIME_EVERY_DEFAULT;
 	t->stats.device_kind = pp_device_get_props(t->dev)->kind;
 	pp_loader_get_layout(t->loader, &t->batch_size, &t->sample_bytes);

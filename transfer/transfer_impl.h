@@ -50,9 +50,6 @@ struct tslot {
 	bool counting;              /* handed out timed, its figures not counted yet */
 	uint64_t copy_seq;          /* order of its copy among all copies, from 1 */
 	uint64_t release_seq;       /* order of its release among all releases, from 1 */
-	bool release_recorded;      /* 'released' recorded on release_stream: at the release (one
-				       in release_every), or later, as the proof of this and
-				       earlier releases there */
 	struct pp_stream *wait_stream; /* the stream made to wait for its copy at the hand-out */
 	struct pp_stream *release_stream; /* the stream its release was recorded on */
 	uint64_t want_ns;           /* host clock when t_wanted was recorded */
@@ -92,9 +89,12 @@ struct pp_transfer {
 				       every one before it (one copy stream, run in order) */
 	uint64_t copies_checked;    /* copy_seq of the newest copy known not to have failed */
 	uint64_t releases;          /* releases so far */
-	uint32_t release_every;     /* a release event is recorded at one release in this many
-				       (the slots beyond depth + 1, at most 4): compute runs in
-				       order, so it proves the releases before it on its stream */
+	bool slot_waited;           /* the last next() waited for a slot's release: compute is
+				       behind the host, and the next next(), with a copy queued,
+				       asks the device nothing */
+	uint32_t proof_span;        /* releases one query proves at once: that of the newest of
+				       them (compute runs in order on its stream); the slots
+				       beyond depth + 1, at most 4 */
 	struct pp_event *spare_mark; /* a mark recorded while no copy was queued, swapped into
 					the next timed slot issued */
 	bool spare_fresh;           /* spare_mark recorded since the last hand-out */

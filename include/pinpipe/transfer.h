@@ -61,8 +61,9 @@ struct pp_transfer_config {
 	uint32_t depth;            /* batches copied ahead of the trainer; 0: 2 */
 	uint32_t slots;            /* device slots, 2..256 (with depth + 1 or fewer, fewer copies
 	                              run ahead while the trainer holds batches; each slot beyond
-	                              depth + 2, up to 3 more, lets one release event stand for
-	                              one more release: fewer device calls a batch); 0: depth + 3 */
+	                              depth + 2, up to 3 more, lets one query of a release stand
+	                              for one more: fewer device calls a batch, for a batch of
+	                              device memory); 0: depth + 3 */
 	uint32_t time_every;       /* time one batch in this many (the first is): its copy time
 	                              and exposure, on the device's timeline (see struct
 	                              pp_transfer_stats); 1: every batch; 0: 16 */
@@ -202,13 +203,10 @@ PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
 
 /*
  * Gives a batch back once the work enqueued on 'compute' so far (its last
- * use) completes: the device slot is reused only after it.  An event is
- * recorded there at one release in a few (see 'slots'); compute runs in
- * order, so it proves the releases before it on that stream, and the one
- * that follows the others.  Where the trainer asks for a slot before such a
- * release, the next call of pp_transfer_next() records one on its stream
- * when that is the stream of the release, and otherwise waits for the
- * device.  Does not block.  Returns 0, or -EINVAL (a batch not held).
+ * use) completes: an event is recorded there, and the device slot is reused
+ * only after it (the stage asks one such event for a few releases on one
+ * stream, the newest: compute runs in order).  Does not block.  Returns 0,
+ * or -EINVAL (a batch not held).
  */
 PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 			       struct pp_stream *compute);
