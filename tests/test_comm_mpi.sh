@@ -10,6 +10,9 @@
 #     the call and the timeout, and they end the job with exit 3
 #     (pp_comm_abort); the job is bounded by timeout(1) at 60 s, 60 times
 #     the communicator's timeout, so a hang fails the test (status 124).
+#     The communicator of 1 s is made once a collective of one of 120 s
+#     has lined the ranks up, so that ranks started seconds apart on a
+#     loaded host do not time out before the wait measured.
 #  3. The grad sync (pinpipe/grad_sync.h): a gradient handed over in
 #     ranges, averaged in buckets, each float the ranks' exact mean; the
 #     deterministic reduction of 6 micro-batches bit for bit that of one

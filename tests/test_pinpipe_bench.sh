@@ -11,6 +11,7 @@ set -u
 bench=./pinpipe-bench
 tmp=${TMPDIR:-/tmp}/pp-bench-test.$$
 mkdir -p "$tmp"
+. "$(dirname "$0")/testlib.sh"
 pids=
 # The busy loops below end with the test, whatever ends it.
 trap 'for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
@@ -158,8 +159,9 @@ check_load_line "$tmp/ov.csv" "$tmp/out"
 # share; two leave each thread a third at most), and the figures are said
 # to be the host's.
 # The run delay comes from /proc/self/task/N/schedstat: a kernel (or a
-# sandbox) without it says nothing, and the check is left out.
-cores=$(nproc)
+# sandbox) without it says nothing, and the check is left out.  The cores
+# are the tool's (testlib.sh), which its warning names.
+cores=$(cores)
 pids=
 i=0
 [ -r /proc/self/schedstat ] || { echo "test_pinpipe_bench: no schedstat here: the loaded host's warning not checked"; i=$((cores * 2)); }

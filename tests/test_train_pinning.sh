@@ -14,6 +14,7 @@ pids=
 trap 'for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 trap 'exit 1' HUP INT TERM
 fail=0
+. "$(dirname "$0")/testlib.sh"
 small="--data=synthetic:1400 --device=sim:call_us=5 --model=mlp --batch-size=50 --epochs=2 --no-eval --no-progress"
 
 "$train" $small --pin-memory=on,off --csv="$tmp/p.csv" >"$tmp/out" 2>"$tmp/err" ||
@@ -44,8 +45,9 @@ awk -F, -v line="$line" '
 # Busy loops on every core, twice over: each of the run's threads gets a
 # third of a core at most, and waits the rest of the time it is runnable.
 # The run delay comes from /proc/self/task/N/schedstat: a kernel (or a
-# sandbox) without it says nothing, and the check is left out.
-cores=$(nproc)
+# sandbox) without it says nothing, and the check is left out.  The cores
+# are the tool's (testlib.sh), which its warning names.
+cores=$(cores)
 i=0
 [ -r /proc/self/schedstat ] || { echo "test_train_pinning: no schedstat here: the loaded host's warning not checked"; i=$((cores * 2)); }
 while [ $i -lt $((cores * 2)) ]; do

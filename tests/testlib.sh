@@ -32,3 +32,19 @@ mpi_env() {
 	export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/tsan_mpi.supp"
 	mpirun="mpirun --oversubscribe"
 }
+
+# cores: prints how many cores this process may run on, counted as the
+# tools count them (pp_hostload_cores(), common/hostload.c): the affinity
+# mask (Cpus_allowed_list, which taskset sets), else the processors
+# online.  Not nproc(1): coreutils' gives OMP_NUM_THREADS or
+# OMP_THREAD_LIMIT where either is set, which the tools do not read.
+cores() {
+	n=$(awk -F'[ \t]+' '$1 == "Cpus_allowed_list:" {
+		k = split($2, part, ",")
+		for (i = 1; i <= k; i++)
+			n += split(part[i], r, "-") == 2 ? r[2] - r[1] + 1 : 1
+		print n }' /proc/self/status 2>/dev/null)
+	[ "${n:-0}" -gt 0 ] 2>/dev/null || n=$(getconf _NPROCESSORS_ONLN 2>/dev/null)
+	[ "${n:-0}" -gt 0 ] 2>/dev/null || n=1
+	echo "$n"
+}
