@@ -13,11 +13,33 @@
 #ifndef PP_COMMON_CPU_H
 #define PP_COMMON_CPU_H
 
+#include <limits.h>
+#include <sched.h>
 #include <stdbool.h>
+#include <unistd.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * The cores this process may run on: those of its affinity mask (taskset,
+ * a container's cpuset), else the online ones; at least 1.  The one count
+ * of them, for the library (the CPU backend's threads, the loader's poll,
+ * the cpu device's description) and the programs (--threads=auto, the
+ * loaded host's warning, pinpipe-pack's threads), inline so that the
+ * programs, which do not reach the library's internals, share it.
+ */
+static inline int pp_cpu_usable_cores(void)
+{
+	cpu_set_t set;
+	long online;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return CPU_COUNT(&set);
+	online = sysconf(_SC_NPROCESSORS_ONLN);
+	return online > 0 && online < INT_MAX ? (int)online : 1;
+}
 
 /*
  * The levels the kernels are compiled for: baseline x86-64 (SSE2), AVX2

@@ -9,13 +9,10 @@
 #include "config.h"
 
 #include <dirent.h>
-#include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "common/hostload.h"
 
@@ -68,14 +65,4 @@ double pp_hostload_waiting(const struct pp_hostload *a, const struct pp_hostload
 		delay += b->delay_ns[i] > before ? b->delay_ns[i] - before : 0;
 	}
 	return (double)delay / (double)(b->wall_ns - a->wall_ns);
-}
-
-int pp_hostload_cores(void)
-{
-	cpu_set_t set;
-	long online = sysconf(_SC_NPROCESSORS_ONLN);
-
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return CPU_COUNT(&set);
-	return online > 0 && online < INT_MAX ? (int)online : 1;
 }

@@ -42,10 +42,4 @@ void pp_hostload_read(struct pp_hostload *r);
  */
 double pp_hostload_waiting(const struct pp_hostload *a, const struct pp_hostload *b);
 
-/*
- * The cores this process may run on: those of its affinity mask (taskset,
- * a container's cpuset), else the online ones; at least 1.
- */
-int pp_hostload_cores(void);
-
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "common/cpu.h"
 #include "common/fault.h"
 #include "device/device_impl.h"
 
@@ -37,14 +38,13 @@ static const struct pp_device_ops cpu_ops = {
 int pp_device_cpu_open(struct pp_device *dev, const char *options)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
 	if (options != NULL)
 		return pp_error(-EINVAL, "device 'cpu:%s': cpu takes no options", options);
 	dev->ops = &cpu_ops;
 	snprintf(dev->props.name, sizeof(dev->props.name), "cpu");
 	snprintf(dev->props.description, sizeof(dev->props.description),
-		 "host CPU (%ld threads); batches are used in place", cpus);
+		 "host CPU (%d cores to run on); batches are used in place", pp_cpu_usable_cores());
 	dev->props.kind = PP_DEVICE_CPU;
 	dev->props.total_memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
 	dev->props.host_is_device = true;

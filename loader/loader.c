@@ -13,10 +13,10 @@
 
 #include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/cpu.h"
 #include "common/fault.h"
 #include "common/common_impl.h"
 #include "loader/loader_impl.h"
@@ -348,15 +348,11 @@ out_free:
  */
 static uint64_t spin_ns(const struct pp_loader_config *cfg)
 {
-	cpu_set_t set;
-	int cpus;
-
 	if (cfg->workers == 0 || cfg->spin_us == PP_LOADER_NO_SPIN)
 		return 0;
 	if (cfg->spin_us != 0)
 		return (uint64_t)cfg->spin_us * 1000u;
-	cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-	return cfg->workers < (uint32_t)cpus ? (uint64_t)PP_LOADER_SPIN_US * 1000u : 0;
+	return cfg->workers < (uint32_t)pp_cpu_usable_cores() ? (uint64_t)PP_LOADER_SPIN_US * 1000u : 0;
 }
 
 int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader_source *src,

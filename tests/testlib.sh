@@ -34,7 +34,7 @@ mpi_env() {
 }
 
 # cores: prints how many cores this process may run on, counted as the
-# tools count them (pp_hostload_cores(), common/hostload.c): the affinity
+# tools count them (pp_cpu_usable_cores(), common/cpu.h): the affinity
 # mask (Cpus_allowed_list, which taskset sets), else the processors
 # online.  Not nproc(1): coreutils' gives OMP_NUM_THREADS or
 # OMP_THREAD_LIMIT where either is set, which the tools do not read.

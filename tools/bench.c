@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "common/args.h"
+#include "common/cpu.h"
 #include "common/hostload.h"
 #include "common/size.h"
 #include "common/textout.h"
@@ -836,7 +837,7 @@ static void print_verdict(const struct options *o, const struct table *t, enum p
 	if (!isnan(worst) && worst >= PP_HOSTLOAD_TOO_LOADED)
 		printf("# host too loaded for these figures: this process had %.2f threads waiting "
 		       "for a core on average (cpu_wait, %d cores)%s\n", worst,
-		       pp_hostload_cores(),
+		       pp_cpu_usable_cores(),
 		       kind == PP_DEVICE_SIM ? "; sim's copy engine and kernels are host threads, "
 		       "so its copy and step times measure the host" : "");
 }

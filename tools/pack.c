@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/args.h"
+#include "common/cpu.h"
 #include "common/size.h"
 #include "pinpipe/pinpipe.h"
 
@@ -802,9 +803,9 @@ int main(int argc, char **argv)
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int cpus = pp_cpu_usable_cores();
 	struct pack_options opt = {0, DEFAULT_SHARD_BYTES, DEFAULT_RECORDS_PER_CHUNK, DEFAULT_LEVEL,
-				   cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (uint32_t)cpus,
+				   (uint32_t)cpus > MAX_THREADS ? MAX_THREADS : (uint32_t)cpus,
 				   1, NULL, false, false, 224};
 	bool do_verify = false, have_n = false, have_s = false;
 	const char *abbrev, *whole;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cpu.h"
 #include "common/hostload.h"
 #include "trainer/pinning.h"
 
@@ -116,7 +117,7 @@ void tr_pinning_print(const struct tr_results *res, FILE *f)
 				sim = true;
 		fprintf(f, "pinpipe-train: warning: host too loaded for these timings: run %u had %.2f "
 			"threads waiting for a core on average in an epoch (%d cores)%s\n", worst_run, worst,
-			pp_hostload_cores(), sim ? "; on sim, whose copy engine and kernels are host "
+			pp_cpu_usable_cores(), sim ? "; on sim, whose copy engine and kernels are host "
 			"threads, the copy and step times measure the host" : "");
 	}
 }

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cpu.h"
 #include "common/hostload.h"
 #include "pinpipe/pinpipe.h"
 #include "trainer/data.h"
@@ -218,7 +219,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 
 	memset(&r, 0, sizeof(r));
 	/* The ranks of a machine share its cores (and its GPUs, by local rank). */
-	cores = (unsigned)pp_hostload_cores() / (unsigned)pp_comm_local_size(dist->comm);
+	cores = (unsigned)pp_cpu_usable_cores() / (unsigned)pp_comm_local_size(dist->comm);
 	params.threads = tr_options_threads(opt, p, cores ? cores : 1);
 	params.ranks = (unsigned)dist->size;
 	params.global_batch = p->batch_size * (unsigned)dist->size;

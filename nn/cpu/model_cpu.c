@@ -40,7 +40,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdio.h>
@@ -514,16 +513,6 @@ static bool spin_until(const uint64_t *v, uint64_t value, bool is_value, uint64_
 	}
 }
 
-/* The processors this process may run on (1 when it cannot tell). */
-static unsigned cpus_available(void)
-{
-	cpu_set_t set;
-
-	if (sched_getaffinity(0, sizeof(set), &set) != 0)
-		return 1;
-	return (unsigned)PP_MAX(CPU_COUNT(&set), 1);
-}
-
 void pp_nn_cpu_set_spin(struct pp_model *m, uint64_t ns)
 {
 	struct nn_cpu *cpu = m->ctx;
@@ -769,7 +758,7 @@ static int cpu_setup(struct pp_model *m)
 	if (!cpu->workers || !cpu->chunks || !cpu->sched)
 		return pp_error(-ENOMEM, "model: out of memory");
 	memset(cpu->sched, 0, sizeof(*cpu->sched));
-	cpu->sched->spin_ns = (unsigned)cpu->threads < cpus_available() ? NN_SPIN_NS : 0;
+	cpu->sched->spin_ns = (unsigned)cpu->threads < (unsigned)pp_cpu_usable_cores() ? NN_SPIN_NS : 0;
 	cpu->chunks[0].grads = m->grads;
 	cpu->chunks_ready = 1;
 	ret = make_tasks(m);
