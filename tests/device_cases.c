@@ -95,66 +95,6 @@ static void end_captures_left(void)
 	}
 }
 
-/* A host function that blocks its stream until the test opens the gate. */
-struct gate {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool open;
-	bool reached; /* the stream has reached the gate */
-};
-
-static void gate_init(struct gate *g)
-{
-	pthread_mutex_init(&g->mu, NULL);
-	pthread_cond_init(&g->cv, NULL);
-	g->open = false;
-	g->reached = false;
-}
-
-static void gate_pass(void *arg)
-{
-	struct gate *g = arg;
-
-	pthread_mutex_lock(&g->mu);
-	g->reached = true;
-	pthread_cond_broadcast(&g->cv);
-	while (!g->open)
-		pthread_cond_wait(&g->cv, &g->mu);
-	pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_open(struct gate *g)
-{
-	pthread_mutex_lock(&g->mu);
-	g->open = true;
-	pthread_cond_broadcast(&g->cv);
-	pthread_mutex_unlock(&g->mu);
-}
-
-static bool gate_is_open(struct gate *g)
-{
-	bool open;
-
-	pthread_mutex_lock(&g->mu);
-	open = g->open;
-	pthread_mutex_unlock(&g->mu);
-	return open;
-}
-
-static void gate_wait_reached(struct gate *g)
-{
-	pthread_mutex_lock(&g->mu);
-	while (!g->reached)
-		pthread_cond_wait(&g->cv, &g->mu);
-	pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_destroy(struct gate *g)
-{
-	pthread_cond_destroy(&g->cv);
-	pthread_mutex_destroy(&g->mu);
-}
-
 /* A log of host functions in the order the streams ran them. */
 struct order_log {
 	pthread_mutex_t mu;
@@ -253,12 +193,12 @@ START_TEST(test_event_completes_after_work)
 	struct pp_device *dev = open_device(_i);
 	struct pp_stream *s;
 	struct pp_event *ev, *never;
-	struct gate g;
+	struct pp_test_gate g;
 	uint8_t *src, *back;
 	void *d;
 	uint64_t ns;
 
-	gate_init(&g);
+	pp_test_gate_init(&g);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&src, NULL), 0);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&back, NULL), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
@@ -270,14 +210,14 @@ START_TEST(test_event_completes_after_work)
 	ck_assert_int_eq(pp_event_elapsed_ns(never, ev, &ns), -EINVAL);
 
 	pp_test_fill_random(src, SIZE, 2);
-	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g), 0);
+	ck_assert_int_eq(pp_stream_launch_host(s, pp_test_gate_pass, &g), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, src, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_memcpy_async(back, d, SIZE, PP_COPY_D2H, s), 0);
 	ck_assert_int_eq(pp_event_record(ev, s), 0);
-	gate_wait_reached(&g);
+	pp_test_gate_wait_reached(&g);
 	ck_assert_int_eq(pp_event_query(ev), 0);
 	ck_assert_int_eq(pp_event_elapsed_ns(ev, ev, &ns), -EAGAIN);
-	gate_open(&g);
+	pp_test_gate_open(&g);
 	ck_assert_int_eq(pp_event_synchronize(ev), 0);
 	ck_assert_int_eq(pp_event_query(ev), 1);
 	ck_assert(memcmp(src, back, SIZE) == 0);
@@ -285,7 +225,7 @@ START_TEST(test_event_completes_after_work)
 	pp_event_destroy(never);
 	pp_event_destroy(ev);
 	pp_stream_destroy(s);
-	gate_destroy(&g);
+	pp_test_gate_destroy(&g);
 	pp_device_close(dev);
 }
 END_TEST
@@ -302,21 +242,21 @@ START_TEST(test_stream_waits_for_event)
 	struct log_entry a = { &log, 1, 0 }, b = { &log, 2, 0 };
 	struct pp_stream *sa, *sb;
 	struct pp_event *ev;
-	struct gate g;
+	struct pp_test_gate g;
 
-	gate_init(&g);
+	pp_test_gate_init(&g);
 	pthread_mutex_init(&log.mu, NULL);
 	ck_assert_int_eq(pp_stream_create(dev, &sa), 0);
 	ck_assert_int_eq(pp_stream_create(dev, &sb), 0);
 	ck_assert_int_eq(pp_event_create(dev, &ev), 0);
-	ck_assert_int_eq(pp_stream_launch_host(sa, gate_pass, &g), 0);
+	ck_assert_int_eq(pp_stream_launch_host(sa, pp_test_gate_pass, &g), 0);
 	ck_assert_int_eq(pp_stream_launch_host(sa, log_append, &a), 0);
 	ck_assert_int_eq(pp_event_record(ev, sa), 0);
 	ck_assert_int_eq(pp_stream_wait_event(sb, ev), 0);
 	ck_assert_int_eq(pp_stream_launch_host(sb, log_append, &b), 0);
-	gate_wait_reached(&g);
+	pp_test_gate_wait_reached(&g);
 	ck_assert_int_eq(log.n, 0);
-	gate_open(&g);
+	pp_test_gate_open(&g);
 	ck_assert_int_eq(pp_stream_synchronize(sb), 0);
 	ck_assert_int_eq(log.n, 2);
 	ck_assert_int_eq(log.v[0], 1);
@@ -326,7 +266,7 @@ START_TEST(test_stream_waits_for_event)
 	pp_stream_destroy(sb);
 	pp_stream_destroy(sa);
 	pthread_mutex_destroy(&log.mu);
-	gate_destroy(&g);
+	pp_test_gate_destroy(&g);
 	pp_device_close(dev);
 }
 END_TEST
@@ -346,12 +286,12 @@ START_TEST(test_pinned_async_pageable_blocks)
 	struct pp_device_stats st0, st1, st2;
 	struct pp_stream *s;
 	struct pp_event *ev;
-	struct gate g;
+	struct pp_test_gate g;
 	uint8_t *pinned_buf, *pageable_buf;
 	bool pinned;
 	void *d;
 
-	gate_init(&g);
+	pp_test_gate_init(&g);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&pinned_buf, &pinned), 0);
 	ck_assert(pinned);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, false, (void **)&pageable_buf, &pinned), 0);
@@ -365,14 +305,14 @@ START_TEST(test_pinned_async_pageable_blocks)
 	ck_assert_int_eq(pp_memcpy_async(d, pinned_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
 
-	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g), 0);
-	gate_wait_reached(&g);
+	ck_assert_int_eq(pp_stream_launch_host(s, pp_test_gate_pass, &g), 0);
+	pp_test_gate_wait_reached(&g);
 	ck_assert_int_eq(pp_device_get_stats(dev, &st0), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, pinned_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_device_get_stats(dev, &st1), 0);
 	ck_assert_int_eq(pp_event_record(ev, s), 0);
 	ck_assert_int_eq(pp_event_query(ev), 0);
-	gate_open(&g);
+	pp_test_gate_open(&g);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, pageable_buf, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pp_stream_synchronize(s), 0);
@@ -396,7 +336,7 @@ START_TEST(test_pinned_async_pageable_blocks)
 		ck_assert_uint_gt(st2.copy_ns, st0.copy_ns);
 	}
 	pp_device_close(dev);
-	gate_destroy(&g);
+	pp_test_gate_destroy(&g);
 }
 END_TEST
 
@@ -528,7 +468,7 @@ static void *open_gate_later(void *arg)
 	struct timespec ts = { 0, 50 * 1000 * 1000 };
 
 	nanosleep(&ts, NULL);
-	gate_open(arg);
+	pp_test_gate_open(arg);
 	return NULL;
 }
 
@@ -544,14 +484,14 @@ START_TEST(test_free_waits_for_copies)
 	enum { SIZE = 1 << 20 };
 	struct pp_device *dev = open_device(_i);
 	struct pp_stream *s;
-	struct gate g1, g2;
+	struct pp_test_gate g1, g2;
 	pthread_t opener;
 	uint8_t *src, *back, *expect = malloc(SIZE);
 	void *d, *d2;
 
 	ck_assert_ptr_nonnull(expect);
-	gate_init(&g1);
-	gate_init(&g2);
+	pp_test_gate_init(&g1);
+	pp_test_gate_init(&g2);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&src, NULL), 0);
 	ck_assert_int_eq(pp_host_alloc(dev, SIZE, true, (void **)&back, NULL), 0);
 	ck_assert_int_eq(pp_device_alloc(dev, SIZE, &d), 0);
@@ -561,26 +501,26 @@ START_TEST(test_free_waits_for_copies)
 	memcpy(expect, src, SIZE);
 	pp_test_fill_random(back, SIZE, 6);
 
-	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g1), 0);
+	ck_assert_int_eq(pp_stream_launch_host(s, pp_test_gate_pass, &g1), 0);
 	ck_assert_int_eq(pp_memcpy_async(d, src, SIZE, PP_COPY_H2D, s), 0);
 	ck_assert_int_eq(pthread_create(&opener, NULL, open_gate_later, &g1), 0);
 	pp_host_free(dev, src);
-	ck_assert(gate_is_open(&g1));
+	ck_assert(pp_test_gate_is_open(&g1));
 	ck_assert_int_eq(pthread_join(opener, NULL), 0);
 
-	ck_assert_int_eq(pp_stream_launch_host(s, gate_pass, &g2), 0);
+	ck_assert_int_eq(pp_stream_launch_host(s, pp_test_gate_pass, &g2), 0);
 	ck_assert_int_eq(pp_memcpy_async(d2, d, SIZE, PP_COPY_D2D, s), 0);
 	ck_assert_int_eq(pthread_create(&opener, NULL, open_gate_later, &g2), 0);
 	pp_device_free(dev, d);
-	ck_assert(gate_is_open(&g2));
+	ck_assert(pp_test_gate_is_open(&g2));
 	ck_assert_int_eq(pthread_join(opener, NULL), 0);
 
 	ck_assert_int_eq(pp_memcpy_async(back, d2, SIZE, PP_COPY_D2H, s), 0);
 	ck_assert_int_eq(pp_device_synchronize(dev), 0);
 	ck_assert(memcmp(expect, back, SIZE) == 0);
 	pp_device_close(dev);
-	gate_destroy(&g2);
-	gate_destroy(&g1);
+	pp_test_gate_destroy(&g2);
+	pp_test_gate_destroy(&g1);
 	free(expect);
 }
 END_TEST

@@ -420,27 +420,33 @@ static void measure_steps(struct pp_tfix *f, int n, uint32_t kernels, uint32_t k
  * the host for about its time (at least half of the copy as timed, which
  * includes the host's time to issue it, and less than a quarter of the
  * compute more: it does not wait for compute), or if it
- * is counted as exposed while compute had work queued.
+ * is counted as exposed while compute had work queued.  A miss is measured
+ * again; one on a loaded host does not count (pp_test_timing).
  */
 START_TEST(test_call_cost_hidden)
 {
-	const char *why = "not measured";
 	struct steps_result pin, page;
+	struct pp_test_timing tm;
 	struct pp_tfix f;
 	uint32_t compute_us = 1000;
 	char buf[320];
 
-	for (int attempt = 0; attempt < 3 && why != NULL; attempt++) {
+	pp_test_timing_begin(&tm, "test_call_cost_hidden");
+	while (pp_test_timing_attempt(&tm)) {
 		uint64_t t0;
 
 		pp_tfix_open(&f, "sim:bw=25GB/s,call_us=20", 1024 * 40, 1024, PP_DTYPE_F32, true, 2, 0);
+		pp_test_timing_start(&tm);
 		t0 = pp_now_ns();
 		measure_steps(&f, 30, 0, 0, &pin);
 		compute_us = (uint32_t)PP_MAX((pp_now_ns() - t0) / 38 / 1000 * 4, 1000u);
 		measure_steps(&f, 30, 1, compute_us, &pin);
+		pp_test_timing_stop(&tm);
 		pp_tfix_close(&f);
 		pp_tfix_open(&f, "sim:bw=25GB/s,call_us=20", 1024 * 40, 1024, PP_DTYPE_F32, false, 2, 0);
+		pp_test_timing_start(&tm);
 		measure_steps(&f, 30, 1, compute_us, &page);
+		pp_test_timing_stop(&tm);
 		pp_tfix_close(&f);
 		ck_assert_uint_eq(pin.st.copies_timed, 30);
 		ck_assert_uint_eq(page.st.copies_timed, 30);
@@ -461,9 +467,12 @@ START_TEST(test_call_cost_hidden)
 				 page.st.hidden_share);
 		else
 			buf[0] = '\0';
-		why = pp_test_timing_failure("test_call_cost_hidden", buf[0] ? buf : NULL);
+		if (buf[0] != '\0')
+			snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "; compute %u us a batch",
+				 compute_us);
+		pp_test_timing_result(&tm, buf[0] ? buf : NULL);
 	}
-	ck_assert_msg(why == NULL, "%s (compute %u us a batch)", why, compute_us);
+	ck_assert_msg(pp_test_timing_failure(&tm) == NULL, "%s", pp_test_timing_failure(&tm));
 }
 END_TEST
 
@@ -472,36 +481,54 @@ END_TEST
  * 200 us, so that compute is idle while the host does anything else.  The
  * copy of a batch (256 float32 samples) lasts 800 us at 1 GB/s.  Fails if a
  * pageable copy, which blocks the host and so the launches, is not counted
- * as exposed (under half hidden), or if pinned copies, of which only the
- * call's time (200 us) holds up the launches, are not hidden more.  (What it
- * does to the step time, pinpipe-bench overlap --kernels=N shows.)
+ * as exposed for at least half of the time it blocks the host (the compute
+ * stream is idle all along), or if pinned copies, of which only the call's
+ * time (200 us) holds up the launches, are not exposed less (under half of
+ * the pageable copies' exposed time) and hidden more (a larger share).  The
+ * bounds are of the run's own figures: the pageable copies' share hidden is
+ * not bounded alone, as their device time (the sim's copy engine is a host
+ * thread) grows past the host's block on a loaded host, and a miss is
+ * measured again, one on a loaded host not counted (pp_test_timing).  (What
+ * it does to the step time, pinpipe-bench overlap --kernels=N shows.)
  */
 START_TEST(test_launch_bound_exposed)
 {
-	const char *why = "not measured";
 	struct steps_result pin, page;
+	struct pp_test_timing tm;
 	struct pp_tfix f;
 	char buf[320];
 
-	for (int attempt = 0; attempt < 3 && why != NULL; attempt++) {
+	pp_test_timing_begin(&tm, "test_launch_bound_exposed");
+	while (pp_test_timing_attempt(&tm)) {
 		pp_tfix_open(&f, "sim:bw=1GB/s,call_us=200", 256 * 40, 256, PP_DTYPE_F32, true, 2, 0);
+		pp_test_timing_start(&tm);
 		measure_steps(&f, 30, 4, 0, &pin);
+		pp_test_timing_stop(&tm);
 		pp_tfix_close(&f);
 		pp_tfix_open(&f, "sim:bw=1GB/s,call_us=200", 256 * 40, 256, PP_DTYPE_F32, false, 2, 0);
+		pp_test_timing_start(&tm);
 		measure_steps(&f, 30, 4, 0, &page);
+		pp_test_timing_stop(&tm);
 		pp_tfix_close(&f);
-		if (page.st.hidden_share >= 0.5)
-			snprintf(buf, sizeof(buf), "pageable: %.3f hidden (host blocked %llu ns)",
-				 page.st.hidden_share, (unsigned long long)page.st.host_blocked_ns);
+		ck_assert_uint_eq(pin.st.copies_timed, 30);
+		ck_assert_uint_eq(page.st.copies_timed, 30);
+		if (page.st.exposed_ns * 2 < page.st.host_blocked_ns)
+			snprintf(buf, sizeof(buf), "pageable: %llu ns exposed of %llu ns blocking the host "
+				 "(%.3f hidden)", (unsigned long long)page.st.exposed_ns,
+				 (unsigned long long)page.st.host_blocked_ns, page.st.hidden_share);
+		else if (pin.st.exposed_ns * 2 >= page.st.exposed_ns)
+			snprintf(buf, sizeof(buf), "exposed: pinned %llu ns (%llu late), pageable %llu ns",
+				 (unsigned long long)pin.st.exposed_ns,
+				 (unsigned long long)pin.st.late_ns,
+				 (unsigned long long)page.st.exposed_ns);
 		else if (pin.st.hidden_share <= page.st.hidden_share)
-			snprintf(buf, sizeof(buf), "pinned: %.3f hidden (%llu late of %llu exposed)",
-				 pin.st.hidden_share, (unsigned long long)pin.st.late_ns,
-				 (unsigned long long)pin.st.exposed_ns);
+			snprintf(buf, sizeof(buf), "hidden share: pinned %.3f, pageable %.3f",
+				 pin.st.hidden_share, page.st.hidden_share);
 		else
 			buf[0] = '\0';
-		why = pp_test_timing_failure("test_launch_bound_exposed", buf[0] ? buf : NULL);
+		pp_test_timing_result(&tm, buf[0] ? buf : NULL);
 	}
-	ck_assert_msg(why == NULL, "%s", why);
+	ck_assert_msg(pp_test_timing_failure(&tm) == NULL, "%s", pp_test_timing_failure(&tm));
 }
 END_TEST
 

@@ -1,10 +1,13 @@
 /*
- * tests/testutil.c: temporary directories, files and data for the suites.
+ * tests/testutil.c: temporary directories, files and data for the suites,
+ * the attempts of timing tests and a gate to hold a stream.
  */
 #include "config.h"
 
 #include <check.h>
 #include <ftw.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,17 +169,129 @@ static bool under_tsan(void)
 #endif
 }
 
-const char *pp_test_timing_failure(const char *test, const char *why)
+void pp_test_timing_begin(struct pp_test_timing *t, const char *test)
 {
-	if (why != NULL && under_valgrind()) {
-		fprintf(stderr, "%s: timing not checked under valgrind (one thread at a time): %s\n",
-			test, why);
-		return NULL;
+	t->test = test;
+	t->attempt = 0;
+	t->judged = 0;
+	t->done = false;
+	t->wait = NAN;
+	t->why[0] = '\0';
+}
+
+bool pp_test_timing_attempt(struct pp_test_timing *t)
+{
+	if (t->done)
+		return false;
+	if (t->judged < PP_TEST_TIMING_JUDGED && t->attempt < PP_TEST_TIMING_ATTEMPTS) {
+		t->attempt++;
+		t->wait = NAN;
+		return true;
 	}
-	if (why != NULL && under_tsan()) {
-		fprintf(stderr, "%s: timing not checked under ThreadSanitizer (its instrumentation "
-			"slows threads unevenly): %s\n", test, why);
-		return NULL;
+	if (t->judged == 0)
+		fprintf(stderr, "%s: timing not judged: the host was too loaded in every attempt\n",
+			t->test);
+	return false;
+}
+
+void pp_test_timing_start(struct pp_test_timing *t)
+{
+	pp_hostload_read(&t->start);
+}
+
+void pp_test_timing_stop(struct pp_test_timing *t)
+{
+	struct pp_hostload now;
+	double w;
+
+	pp_hostload_read(&now);
+	w = pp_hostload_waiting(&t->start, &now);
+	if (!isnan(w) && (isnan(t->wait) || w > t->wait))
+		t->wait = w;
+}
+
+void pp_test_timing_result(struct pp_test_timing *t, const char *why)
+{
+	bool loaded = !isnan(t->wait) && t->wait >= PP_HOSTLOAD_TOO_LOADED;
+	char wait[64];
+
+	if (why == NULL) {
+		t->done = true;
+		return;
 	}
-	return why;
+	if (under_valgrind() || under_tsan()) {
+		fprintf(stderr, "%s: timing not checked %s: %s\n", t->test,
+			under_valgrind() ? "under valgrind (one thread at a time)"
+					 : "under ThreadSanitizer (its instrumentation slows threads unevenly)",
+			why);
+		t->done = true;
+		return;
+	}
+	if (isnan(t->wait))
+		snprintf(wait, sizeof(wait), "threads waiting for a core unknown");
+	else
+		snprintf(wait, sizeof(wait), "%.2f threads waiting for a core", t->wait);
+	fprintf(stderr, "%s: attempt %d missed (%s, %s): %s\n", t->test, t->attempt,
+		loaded ? "host loaded, not counted" : "judged", wait, why);
+	if (!loaded) {
+		t->judged++;
+		snprintf(t->why, sizeof(t->why), "%s (%s)", why, wait);
+	}
+}
+
+const char *pp_test_timing_failure(const struct pp_test_timing *t)
+{
+	return t->done || t->judged == 0 ? NULL : t->why;
+}
+
+void pp_test_gate_init(struct pp_test_gate *g)
+{
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	g->open = false;
+	g->reached = false;
+}
+
+void pp_test_gate_pass(void *arg)
+{
+	struct pp_test_gate *g = arg;
+
+	pthread_mutex_lock(&g->mu);
+	g->reached = true;
+	pthread_cond_broadcast(&g->cv);
+	while (!g->open)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+void pp_test_gate_open(struct pp_test_gate *g)
+{
+	pthread_mutex_lock(&g->mu);
+	g->open = true;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+bool pp_test_gate_is_open(struct pp_test_gate *g)
+{
+	bool open;
+
+	pthread_mutex_lock(&g->mu);
+	open = g->open;
+	pthread_mutex_unlock(&g->mu);
+	return open;
+}
+
+void pp_test_gate_wait_reached(struct pp_test_gate *g)
+{
+	pthread_mutex_lock(&g->mu);
+	while (!g->reached)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+void pp_test_gate_destroy(struct pp_test_gate *g)
+{
+	pthread_cond_destroy(&g->cv);
+	pthread_mutex_destroy(&g->mu);
 }
