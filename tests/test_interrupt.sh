@@ -13,6 +13,10 @@
 #     holds the trainer at its first line until the test drains it: exit
 #     130, "interrupted before the first step", no row and no checkpoint;
 #     resumed, the checkpoint is left byte for byte as it was.
+#  3. SIGINT in an epoch while stdout is a pipe that nobody reads: the row
+#     on disk, the checkpoint and the line that says where it stopped are
+#     written before the row on the terminal waits for the pipe; drained,
+#     exit 130 and the row there too.
 # Each check fails the script with what went wrong; exit 77 only when the
 # tool was not built.  The random moments come from a seed printed first.
 set -u
@@ -24,7 +28,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/pinpipe-interrupt-test-XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
 python3 - "$train" "$tmp" <<'EOPY'
-import csv, fcntl, os, random, signal, subprocess, sys, time
+import csv, fcntl, json, os, random, re, signal, struct, subprocess, sys, time
 
 train, tmp = sys.argv[1], sys.argv[2]
 seed = int(os.environ.get("PP_TEST_SEED", str(int(time.time()))))
@@ -147,6 +151,78 @@ if code != 130 or "nothing trained, %s left as it was" % ckpt not in text:
     fail("resumed, SIGINT before the first step: exit %d:" % code, err)
 if open(ckpt, "rb").read() != before or rows(table):
     fail("resumed, SIGINT before the first step: the checkpoint changed, or rows were written")
+
+# 3. In an epoch, with stdout a pipe that nobody reads (a pager paused;
+# mpirun, which stops reading its ranks after Ctrl-C): the row on disk, the
+# checkpoint and the line that says where it stopped come before the row
+# on the terminal, which waits for the pipe.  The run is held (SIGSTOP) at
+# a moment its progress bar places among an epoch's steps, so that it stops
+# in that epoch; the pipe is filled through an open file of its own (its
+# O_NONBLOCK is not the trainer's); SIGINT, SIGCONT.  Before the fix, the
+# row on the terminal came first and held everything else back.
+def hold_in_epoch(proc, err):
+    """SIGSTOPs proc where its last progress is an epoch's, short of 100%; False if never."""
+    for attempt in range(100):
+        time.sleep(rng.uniform(0.02, 0.1))
+        proc.send_signal(signal.SIGSTOP)
+        while proc.poll() is None and open("/proc/%d/stat" % proc.pid).read().rsplit(")", 1)[1].split()[0] != "T":
+            time.sleep(0.001)
+        # Each update starts a line of its own ("\r" becomes "\n" off a terminal).
+        last = re.split(r"[\r\n]", open(err, errors="replace").read())[-1]
+        if last.startswith("  train") and "100%" not in last:
+            return True
+        proc.send_signal(signal.SIGCONT)
+        if proc.poll() is not None:
+            return False
+    return False
+
+ckpt, jsonl, err = tmp + "/p.ckpt", tmp + "/p.jsonl", tmp + "/p.err"
+r, w = os.pipe()
+with open(err, "w") as e:
+    proc = subprocess.Popen([train] + sim[:-1] + ["--progress", "--epochs=1000", "--no-eval",
+                            "--checkpoint=" + ckpt, "--jsonl=" + jsonl], stdout=w, stderr=e)
+os.close(w)
+if not hold_in_epoch(proc, err):
+    fail("a full stdout: the run was never held in an epoch's steps:", err)
+    proc.kill()
+else:
+    full = os.open("/proc/self/fd/%d" % r, os.O_WRONLY | os.O_NONBLOCK)
+    for chunk in (4096, 1):
+        try:
+            while True:
+                os.write(full, b"\n" * chunk)
+        except BlockingIOError:
+            pass
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGCONT)
+    said = None
+    for i in range(6000):
+        said = re.search(r"interrupted after (\d+) steps", open(err, errors="replace").read())
+        if said or proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    os.close(full)
+    out = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        out += chunk
+    code = proc.wait()
+    rows_p = [json.loads(l) for l in open(jsonl)] if os.path.exists(jsonl) else []
+    if said is None:
+        fail("a full stdout: stopped in an epoch, nothing said on stderr before stdout "
+             "was read (exit %d):" % code, err)
+    elif code != 130:
+        fail("a full stdout: exit %d after SIGINT, expected 130:" % code, err)
+    elif not rows_p or rows_p[-1]["status"] != "interrupted":
+        fail("a full stdout: the rows on disk end %r, not with the epoch stopped" %
+             [x["status"] for x in rows_p[-2:]], err)
+    elif struct.unpack_from("<Q", open(ckpt, "rb").read(), 40)[0] != int(said.group(1)):
+        fail("a full stdout: the checkpoint is not at step %s" % said.group(1), err)
+    elif ("run 1 epoch %d: " % rows_p[-1]["epoch"]).encode() not in out:
+        fail("a full stdout: the stopped epoch's row never reached stdout: %r" % out[-300:], err)
+os.close(r)
 
 sys.exit(1 if failed else 0)
 EOPY

@@ -343,10 +343,14 @@ int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr
 	int ret;
 
 	tr_results_add(res, row);
-	print_row(row, opt->progress);
 	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
 	ret = write_row(rf->jsonl, "--jsonl", opt->jsonl, row, tr_results_write_row_jsonl);
 	if (ret == 0)
 		ret = write_row(rf->csv, "--csv", opt->csv, row, tr_results_write_row_csv);
 	return ret;
+}
+
+void tr_rows_print(const struct tr_options *opt, const struct tr_row *row)
+{
+	print_row(row, opt->progress);
 }

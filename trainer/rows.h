@@ -47,12 +47,17 @@ int tr_rows_start(const struct tr_options *opt, struct row_files *rf);
 int tr_rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned epochs);
 
 /*
- * Appends a finished row to the results, the terminal, the JSON lines and
- * the CSV.  Returns 0, or -errno when a file could not be written (the
- * file is named on stderr; tr_output_failed is set).
+ * Appends a finished row to the results, the JSON lines and the CSV, not
+ * yet the terminal (tr_rows_print()): what a stop must keep is on disk
+ * before a write to an output nobody reads may block.  Returns 0, or
+ * -errno when a file could not be written (the file is named on stderr;
+ * tr_output_failed is set).
  */
 int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr_results *res,
 		   const struct tr_row *row);
+
+/* Prints a reported row on standard output (nothing with progress < 0). */
+void tr_rows_print(const struct tr_options *opt, const struct tr_row *row);
 
 /* A failed run's row; 'why' says why, or NULL for the library's last error. */
 void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned run,

@@ -211,6 +211,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	struct run r;
 	double t_run = now_s();
 	struct tr_place pl;
+	struct tr_row stopped = { .run = 0 };  /* the row of an epoch Ctrl-C stopped */
 	uint64_t steps;
 	char why[sizeof(opt->checkpoint) + 1024] = "";  /* why the run failed, when the trainer knows */
 	char ranks[64] = "";       /* several ranks: their count and the global batch */
@@ -311,8 +312,19 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 				goto fail;
 			}
 		}
-		if (ret == -EINTR)
+		/*
+		 * The row on the terminal last, and a stopped run's after the
+		 * line that says where it stopped: on Ctrl-C mpirun stops
+		 * reading the ranks' standard output, and rank 0, blocked
+		 * writing to it once its one signal is spent, would be killed
+		 * before its files, its checkpoint and that line (standard
+		 * error, which mpirun still passes on) were written.
+		 */
+		if (ret == -EINTR) {
+			stopped = row;
 			break;
+		}
+		tr_rows_print(opt, &row);
 	}
 	/* Rank 0 speaks for the job. */
 	if (dist->rank == 0 && ret == -EINTR && steps == pl.steps)
@@ -324,6 +336,8 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		fprintf(stderr, "pinpipe-train: interrupted after %llu steps%s\n",
 			(unsigned long long)steps,
 			opt->checkpoint[0] ? "; the checkpoint resumes from there" : "");
+	if (stopped.run != 0)
+		tr_rows_print(opt, &stopped);
 	tr_run_close(&r);
 	return ret == -EINTR ? ret : 0;
 
