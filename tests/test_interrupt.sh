@@ -17,6 +17,10 @@
 #     on disk, the checkpoint and the line that says where it stopped are
 #     written before the row on the terminal waits for the pipe; drained,
 #     exit 130 and the row there too.
+#  4. SIGINT after an epoch's last step (held writing its row to a FIFO
+#     the test fills), stdout a pipe that nobody reads: the epoch's row on
+#     the terminal waits until the next step has stopped the run and said
+#     so; the rows end with that epoch's, "ok", and the checkpoint there.
 # Each check fails the script with what went wrong; exit 77 only when the
 # tool was not built.  The random moments come from a seed printed first.
 set -u
@@ -223,6 +227,85 @@ else:
     elif ("run 1 epoch %d: " % rows_p[-1]["epoch"]).encode() not in out:
         fail("a full stdout: the stopped epoch's row never reached stdout: %r" % out[-300:], err)
 os.close(r)
+
+# 4. SIGINT after an epoch's last step, stdout a pipe nobody reads: the
+# epoch ends "ok" and the stop waits for the next step, before which its
+# row on the terminal would block; it waits until after the line that says
+# where the run stopped.  The moment is made certain with --jsonl a FIFO
+# that the test fills: the trainer is held writing the epoch's row there.
+def drain(fd, into):
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return False
+            into.append(chunk)
+    except BlockingIOError:
+        return True
+
+ckpt, fifo, err = tmp + "/e.ckpt", tmp + "/e.jsonl", tmp + "/e.err"
+os.mkfifo(fifo)
+rows_e = []
+rf = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+r, w = os.pipe()
+with open(err, "w") as e:
+    proc = subprocess.Popen([train] + sim + ["--epochs=1000", "--no-eval", "--checkpoint=" + ckpt,
+                            "--jsonl=" + fifo], stdout=w, stderr=e)
+os.close(w)
+while proc.poll() is None and drain(rf, rows_e) and not rows_e:
+    time.sleep(0.01)
+wf = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+for chunk in (4096, 1):
+    try:
+        while True:
+            os.write(wf, b"\n" * chunk)
+    except BlockingIOError:
+        pass
+os.close(wf)
+# Held there: its main thread waits in the kernel's pipe_write (anon_pipe_write on newer kernels).
+for i in range(6000):
+    if proc.poll() is not None or "pipe_write" in open("/proc/%d/wchan" % proc.pid).read():
+        break
+    time.sleep(0.01)
+proc.send_signal(signal.SIGINT)
+full = os.open("/proc/self/fd/%d" % r, os.O_WRONLY | os.O_NONBLOCK)
+for chunk in (4096, 1):
+    try:
+        while True:
+            os.write(full, b"\n" * chunk)
+    except BlockingIOError:
+        pass
+said = None
+for i in range(6000):
+    drain(rf, rows_e)
+    said = re.search(r"interrupted after (\d+) steps", open(err, errors="replace").read())
+    if said or proc.poll() is not None:
+        break
+    time.sleep(0.01)
+os.close(full)
+out = []
+os.set_blocking(r, True)
+while drain(r, out):
+    pass
+code = proc.wait()
+while drain(rf, rows_e):
+    pass
+os.close(r)
+os.close(rf)
+out = b"".join(out)
+rows_e = [json.loads(l) for l in b"".join(rows_e).decode().splitlines() if l.strip()]
+if said is None:
+    fail("SIGINT after an epoch's last step, stdout full: nothing said on stderr before stdout "
+         "was read (exit %d):" % code, err)
+elif code != 130:
+    fail("SIGINT after an epoch's last step: exit %d, expected 130:" % code, err)
+elif not rows_e or rows_e[-1]["status"] != "ok" or int(said.group(1)) != 18 * rows_e[-1]["epoch"]:
+    fail("SIGINT after an epoch's last step: stopped after %s steps, the rows end %r" %
+         (said.group(1), [(x["epoch"], x["status"]) for x in rows_e[-2:]]), err)
+elif struct.unpack_from("<Q", open(ckpt, "rb").read(), 40)[0] != int(said.group(1)):
+    fail("SIGINT after an epoch's last step: the checkpoint is not at step %s" % said.group(1), err)
+elif ("run 1 epoch %d: " % rows_e[-1]["epoch"]).encode() not in out:
+    fail("SIGINT after an epoch's last step: its row never reached stdout: %r" % out[-300:], err)
 
 sys.exit(1 if failed else 0)
 EOPY

@@ -211,7 +211,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	struct run r;
 	double t_run = now_s();
 	struct tr_place pl;
-	struct tr_row stopped = { .run = 0 };  /* the row of an epoch Ctrl-C stopped */
+	struct tr_row held = { .run = 0 };  /* a row for the terminal after Ctrl-C's stop */
 	uint64_t steps;
 	char why[sizeof(opt->checkpoint) + 1024] = "";  /* why the run failed, when the trainer knows */
 	char ranks[64] = "";       /* several ranks: their count and the global batch */
@@ -313,18 +313,26 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			}
 		}
 		/*
-		 * The row on the terminal last, and a stopped run's after the
-		 * line that says where it stopped: on Ctrl-C mpirun stops
-		 * reading the ranks' standard output, and rank 0, blocked
+		 * The row on the terminal last, and once Ctrl-C has come, after
+		 * the line that says where the run stopped: on Ctrl-C mpirun
+		 * stops reading the ranks' standard output, and rank 0, blocked
 		 * writing to it once its one signal is spent, would be killed
 		 * before its files, its checkpoint and that line (standard
-		 * error, which mpirun still passes on) were written.
+		 * error, which mpirun still passes on) were written.  A signal
+		 * that came after an epoch's last step leaves that epoch "ok",
+		 * and the stop to the next step: its row waits too.
 		 */
-		if (ret == -EINTR) {
-			stopped = row;
-			break;
+		if (held.run != 0) {
+			tr_rows_print(opt, &held);
+			held.run = 0;
 		}
-		tr_rows_print(opt, &row);
+		if (ret != -EINTR && !atomic_load(&interrupted)) {
+			tr_rows_print(opt, &row);
+			continue;
+		}
+		held = row;
+		if (ret == -EINTR)
+			break;
 	}
 	/* Rank 0 speaks for the job. */
 	if (dist->rank == 0 && ret == -EINTR && steps == pl.steps)
@@ -336,12 +344,14 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		fprintf(stderr, "pinpipe-train: interrupted after %llu steps%s\n",
 			(unsigned long long)steps,
 			opt->checkpoint[0] ? "; the checkpoint resumes from there" : "");
-	if (stopped.run != 0)
-		tr_rows_print(opt, &stopped);
+	if (held.run != 0)
+		tr_rows_print(opt, &held);
 	tr_run_close(&r);
 	return ret == -EINTR ? ret : 0;
 
 fail:
+	if (held.run != 0)
+		tr_rows_print(opt, &held);
 	tr_rows_fail(opt, res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, rf);
 	tr_run_close(&r);
 	return ret;
