@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/test_pinpipe_bench.sh: pinpipe-bench's command line.  Fails if bad
 # usage does not give one line on stderr and exit status 2, if --help does
-# not exit 0, or if a short overlap run on sim does not write CSV and JSON
+# not exit 0, if a --csv or --jsonl that cannot be written is not refused
+# before anything is measured, or if a short overlap run on sim does not write CSV and JSON
 # lines with the expected columns and header, one pinned and one pageable
 # row, with the figures below; if the line of what pinning bought does not
 # give the rows' own figures; if the warning that the host was too loaded
@@ -53,6 +54,17 @@ grep -q 'usage: pinpipe-bench bandwidth' "$tmp/out" || fail "--help: no usage"
 rc=$?
 [ $rc -eq 1 ] || fail "missing data directory: exit $rc, expected 1"
 grep -q '/nonexistent-dir' "$tmp/err" || fail "missing data directory: message: $(cat "$tmp/err")"
+
+# A --csv or --jsonl that cannot be written: refused before anything is
+# measured (nothing on stdout), naming the option and the path.
+for opt in csv jsonl; do
+	"$bench" overlap --device=sim --batches=10 --compute-us=0 --$opt="$tmp/none/rows" > "$tmp/out" 2> "$tmp/err"
+	rc=$?
+	[ $rc -eq 1 ] || fail "--$opt in a missing directory: exit $rc, expected 1"
+	grep -q "^pinpipe-bench: --$opt=$tmp/none/rows: cannot open for writing" "$tmp/err" ||
+		fail "--$opt in a missing directory: message: $(cat "$tmp/err")"
+	[ ! -s "$tmp/out" ] || fail "--$opt in a missing directory: measured first: $(cat "$tmp/out")"
+done
 
 "$bench" bandwidth --device=sim --sizes=4K,64K --total=1M --csv="$tmp/bw.csv" > "$tmp/out" ||
 	fail "bandwidth run: exit $?"

@@ -374,13 +374,32 @@ static void table_print(const struct table *t)
 	}
 }
 
-static int table_write(const struct table *t, const char *path, bool json)
+/*
+ * Opens --csv or --jsonl's file before anything is measured, so that a
+ * path that cannot be written is said at once, not after the benchmark.
+ */
+static int table_open(const char *opt, const char *path, FILE **f)
 {
-	FILE *f = fopen(path, "w");
-
-	if (f == NULL) {
-		fprintf(stderr, "pinpipe-bench: %s: cannot open for writing: %s\n", path, strerror(errno));
+	*f = NULL;
+	if (path == NULL)
+		return 0;
+	*f = fopen(path, "w");
+	if (*f == NULL) {
+		fprintf(stderr, "pinpipe-bench: --%s=%s: cannot open for writing: %s\n", opt, path,
+			strerror(errno));
 		return 1;
+	}
+	return 0;
+}
+
+/* Writes the rows so far into f (NULL: nothing) and closes it. */
+static int table_write(const struct table *t, FILE *f, const char *path, bool json)
+{
+	if (f == NULL)
+		return 0;
+	if (t->ncols == 0) {           /* failed before a benchmark began: the file stays empty */
+		fclose(f);
+		return 0;
 	}
 	if (json) {
 		for (int r = 0; r < t->nrows; r++) {
@@ -411,7 +430,7 @@ static int table_write(const struct table *t, const char *path, bool json)
 				fputc(c + 1 < t->ncols ? ',' : '\n', f);
 			}
 	}
-	if (fclose(f) != 0) {
+	if ((ferror(f) | fclose(f)) != 0) {
 		fprintf(stderr, "pinpipe-bench: %s: write failed: %s\n", path, strerror(errno));
 		return 1;
 	}
@@ -851,10 +870,22 @@ int main(int argc, char **argv)
 	enum pp_device_kind kind;
 	int ret = parse_args(argc, argv, &o);
 
+	FILE *csv, *jsonl;
+	int wrote;
+
 	if (ret != 0)
 		return ret < 0 ? 0 : ret;
+	if (table_open("csv", o.csv, &csv) != 0)
+		return 1;
+	if (table_open("jsonl", o.jsonl, &jsonl) != 0) {
+		if (csv != NULL)
+			fclose(csv);
+		return 1;
+	}
 	if ((ret = pp_device_open(o.device, &dev)) < 0) {
 		fprintf(stderr, "pinpipe-bench: --device=%s: %s\n", o.device, pp_last_error());
+		table_write(&t, csv, o.csv, false);
+		table_write(&t, jsonl, o.jsonl, true);
 		return ret == -EINVAL ? 2 : 1;
 	}
 	if (pp_device_get_props(dev)->fallback[0] != '\0')
@@ -872,13 +903,12 @@ int main(int argc, char **argv)
 	else
 		ret = run_overlap(&o, dev, &t);
 	pp_device_close(dev);
-	if (ret != 0)
-		return ret;
-	table_print(&t);
-	print_verdict(&o, &t, kind);
-	if (o.csv != NULL && (ret = table_write(&t, o.csv, false)) != 0)
-		return ret;
-	if (o.jsonl != NULL && (ret = table_write(&t, o.jsonl, true)) != 0)
-		return ret;
-	return 0;
+	/* A failed benchmark's rows so far are printed and written too (exit 1 still). */
+	if (t.nrows > 0)
+		table_print(&t);
+	if (ret == 0)
+		print_verdict(&o, &t, kind);
+	wrote = table_write(&t, csv, o.csv, false);
+	wrote |= table_write(&t, jsonl, o.jsonl, true);
+	return ret != 0 ? ret : wrote;
 }
