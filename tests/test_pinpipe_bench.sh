@@ -2,7 +2,8 @@
 # tests/test_pinpipe_bench.sh: pinpipe-bench's command line.  Fails if bad
 # usage does not give one line on stderr and exit status 2, if --help does
 # not exit 0, if a --csv or --jsonl that cannot be written is not refused
-# before anything is measured, or if a short overlap run on sim does not write CSV and JSON
+# before anything is measured, if a benchmark failing half-way does not
+# keep the rows it made, or if a short overlap run on sim does not write CSV and JSON
 # lines with the expected columns and header, one pinned and one pageable
 # row, with the figures below; if the line of what pinning bought does not
 # give the rows' own figures; if the warning that the host was too loaded
@@ -65,6 +66,17 @@ for opt in csv jsonl; do
 		fail "--$opt in a missing directory: message: $(cat "$tmp/err")"
 	[ ! -s "$tmp/out" ] || fail "--$opt in a missing directory: measured first: $(cat "$tmp/out")"
 done
+# A benchmark that fails half-way (the 4 MiB copies on a device of 1 MiB):
+# exit 1, its reason, and the rows it made (the 4 KiB copies') kept.
+"$bench" bandwidth --device=sim:mem=1MiB --sizes=4K,4M --total=64K --csv="$tmp/half.csv" \
+	--jsonl="$tmp/half.json" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 1 ] || fail "a benchmark failing half-way: exit $rc, expected 1"
+grep -q "^pinpipe-bench: device memory: .*out of device memory" "$tmp/err" ||
+	fail "a benchmark failing half-way: message: $(cat "$tmp/err")"
+[ "$(grep -c ',4096,' "$tmp/half.csv")" -eq 4 ] && [ "$(wc -l < "$tmp/half.csv")" -eq 5 ] &&
+	[ "$(wc -l < "$tmp/half.json")" -eq 4 ] ||
+	fail "a benchmark failing half-way: the rows it made not kept: $(cat "$tmp/half.csv" "$tmp/half.json")"
 
 "$bench" bandwidth --device=sim --sizes=4K,64K --total=1M --csv="$tmp/bw.csv" > "$tmp/out" ||
 	fail "bandwidth run: exit $?"

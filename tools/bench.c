@@ -504,19 +504,23 @@ static int run_bandwidth(const struct options *o, struct pp_device *dev, struct 
 	table_cols(t, cols, num, 9);
 	if ((ret = pp_stream_create(dev, &st)) < 0)
 		return fail("stream", ret);
-	for (int i = 0; i < o->nsizes; i++) {
+	for (int i = 0; i < o->nsizes && ret == 0; i++) {
 		size_t size = o->sizes[i];
 		uint64_t reps = o->total / size < 2 ? 2 : o->total / size;
 		void *dbuf;
 
-		if ((ret = pp_device_alloc(dev, size, &dbuf)) < 0)
-			return fail("device memory", ret);
-		for (int pin = 1; pin >= 0; pin--) {
+		if ((ret = pp_device_alloc(dev, size, &dbuf)) < 0) {
+			ret = fail("device memory", ret);
+			break;
+		}
+		for (int pin = 1; pin >= 0 && ret == 0; pin--) {
 			void *hbuf;
 			bool pinned;
 
-			if ((ret = pp_host_alloc(dev, size, pin, &hbuf, &pinned)) < 0)
-				return fail("host memory", ret);
+			if ((ret = pp_host_alloc(dev, size, pin, &hbuf, &pinned)) < 0) {
+				ret = fail("host memory", ret);
+				break;
+			}
 			memset(hbuf, 0x5a, size);
 			for (int d = 0; d < 2; d++) {
 				enum pp_copy_kind kind = d == 0 ? PP_COPY_H2D : PP_COPY_D2H;
@@ -527,8 +531,10 @@ static int run_bandwidth(const struct options *o, struct pp_device *dev, struct 
 				if ((ret = measure_copies(st, dbuf, hbuf, size, reps < 4 ? reps : 4, kind,
 							  &gbps, &blocked, &wait)) < 0 ||
 				    (ret = measure_copies(st, dbuf, hbuf, size, reps, kind, &gbps,
-							  &blocked, &wait)) < 0)
-					return fail("copy", ret);
+							  &blocked, &wait)) < 0) {
+					ret = fail("copy", ret);
+					break;
+				}
 				snprintf(cells[0], CELL, "%s", name);
 				snprintf(cells[1], CELL, "%s", d == 0 ? "h2d" : "d2h");
 				snprintf(cells[2], CELL, "%s", pin ? "pinned" : "pageable");
@@ -540,12 +546,15 @@ static int run_bandwidth(const struct options *o, struct pp_device *dev, struct 
 				snprintf(cells[8], CELL, isnan(wait) ? "-" : "%.2f", wait);
 				table_add(t, cells);
 			}
+			/* A failed copy's stream is waited for before its memory goes. */
+			if (ret != 0)
+				pp_stream_synchronize(st);
 			pp_host_free(dev, hbuf);
 		}
 		pp_device_free(dev, dbuf);
 	}
 	pp_stream_destroy(st);
-	return 0;
+	return ret;
 }
 
 /* ------------------------------------------------------------------ overlap */
