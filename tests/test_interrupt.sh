@@ -180,60 +180,19 @@ def hold_in_epoch(proc, err):
             return False
     return False
 
-ckpt, jsonl, err = tmp + "/p.ckpt", tmp + "/p.jsonl", tmp + "/p.err"
-r, w = os.pipe()
-with open(err, "w") as e:
-    proc = subprocess.Popen([train] + sim[:-1] + ["--progress", "--epochs=1000", "--no-eval",
-                            "--checkpoint=" + ckpt, "--jsonl=" + jsonl], stdout=w, stderr=e)
-os.close(w)
-if not hold_in_epoch(proc, err):
-    fail("a full stdout: the run was never held in an epoch's steps:", err)
-    proc.kill()
-else:
-    full = os.open("/proc/self/fd/%d" % r, os.O_WRONLY | os.O_NONBLOCK)
+def fill(path):
+    """Fills the pipe or FIFO at 'path' through a file of its own (its O_NONBLOCK its own)."""
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
     for chunk in (4096, 1):
         try:
             while True:
-                os.write(full, b"\n" * chunk)
+                os.write(fd, b"\n" * chunk)
         except BlockingIOError:
             pass
-    proc.send_signal(signal.SIGINT)
-    proc.send_signal(signal.SIGCONT)
-    said = None
-    for i in range(6000):
-        said = re.search(r"interrupted after (\d+) steps", open(err, errors="replace").read())
-        if said or proc.poll() is not None:
-            break
-        time.sleep(0.01)
-    os.close(full)
-    out = b""
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        out += chunk
-    code = proc.wait()
-    rows_p = [json.loads(l) for l in open(jsonl)] if os.path.exists(jsonl) else []
-    if said is None:
-        fail("a full stdout: stopped in an epoch, nothing said on stderr before stdout "
-             "was read (exit %d):" % code, err)
-    elif code != 130:
-        fail("a full stdout: exit %d after SIGINT, expected 130:" % code, err)
-    elif not rows_p or rows_p[-1]["status"] != "interrupted":
-        fail("a full stdout: the rows on disk end %r, not with the epoch stopped" %
-             [x["status"] for x in rows_p[-2:]], err)
-    elif struct.unpack_from("<Q", open(ckpt, "rb").read(), 40)[0] != int(said.group(1)):
-        fail("a full stdout: the checkpoint is not at step %s" % said.group(1), err)
-    elif ("run 1 epoch %d: " % rows_p[-1]["epoch"]).encode() not in out:
-        fail("a full stdout: the stopped epoch's row never reached stdout: %r" % out[-300:], err)
-os.close(r)
+    os.close(fd)
 
-# 4. SIGINT after an epoch's last step, stdout a pipe nobody reads: the
-# epoch ends "ok" and the stop waits for the next step, before which its
-# row on the terminal would block; it waits until after the line that says
-# where the run stopped.  The moment is made certain with --jsonl a FIFO
-# that the test fills: the trainer is held writing the epoch's row there.
 def drain(fd, into):
+    """Reads what fd holds into the list 'into'; False at its end."""
     try:
         while True:
             chunk = os.read(fd, 65536)
@@ -243,6 +202,63 @@ def drain(fd, into):
     except BlockingIOError:
         return True
 
+def wait_said(proc, err, meanwhile=lambda: None):
+    """The stop's line on stderr, waited for up to a minute (None if it never came)."""
+    for i in range(6000):
+        meanwhile()
+        said = re.search(r"interrupted after (\d+) steps", open(err, errors="replace").read())
+        if said or proc.poll() is not None:
+            return said
+        time.sleep(0.01)
+    return None
+
+def finish(proc, r, err, ckpt, what, said, rows_, status):
+    """Drains stdout (r) to its end, then checks the exit, the rows, checkpoint and stdout."""
+    out = []
+    os.set_blocking(r, True)
+    while drain(r, out):
+        pass
+    os.close(r)
+    code = proc.wait()
+    out = b"".join(out)
+    rows_ = rows_()
+    if said is None:
+        fail("%s: nothing said on stderr before stdout was read (exit %d):" % (what, code), err)
+    elif code != 130:
+        fail("%s: exit %d after SIGINT, expected 130:" % (what, code), err)
+    elif not rows_ or not status(rows_[-1], int(said.group(1))):
+        fail("%s: stopped after %s steps, the rows on disk end %r" %
+             (what, said.group(1), [(x["epoch"], x["status"]) for x in rows_[-2:]]), err)
+    elif struct.unpack_from("<Q", open(ckpt, "rb").read(), 40)[0] != int(said.group(1)):
+        fail("%s: the checkpoint is not at step %s" % (what, said.group(1)), err)
+    elif ("run 1 epoch %d: " % rows_[-1]["epoch"]).encode() not in out:
+        fail("%s: the last row never reached stdout: %r" % (what, out[-300:]), err)
+
+ckpt, jsonl, err = tmp + "/p.ckpt", tmp + "/p.jsonl", tmp + "/p.err"
+r, w = os.pipe()
+with open(err, "w") as e:
+    proc = subprocess.Popen([train] + sim[:-1] + ["--progress", "--epochs=1000", "--no-eval",
+                            "--checkpoint=" + ckpt, "--jsonl=" + jsonl], stdout=w, stderr=e)
+os.close(w)
+if not hold_in_epoch(proc, err):
+    fail("a full stdout: the run was never held in an epoch's steps:", err)
+    proc.kill()
+    proc.wait()
+    os.close(r)
+else:
+    fill("/proc/self/fd/%d" % r)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGCONT)
+    said = wait_said(proc, err)
+    finish(proc, r, err, ckpt, "SIGINT in an epoch, stdout full", said,
+           lambda: [json.loads(l) for l in open(jsonl)] if os.path.exists(jsonl) else [],
+           lambda row, steps: row["status"] == "interrupted")
+
+# 4. SIGINT after an epoch's last step, stdout a pipe nobody reads: the
+# epoch ends "ok" and the stop waits for the next step, before which its
+# row on the terminal would block; it waits until after the line that says
+# where the run stopped.  The moment is made certain with --jsonl a FIFO
+# that the test fills: the trainer is held writing the epoch's row there.
 ckpt, fifo, err = tmp + "/e.ckpt", tmp + "/e.jsonl", tmp + "/e.err"
 os.mkfifo(fifo)
 rows_e = []
@@ -254,58 +270,25 @@ with open(err, "w") as e:
 os.close(w)
 while proc.poll() is None and drain(rf, rows_e) and not rows_e:
     time.sleep(0.01)
-wf = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-for chunk in (4096, 1):
-    try:
-        while True:
-            os.write(wf, b"\n" * chunk)
-    except BlockingIOError:
-        pass
-os.close(wf)
+fill(fifo)
 # Held there: its main thread waits in the kernel's pipe_write (anon_pipe_write on newer kernels).
 for i in range(6000):
     if proc.poll() is not None or "pipe_write" in open("/proc/%d/wchan" % proc.pid).read():
         break
     time.sleep(0.01)
 proc.send_signal(signal.SIGINT)
-full = os.open("/proc/self/fd/%d" % r, os.O_WRONLY | os.O_NONBLOCK)
-for chunk in (4096, 1):
-    try:
-        while True:
-            os.write(full, b"\n" * chunk)
-    except BlockingIOError:
-        pass
-said = None
-for i in range(6000):
-    drain(rf, rows_e)
-    said = re.search(r"interrupted after (\d+) steps", open(err, errors="replace").read())
-    if said or proc.poll() is not None:
-        break
-    time.sleep(0.01)
-os.close(full)
-out = []
-os.set_blocking(r, True)
-while drain(r, out):
-    pass
-code = proc.wait()
-while drain(rf, rows_e):
-    pass
-os.close(r)
-os.close(rf)
-out = b"".join(out)
-rows_e = [json.loads(l) for l in b"".join(rows_e).decode().splitlines() if l.strip()]
-if said is None:
-    fail("SIGINT after an epoch's last step, stdout full: nothing said on stderr before stdout "
-         "was read (exit %d):" % code, err)
-elif code != 130:
-    fail("SIGINT after an epoch's last step: exit %d, expected 130:" % code, err)
-elif not rows_e or rows_e[-1]["status"] != "ok" or int(said.group(1)) != 18 * rows_e[-1]["epoch"]:
-    fail("SIGINT after an epoch's last step: stopped after %s steps, the rows end %r" %
-         (said.group(1), [(x["epoch"], x["status"]) for x in rows_e[-2:]]), err)
-elif struct.unpack_from("<Q", open(ckpt, "rb").read(), 40)[0] != int(said.group(1)):
-    fail("SIGINT after an epoch's last step: the checkpoint is not at step %s" % said.group(1), err)
-elif ("run 1 epoch %d: " % rows_e[-1]["epoch"]).encode() not in out:
-    fail("SIGINT after an epoch's last step: its row never reached stdout: %r" % out[-300:], err)
+fill("/proc/self/fd/%d" % r)
+said = wait_said(proc, err, lambda: drain(rf, rows_e))
+
+def rows_of_fifo():
+    while drain(rf, rows_e):
+        time.sleep(0.01)
+    os.close(rf)
+    return [json.loads(l) for l in b"".join(rows_e).decode().splitlines() if l.strip()]
+
+# 18 batches an epoch: the run stopped where the epoch it was held in ended, "ok".
+finish(proc, r, err, ckpt, "SIGINT after an epoch's last step, stdout full", said, rows_of_fifo,
+       lambda row, steps: row["status"] == "ok" and steps == 18 * row["epoch"])
 
 sys.exit(1 if failed else 0)
 EOPY
