@@ -21,6 +21,8 @@
 #     the test fills), stdout a pipe that nobody reads: the epoch's row on
 #     the terminal waits until the next step has stopped the run and said
 #     so; the rows end with that epoch's, "ok", and the checkpoint there.
+#     In a grid whose first run ends there, its row waits for the line
+#     that says which runs were not started.
 # Each check fails the script with what went wrong; exit 77 only when the
 # tool was not built.  The random moments come from a seed printed first.
 set -u
@@ -171,7 +173,7 @@ def hold_in_epoch(proc, err):
         proc.send_signal(signal.SIGSTOP)
         while proc.poll() is None and open("/proc/%d/stat" % proc.pid).read().rsplit(")", 1)[1].split()[0] != "T":
             time.sleep(0.001)
-        # Each update starts a line of its own ("\r" becomes "\n" off a terminal).
+        # Each update starts with "\r" (which Python's text mode reads as "\n").
         last = re.split(r"[\r\n]", open(err, errors="replace").read())[-1]
         if last.startswith("  train") and "100%" not in last:
             return True
@@ -202,11 +204,11 @@ def drain(fd, into):
     except BlockingIOError:
         return True
 
-def wait_said(proc, err, meanwhile=lambda: None):
+def wait_said(proc, err, said_re, meanwhile=lambda: None):
     """The stop's line on stderr, waited for up to a minute (None if it never came)."""
     for i in range(6000):
         meanwhile()
-        said = re.search(r"interrupted after (\d+) steps", open(err, errors="replace").read())
+        said = re.search(said_re, open(err, errors="replace").read())
         if said or proc.poll() is not None:
             return said
         time.sleep(0.01)
@@ -215,6 +217,8 @@ def wait_said(proc, err, meanwhile=lambda: None):
 def finish(proc, r, err, ckpt, what, said, rows_, status):
     """Drains stdout (r) to its end, then checks the exit, the rows, checkpoint and stdout."""
     out = []
+    if said is None:
+        proc.kill()                    # a trainer that never stopped: no endless wait on it
     os.set_blocking(r, True)
     while drain(r, out):
         pass
@@ -226,14 +230,15 @@ def finish(proc, r, err, ckpt, what, said, rows_, status):
         fail("%s: nothing said on stderr before stdout was read (exit %d):" % (what, code), err)
     elif code != 130:
         fail("%s: exit %d after SIGINT, expected 130:" % (what, code), err)
-    elif not rows_ or not status(rows_[-1], int(said.group(1))):
-        fail("%s: stopped after %s steps, the rows on disk end %r" %
-             (what, said.group(1), [(x["epoch"], x["status"]) for x in rows_[-2:]]), err)
-    elif struct.unpack_from("<Q", open(ckpt, "rb").read(), 40)[0] != int(said.group(1)):
+    elif not rows_ or not status(rows_[-1], said):
+        fail("%s: stopped so: %r, the rows on disk end %r" %
+             (what, said.group(0), [(x["run"], x["epoch"], x["status"]) for x in rows_[-2:]]), err)
+    elif ckpt and struct.unpack_from("<Q", open(ckpt, "rb").read(), 40)[0] != int(said.group(1)):
         fail("%s: the checkpoint is not at step %s" % (what, said.group(1)), err)
-    elif ("run 1 epoch %d: " % rows_[-1]["epoch"]).encode() not in out:
+    elif ("run %d epoch %d: " % (rows_[-1]["run"], rows_[-1]["epoch"])).encode() not in out:
         fail("%s: the last row never reached stdout: %r" % (what, out[-300:]), err)
 
+steps_re = r"interrupted after (\d+) steps"
 ckpt, jsonl, err = tmp + "/p.ckpt", tmp + "/p.jsonl", tmp + "/p.err"
 r, w = os.pipe()
 with open(err, "w") as e:
@@ -249,46 +254,60 @@ else:
     fill("/proc/self/fd/%d" % r)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGCONT)
-    said = wait_said(proc, err)
+    said = wait_said(proc, err, steps_re)
+    # Stopped in that epoch; or, should the hold have come between its last
+    # step and the progress line after it, at the next epoch's start
+    # (18 batches an epoch).
     finish(proc, r, err, ckpt, "SIGINT in an epoch, stdout full", said,
            lambda: [json.loads(l) for l in open(jsonl)] if os.path.exists(jsonl) else [],
-           lambda row, steps: row["status"] == "interrupted")
+           lambda row, said: row["status"] == "interrupted" or
+           (row["status"] == "ok" and int(said.group(1)) == 18 * row["epoch"]))
 
 # 4. SIGINT after an epoch's last step, stdout a pipe nobody reads: the
 # epoch ends "ok" and the stop waits for the next step, before which its
 # row on the terminal would block; it waits until after the line that says
 # where the run stopped.  The moment is made certain with --jsonl a FIFO
-# that the test fills: the trainer is held writing the epoch's row there.
-ckpt, fifo, err = tmp + "/e.ckpt", tmp + "/e.jsonl", tmp + "/e.err"
-os.mkfifo(fifo)
-rows_e = []
-rf = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-r, w = os.pipe()
-with open(err, "w") as e:
-    proc = subprocess.Popen([train] + sim + ["--epochs=1000", "--no-eval", "--checkpoint=" + ckpt,
-                            "--jsonl=" + fifo], stdout=w, stderr=e)
-os.close(w)
-while proc.poll() is None and drain(rf, rows_e) and not rows_e:
-    time.sleep(0.01)
-fill(fifo)
-# Held there: its main thread waits in the kernel's pipe_write (anon_pipe_write on newer kernels).
-for i in range(6000):
-    if proc.poll() is not None or "pipe_write" in open("/proc/%d/wchan" % proc.pid).read():
-        break
-    time.sleep(0.01)
-proc.send_signal(signal.SIGINT)
-fill("/proc/self/fd/%d" % r)
-said = wait_said(proc, err, lambda: drain(rf, rows_e))
-
-def rows_of_fifo():
-    while drain(rf, rows_e):
+# that the test fills: the trainer is held writing the first epoch's row
+# there.
+# Then a grid whose first run ends whole there (one epoch): the grid's
+# line that says where it stopped comes first, then the row.
+def held_at_epoch_end(name, args, said_re, ckpt, status):
+    fifo, err = "%s/%s.jsonl" % (tmp, name), "%s/%s.err" % (tmp, name)
+    os.mkfifo(fifo)
+    rows_e = []
+    rf = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    r, w = os.pipe()
+    with open(err, "w") as e:
+        proc = subprocess.Popen([train] + sim + args + ["--no-eval", "--jsonl=" + fifo],
+                                stdout=w, stderr=e)
+    os.close(w)
+    # Full before the first row: the trainer is held writing its first epoch's.
+    fill(fifo)
+    # Held there: its main thread waits in the kernel's pipe_write (anon_pipe_write on newer kernels).
+    for i in range(6000):
+        if proc.poll() is not None or "pipe_write" in open("/proc/%d/wchan" % proc.pid).read():
+            break
         time.sleep(0.01)
-    os.close(rf)
-    return [json.loads(l) for l in b"".join(rows_e).decode().splitlines() if l.strip()]
+    proc.send_signal(signal.SIGINT)
+    fill("/proc/self/fd/%d" % r)
+    said = wait_said(proc, err, said_re, lambda: drain(rf, rows_e))
 
+    def rows_of_fifo():
+        while drain(rf, rows_e):
+            time.sleep(0.01)
+        os.close(rf)
+        return [json.loads(l) for l in b"".join(rows_e).decode().splitlines() if l.strip()]
+
+    finish(proc, r, err, ckpt, "SIGINT after an epoch's last step, stdout full (%s)" % name, said,
+           rows_of_fifo, status)
+
+ckpt = tmp + "/e.ckpt"
 # 18 batches an epoch: the run stopped where the epoch it was held in ended, "ok".
-finish(proc, r, err, ckpt, "SIGINT after an epoch's last step, stdout full", said, rows_of_fifo,
-       lambda row, steps: row["status"] == "ok" and steps == 18 * row["epoch"])
+held_at_epoch_end("one run", ["--epochs=1000", "--checkpoint=" + ckpt], steps_re, ckpt,
+                  lambda row, said: row["status"] == "ok" and int(said.group(1)) == 18 * row["epoch"])
+held_at_epoch_end("a grid", ["--epochs=1", "--batch-size=100,50"],
+                  r"interrupted after run 1: runs 2 to 2 not started", None,
+                  lambda row, said: (row["run"], row["epoch"], row["status"]) == (1, 1, "ok"))
 
 sys.exit(1 if failed else 0)
 EOPY

@@ -57,14 +57,24 @@ rc=$?
 grep -q '/nonexistent-dir' "$tmp/err" || fail "missing data directory: message: $(cat "$tmp/err")"
 
 # A --csv or --jsonl that cannot be written: refused before anything is
-# measured (nothing on stdout), naming the option and the path.
+# measured (nothing on stdout), naming the option and the path; the other
+# option's file, already there, stays as it was (so does one given with
+# a bad device).
 for opt in csv jsonl; do
-	"$bench" overlap --device=sim --batches=10 --compute-us=0 --$opt="$tmp/none/rows" > "$tmp/out" 2> "$tmp/err"
+	other=jsonl
+	[ $opt = jsonl ] && other=csv
+	echo "rows of before" > "$tmp/kept"
+	"$bench" overlap --device=sim --batches=10 --compute-us=0 --$opt="$tmp/none/rows" \
+		--$other="$tmp/kept" > "$tmp/out" 2> "$tmp/err"
 	rc=$?
 	[ $rc -eq 1 ] || fail "--$opt in a missing directory: exit $rc, expected 1"
 	grep -q "^pinpipe-bench: --$opt=$tmp/none/rows: cannot open for writing" "$tmp/err" ||
 		fail "--$opt in a missing directory: message: $(cat "$tmp/err")"
 	[ ! -s "$tmp/out" ] || fail "--$opt in a missing directory: measured first: $(cat "$tmp/out")"
+	[ "$(cat "$tmp/kept")" = "rows of before" ] || fail "--$other's file changed: $(cat "$tmp/kept")"
+	"$bench" overlap --device=cuda:999 --$opt="$tmp/kept" > /dev/null 2>&1
+	[ "$(cat "$tmp/kept")" = "rows of before" ] ||
+		fail "--$opt's file changed by a run with a bad device: $(cat "$tmp/kept")"
 done
 # A benchmark that fails half-way (the 4 MiB copies on a device of 1 MiB):
 # exit 1, its reason, and the rows it made (the 4 KiB copies') kept.

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/args.h"
 #include "common/cpu.h"
@@ -376,14 +377,16 @@ static void table_print(const struct table *t)
 
 /*
  * Opens --csv or --jsonl's file before anything is measured, so that a
- * path that cannot be written is said at once, not after the benchmark.
+ * path that cannot be written is said at once, not after the benchmark;
+ * for appending, so that a file there stays as it was until rows replace
+ * it (table_write()).
  */
 static int table_open(const char *opt, const char *path, FILE **f)
 {
 	*f = NULL;
 	if (path == NULL)
 		return 0;
-	*f = fopen(path, "w");
+	*f = fopen(path, "a");
 	if (*f == NULL) {
 		fprintf(stderr, "pinpipe-bench: --%s=%s: cannot open for writing: %s\n", opt, path,
 			strerror(errno));
@@ -392,14 +395,22 @@ static int table_open(const char *opt, const char *path, FILE **f)
 	return 0;
 }
 
-/* Writes the rows so far into f (NULL: nothing) and closes it. */
+/* Writes the rows so far into f (NULL: nothing) in place of what it held, and closes it. */
 static int table_write(const struct table *t, FILE *f, const char *path, bool json)
 {
+	int err;
+
 	if (f == NULL)
 		return 0;
-	if (t->ncols == 0) {           /* failed before a benchmark began: the file stays empty */
+	if (t->ncols == 0) {           /* failed before a benchmark began: the file stays as it was */
 		fclose(f);
 		return 0;
+	}
+	/* A regular file's old rows go (a pipe or a terminal has none: EINVAL). */
+	if (ftruncate(fileno(f), 0) != 0 && errno != EINVAL) {
+		fprintf(stderr, "pinpipe-bench: %s: cannot truncate: %s\n", path, strerror(errno));
+		fclose(f);
+		return 1;
 	}
 	if (json) {
 		for (int r = 0; r < t->nrows; r++) {
@@ -430,8 +441,11 @@ static int table_write(const struct table *t, FILE *f, const char *path, bool js
 				fputc(c + 1 < t->ncols ? ',' : '\n', f);
 			}
 	}
-	if ((ferror(f) | fclose(f)) != 0) {
-		fprintf(stderr, "pinpipe-bench: %s: write failed: %s\n", path, strerror(errno));
+	err = ferror(f) ? EIO : 0;
+	if (fclose(f) != 0)
+		err = errno;
+	if (err != 0) {
+		fprintf(stderr, "pinpipe-bench: %s: write failed: %s\n", path, strerror(err));
 		return 1;
 	}
 	return 0;

@@ -58,10 +58,10 @@ static double now_s(void)
 
 static int train_grid(struct tr_options *opt, const struct data *d, struct tr_dist *dist,
 		      struct tr_results *res, struct row_files *rf, size_t *started_p, int *failed_p,
-		      bool *told_p);
+		      bool *told_p, struct tr_row *late);
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
 		     const struct data *d, struct tr_dist *dist, struct tr_results *res,
-		     struct row_files *rf);
+		     struct row_files *rf, struct tr_row *late);
 static int train_epoch(const struct tr_options *opt, struct run *r, const struct pp_sample_info *info,
 		       uint64_t *steps, uint64_t batches, struct tr_row *row);
 static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
@@ -86,6 +86,7 @@ int main(int argc, char **argv)
 	size_t started = 0;
 	int ret, failed = 0;
 	bool told = false;         /* a run said where Ctrl-C stopped it */
+	struct tr_row late = { .run = 0 };  /* a run's last row, for after the line on Ctrl-C */
 
 	ret = tr_options_parse(argc, argv, &opt);
 	if (ret != 0)
@@ -117,7 +118,7 @@ int main(int argc, char **argv)
 		tr_dist_close(&dist);
 		return 2;
 	}
-	if (train_grid(&opt, &d, &dist, &res, &rf, &started, &failed, &told) < 0) {
+	if (train_grid(&opt, &d, &dist, &res, &rf, &started, &failed, &told, &late) < 0) {
 		tr_data_free(&d);
 		return rank_failed(&dist);
 	}
@@ -128,6 +129,8 @@ int main(int argc, char **argv)
 	else if (dist.rank == 0 && interrupted && !told && started < tr_options_runs(&opt))
 		fprintf(stderr, "pinpipe-train: interrupted after run %zu: runs %zu to %zu not started\n",
 			started, started + 1, tr_options_runs(&opt));
+	if (late.run != 0)
+		tr_rows_print(&opt, &late);
 	tr_results_sort(&res, opt.sort);
 	/* No rows (every run already complete): no table of none. */
 	if (opt.progress >= 0 && res.n > 0)
@@ -165,7 +168,7 @@ int main(int argc, char **argv)
  */
 static int train_grid(struct tr_options *opt, const struct data *d, struct tr_dist *dist,
 		      struct tr_results *res, struct row_files *rf, size_t *started_p, int *failed_p,
-		      bool *told_p)
+		      bool *told_p, struct tr_row *late)
 {
 	size_t runs = tr_options_runs(opt);
 	int ret;
@@ -187,7 +190,7 @@ static int train_grid(struct tr_options *opt, const struct data *d, struct tr_di
 
 		tr_options_run_params(opt, i, &p);
 		++*started_p;
-		ret = train_run(opt, &p, (unsigned)i + 1, d, dist, res, rf);
+		ret = train_run(opt, &p, (unsigned)i + 1, d, dist, res, rf, late);
 		*told_p = ret == -EINTR;
 		if (ret < 0)
 			++*failed_p;
@@ -201,10 +204,14 @@ static int train_grid(struct tr_options *opt, const struct data *d, struct tr_di
 	return 0;
 }
 
-/* Trains one run of the grid; returns 0, or -errno when it failed (its row says why). */
+/*
+ * Trains one run of the grid; returns 0, or -errno when it failed (its row
+ * says why).  A run that ended whole while Ctrl-C was on its way leaves
+ * its last row in *late, for the terminal after the grid's line on it.
+ */
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
 		     const struct data *d, struct tr_dist *dist, struct tr_results *res,
-		     struct row_files *rf)
+		     struct row_files *rf, struct tr_row *late)
 {
 	struct tr_params params = *p;
 	const struct pp_sample_info *info;
@@ -301,6 +308,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 			snprintf(why, sizeof(why), "a file of rows cannot be written: %s",
 				 pp_strerror(ret2));
 			ret = ret2;
+			held = row;
 			goto fail;
 		}
 		/* An interrupted epoch's steps are whole: its checkpoint resumes exactly. */
@@ -309,6 +317,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 
 			if (saved < 0) {
 				ret = saved;
+				held = row;
 				goto fail;
 			}
 		}
@@ -344,15 +353,18 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		fprintf(stderr, "pinpipe-train: interrupted after %llu steps%s\n",
 			(unsigned long long)steps,
 			opt->checkpoint[0] ? "; the checkpoint resumes from there" : "");
-	if (held.run != 0)
+	if (held.run != 0 && ret == 0)
+		*late = held;
+	else if (held.run != 0)
 		tr_rows_print(opt, &held);
 	tr_run_close(&r);
 	return ret == -EINTR ? ret : 0;
 
 fail:
+	/* The failure on stderr and in the files first, then the row of the epoch it ended. */
+	tr_rows_fail(opt, res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, rf);
 	if (held.run != 0)
 		tr_rows_print(opt, &held);
-	tr_rows_fail(opt, res, run, p, ret, why[0] ? why : dist->why[0] ? dist->why : NULL, rf);
 	tr_run_close(&r);
 	return ret;
 }
