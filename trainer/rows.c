@@ -8,7 +8,6 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -38,34 +37,66 @@ static void print_row(const struct tr_row *row, int progress)
 
 bool tr_output_failed;
 
+/* Writes n bytes to fd whatever signals come meanwhile; 0, or -errno. */
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
 /*
- * Writes one row to a file of rows and flushes it: a full disk shows here,
- * not at the end, and a row that did not fit whole is cut off again, so
- * that the file holds whole rows.  Returns 0, or -errno with the file named
- * on stderr.
+ * Writes one row to a file of rows, at once: a full disk shows here, not
+ * at the end, and a row that did not fit whole is cut off again, so that
+ * the file holds whole rows.  The row is made in memory and written with
+ * write(2), which a signal (Ctrl-C's, mpirun's SIGTERM) may interrupt on a
+ * pipe or a FIFO: what it left is written then, where stdio would lose it.
+ * Returns 0, or -errno with the file named on stderr.
  */
 static int write_row(FILE *f, const char *option, const char *path, const struct tr_row *row,
-		     int (*write)(const struct tr_row *, FILE *))
+		     int (*write_fn)(const struct tr_row *, FILE *))
 {
 	struct stat st;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *m;
 	bool regular;
-	int err;
+	int err = 0;
 
 	if (f == NULL)
 		return 0;
 	regular = fflush(f) == 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
-	errno = 0;
-	if (!ferror(f) && write(row, f) == 0 && fflush(f) == 0 && !ferror(f))
+	if (ferror(f))
+		err = -EIO;
+	m = err ? NULL : open_memstream(&text, &len);
+	if (m == NULL && !err)
+		err = -errno;
+	if (m != NULL) {
+		errno = 0;
+		if (write_fn(row, m) != 0 || ferror(m))
+			err = errno ? -errno : -EIO;
+		if (fclose(m) != 0 && !err)
+			err = -errno;
+	}
+	if (!err)
+		err = write_all(fileno(f), text, len);
+	free(text);
+	if (!err)
 		return 0;
-	err = errno ? errno : EIO;
-	/* What stdio still holds of the row is dropped, not written at fclose(). */
-	__fpurge(f);
 	if (regular && ftruncate(fileno(f), st.st_size) != 0)
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot cut off a partial row: %s\n", option,
 			path, strerror(errno));
-	fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(err));
+	fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(-err));
 	tr_output_failed = true;
-	return -err;
+	return err;
 }
 
 /* Opens a file of rows: appended to by a resume, else emptied.  NULL with the file named on stderr. */
