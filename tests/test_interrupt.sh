@@ -285,7 +285,10 @@ def held_at_epoch_end(name, args, said_re, ckpt, status):
     fill(fifo)
     # Held there: its main thread waits in the kernel's pipe_write (anon_pipe_write on newer kernels).
     for i in range(6000):
-        if proc.poll() is not None or "pipe_write" in open("/proc/%d/wchan" % proc.pid).read():
+        try:
+            if "pipe_write" in open("/proc/%d/wchan" % proc.pid).read():
+                break
+        except OSError:                # it ended meanwhile
             break
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)

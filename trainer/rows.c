@@ -61,8 +61,8 @@ static int write_all(int fd, const char *p, size_t n)
  * pipe or a FIFO: what it left is written then, where stdio would lose it.
  * Returns 0, or -errno with the file named on stderr.
  */
-static int write_row(FILE *f, const char *option, const char *path, const struct tr_row *row,
-		     int (*write_fn)(const struct tr_row *, FILE *))
+static int write_row(FILE *f, bool *failed, const char *option, const char *path,
+		     const struct tr_row *row, int (*write_fn)(const struct tr_row *, FILE *))
 {
 	struct stat st;
 	char *text = NULL;
@@ -74,7 +74,7 @@ static int write_row(FILE *f, const char *option, const char *path, const struct
 	if (f == NULL)
 		return 0;
 	regular = fflush(f) == 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
-	if (ferror(f))
+	if (ferror(f) || *failed)
 		err = -EIO;
 	m = err ? NULL : open_memstream(&text, &len);
 	if (m == NULL && !err)
@@ -91,10 +91,13 @@ static int write_row(FILE *f, const char *option, const char *path, const struct
 	free(text);
 	if (!err)
 		return 0;
-	if (regular && ftruncate(fileno(f), st.st_size) != 0)
+	/* Cut back to whole rows, the offset with it (a file not opened for appending). */
+	if (regular && (ftruncate(fileno(f), st.st_size) != 0 ||
+			lseek(fileno(f), st.st_size, SEEK_SET) < 0))
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot cut off a partial row: %s\n", option,
 			path, strerror(errno));
 	fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(-err));
+	*failed = true;
 	tr_output_failed = true;
 	return err;
 }
@@ -362,10 +365,11 @@ void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned
 	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, reason);
 	tr_results_add(res, &row);
 	/* A file that failed already said so. */
-	if (rf->jsonl && !ferror(rf->jsonl))
-		write_row(rf->jsonl, "--jsonl", opt->jsonl, &row, tr_results_write_row_jsonl);
-	if (rf->csv && !ferror(rf->csv))
-		write_row(rf->csv, "--csv", opt->csv, &row, tr_results_write_row_csv);
+	if (rf->jsonl && !ferror(rf->jsonl) && !rf->jsonl_failed)
+		write_row(rf->jsonl, &rf->jsonl_failed, "--jsonl", opt->jsonl, &row,
+			  tr_results_write_row_jsonl);
+	if (rf->csv && !ferror(rf->csv) && !rf->csv_failed)
+		write_row(rf->csv, &rf->csv_failed, "--csv", opt->csv, &row, tr_results_write_row_csv);
 }
 
 int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr_results *res,
@@ -375,9 +379,11 @@ int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr
 
 	tr_results_add(res, row);
 	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
-	ret = write_row(rf->jsonl, "--jsonl", opt->jsonl, row, tr_results_write_row_jsonl);
+	ret = write_row(rf->jsonl, &rf->jsonl_failed, "--jsonl", opt->jsonl, row,
+			tr_results_write_row_jsonl);
 	if (ret == 0)
-		ret = write_row(rf->csv, "--csv", opt->csv, row, tr_results_write_row_csv);
+		ret = write_row(rf->csv, &rf->csv_failed, "--csv", opt->csv, row,
+				tr_results_write_row_csv);
 	return ret;
 }
 

@@ -24,6 +24,8 @@ struct row_files {
 	FILE *jsonl;           /* --jsonl, or NULL */
 	off_t csv_base;        /* bytes of the CSV before this process's rows: its header and
 				  the rows a resume kept */
+	bool csv_failed;       /* a row could not be written there (said on stderr) */
+	bool jsonl_failed;
 };
 
 /*
