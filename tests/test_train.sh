@@ -471,6 +471,8 @@ full="--data=synthetic:500 --model=flatten,fc:10 -q"
 expect 1 "--jsonl=/dev/full: cannot write: No space left on device" \
 	"$train" $full --epochs=3 --jsonl=/dev/full
 expect 1 "/dev/full: cannot write: No space left on device" "$train" $full --epochs=3 --csv=/dev/full
+[ "$(grep -c 'cannot write' "$tmp/out")" -eq 1 ] ||
+	{ echo "FAIL: --csv=/dev/full: not said once:"; cat "$tmp/out"; fail=1; }
 # The epoch whose row could not be written still has it on the terminal,
 # after the reason, said once (the failed row is not tried there again).
 expect 1 "--jsonl=/dev/full: cannot write" \

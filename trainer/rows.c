@@ -313,6 +313,7 @@ int tr_rows_start(const struct tr_options *opt, struct row_files *rf)
 	}
 	if (tr_results_write_csv_header(rf->csv) < 0 || fflush(rf->csv) != 0) {
 		fprintf(stderr, "pinpipe-train: --csv=%s: cannot write: %s\n", opt->csv, strerror(errno));
+		tr_output_failed = true;       /* said: not again when the file is closed */
 		return -EIO;
 	}
 	rf->csv_base = ftello(rf->csv);
