@@ -34,7 +34,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/pinpipe-interrupt-test-XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
 python3 - "$train" "$tmp" <<'EOPY'
-import csv, fcntl, json, os, random, re, signal, struct, subprocess, sys, time
+import csv, json, os, random, re, signal, struct, subprocess, sys, time
 
 train, tmp = sys.argv[1], sys.argv[2]
 seed = int(os.environ.get("PP_TEST_SEED", str(int(time.time()))))
@@ -51,6 +51,17 @@ def fail(msg, err_path=None):
 
 def rows(path):
     return list(csv.DictReader(open(path))) if os.path.exists(path) else []
+
+def fill(path):
+    """Fills the pipe or FIFO at 'path' through a file of its own (its O_NONBLOCK its own)."""
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    for chunk in (4096, 1):
+        try:
+            while True:
+                os.write(fd, b"\n" * chunk)
+        except BlockingIOError:
+            pass
+    os.close(fd)
 
 def wait_for(path, text, proc):
     """Waits until 'text' is in the file at 'path' (or the process ended)."""
@@ -110,14 +121,7 @@ def interrupt_before_first_step(args, err):
     """Runs args with stdout a full pipe, SIGINT, then drains it; returns the exit status."""
     for delay in (0.5, 1, 2, 4, 8):
         r, w = os.pipe()
-        fl = fcntl.fcntl(w, fcntl.F_GETFL)
-        fcntl.fcntl(w, fcntl.F_SETFL, fl | os.O_NONBLOCK)
-        try:
-            while True:
-                os.write(w, b"\n" * 4096)
-        except BlockingIOError:
-            pass
-        fcntl.fcntl(w, fcntl.F_SETFL, fl)
+        fill("/proc/self/fd/%d" % w)
         with open(err, "w") as e:
             proc = subprocess.Popen(args, stdout=w, stderr=e)
         os.close(w)
@@ -181,17 +185,6 @@ def hold_in_epoch(proc, err):
         if proc.poll() is not None:
             return False
     return False
-
-def fill(path):
-    """Fills the pipe or FIFO at 'path' through a file of its own (its O_NONBLOCK its own)."""
-    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-    for chunk in (4096, 1):
-        try:
-            while True:
-                os.write(fd, b"\n" * chunk)
-        except BlockingIOError:
-            pass
-    os.close(fd)
 
 def drain(fd, into):
     """Reads what fd holds into the list 'into'; False at its end."""

@@ -891,10 +891,9 @@ int main(int argc, char **argv)
 	struct pp_device *dev;
 	struct pp_blas_info blas;
 	enum pp_device_kind kind;
-	int ret = parse_args(argc, argv, &o);
-
 	FILE *csv, *jsonl;
 	int wrote;
+	int ret = parse_args(argc, argv, &o);
 
 	if (ret != 0)
 		return ret < 0 ? 0 : ret;
