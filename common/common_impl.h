@@ -47,6 +47,16 @@ int pp_error_set(int err, const char *msg);
  */
 bool pp_name_ok(const char *name, size_t max);
 
+/*
+ * Where a file written beside 'path' and renamed over it must be renamed
+ * to: 'path' with its symbolic links followed (to a file not there yet
+ * too), so that a link keeps naming the new file.  Refuses a path that
+ * names anything but a regular file (a device, a FIFO, a pipe, a
+ * directory), which the rename would replace.  Returns 0 with a malloc'd
+ * path in *target_p, or -errno with the path named.  common/replace.c.
+ */
+int pp_replace_target(const char *path, char **target_p);
+
 /* Writes a * b into *out_p; returns false (and writes nothing) on overflow. */
 static inline bool pp_mul_size(size_t a, size_t b, size_t *out_p)
 {

@@ -1,9 +1,42 @@
 /* common/textout.c: CSV cells and JSON strings of the programs' tables (common/textout.h). */
 #include "config.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/textout.h"
+
+FILE *pp_rows_fopen(const char *path, const char *mode, bool *shared_p)
+{
+	struct stat st, std;
+
+	*shared_p = false;
+	if (stat(path, &st) == 0)
+		for (int fd = 1; fd <= 2; fd++) {
+			int dup_fd;
+			FILE *f;
+
+			if (fstat(fd, &std) != 0 || std.st_dev != st.st_dev || std.st_ino != st.st_ino)
+				continue;
+			dup_fd = dup(fd);
+			if (dup_fd < 0)
+				return NULL;
+			/* "w" on a descriptor truncates nothing and leaves its flags as they are. */
+			f = fdopen(dup_fd, "w");
+			if (f == NULL) {
+				int err = errno;
+
+				close(dup_fd);
+				errno = err;
+				return NULL;
+			}
+			*shared_p = true;
+			return f;
+		}
+	return fopen(path, mode);
+}
 
 void pp_csv_cell(FILE *out, const char *s)
 {

@@ -2,13 +2,16 @@
  * common/textout.h: text cells as the programs' tables write them: a CSV
  * cell quoted as RFC 4180 asks where it holds a comma, a quote or a line
  * break (its quotes doubled), and a JSON string with its quotes,
- * backslashes and control characters escaped.  Internal, and not in the
+ * backslashes and control characters escaped; and the file a table of
+ * rows goes to, which may be the one standard output already writes.
+ * Internal, and not in the
  * library: common/textout.c is compiled into pinpipe-train and
  * pinpipe-bench and their tests, as common/size.c is.
  */
 #ifndef PP_COMMON_TEXTOUT_H
 #define PP_COMMON_TEXTOUT_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 /* Writes s as one CSV cell. */
@@ -16,5 +19,18 @@ void pp_csv_cell(FILE *out, const char *s);
 
 /* Writes s as a JSON string, quotes included. */
 void pp_json_string(FILE *out, const char *s);
+
+/*
+ * Opens 'path' for a program's rows with fopen(path, mode), unless it is
+ * the file that the program's standard output or error already writes
+ * (/dev/stdout, or the file the shell redirected them to): then a new
+ * descriptor of that same open file (dup(2)), so that the two write at one
+ * offset, one after the other, where two opens would write over each
+ * other from their own offsets.  *shared_p says which: a shared file is
+ * not to be truncated, rewritten nor renamed over (what standard output
+ * wrote there would go), and standard output is to be flushed before each
+ * write to it.  NULL with errno set on failure.
+ */
+FILE *pp_rows_fopen(const char *path, const char *mode, bool *shared_p);
 
 #endif

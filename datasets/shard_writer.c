@@ -52,7 +52,8 @@ struct chunk_slot {
 };
 
 struct pp_shard_writer {
-	char *path;                         /* final name */
+	char *path;                         /* final name, as given */
+	char *target;                       /* the file it names (pp_replace_target()) */
 	char *tmp_path;                     /* where the data goes until finish() */
 	int fd;                             /* of tmp_path; -1 once closed */
 	struct pp_sample_info info;         /* count is the records added so far */
@@ -265,7 +266,9 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 	if (ret == -EINVAL)
 		goto err_free;
 	w->path = strdup(path);
-	if (ret < 0 || w->path == NULL || asprintf(&w->tmp_path, "%s.tmp-XXXXXX", path) < 0) {
+	if (ret >= 0 && w->path != NULL && (ret = pp_replace_target(path, &w->target)) < 0)
+		goto err_free;
+	if (ret < 0 || w->path == NULL || asprintf(&w->tmp_path, "%s.tmp-XXXXXX", w->target) < 0) {
 		w->tmp_path = NULL;
 		ret = pp_error(-ENOMEM, "%s: no memory for %u chunks of %u records of %zu bytes",
 			       path, w->nslots, w->records_per_chunk, w->record_bytes);
@@ -289,6 +292,7 @@ err_unlink:
 	unlink(w->tmp_path);
 err_free:
 	free(w->tmp_path);
+	free(w->target);
 	free(w->path);
 	if (w->slots != NULL)
 		free_slots(w);
@@ -683,7 +687,7 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 		goto err_mark_failed;
 	}
 	w->fd = -1;
-	if (rename(w->tmp_path, w->path) != 0) {
+	if (rename(w->tmp_path, w->target) != 0) {
 		ret = pp_error(-errno, "%s: cannot rename %s into place: %s", w->path, w->tmp_path,
 			       strerror(errno));
 		goto err_mark_failed;
@@ -707,6 +711,7 @@ PP_API void pp_shard_writer_destroy(struct pp_shard_writer *w)
 	free_slots(w);
 	free(w->chunks);
 	free(w->tmp_path);
+	free(w->target);
 	free(w->path);
 	free(w);
 }

@@ -119,11 +119,15 @@ PP_API int pp_model_save(struct pp_model *m, const char *path)
 	const size_t n = m->n_params, slen = strlen(m->spec);
 	const size_t size = CKPT_HEADER + slen + 4 * n * (1 + state_vectors(o->kind)) + 4;
 	uint8_t *buf, *p;
-	char *tmp;
+	char *tmp, *target;
 	int fd, ret;
 
+	/* The file the path names, through its links; never a device in its place. */
+	ret = pp_replace_target(path, &target);
+	if (ret)
+		return ret;
 	buf = malloc(size);
-	tmp = malloc(strlen(path) + 16);
+	tmp = malloc(strlen(target) + 16);
 	if (!buf || !tmp) {
 		ret = pp_error(-ENOMEM, "%s: out of memory for a checkpoint of %zu bytes", path, size);
 		goto err_free;
@@ -163,7 +167,7 @@ PP_API int pp_model_save(struct pp_model *m, const char *path)
 
 	/* A name of its own beside the target, created here (O_EXCL): never a
 	 * file or link planted under a fixed name, nor another run's. */
-	sprintf(tmp, "%s.tmp-XXXXXX", path);
+	sprintf(tmp, "%s.tmp-XXXXXX", target);
 	fd = mkstemp(tmp);
 	if (fd < 0) {
 		ret = pp_error(-errno, "%s: cannot create: %s", tmp, strerror(errno));
@@ -177,13 +181,14 @@ PP_API int pp_model_save(struct pp_model *m, const char *path)
 		ret = pp_error(-errno, "%s: fsync: %s", tmp, strerror(errno));
 	if (close(fd) && !ret)
 		ret = pp_error(-errno, "%s: close: %s", tmp, strerror(errno));
-	if (!ret && rename(tmp, path))
-		ret = pp_error(-errno, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+	if (!ret && rename(tmp, target))
+		ret = pp_error(-errno, "%s: cannot rename to %s: %s", tmp, target, strerror(errno));
 	if (ret)
 		unlink(tmp);
 	else
-		ret = sync_dir(path);
+		ret = sync_dir(target);
 err_free:
+	free(target);
 	free(tmp);
 	free(buf);
 	return ret;

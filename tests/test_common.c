@@ -1,13 +1,18 @@
 /*
- * tests/test_common.c: errors, messages, CRC-32, the little-endian helpers
- * and the programs' size parser.
+ * tests/test_common.c: errors, messages, CRC-32, the little-endian helpers,
+ * the programs' size parser, and where a file renamed over a path goes.
  */
 #include "config.h"
 
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "common/common_impl.h"
@@ -132,6 +137,92 @@ START_TEST(test_parse_size)
 }
 END_TEST
 
+/* Fails unless pp_replace_target(path) gives 'want' (NULL: the path itself). */
+static void expect_target(const char *path, const char *want)
+{
+	char *t = NULL;
+
+	ck_assert_msg(pp_replace_target(path, &t) == 0, "%s: %s", path, pp_last_error());
+	ck_assert_str_eq(t, want ? want : path);
+	free(t);
+}
+
+/* Fails unless pp_replace_target(path) refuses with 'err', naming the path and 'what'. */
+static void expect_refused(const char *path, int err, const char *what)
+{
+	char *t = (char *)"unset";
+
+	ck_assert_int_eq(pp_replace_target(path, &t), err);
+	ck_assert_ptr_null(t);
+	ck_assert_msg(strstr(pp_last_error(), path) != NULL && strstr(pp_last_error(), what) != NULL,
+		      "%s: '%s' does not say '%s'", path, pp_last_error(), what);
+}
+
+/*
+ * Fails if a file renamed over a path would not replace the file the user
+ * named: a new path or a regular file must give itself (the file's
+ * canonical name), a symbolic link the file it names (relative links
+ * resolved from the link's folder, chains followed, to a file not there
+ * yet too), and a device, a FIFO, a directory or a loop of links must be
+ * refused with the path named; a refusal must leave the path as it was.
+ */
+START_TEST(test_replace_target)
+{
+	char *dir = pp_test_tmpdir();
+	char *real = realpath(dir, NULL);
+	char a[PATH_MAX], b[PATH_MAX], want[PATH_MAX];
+	struct stat st;
+
+	ck_assert_ptr_nonnull(real);
+	/* Not there: the path as given. */
+	snprintf(a, sizeof(a), "%s/new.ckpt", dir);
+	expect_target(a, NULL);
+	expect_target("no-such-file-here.ckpt", NULL);
+	/* A regular file: its canonical name. */
+	snprintf(a, sizeof(a), "%s/file", dir);
+	pp_test_write_file(a, "x", 1);
+	snprintf(want, sizeof(want), "%s/file", real);
+	expect_target(a, want);
+	/* A relative link in a folder of its own, to the file. */
+	snprintf(a, sizeof(a), "%s/sub", dir);
+	ck_assert_int_eq(mkdir(a, 0755), 0);
+	snprintf(a, sizeof(a), "%s/sub/link", dir);
+	ck_assert_int_eq(symlink("../file", a), 0);
+	expect_target(a, want);
+	/* A chain of links that ends where nothing is yet: that file, not a link of the chain. */
+	snprintf(a, sizeof(a), "%s/first", dir);
+	ck_assert_int_eq(symlink("sub/second", a), 0);
+	snprintf(b, sizeof(b), "%s/sub/second", dir);
+	ck_assert_int_eq(symlink("third.ckpt", b), 0);
+	snprintf(want, sizeof(want), "%s/sub/third.ckpt", dir);
+	expect_target(a, want);
+	snprintf(b, sizeof(b), "%s/abs", dir);
+	ck_assert_int_eq(symlink(want, b), 0);
+	expect_target(b, want);
+	/* What a rename would replace: refused, left as it was. */
+	expect_refused("/dev/null", -EINVAL, "character device");
+	ck_assert_int_eq(stat("/dev/null", &st), 0);
+	ck_assert(S_ISCHR(st.st_mode));
+	snprintf(a, sizeof(a), "%s/fifo", dir);
+	ck_assert_int_eq(mkfifo(a, 0644), 0);
+	expect_refused(a, -EINVAL, "FIFO");
+	snprintf(b, sizeof(b), "%s/to-fifo", dir);
+	ck_assert_int_eq(symlink("fifo", b), 0);
+	expect_refused(b, -EINVAL, "FIFO");
+	ck_assert_int_eq(lstat(a, &st), 0);
+	ck_assert(S_ISFIFO(st.st_mode));
+	expect_refused(dir, -EINVAL, "directory");
+	snprintf(a, sizeof(a), "%s/loop1", dir);
+	snprintf(b, sizeof(b), "%s/loop2", dir);
+	ck_assert_int_eq(symlink("loop2", a), 0);
+	ck_assert_int_eq(symlink("loop1", b), 0);
+	expect_refused(a, -ELOOP, "loop1");
+	free(real);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("common");
@@ -143,6 +234,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_crc32);
 	tcase_add_test(tc, test_bytes_and_sizes);
 	tcase_add_test(tc, test_parse_size);
+	tcase_add_test(tc, test_replace_target);
 	suite_add_tcase(s, tc);
 	return s;
 }

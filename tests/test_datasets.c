@@ -763,12 +763,16 @@ START_TEST(test_shard_find)
 }
 END_TEST
 
-/* Fails if the writer accepts bad labels or configurations, or if an
- * abandoned or failed write leaves any file behind. */
+/* Fails if the writer accepts bad labels or configurations, if an
+ * abandoned or failed write leaves any file behind, if a FIFO at the path
+ * is not refused, or if a link there is replaced rather than its file. */
 START_TEST(test_writer_errors)
 {
 	char *dir = pp_test_tmpdir(), *p = path_in(dir, "w.pps"), *nodir = path_in(dir, "no/w.pps");
+	char *fifo = path_in(dir, "fifo.pps"), *link = path_in(dir, "link.pps");
+	char *real = path_in(dir, "real.pps");
 	struct pp_sample_info info = {0, PP_DTYPE_U8, 1, {4, 0, 0, 0}, 4, PP_LABEL_CLASS, 3};
+	struct pp_shard *sh;
 	struct pp_shard_writer_config cfg = {.info = &info, .records_per_chunk = 2, .level = 6,
 					      .threads = 3};
 	struct pp_shard_writer *w;
@@ -809,9 +813,34 @@ START_TEST(test_writer_errors)
 	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
 	snprintf(expect, sizeof(expect), "%s: 0 dimensions, expected 1..%d", p, PP_MAX_DIMS);
 	ck_assert_str_eq(pp_last_error(), expect);
+	info.ndim = 1;
+
+	/* A FIFO, which the rename would replace: refused, and left a FIFO. */
+	ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+	ck_assert_int_eq(pp_shard_writer_create(fifo, &cfg, &w), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "FIFO"));
+	ck_assert_int_eq(lstat(fifo, &st), 0);
+	ck_assert(S_ISFIFO(st.st_mode));
+	ck_assert_int_eq(unlink(fifo), 0);
+	/* A link: the file it names is written, and the link stays one. */
+	ck_assert_int_eq(symlink("real.pps", link), 0);
+	ck_assert_int_eq(pp_shard_writer_create(link, &cfg, &w), 0);
+	ck_assert_int_eq(pp_shard_writer_add(w, s, good, 3), 0);
+	ck_assert_int_eq(pp_shard_writer_finish(w), 0);
+	pp_shard_writer_destroy(w);
+	ck_assert_int_eq(lstat(link, &st), 0);
+	ck_assert(S_ISLNK(st.st_mode));
+	ck_assert_int_eq(pp_shard_open(real, &sh), 0);
+	ck_assert_uint_eq(pp_shard_info(sh)->count, 3);
+	pp_shard_close(sh);
+	ck_assert_int_eq(unlink(link), 0);
+	ck_assert_int_eq(unlink(real), 0);
 	ck_assert_int_eq(rmdir(dir), 0);
 	free(p);
 	free(nodir);
+	free(fifo);
+	free(link);
+	free(real);
 	free(dir);
 }
 END_TEST

@@ -1,8 +1,8 @@
 /*
  * tests/test_nn_checkpoint.c: nn's checkpoints: training resumed from a
  * file gives the bits of training without a break, the caller's tag
- * survives, and damaged or foreign files are refused with a message that
- * says where.
+ * survives, damaged or foreign files are refused with a message that says
+ * where, and a save replaces the file a link names, never a FIFO.
  */
 #include "config.h"
 
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/common_impl.h"
@@ -192,6 +193,47 @@ START_TEST(test_checkpoint_planted_link)
 END_TEST
 
 /*
+ * Fails if a save to a symbolic link replaces the link rather than the
+ * file it names (the link must stay a link, the file load), or if a save
+ * to a FIFO is not refused with -EINVAL naming it, or replaces it.
+ */
+START_TEST(test_checkpoint_through_link)
+{
+	char *dir = pp_test_tmpdir();
+	char path[512], link[512], fifo[512];
+	struct pp_model_config cfg;
+	struct pp_model *m, *a;
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/real.ckpt", dir);
+	snprintf(link, sizeof(link), "%s/latest.ckpt", dir);
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	ck_assert_int_eq(symlink("real.ckpt", link), 0);
+	ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+	pp_model_config_init(&cfg);
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), 0);
+	pp_test_train(m, 1, 5);
+	/* Twice: first to a file not there yet, then over it. */
+	for (int i = 0; i < 2; i++) {
+		ck_assert_msg(pp_model_save(m, link) == 0, "%s", pp_last_error());
+		ck_assert_int_eq(lstat(link, &st), 0);
+		ck_assert(S_ISLNK(st.st_mode));
+		ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &a), 0);
+		ck_assert_uint_eq(pp_model_steps(a), 1 + (uint64_t)i);
+		pp_model_destroy(a);
+		pp_test_train(m, 1, 6);
+	}
+	ck_assert_int_eq(pp_model_save(m, fifo), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), fifo));
+	ck_assert_int_eq(lstat(fifo, &st), 0);
+	ck_assert(S_ISFIFO(st.st_mode));
+	pp_model_destroy(m);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * Fails if a truncated, extended, bit-flipped, wrongly versioned or
  * mislabelled checkpoint (or one whose spec is bad under a valid CRC) is
  * loaded, or is rejected without a message naming the file and the place.
@@ -274,6 +316,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(ckpt, test_checkpoint_damaged);
 	tcase_add_test(ckpt, test_checkpoint_tag);
 	tcase_add_test(ckpt, test_checkpoint_planted_link);
+	tcase_add_test(ckpt, test_checkpoint_through_link);
 	tcase_set_timeout(ckpt, 30);
 	suite_add_tcase(s, ckpt);
 	return s;

@@ -3,7 +3,8 @@
 # usage does not give one line on stderr and exit status 2, if --help does
 # not exit 0, if a --csv or --jsonl that cannot be written is not refused
 # before anything is measured, if a benchmark failing half-way does not
-# keep the rows it made, or if a short overlap run on sim does not write CSV and JSON
+# keep the rows it made, if rows given standard output's own file do not
+# follow its table there, or if a short overlap run on sim does not write CSV and JSON
 # lines with the expected columns and header, one pinned and one pageable
 # row, with the figures below; if the line of what pinning bought does not
 # give the rows' own figures; if the warning that the host was too loaded
@@ -87,6 +88,15 @@ grep -q "^pinpipe-bench: device memory: .*out of device memory" "$tmp/err" ||
 [ "$(grep -c ',4096,' "$tmp/half.csv")" -eq 4 ] && [ "$(wc -l < "$tmp/half.csv")" -eq 5 ] &&
 	[ "$(wc -l < "$tmp/half.json")" -eq 4 ] ||
 	fail "a benchmark failing half-way: the rows it made not kept: $(cat "$tmp/half.csv" "$tmp/half.json")"
+# Both on standard output's own file (/dev/fd/1, stdout redirected to a
+# file): the table first, then the rows; truncating it for the rows cut
+# the table, and stdout, flushed last from its own offset, wrote over them.
+"$bench" bandwidth --device=sim --sizes=4K --total=64K --csv=/dev/fd/1 --jsonl=/dev/fd/1 \
+	> "$tmp/shared" 2> "$tmp/err" || fail "--csv=/dev/fd/1 --jsonl=/dev/fd/1: exit $?: $(cat "$tmp/err")"
+awk '/^# pinpipe-bench bandwidth/ { t = NR } /^sim +h2d +pinned/ { row = NR }
+     /^device,direction,/ { head = NR } /^sim,/ { c++; last_c = NR } /^\{"device": "sim"/ { j++; first_j = j == 1 ? NR : first_j }
+     END { exit !(t == 1 && row > t && head > row && c == 4 && j == 4 && first_j > last_c) }' "$tmp/shared" ||
+	fail "--csv and --jsonl on standard output's file: $(cat "$tmp/shared")"
 
 "$bench" bandwidth --device=sim --sizes=4K,64K --total=1M --csv="$tmp/bw.csv" > "$tmp/out" ||
 	fail "bandwidth run: exit $?"

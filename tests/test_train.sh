@@ -4,7 +4,8 @@
 # Fashion-MNIST, determinism across worker counts, resuming from a
 # checkpoint (at an epoch's end and in the middle of one; refused when its
 # step count was altered; nothing to do when it is complete), grids and
-# their CSV, JSON lines and TensorBoard files, Ctrl-C (more of it in
+# their CSV, JSON lines and TensorBoard files (on standard output's own
+# file, through links), Ctrl-C (more of it in
 # tests/test_interrupt.sh), -q, bad usage, and streaming shards (--stream)
 # against decoding them into memory.  Each check
 # fails the script with what went wrong; exit 77 only when the tool was not
@@ -546,6 +547,56 @@ if [ $code -ne 0 ] || [ "$(grep -c 'CUDA failed to start' "$tmp/auto.err")" -ne 
 	echo "FAIL: auto with CUDA failing to start: exit $code, stderr:"; cat "$tmp/auto.err" "$tmp/auto.out"; fail=1
 fi
 
+# 7d. Outputs named otherwise than by the file's own path.  --csv and
+# --jsonl on standard output's own file (/dev/fd/1, stdout redirected to a
+# file) add their rows to what stdout writes there, in order: two opens
+# wrote over each other from their own offsets, and the final sort renamed
+# a file over the name /dev/fd/1.  A link given as --csv or --checkpoint
+# stays a link to the file written, a resume through them included (the
+# rename replaced the link), and the CSV keeps its mode.  A FIFO given as --checkpoint is refused
+# before training (the rename replaced it with a file; as root, a device
+# such as /dev/null too).
+syn="--data=synthetic:500 --model=flatten,fc:10 --epochs=2"
+"$train" $syn --no-progress --csv=/dev/fd/1 --jsonl=/dev/fd/1 >"$tmp/shared.out" 2>"$tmp/err" ||
+	{ echo "FAIL: --csv=/dev/fd/1 --jsonl=/dev/fd/1 with stdout a file:"; cat "$tmp/err"; fail=1; }
+python3 - "$tmp/shared.out" <<'EOPY' || { echo "FAIL: the rows on standard output's file:"; cat "$tmp/shared.out"; fail=1; }
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+at = lambda pred: [i for i, l in enumerate(lines) if pred(l)]
+header = at(lambda l: l.startswith("run,epoch,"))
+csv_rows = at(lambda l: l.startswith("1,"))
+json_rows = at(lambda l: l.startswith("{"))
+said = at(lambda l: l.startswith("run 1 epoch "))
+assert header == [0], header
+assert [lines[i].split(",")[1] for i in csv_rows] == ["1", "2"], lines
+assert [json.loads(lines[i])["epoch"] for i in json_rows] == [1, 2], lines
+# Each epoch: its rows in the files first, then the line on the terminal.
+assert len(said) == 2 and csv_rows[0] < said[0] < csv_rows[1] < said[1], lines
+assert json_rows[0] < said[0] < json_rows[1] < said[1], lines
+assert lines[-1].split()[0] == "2", lines[-3:]       # the final table's last row, last
+EOPY
+mkdir "$tmp/links"
+ln -s real.csv "$tmp/links/rows.csv"
+ln -s real.ckpt "$tmp/links/latest.ckpt"
+for epochs in 2 3; do
+	resume=
+	[ "$epochs" -eq 3 ] && resume=--resume
+	"$train" $syn --epochs=$epochs $resume -q --csv="$tmp/links/rows.csv" \
+		--checkpoint="$tmp/links/latest.ckpt" >/dev/null 2>"$tmp/err" ||
+		{ echo "FAIL: --csv and --checkpoint through links ($epochs epochs):"; cat "$tmp/err"; fail=1; }
+	[ -L "$tmp/links/rows.csv" ] && [ -L "$tmp/links/latest.ckpt" ] && [ -f "$tmp/links/real.ckpt" ] &&
+		[ "$(grep -c '^1,' "$tmp/links/real.csv")" -eq "$epochs" ] ||
+		{ echo "FAIL: after $epochs epochs, a link replaced, or not $epochs rows in the file it names:"
+		  ls -l "$tmp/links"; cat "$tmp/links/real.csv"; fail=1; }
+	# The CSV sorted and renamed into place keeps its mode (not mkstemp's 0600).
+	[ "$epochs" -eq 3 ] && [ "$(stat -c %a "$tmp/links/real.csv")" != 640 ] &&
+		{ echo "FAIL: the CSV's mode 640 not kept:"; ls -l "$tmp/links"; fail=1; }
+	chmod 640 "$tmp/links/real.csv"
+done
+mkfifo "$tmp/links/fifo"
+expect 2 "--checkpoint=$tmp/links/fifo: not a regular file" "$train" $syn --checkpoint="$tmp/links/fifo"
+[ -p "$tmp/links/fifo" ] || { echo "FAIL: --checkpoint=FIFO: the FIFO replaced"; fail=1; }
+
 # 8. --stream, on shards packed here from the first 600 training and 200
 # test samples of Fashion-MNIST, in chunks of 50 records, 3 shards a split.
 pack=${PINPIPE_PACK:-./pinpipe-pack}
@@ -671,7 +722,7 @@ assert len(last(a)) == 1 and last(rows) == last(a), (last(rows), last(a))
 		timeout 60 "$train" --data="$tmp/fifo" --epochs=1
 	expect 1 "x-train-00000-of-00001.pps: a FIFO, expected a regular file" \
 		timeout 60 "$train" --data="$tmp/fifo" --stream --epochs=1
-	expect 1 "fifo.ckpt: not a regular file" \
+	expect 2 "fifo.ckpt: not a regular file" \
 		timeout 60 "$train" $small --checkpoint="$tmp/fifo.ckpt" --resume
 else
 	echo "FAIL: --stream not tested: Fashion-MNIST not installed in $fm, or $pack not built"

@@ -379,14 +379,16 @@ static void table_print(const struct table *t)
  * Opens --csv or --jsonl's file before anything is measured, so that a
  * path that cannot be written is said at once, not after the benchmark;
  * for appending, so that a file there stays as it was until rows replace
- * it (table_write()).
+ * it (table_write()); where it is standard output's own file
+ * (--csv=/dev/stdout > FILE), through standard output's (*shared).
  */
-static int table_open(const char *opt, const char *path, FILE **f)
+static int table_open(const char *opt, const char *path, FILE **f, bool *shared)
 {
 	*f = NULL;
+	*shared = false;
 	if (path == NULL)
 		return 0;
-	*f = fopen(path, "a");
+	*f = pp_rows_fopen(path, "a", shared);
 	if (*f == NULL) {
 		fprintf(stderr, "pinpipe-bench: --%s=%s: cannot open for writing: %s\n", opt, path,
 			strerror(errno));
@@ -395,8 +397,11 @@ static int table_open(const char *opt, const char *path, FILE **f)
 	return 0;
 }
 
-/* Writes the rows so far into f (NULL: nothing) in place of what it held, and closes it. */
-static int table_write(const struct table *t, FILE *f, const char *path, bool json)
+/*
+ * Writes the rows so far into f (NULL: nothing) in place of what it held,
+ * or after what standard output wrote there (shared), and closes it.
+ */
+static int table_write(const struct table *t, FILE *f, bool shared, const char *path, bool json)
 {
 	int err;
 
@@ -407,7 +412,9 @@ static int table_write(const struct table *t, FILE *f, const char *path, bool js
 		return 0;
 	}
 	/* A regular file's old rows go (a pipe or a terminal has none: EINVAL). */
-	if (ftruncate(fileno(f), 0) != 0 && errno != EINVAL) {
+	if (shared)
+		fflush(stdout);
+	else if (ftruncate(fileno(f), 0) != 0 && errno != EINVAL) {
 		fprintf(stderr, "pinpipe-bench: %s: cannot truncate: %s\n", path, strerror(errno));
 		fclose(f);
 		return 1;
@@ -892,22 +899,23 @@ int main(int argc, char **argv)
 	struct pp_blas_info blas;
 	enum pp_device_kind kind;
 	FILE *csv, *jsonl;
+	bool csv_shared, jsonl_shared;
 	int wrote;
 	int ret = parse_args(argc, argv, &o);
 
 	if (ret != 0)
 		return ret < 0 ? 0 : ret;
-	if (table_open("csv", o.csv, &csv) != 0)
+	if (table_open("csv", o.csv, &csv, &csv_shared) != 0)
 		return 1;
-	if (table_open("jsonl", o.jsonl, &jsonl) != 0) {
+	if (table_open("jsonl", o.jsonl, &jsonl, &jsonl_shared) != 0) {
 		if (csv != NULL)
 			fclose(csv);
 		return 1;
 	}
 	if ((ret = pp_device_open(o.device, &dev)) < 0) {
 		fprintf(stderr, "pinpipe-bench: --device=%s: %s\n", o.device, pp_last_error());
-		table_write(&t, csv, o.csv, false);
-		table_write(&t, jsonl, o.jsonl, true);
+		table_write(&t, csv, csv_shared, o.csv, false);
+		table_write(&t, jsonl, jsonl_shared, o.jsonl, true);
 		return ret == -EINVAL ? 2 : 1;
 	}
 	if (pp_device_get_props(dev)->fallback[0] != '\0')
@@ -930,7 +938,7 @@ int main(int argc, char **argv)
 		table_print(&t);
 	if (ret == 0)
 		print_verdict(&o, &t, kind);
-	wrote = table_write(&t, csv, o.csv, false);
-	wrote |= table_write(&t, jsonl, o.jsonl, true);
+	wrote = table_write(&t, csv, csv_shared, o.csv, false);
+	wrote |= table_write(&t, jsonl, jsonl_shared, o.jsonl, true);
 	return ret != 0 ? ret : wrote;
 }

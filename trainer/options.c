@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -416,7 +417,7 @@ static int probe_write(const char *path)
 static int check_output(const char *name, const char *path, bool folder, bool beside)
 {
 	struct stat st;
-	char dir[4096];
+	char dir[4096], real[PATH_MAX];
 	int err;
 
 	if (stat(path, &st) == 0) {
@@ -439,11 +440,21 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 		}
 		if (!beside)
 			return 0;
+		/* Renamed over, a device (/dev/null) would be replaced by a file. */
+		if (!S_ISREG(st.st_mode)) {
+			fprintf(stderr, "pinpipe-train: --%s=%s: not a regular file: it is written "
+				"beside it and renamed over it, which would replace it\n", name, path);
+			return 2;
+		}
 	} else if (errno != ENOENT && errno != ENOTDIR) {
 		fprintf(stderr, "pinpipe-train: --%s=%s: %s\n", name, path, strerror(errno));
 		return 2;
 	}
-	pp_args_folder_of(path, dir, sizeof(dir));
+	/* Through a link, the file it names is replaced: beside that one. */
+	if (beside && realpath(path, real) != NULL)
+		pp_args_folder_of(real, dir, sizeof(dir));
+	else
+		pp_args_folder_of(path, dir, sizeof(dir));
 	/* A folder of TensorBoard runs is made with its parents: the nearest one there decides. */
 	while (folder && stat(dir, &st) != 0 && errno == ENOENT && strcmp(dir, ".") != 0 &&
 	       strcmp(dir, "/") != 0) {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/textout.h"
 #include "pinpipe/pinpipe.h"
 #include "trainer/rows.h"
 
@@ -61,7 +62,7 @@ static int write_all(int fd, const char *p, size_t n)
  * pipe or a FIFO: what it left is written then, where stdio would lose it.
  * Returns 0, or -errno with the file named on stderr.
  */
-static int write_row(FILE *f, bool *failed, const char *option, const char *path,
+static int write_row(FILE *f, bool *failed, bool shared, const char *option, const char *path,
 		     const struct tr_row *row, int (*write_fn)(const struct tr_row *, FILE *))
 {
 	struct stat st;
@@ -73,7 +74,10 @@ static int write_row(FILE *f, bool *failed, const char *option, const char *path
 
 	if (f == NULL)
 		return 0;
-	regular = fflush(f) == 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+	/* Standard output's own file: what it holds first, then the row; never cut. */
+	if (shared)
+		fflush(stdout);
+	regular = fflush(f) == 0 && !shared && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
 	if (ferror(f) || *failed)
 		err = -EIO;
 	m = err ? NULL : open_memstream(&text, &len);
@@ -102,10 +106,14 @@ static int write_row(FILE *f, bool *failed, const char *option, const char *path
 	return err;
 }
 
-/* Opens a file of rows: appended to by a resume, else emptied.  NULL with the file named on stderr. */
-static FILE *rows_open(const char *option, const char *path, bool resume)
+/*
+ * Opens a file of rows: appended to by a resume, else emptied; written
+ * through standard output's own where it is the same file (*shared_p).
+ * NULL with the file named on stderr.
+ */
+static FILE *rows_open(const char *option, const char *path, bool resume, bool *shared_p)
 {
-	FILE *f = fopen(path, resume ? "a+" : "w+");
+	FILE *f = pp_rows_fopen(path, resume ? "a+" : "w+", shared_p);
 
 	if (f == NULL)
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path, strerror(errno));
@@ -162,17 +170,26 @@ static unsigned long record_epoch(const char *s, size_t len, bool csv, size_t co
 /*
  * Replaces 'path' with text[0..len) followed by the CSV rows of 'res' (when
  * not NULL), through a temporary file beside it that is renamed over it:
- * a SIGKILL leaves the old file or the new one.  Returns 0, or -errno with
+ * a SIGKILL leaves the old file or the new one.  A symbolic link is
+ * followed: the file it names is replaced, and it stays a link.  Returns 0, or -errno with
  * the file named on stderr.
  */
 static int rows_replace(const char *option, const char *path, const char *text, size_t len,
 			const struct tr_results *res)
 {
-	char tmp[PATH_MAX];
+	char tmp[PATH_MAX], target[PATH_MAX];
+	struct stat st;
 	FILE *f;
 	int fd, ret = 0;
 
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path) >= (int)sizeof(tmp)) {
+	/* The file the path names: a link stays a link (the file is open: it is there). */
+	if (realpath(path, target) == NULL) {
+		ret = -errno;
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot resolve the path: %s\n", option, path,
+			strerror(-ret));
+		return ret;
+	}
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) >= (int)sizeof(tmp)) {
 		fprintf(stderr, "pinpipe-train: %s=%s: the path is too long\n", option, path);
 		return -ENAMETOOLONG;
 	}
@@ -187,6 +204,15 @@ static int rows_replace(const char *option, const char *path, const char *text, 
 		}
 		return ret;
 	}
+	/* The file's own mode, not mkstemp's 0600. */
+	if (stat(target, &st) == 0 && fchmod(fd, st.st_mode & 07777) != 0) {
+		ret = -errno;
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot set the mode of %s: %s\n", option, path,
+			tmp, strerror(-ret));
+		fclose(f);
+		unlink(tmp);
+		return ret;
+	}
 	errno = 0;
 	fwrite(text, 1, len, f);
 	for (size_t i = 0; res != NULL && i < res->n; i++)
@@ -195,7 +221,7 @@ static int rows_replace(const char *option, const char *path, const char *text, 
 		ret = -(errno ? errno : EIO);
 	if (fclose(f) != 0 && ret == 0)
 		ret = -errno;
-	if (ret == 0 && rename(tmp, path) != 0)
+	if (ret == 0 && rename(tmp, target) != 0)
 		ret = -errno;
 	if (ret < 0) {
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(-ret));
@@ -240,15 +266,15 @@ static char *rows_read(const char *option, const char *path, FILE *f, size_t *le
  * that the resumed rows follow with no epoch twice.  A file that is not a
  * regular one (a pipe) is left as it is.  Returns 0 or -errno.
  */
-static int rows_resume_one(const char *option, const char *path, FILE **f_p, bool csv,
-			   unsigned epochs, off_t *base_p)
+static int rows_resume_one(const char *option, const char *path, FILE **f_p, bool shared,
+			   bool csv, unsigned epochs, off_t *base_p)
 {
 	struct stat st;
 	size_t len, kept = 0, col = 0, at = 0;
 	char *text;
 	int ret;
 
-	if (*f_p == NULL || fstat(fileno(*f_p), &st) != 0 || !S_ISREG(st.st_mode))
+	if (*f_p == NULL || shared || fstat(fileno(*f_p), &st) != 0 || !S_ISREG(st.st_mode))
 		return 0;
 	text = rows_read(option, path, *f_p, &len);
 	if (text == NULL)
@@ -276,7 +302,7 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 	if (ret < 0)
 		return ret;
 	fclose(*f_p);
-	*f_p = rows_open(option, path, true);
+	*f_p = rows_open(option, path, true, &shared);
 	if (*f_p == NULL)
 		return -EIO;
 	if (base_p != NULL)
@@ -286,10 +312,12 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 
 int tr_rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned epochs)
 {
-	int ret = rows_resume_one("--csv", opt->csv, &rf->csv, true, epochs, &rf->csv_base);
+	int ret = rows_resume_one("--csv", opt->csv, &rf->csv, rf->csv_shared, true, epochs,
+				  &rf->csv_base);
 
 	if (ret == 0)
-		ret = rows_resume_one("--jsonl", opt->jsonl, &rf->jsonl, false, epochs, NULL);
+		ret = rows_resume_one("--jsonl", opt->jsonl, &rf->jsonl, rf->jsonl_shared, false,
+				      epochs, NULL);
 	if (ret < 0)
 		tr_output_failed = true;
 	return ret;
@@ -300,17 +328,21 @@ int tr_rows_start(const struct tr_options *opt, struct row_files *rf)
 	struct stat st;
 
 	memset(rf, 0, sizeof(*rf));
-	if (opt->jsonl[0] != '\0' && (rf->jsonl = rows_open("--jsonl", opt->jsonl, opt->resume)) == NULL)
+	if (opt->jsonl[0] != '\0' &&
+	    (rf->jsonl = rows_open("--jsonl", opt->jsonl, opt->resume, &rf->jsonl_shared)) == NULL)
 		return -EIO;
 	if (opt->csv[0] == '\0')
 		return 0;
-	rf->csv = rows_open("--csv", opt->csv, opt->resume);
+	rf->csv = rows_open("--csv", opt->csv, opt->resume, &rf->csv_shared);
 	if (rf->csv == NULL)
 		return -EIO;
-	if (fstat(fileno(rf->csv), &st) == 0 && st.st_size > 0) {
+	/* A file of rows resumed keeps its header; one on standard output gets its own. */
+	if (!rf->csv_shared && fstat(fileno(rf->csv), &st) == 0 && st.st_size > 0) {
 		rf->csv_base = st.st_size;
 		return 0;
 	}
+	if (rf->csv_shared)
+		fflush(stdout);
 	if (tr_results_write_csv_header(rf->csv) < 0 || fflush(rf->csv) != 0) {
 		fprintf(stderr, "pinpipe-train: --csv=%s: cannot write: %s\n", opt->csv, strerror(errno));
 		tr_output_failed = true;       /* said: not again when the file is closed */
@@ -328,8 +360,8 @@ int tr_rows_finish(const struct tr_options *opt, struct row_files *rf,
 	char *text;
 	int ret = 0;
 
-	if (rf->csv != NULL && res != NULL && !tr_output_failed && fstat(fileno(rf->csv), &st) == 0 &&
-	    S_ISREG(st.st_mode)) {
+	if (rf->csv != NULL && res != NULL && !tr_output_failed && !rf->csv_shared &&
+	    fstat(fileno(rf->csv), &st) == 0 && S_ISREG(st.st_mode)) {
 		text = rows_read("--csv", opt->csv, rf->csv, &len);
 		ret = text == NULL ? -EIO
 		      : rows_replace("--csv", opt->csv, text, len < (size_t)rf->csv_base ? len : (size_t)rf->csv_base, res);
@@ -367,10 +399,11 @@ void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned
 	tr_results_add(res, &row);
 	/* A file that failed already said so. */
 	if (rf->jsonl && !ferror(rf->jsonl) && !rf->jsonl_failed)
-		write_row(rf->jsonl, &rf->jsonl_failed, "--jsonl", opt->jsonl, &row,
+		write_row(rf->jsonl, &rf->jsonl_failed, rf->jsonl_shared, "--jsonl", opt->jsonl, &row,
 			  tr_results_write_row_jsonl);
 	if (rf->csv && !ferror(rf->csv) && !rf->csv_failed)
-		write_row(rf->csv, &rf->csv_failed, "--csv", opt->csv, &row, tr_results_write_row_csv);
+		write_row(rf->csv, &rf->csv_failed, rf->csv_shared, "--csv", opt->csv, &row,
+			  tr_results_write_row_csv);
 }
 
 int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr_results *res,
@@ -380,10 +413,10 @@ int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr
 
 	tr_results_add(res, row);
 	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
-	ret = write_row(rf->jsonl, &rf->jsonl_failed, "--jsonl", opt->jsonl, row,
+	ret = write_row(rf->jsonl, &rf->jsonl_failed, rf->jsonl_shared, "--jsonl", opt->jsonl, row,
 			tr_results_write_row_jsonl);
 	if (ret == 0)
-		ret = write_row(rf->csv, &rf->csv_failed, "--csv", opt->csv, row,
+		ret = write_row(rf->csv, &rf->csv_failed, rf->csv_shared, "--csv", opt->csv, row,
 				tr_results_write_row_csv);
 	return ret;
 }

@@ -26,6 +26,9 @@ struct row_files {
 				  the rows a resume kept */
 	bool csv_failed;       /* a row could not be written there (said on stderr) */
 	bool jsonl_failed;
+	bool csv_shared;       /* the file standard output writes (pp_rows_fopen()): rows are
+				  added to it, never cut nor rewritten */
+	bool jsonl_shared;
 };
 
 /*

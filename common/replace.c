@@ -1,0 +1,116 @@
+/*
+ * common/replace.c: where a file that is written beside its target and
+ * renamed over it (a checkpoint, a shard, pinpipe-train's sorted CSV) must
+ * go, so that the rename replaces the file the user named and nothing
+ * else: a symbolic link is followed to the file it names (renamed over,
+ * the link itself would become a file, and its target keep the old data),
+ * and a path that names something other than a regular file -- a device
+ * such as /dev/null, a FIFO, /dev/stdout on a terminal or a pipe, a
+ * directory -- is refused (renamed over, the device itself would be
+ * replaced by a file: as root, for every program of the machine).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common_impl.h"
+
+/* Symbolic links followed, at most (as the kernel's own limit, ELOOP beyond). */
+#define PP_LINKS_MAX 40
+
+static const char *kind_of(mode_t mode)
+{
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISCHR(mode))
+		return "a character device";
+	if (S_ISBLK(mode))
+		return "a block device";
+	if (S_ISFIFO(mode))
+		return "a FIFO or a pipe";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	return "not a regular file";
+}
+
+/*
+ * The target of the link at 'link' whose text is 'to': 'to' itself when
+ * absolute, else 'to' in the link's directory.  NULL when out of memory.
+ */
+static char *link_target(const char *link, const char *to)
+{
+	const char *slash = strrchr(link, '/');
+	char *out;
+
+	if (to[0] == '/' || slash == NULL)
+		return strdup(to);
+	if (asprintf(&out, "%.*s/%s", (int)(slash - link), link, to) < 0)
+		return NULL;
+	return out;
+}
+
+int pp_replace_target(const char *path, char **target_p)
+{
+	struct stat st;
+	char *p, *q, buf[PATH_MAX];
+
+	*target_p = NULL;
+	if (stat(path, &st) == 0) {
+		/* There: a regular file, through any links, by its own name. */
+		if (!S_ISREG(st.st_mode))
+			return pp_error(-EINVAL, "%s: %s, not a regular file: it cannot be replaced",
+					path, kind_of(st.st_mode));
+		p = realpath(path, NULL);
+		if (p == NULL)
+			return pp_error(-errno, "%s: cannot resolve the path: %s", path,
+					strerror(errno));
+		*target_p = p;
+		return 0;
+	}
+	if (errno != ENOENT)
+		return pp_error(-errno, "%s: %s", path, strerror(errno));
+	/* Not there: a new file, at the end of a chain of links that lead nowhere yet. */
+	p = strdup(path);
+	for (int links = 0; p != NULL; links++) {
+		ssize_t n;
+
+		if (lstat(p, &st) != 0) {
+			if (errno == ENOENT) {
+				*target_p = p;
+				return 0;
+			}
+			break;
+		}
+		if (!S_ISLNK(st.st_mode)) {
+			/* Made meanwhile: judged as the stat() above judges one already there. */
+			if (S_ISREG(st.st_mode)) {
+				*target_p = p;
+				return 0;
+			}
+			free(p);
+			return pp_error(-EINVAL, "%s: %s, not a regular file: it cannot be replaced",
+					path, kind_of(st.st_mode));
+		}
+		if (links == PP_LINKS_MAX) {
+			errno = ELOOP;
+			break;
+		}
+		n = readlink(p, buf, sizeof(buf) - 1);
+		if (n < 0)
+			break;
+		buf[n] = '\0';
+		q = link_target(p, buf);
+		free(p);
+		p = q;
+	}
+	if (p == NULL)
+		return pp_error(-ENOMEM, "%s: out of memory resolving the path", path);
+	free(p);
+	return pp_error(-errno, "%s: cannot resolve the path: %s", path, strerror(errno));
+}
