@@ -22,7 +22,9 @@
 #  5. A failing rank ends the job with exit 1 and its reason: a collective
 #     failing on rank 1 (PP_FAULTS=comm:EIO), a rank that stalls (rank 0
 #     times out after --comm-timeout=10 and says so), bad data on rank 1,
-#     the final barrier failing on rank 1.
+#     the final barrier failing on rank 1; the agreement before a grid's
+#     second run failing on rank 0 after Ctrl-C came while its first run
+#     ended (that run's row still on the terminal).
 #  6. Ctrl-C on mpirun: every rank stops at the same step, rank 0 alone
 #     says which, and writes the rows so far (the last one "interrupted"
 #     when the stop fell inside an epoch) and the checkpoint of that step.
@@ -210,6 +212,73 @@ expect 0 "train_loss" \
 one="$common --batch-size=30 --max-steps=1 --no-eval -q --bucket-kb=1000000"
 expect 1 "rank 1 of 2: barrier: Input/output error \(injected fault\)" \
 	timeout 120 $mpirun -np 1 "$train" $one : -np 1 env PP_FAULTS=comm:EIO:after=7 "$train" $one
+
+# Ctrl-C on rank 0 while its first run ends whole (held writing that run's
+# row to a --jsonl FIFO the test filled), then the agreement before run 2
+# failing on rank 0 (its 8th collective: the check of the options, the
+# agreement before run 1, the broadcast, the step's stop agreement, the
+# gradient in one bucket, the metrics; then this one): the job ends failed
+# with the reason, and the run's row, held for the line on where Ctrl-C
+# stopped, is on the terminal all the same (it was lost there).
+late="--data=synthetic:1200 --device=cpu -t 1 -w 0 --no-progress --no-eval --epochs=1 --max-steps=1
+      --batch-size=30,60 --bucket-kb=1000000"
+python3 - "$tmp" "$train" $mpirun -- $late <<'EOPY' || fail=1
+import os, signal, subprocess, sys, time
+tmp, train = sys.argv[1], sys.argv[2]
+cut = sys.argv.index("--")
+mpirun, args = sys.argv[3:cut], sys.argv[cut + 1:]
+fifo, pidf = tmp + "/late.jsonl", tmp + "/late.pid"
+os.mkfifo(fifo)
+rf = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+# Full before the first row: rank 0 is held writing it.
+wf = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+try:
+    while True:
+        os.write(wf, b"\n" * 4096)
+except BlockingIOError:
+    pass
+try:
+    while True:
+        os.write(wf, b"\n")
+except BlockingIOError:
+    pass
+os.close(wf)
+rank0 = ["sh", "-c", 'echo $$ > "$0"; exec "$@"', pidf, "env", "PP_FAULTS=comm:EIO:after=7", train] + \
+        args + ["--jsonl=" + fifo]
+with open(tmp + "/late.out", "w") as out, open(tmp + "/late.err", "w") as err:
+    job = subprocess.Popen(mpirun + ["-np", "1"] + rank0 + [":", "-np", "1", train] + args,
+                           stdout=out, stderr=err, start_new_session=True)
+held = False
+for i in range(6000):
+    if job.poll() is not None:
+        break
+    try:
+        pid = int(open(pidf).read())
+        held = "pipe_write" in open("/proc/%d/wchan" % pid).read()
+    except (OSError, ValueError):
+        pass
+    if held:
+        break
+    time.sleep(0.01)
+if held:
+    os.kill(pid, signal.SIGINT)
+deadline = time.time() + 120
+while job.poll() is None and time.time() < deadline:
+    try:
+        os.read(rf, 65536)
+    except BlockingIOError:
+        pass
+    time.sleep(0.01)
+if job.poll() is None:
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    sys.exit("FAIL: Ctrl-C then a failed agreement before run 2: mpirun still runs after 120 s")
+out, err = open(tmp + "/late.out").read(), open(tmp + "/late.err").read()
+why = "pinpipe-train: before run 2: comm mpi: rank 0 of 2: allreduce: Input/output error (injected fault)"
+if not held or job.returncode == 0 or why not in err or "run 1 epoch 1: train loss" not in out:
+    sys.exit("FAIL: Ctrl-C then a failed agreement before run 2 (held: %s, exit %d): the reason or "
+             "run 1's row missing:\n%s%s" % (held, job.returncode, out, err))
+EOPY
 
 # 6. Ctrl-C on mpirun, once rank 0 has written a row.  mpirun passes it on
 # as SIGTERM odls_base_sigkill_timeout seconds later (default 1), and kills

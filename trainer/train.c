@@ -119,6 +119,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (train_grid(&opt, &d, &dist, &res, &rf, &started, &failed, &told, &late) < 0) {
+		/* A run that ended whole before the grid failed: its row after the reason. */
+		if (late.run != 0)
+			tr_rows_print(&opt, &late);
 		tr_data_free(&d);
 		return rank_failed(&dist);
 	}
