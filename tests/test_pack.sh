@@ -83,13 +83,24 @@ expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 0 .*No spa
 [ -z "$(ls "$tmp" | grep '^c12')" ] || { echo "FAIL: ENOSPC left files: $(ls "$tmp")"; fail=1; }
 # The temporary files a SIGKILLed run left (the shard writer's names) are
 # removed by the next run of the same prefix, which says so; another
-# prefix's are left alone.
-touch "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123"
+# prefix's are left alone, one that begins with this prefix too.
+touch "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123" \
+	"$tmp/c14-aug-train-00000-of-00001.pps.tmp-AbC123"
 expect 0 "removed $tmp/c14-train-00000-of-00001.pps.tmp-AbC123, a temporary file of an interrupted run" \
 	"$pack" -o "$tmp/c14" "$tmp/data_batch_1.bin"
-[ ! -e "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" ] && [ -e "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123" ] ||
+[ ! -e "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" ] && [ -e "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123" ] &&
+	[ -e "$tmp/c14-aug-train-00000-of-00001.pps.tmp-AbC123" ] ||
 	{ echo "FAIL: stale temporary files: $(ls "$tmp")"; fail=1; }
 rm -f "$tmp"/c14-* "$tmp"/c15-*
+# The shards of another set are removed only where they are this prefix's
+# (PREFIX-SPLIT-NNNNN-of-MMMMM.pps): those of the prefix c16-train-1k,
+# which the glob PREFIX-SPLIT-[0-9]*-of-[0-9]*.pps of the prefix c16 took
+# for an earlier set of its own, stay.
+expect 0 "3 records" "$pack" -o "$tmp/c16-train-1k" "$tmp/data_batch_1.bin"
+expect 0 "3 records" "$pack" -o "$tmp/c16" "$tmp/data_batch_1.bin"
+[ -e "$tmp/c16-train-1k-train-00000-of-00001.pps" ] && ! grep -q "removed" "$tmp/out" ||
+	{ echo "FAIL: another prefix's shard removed: $(cat "$tmp/out")"; fail=1; }
+rm -f "$tmp"/c16-*
 # Short writes are continued: the shards verify.
 expect 0 "3 records, 1 chunks" env PP_FAULTS=write:short "$pack" -o "$tmp/c13" "$tmp/data_batch_1.bin"
 expect 0 "1 of 1 shards ok: 3 records" "$pack" --verify "$tmp"/c13-*.pps

@@ -426,6 +426,32 @@ static bool was_written(const struct written *w, const char *path)
 }
 
 /*
+ * Whether s is "NNNNN-of-MMMMM" followed by 'suffix' and 'extra' more
+ * characters, the counts all digits: the tail of this prefix's shard
+ * names after "PREFIX-SPLIT-".  A glob's '*' takes anything, so that
+ * PREFIX "fm"'s pattern also matched "fm-test-1k-test-00000-of-00001.pps",
+ * a shard of the prefix "fm-test-1k".
+ */
+static bool shard_tail(const char *s, const char *suffix, size_t extra)
+{
+	for (int part = 0; part < 2; part++) {
+		size_t d = strspn(s, "0123456789");
+
+		if (d == 0)
+			return false;
+		s += d;
+		if (part == 0) {
+			if (strncmp(s, "-of-", 4) != 0)
+				return false;
+			s += 4;
+		}
+	}
+	if (strncmp(s, suffix, strlen(suffix)) != 0)
+		return false;
+	return strlen(s + strlen(suffix)) == extra;
+}
+
+/*
  * After a successful pack: removes PREFIX-SPLIT-*-of-*.pps of each split
  * written that this run did not write (a set of another total, left from
  * an earlier run), which would otherwise be loaded as extra data.
@@ -451,7 +477,8 @@ static int remove_stale(const struct pack_options *opt, const struct written *w)
 			continue;
 		}
 		for (size_t k = 0; k < g.gl_pathc; k++) {
-			if (was_written(w, g.gl_pathv[k]))
+			if (!shard_tail(g.gl_pathv[k] + strlen(stem), ".pps", 0) ||
+			    was_written(w, g.gl_pathv[k]))
 				continue;
 			if (unlink(g.gl_pathv[k]) != 0) {
 				fprintf(stderr, "pinpipe-pack: %s: a shard of an earlier set, cannot "
@@ -474,6 +501,7 @@ static int remove_stale(const struct pack_options *opt, const struct written *w)
  */
 static int remove_stale_tmp(const struct pack_options *opt)
 {
+	static const char *const splits[] = {"train", "test", "val"};
 	char pattern[4096 + 64];
 	int ret = 0;
 	glob_t g;
@@ -481,6 +509,16 @@ static int remove_stale_tmp(const struct pack_options *opt)
 	snprintf(pattern, sizeof(pattern), "%s-*-of-*.pps.tmp-??????", opt->prefix);
 	if (glob(pattern, 0, NULL, &g) == 0) {
 		for (size_t k = 0; k < g.gl_pathc; k++) {
+			/* PREFIX-SPLIT-NNNNN-of-MMMMM.pps.tmp-XXXXXX, not another prefix's. */
+			const char *tail = g.gl_pathv[k] + strlen(opt->prefix) + 1;
+			bool ours = false;
+
+			for (size_t s = 0; s < 3 && !ours; s++)
+				ours = strncmp(tail, splits[s], strlen(splits[s])) == 0 &&
+				       tail[strlen(splits[s])] == '-' &&
+				       shard_tail(tail + strlen(splits[s]) + 1, ".pps.tmp-", 6);
+			if (!ours)
+				continue;
 			if (unlink(g.gl_pathv[k]) != 0) {
 				fprintf(stderr, "pinpipe-pack: %s: a temporary file of an interrupted run, "
 					"cannot remove it: %s\n", g.gl_pathv[k], strerror(errno));
