@@ -5,13 +5,17 @@
  * taken silently; a later option of the same prefix would make the same
  * command line ambiguous.  Whole names only: the element that held the
  * option is found from optind after the call, which is past the option and
- * its value when that was the next element.
+ * its value when that was the next element.  Also the checks of the
+ * programs' outputs: their folders, and two that would be one file.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,4 +100,42 @@ int pp_args_check_folder(const char *dir, char *why, size_t len)
 		return 0;
 	}
 	return -err;
+}
+
+/* 'path' as its folder's canonical name and its last name; false where the folder is not there. */
+static bool canonical(const char *path, char *out, size_t len)
+{
+	const char *base = strrchr(path, '/');
+	char dir[PATH_MAX], real[PATH_MAX];
+
+	pp_args_folder_of(path, dir, sizeof(dir));
+	if (realpath(dir, real) == NULL)
+		return false;
+	return (size_t)snprintf(out, len, "%s/%s", real, base ? base + 1 : path) < len;
+}
+
+bool pp_args_same_file(const char *a, const char *b)
+{
+	char ca[2 * PATH_MAX], cb[2 * PATH_MAX];
+	struct stat sa, sb;
+	const bool ha = stat(a, &sa) == 0, hb = stat(b, &sb) == 0;
+
+	if (ha && hb)
+		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	return ha == hb && canonical(a, ca, sizeof(ca)) && canonical(b, cb, sizeof(cb)) &&
+	       strcmp(ca, cb) == 0;
+}
+
+bool pp_args_clash(const char *path)
+{
+	struct stat st, std;
+
+	if (stat(path, &st) != 0)
+		return true;
+	if (!S_ISREG(st.st_mode))
+		return false;
+	for (int fd = 1; fd <= 2; fd++)
+		if (fstat(fd, &std) == 0 && std.st_dev == st.st_dev && std.st_ino == st.st_ino)
+			return false;
+	return true;
 }

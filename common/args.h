@@ -1,7 +1,7 @@
 /*
  * common/args.h: the programs' command lines, one convention for the three
  * tools: a long option is taken by its whole name only; an output's folder
- * checked before any work.  Internal, and not
+ * checked before any work, and two outputs that would be one file.  Internal, and not
  * in the library: common/args.c is compiled into the programs (pinpipe-train,
  * pinpipe-pack, pinpipe-bench) and their tests, as common/size.c is.
  */
@@ -9,6 +9,7 @@
 #define PP_COMMON_ARGS_H
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /*
@@ -40,5 +41,19 @@ void pp_args_folder_of(const char *path, char *dir, size_t len);
  * directory", "cannot make files in the directory D: Permission denied".
  */
 int pp_args_check_folder(const char *dir, char *why, size_t len);
+
+/*
+ * Whether two outputs 'a' and 'b' would be one file: the same file where
+ * both are there (links followed), else the same name in the same folder.
+ */
+bool pp_args_same_file(const char *a, const char *b);
+
+/*
+ * Whether two outputs on one file 'path' would undo each other: a regular
+ * file or one not there yet, other than the one standard output or error
+ * writes (which both write through its descriptor, pp_rows_fopen()); a
+ * terminal, a pipe or a FIFO takes the two in turn.
+ */
+bool pp_args_clash(const char *path);
 
 #endif

@@ -3,8 +3,9 @@
 # usage does not give one line on stderr and exit status 2, if --help does
 # not exit 0, if a --csv or --jsonl that cannot be written is not refused
 # before anything is measured, if a benchmark failing half-way does not
-# keep the rows it made, if rows given standard output's own file do not
-# follow its table there, or if a short overlap run on sim does not write CSV and JSON
+# keep the rows it made, if --csv and --jsonl on one file are not refused,
+# if rows given standard output's own file do not follow its table there,
+# or if a short overlap run on sim does not write CSV and JSON
 # lines with the expected columns and header, one pinned and one pageable
 # row, with the figures below; if the line of what pinning bought does not
 # give the rows' own figures; if the warning that the host was too loaded
@@ -88,6 +89,15 @@ grep -q "^pinpipe-bench: device memory: .*out of device memory" "$tmp/err" ||
 [ "$(grep -c ',4096,' "$tmp/half.csv")" -eq 4 ] && [ "$(wc -l < "$tmp/half.csv")" -eq 5 ] &&
 	[ "$(wc -l < "$tmp/half.json")" -eq 4 ] ||
 	fail "a benchmark failing half-way: the rows it made not kept: $(cat "$tmp/half.csv" "$tmp/half.json")"
+# Both on one regular file: refused (exit 2), the file left as it was (the
+# second's truncation took the first's rows).
+echo "rows of before" > "$tmp/one"
+"$bench" bandwidth --device=sim --sizes=4K --total=64K --csv="$tmp/one" --jsonl="$tmp/../${tmp##*/}/one" \
+	> "$tmp/out" 2> "$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "^pinpipe-bench: --csv=$tmp/one and --jsonl=.* are one file" "$tmp/err" &&
+	[ "$(cat "$tmp/one")" = "rows of before" ] && [ ! -s "$tmp/out" ] ||
+	fail "--csv and --jsonl on one file: exit $rc: $(cat "$tmp/err" "$tmp/one")"
 # Both on standard output's own file (/dev/fd/1, stdout redirected to a
 # file): the table first, then the rows; truncating it for the rows cut
 # the table, and stdout, flushed last from its own offset, wrote over them.

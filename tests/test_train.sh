@@ -597,6 +597,20 @@ done
 mkfifo "$tmp/links/fifo"
 expect 2 "--checkpoint=$tmp/links/fifo: not a regular file" "$train" $syn --checkpoint="$tmp/links/fifo"
 [ -p "$tmp/links/fifo" ] || { echo "FAIL: --checkpoint=FIFO: the FIFO replaced"; fail=1; }
+# Two outputs that are one file are refused before training (the sorted
+# CSV was renamed over the checkpoint, rows written over rows), by any
+# name, through a link too; so is a checkpoint on standard output's file
+# (expect's stdout is a file), which its rename would take away.
+cp "$tmp/links/real.ckpt" "$tmp/links/kept.ckpt"
+expect 2 "--csv=$tmp/links/kept.ckpt and --checkpoint=$tmp/links/./kept.ckpt are one file" \
+	"$train" $syn --csv="$tmp/links/kept.ckpt" --checkpoint="$tmp/links/./kept.ckpt"
+cmp -s "$tmp/links/real.ckpt" "$tmp/links/kept.ckpt" || { echo "FAIL: the checkpoint changed"; fail=1; }
+expect 2 "--csv=$tmp/links/rows.csv and --jsonl=$tmp/links/real.csv are one file" \
+	"$train" $syn --csv="$tmp/links/rows.csv" --jsonl="$tmp/links/real.csv"
+expect 2 "--jsonl=$tmp/links/new and --checkpoint=$tmp/links/../links/new are one file" \
+	"$train" $syn --jsonl="$tmp/links/new" --checkpoint="$tmp/links/../links/new"
+expect 2 "--checkpoint=/dev/fd/1: the file standard output or error writes" \
+	"$train" $syn --checkpoint=/dev/fd/1
 
 # 8. --stream, on shards packed here from the first 600 training and 200
 # test samples of Fashion-MNIST, in chunks of 50 records, 3 shards a split.

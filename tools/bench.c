@@ -905,6 +905,13 @@ int main(int argc, char **argv)
 
 	if (ret != 0)
 		return ret < 0 ? 0 : ret;
+	/* One file for both: the second's truncation would take the first's rows. */
+	if (o.csv != NULL && o.jsonl != NULL && pp_args_same_file(o.csv, o.jsonl) &&
+	    pp_args_clash(o.csv)) {
+		fprintf(stderr, "pinpipe-bench: --csv=%s and --jsonl=%s are one file: each would "
+			"write over the other\n", o.csv, o.jsonl);
+		return 2;
+	}
 	if (table_open("csv", o.csv, &csv, &csv_shared) != 0)
 		return 1;
 	if (table_open("jsonl", o.jsonl, &jsonl, &jsonl_shared) != 0) {

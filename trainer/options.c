@@ -466,6 +466,39 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 	return check_folder(name, path, dir);
 }
 
+/*
+ * Refuses (2) two outputs that are one file, where each would undo the
+ * other: the CSV sorted and renamed over a checkpoint, rows written over
+ * rows (a terminal, a pipe or standard output's own file takes --csv and
+ * --jsonl in turn); and a checkpoint on standard output's own file, which
+ * the rename would take away from it.
+ */
+static int check_distinct(const struct tr_options *opt)
+{
+	const struct {
+		const char *name, *path;
+	} out[] = { { "csv", opt->csv }, { "jsonl", opt->jsonl }, { "checkpoint", opt->checkpoint } };
+
+	for (size_t i = 0; i < sizeof(out) / sizeof(out[0]); i++)
+		for (size_t j = i + 1; j < sizeof(out) / sizeof(out[0]); j++)
+			if (out[i].path[0] != '\0' && out[j].path[0] != '\0' &&
+			    pp_args_same_file(out[i].path, out[j].path) &&
+			    (j == 2 || pp_args_clash(out[i].path))) {
+				fprintf(stderr, "pinpipe-train: --%s=%s and --%s=%s are one file: each "
+					"would write over the other\n", out[i].name, out[i].path,
+					out[j].name, out[j].path);
+				return 2;
+			}
+	/* Past check_output(), a checkpoint that does not clash is standard output's file. */
+	if (opt->checkpoint[0] != '\0' && !pp_args_clash(opt->checkpoint)) {
+		fprintf(stderr, "pinpipe-train: --checkpoint=%s: the file standard output or error "
+			"writes: renamed into place, the checkpoint would take it away from them\n",
+			opt->checkpoint);
+		return 2;
+	}
+	return 0;
+}
+
 int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 {
 	const char *env = getenv("PINPIPE_DATA");
@@ -695,7 +728,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		return ret;
 	if (opt->logdir[0] != '\0' && (ret = check_output("logdir", opt->logdir, true, false)) != 0)
 		return ret;
-	return 0;
+	return check_distinct(opt);
 }
 
 size_t tr_options_runs(const struct tr_options *opt)
