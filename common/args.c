@@ -139,3 +139,20 @@ bool pp_args_clash(const char *path)
 			return false;
 	return true;
 }
+
+int pp_args_end_stdout(const char *prog, int status)
+{
+	bool failed = ferror(stdout) != 0;
+	int err = 0;
+
+	if (fflush(stdout) != 0) {
+		err = errno;
+		failed = true;
+	}
+	if (!failed)
+		return status;
+	/* A write failed before and its buffer went: its reason is gone with it. */
+	fprintf(stderr, "%s: standard output: cannot write: %s\n", prog,
+		err ? strerror(err) : "a write failed, and what was printed is not all there");
+	return status != 0 ? status : 1;
+}

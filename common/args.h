@@ -56,4 +56,12 @@ bool pp_args_same_file(const char *a, const char *b);
  */
 bool pp_args_clash(const char *path);
 
+/*
+ * The end of a program's main: flushes standard output and returns
+ * 'status', or, where what the program printed did not all reach it (a
+ * full disk, a closed descriptor), says so on stderr ("PROG: standard
+ * output: cannot write: REASON") and returns 'status', or 1 for 0.
+ */
+int pp_args_end_stdout(const char *prog, int status);
+
 #endif

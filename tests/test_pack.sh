@@ -101,6 +101,14 @@ expect 0 "3 records" "$pack" -o "$tmp/c16" "$tmp/data_batch_1.bin"
 [ -e "$tmp/c16-train-1k-train-00000-of-00001.pps" ] && ! grep -q "removed" "$tmp/out" ||
 	{ echo "FAIL: another prefix's shard removed: $(cat "$tmp/out")"; fail=1; }
 rm -f "$tmp"/c16-*
+# A standard output that does not take the report (a full disk): said,
+# exit 1 (it was 0); the shards themselves are whole.
+"$pack" -o "$tmp/c17" "$tmp/data_batch_1.bin" >/dev/full 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "^pinpipe-pack: standard output: cannot write: No space left on device" "$tmp/err" ||
+	{ echo "FAIL: stdout /dev/full: exit $rc:"; cat "$tmp/err"; fail=1; }
+expect 0 "1 of 1 shards ok: 3 records" "$pack" --verify "$tmp"/c17-*.pps
+rm -f "$tmp"/c17-*
 # Short writes are continued: the shards verify.
 expect 0 "3 records, 1 chunks" env PP_FAULTS=write:short "$pack" -o "$tmp/c13" "$tmp/data_batch_1.bin"
 expect 0 "1 of 1 shards ok: 3 records" "$pack" --verify "$tmp"/c13-*.pps

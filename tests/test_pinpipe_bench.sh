@@ -3,7 +3,8 @@
 # usage does not give one line on stderr and exit status 2, if --help does
 # not exit 0, if a --csv or --jsonl that cannot be written is not refused
 # before anything is measured, if a benchmark failing half-way does not
-# keep the rows it made, if --csv and --jsonl on one file are not refused,
+# keep the rows it made, if a standard output that cannot be written is not
+# a failure, if --csv and --jsonl on one file are not refused,
 # if rows given standard output's own file do not follow its table there,
 # or if a short overlap run on sim does not write CSV and JSON
 # lines with the expected columns and header, one pinned and one pageable
@@ -89,6 +90,11 @@ grep -q "^pinpipe-bench: device memory: .*out of device memory" "$tmp/err" ||
 [ "$(grep -c ',4096,' "$tmp/half.csv")" -eq 4 ] && [ "$(wc -l < "$tmp/half.csv")" -eq 5 ] &&
 	[ "$(wc -l < "$tmp/half.json")" -eq 4 ] ||
 	fail "a benchmark failing half-way: the rows it made not kept: $(cat "$tmp/half.csv" "$tmp/half.json")"
+# A standard output that does not take the table: said, exit 1 (it was 0).
+"$bench" bandwidth --device=sim --sizes=4K --total=64K > /dev/full 2> "$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "^pinpipe-bench: standard output: cannot write: No space left on device" "$tmp/err" ||
+	fail "stdout /dev/full: exit $rc: $(cat "$tmp/err")"
 # Both on one regular file: refused (exit 2), the file left as it was (the
 # second's truncation took the first's rows).
 echo "rows of before" > "$tmp/one"

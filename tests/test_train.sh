@@ -611,6 +611,18 @@ expect 2 "--jsonl=$tmp/links/new and --checkpoint=$tmp/links/../links/new are on
 	"$train" $syn --jsonl="$tmp/links/new" --checkpoint="$tmp/links/../links/new"
 expect 2 "--checkpoint=/dev/fd/1: the file standard output or error writes" \
 	"$train" $syn --checkpoint=/dev/fd/1
+# Standard output that does not take what is printed (a full disk, a closed
+# descriptor): said with its reason, exit 1 (it was 0 with the table lost);
+# --help too.
+for out in full closed help; do
+	case $out in
+	full) "$train" $syn -q >/dev/full 2>"$tmp/err"; rc=$? why="No space left on device" ;;
+	closed) "$train" $syn -q >&- 2>"$tmp/err"; rc=$? why="Bad file descriptor" ;;
+	help) "$train" --help >/dev/full 2>"$tmp/err"; rc=$? why= ;;     # its reason gone with stdio's buffer
+	esac
+	[ $rc -eq 1 ] && [ "$(grep -c "^pinpipe-train: standard output: cannot write: $why" "$tmp/err")" -eq 1 ] ||
+		{ echo "FAIL: stdout $out: exit $rc, or the reason not said once:"; cat "$tmp/err"; fail=1; }
+done
 
 # 8. --stream, on shards packed here from the first 600 training and 200
 # test samples of Fashion-MNIST, in chunks of 50 records, 3 shards a split.

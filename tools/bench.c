@@ -891,7 +891,7 @@ static void print_verdict(const struct options *o, const struct table *t, enum p
 		       "so its copy and step times measure the host" : "");
 }
 
-int main(int argc, char **argv)
+static int bench_main(int argc, char **argv)
 {
 	static struct table t;
 	struct options o;
@@ -948,4 +948,10 @@ int main(int argc, char **argv)
 	wrote = table_write(&t, csv, csv_shared, o.csv, false);
 	wrote |= table_write(&t, jsonl, jsonl_shared, o.jsonl, true);
 	return ret != 0 ? ret : wrote;
+}
+
+/* Output that did not all reach standard output is a failure too, said. */
+int main(int argc, char **argv)
+{
+	return pp_args_end_stdout("pinpipe-bench", bench_main(argc, argv));
 }

@@ -824,7 +824,7 @@ static int check_prefix(const char *prefix)
 	return 2;
 }
 
-int main(int argc, char **argv)
+static int pack_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"shards", required_argument, NULL, 'n'},
@@ -935,4 +935,10 @@ int main(int argc, char **argv)
 	if (check_prefix(opt.prefix) != 0)
 		return 2;
 	return pack(&opt, argv + optind, argc - optind);
+}
+
+/* Output that did not all reach standard output is a failure too, said. */
+int main(int argc, char **argv)
+{
+	return pp_args_end_stdout("pinpipe-pack", pack_main(argc, argv));
 }

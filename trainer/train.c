@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/args.h"
 #include "common/cpu.h"
 #include "common/hostload.h"
 #include "pinpipe/pinpipe.h"
@@ -75,7 +76,7 @@ static void ranks_setup(struct tr_options *opt, const struct tr_dist *dist);
 static int rank_failed(struct tr_dist *dist);
 static size_t table_width(void);
 
-int main(int argc, char **argv)
+static int train_main(int argc, char **argv)
 {
 	struct tr_options opt;
 	struct tr_results res = { 0 };
@@ -149,8 +150,13 @@ int main(int argc, char **argv)
 	tr_results_free(&res);
 	tr_data_free(&d);
 	/* mpirun ends the job when a rank exits non-zero (130 after Ctrl-C): no rank
-	 * leaves before rank 0 has written everything. */
-	fflush(stdout);
+	 * leaves before rank 0 has written everything.  What did not reach stdout
+	 * (a full disk) fails the run, its reason said here, where it is known. */
+	if (fflush(stdout) != 0) {
+		fprintf(stderr, "pinpipe-train: standard output: cannot write: %s\n", strerror(errno));
+		clearerr(stdout);
+		failed++;
+	}
 	/* A failed barrier leaves a request pending, and ranks that may never come:
 	 * the job ends here (no MPI_Finalize), failed. */
 	if (dist.size > 1 && pp_comm_barrier(dist.comm) < 0) {
@@ -606,4 +612,10 @@ static size_t table_width(void)
 			return cols;
 	}
 	return 100;
+}
+
+/* Output that did not all reach standard output is a failure too, said. */
+int main(int argc, char **argv)
+{
+	return pp_args_end_stdout("pinpipe-train", train_main(argc, argv));
 }
