@@ -102,6 +102,32 @@ int pp_args_check_folder(const char *dir, char *why, size_t len)
 	return -err;
 }
 
+bool pp_args_link_target(const char *path, char *out, size_t len)
+{
+	char to[PATH_MAX], dir[PATH_MAX];
+	struct stat st;
+
+	if ((size_t)snprintf(out, len, "%s", path) >= len)
+		return errno = ENAMETOOLONG, false;
+	for (int links = 0; lstat(out, &st) == 0 && S_ISLNK(st.st_mode); links++) {
+		ssize_t n;
+
+		if (links == 40)
+			return errno = ELOOP, false;
+		n = readlink(out, to, sizeof(to) - 1);
+		if (n < 0)
+			return false;
+		to[n] = '\0';
+		/* A relative link is read from its own folder. */
+		pp_args_folder_of(out, dir, sizeof(dir));
+		if ((size_t)(to[0] == '/' || strchr(out, '/') == NULL
+			     ? snprintf(out, len, "%s", to)
+			     : snprintf(out, len, "%s/%s", dir, to)) >= len)
+			return errno = ENAMETOOLONG, false;
+	}
+	return true;
+}
+
 /* 'path' as its folder's canonical name and its last name; false where the folder is not there. */
 static bool canonical(const char *path, char *out, size_t len)
 {

@@ -43,6 +43,15 @@ void pp_args_folder_of(const char *path, char *dir, size_t len);
 int pp_args_check_folder(const char *dir, char *why, size_t len);
 
 /*
+ * Where an output written beside 'path' and renamed over it goes: 'path'
+ * with its chain of symbolic links followed to its last name, which need
+ * not be there yet (common/replace.c does the same inside the library).
+ * Writes it to out[0..len); false with errno set (ELOOP, ENAMETOOLONG, a
+ * readlink() error).
+ */
+bool pp_args_link_target(const char *path, char *out, size_t len);
+
+/*
  * Whether two outputs 'a' and 'b' would be one file: the same file where
  * both are there (links followed), else the same name in the same folder.
  */

@@ -594,6 +594,21 @@ for epochs in 2 3; do
 		{ echo "FAIL: the CSV's mode 640 not kept:"; ls -l "$tmp/links"; fail=1; }
 	chmod 640 "$tmp/links/real.csv"
 done
+# The CSV removed while the run goes on: the sorted rows make it again at
+# the end (they were lost: the link's target was looked for and not found).
+"$train" --data=synthetic:1800 --device=sim:bw=5MB/s --model=mlp --epochs=20 -q \
+	--csv="$tmp/links/gone.csv" >/dev/null 2>"$tmp/err" &
+job=$!
+i=0
+while ! grep -q '^1,1,' "$tmp/links/gone.csv" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+rm -f "$tmp/links/gone.csv"
+wait $job || { echo "FAIL: the CSV removed during the run:"; cat "$tmp/err"; fail=1; }
+[ "$(cat "$tmp/links/gone.csv" 2>/dev/null | grep -c '^1,')" -eq 20 ] ||
+	{ echo "FAIL: the CSV removed during the run: not made again with its 20 rows"; fail=1; }
+# A link that leads nowhere yet: the folder checked is its target's.
+ln -s nowhere/x.ckpt "$tmp/links/dangling.ckpt"
+expect 2 "--checkpoint=$tmp/links/dangling.ckpt: .*directory $tmp/links/nowhere: No such file" \
+	"$train" $syn --checkpoint="$tmp/links/dangling.ckpt"
 mkfifo "$tmp/links/fifo"
 expect 2 "--checkpoint=$tmp/links/fifo: not a regular file" "$train" $syn --checkpoint="$tmp/links/fifo"
 [ -p "$tmp/links/fifo" ] || { echo "FAIL: --checkpoint=FIFO: the FIFO replaced"; fail=1; }

@@ -248,13 +248,25 @@ rank0 = ["sh", "-c", 'echo $$ > "$0"; exec "$@"', pidf, "env", "PP_FAULTS=comm:E
 with open(tmp + "/late.out", "w") as out, open(tmp + "/late.err", "w") as err:
     job = subprocess.Popen(mpirun + ["-np", "1"] + rank0 + [":", "-np", "1", train] + args,
                            stdout=out, stderr=err, start_new_session=True)
+def held_on_fifo(pid):
+    """Rank 0 waits in a write to the FIFO (not to its stdout, a pipe to mpirun too)."""
+    if "pipe_write" not in open("/proc/%d/wchan" % pid).read():
+        return False
+    try:
+        call = open("/proc/%d/syscall" % pid).read().split()
+    except OSError:                    # not ours to read: the wait is enough
+        return True
+    if len(call) < 2 or not call[1].startswith("0x"):
+        return False
+    return os.path.realpath("/proc/%d/fd/%d" % (pid, int(call[1], 16))) == os.path.realpath(fifo)
+
 held = False
 for i in range(6000):
     if job.poll() is not None:
         break
     try:
         pid = int(open(pidf).read())
-        held = "pipe_write" in open("/proc/%d/wchan" % pid).read()
+        held = held_on_fifo(pid)
     except (OSError, ValueError):
         pass
     if held:

@@ -450,8 +450,9 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 		fprintf(stderr, "pinpipe-train: --%s=%s: %s\n", name, path, strerror(errno));
 		return 2;
 	}
-	/* Through a link, the file it names is replaced: beside that one. */
-	if (beside && realpath(path, real) != NULL)
+	/* Through links, the file they lead to is replaced (made, where it is not
+	 * there yet): beside that one. */
+	if (beside && pp_args_link_target(path, real, sizeof(real)))
 		pp_args_folder_of(real, dir, sizeof(dir));
 	else
 		pp_args_folder_of(path, dir, sizeof(dir));

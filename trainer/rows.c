@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/args.h"
 #include "common/textout.h"
 #include "pinpipe/pinpipe.h"
 #include "trainer/rows.h"
@@ -171,23 +172,31 @@ static unsigned long record_epoch(const char *s, size_t len, bool csv, size_t co
  * Replaces 'path' with text[0..len) followed by the CSV rows of 'res' (when
  * not NULL), through a temporary file beside it that is renamed over it:
  * a SIGKILL leaves the old file or the new one.  A symbolic link is
- * followed: the file it names is replaced, and it stays a link.  Returns 0, or -errno with
- * the file named on stderr.
+ * followed: the file it names is replaced, and it stays a link.  The new
+ * file takes the mode of open_fd's.  Returns 0, or -errno with the file
+ * named on stderr.
  */
-static int rows_replace(const char *option, const char *path, const char *text, size_t len,
-			const struct tr_results *res)
+static int rows_replace(const char *option, const char *path, int open_fd, const char *text,
+			size_t len, const struct tr_results *res)
 {
 	char tmp[PATH_MAX], target[PATH_MAX];
 	struct stat st;
 	FILE *f;
 	int fd, ret = 0;
 
-	/* The file the path names: a link stays a link (the file is open: it is there). */
-	if (realpath(path, target) == NULL) {
+	/* The file the path's links lead to: a link stays a link; a file removed
+	 * meanwhile is made again, with the rows. */
+	if (!pp_args_link_target(path, target, sizeof(target))) {
 		ret = -errno;
-		fprintf(stderr, "pinpipe-train: %s=%s: cannot resolve the path: %s\n", option, path,
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot follow the path: %s\n", option, path,
 			strerror(-ret));
 		return ret;
+	}
+	/* A link turned meanwhile to a device: never replaced. */
+	if (stat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "pinpipe-train: %s=%s: %s is no longer a regular file: not replaced\n",
+			option, path, target);
+		return -EINVAL;
 	}
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) >= (int)sizeof(tmp)) {
 		fprintf(stderr, "pinpipe-train: %s=%s: the path is too long\n", option, path);
@@ -205,7 +214,7 @@ static int rows_replace(const char *option, const char *path, const char *text, 
 		return ret;
 	}
 	/* The file's own mode, not mkstemp's 0600. */
-	if (stat(target, &st) == 0 && fchmod(fd, st.st_mode & 07777) != 0) {
+	if (fstat(open_fd, &st) == 0 && fchmod(fd, st.st_mode & 07777) != 0) {
 		ret = -errno;
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot set the mode of %s: %s\n", option, path,
 			tmp, strerror(-ret));
@@ -297,7 +306,7 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 		}
 		at += n;
 	}
-	ret = rows_replace(option, path, text, kept, NULL);
+	ret = rows_replace(option, path, fileno(*f_p), text, kept, NULL);
 	free(text);
 	if (ret < 0)
 		return ret;
@@ -364,7 +373,8 @@ int tr_rows_finish(const struct tr_options *opt, struct row_files *rf,
 	    fstat(fileno(rf->csv), &st) == 0 && S_ISREG(st.st_mode)) {
 		text = rows_read("--csv", opt->csv, rf->csv, &len);
 		ret = text == NULL ? -EIO
-		      : rows_replace("--csv", opt->csv, text, len < (size_t)rf->csv_base ? len : (size_t)rf->csv_base, res);
+		      : rows_replace("--csv", opt->csv, fileno(rf->csv), text,
+				     len < (size_t)rf->csv_base ? len : (size_t)rf->csv_base, res);
 		free(text);
 	}
 	if (rf->csv != NULL && (ferror(rf->csv) | fclose(rf->csv)) != 0 && !tr_output_failed && ret == 0) {

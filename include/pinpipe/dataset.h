@@ -307,7 +307,8 @@ struct pp_shard_writer_config {
  * Starts writing a shard to 'path'.  The data goes to a temporary file
  * beside it (path.tmp-XXXXXX), renamed to 'path' by pp_shard_writer_finish(),
  * so a failed or abandoned write never leaves a half-written shard; a
- * symbolic link at 'path' is followed (the file it names is replaced).
+ * symbolic link at 'path' is followed (the file it names is replaced, and
+ * the temporary file is beside that file).
  * Returns 0 and the writer in *w_p, or -EINVAL (bad shape, labels, level,
  * a chunk over 4 GiB, or a path that names a device, a FIFO or a directory,
  * which the rename would replace), -ENOMEM, or the -errno of creating the

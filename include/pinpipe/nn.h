@@ -402,7 +402,7 @@ PP_API uint64_t pp_model_tag(const struct pp_model *model);
  * never a file or link found there, nor another writer's), synced and
  * renamed, and the directory synced, so an existing checkpoint is never left
  * half written.  A symbolic link at 'path' is followed (the file it names
- * is replaced, the link stays); a path that names anything but a regular
+ * is replaced, the link stays, and the temporary file is beside that file); a path that names anything but a regular
  * file or nothing (a device such as /dev/null, a FIFO, a directory) is
  * refused with -EINVAL, since the rename would replace it.  Returns 0 or
  * -errno with the path in the message.
