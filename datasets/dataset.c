@@ -586,7 +586,12 @@ PP_API int pp_dataset_open_dir(const char *dir, const char *split, struct pp_dat
 	if (strcmp(split, "train") != 0 && strcmp(split, "test") != 0)
 		return pp_error(-EINVAL, "split '%s', expected 'train' or 'test'", split);
 	ret = stat(dir, &st) == 0 ? 0 : -errno;
-	if (ret == -ENOENT || ret == -ENOTDIR || (ret == 0 && !S_ISDIR(st.st_mode)))
+	/* A file where the directory should be (a shard, the dataset's archive): said as such. */
+	if (ret == 0 && !S_ISDIR(st.st_mode))
+		return pp_error(-ENOTDIR, "%s: %s: give the directory that holds the dataset's "
+				"files (its shards, IDX files or CIFAR-10 batches)", dir,
+				S_ISREG(st.st_mode) ? "a file, not a directory" : "not a directory");
+	if (ret == -ENOENT || ret == -ENOTDIR)
 		return pp_error(-ENOENT,
 				"%s: no such directory (for Fashion-MNIST, install Debian's "
 				"dataset-fashion-mnist, which puts it in /usr/share/datasets/fashion-mnist)",

@@ -622,8 +622,8 @@ START_TEST(test_cifar10)
 }
 END_TEST
 
-/* Fails if a missing file, an empty file or a missing dataset directory is
- * not reported with the file's name and a clear reason. */
+/* Fails if a missing file, an empty file, a missing dataset directory or a
+ * file given as one is not reported with the file's name and a clear reason. */
 START_TEST(test_missing_and_empty)
 {
 	char *dir = pp_test_tmpdir(), *missing = path_in(dir, "nope.gz"), *empty = path_in(dir, "empty");
@@ -648,6 +648,9 @@ START_TEST(test_missing_and_empty)
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "dataset-fashion-mnist"));
 	ck_assert_int_eq(pp_dataset_open_dir(missing, "train", &ds), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no such directory"));
+	/* A file given as the directory (a shard): said as such, not as missing. */
+	ck_assert_int_eq(pp_dataset_open_dir(empty, "train", &ds), -ENOTDIR);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "empty: a file, not a directory"));
 	ck_assert_int_eq(pp_dataset_open_dir(dir, "validation", &ds), -EINVAL);
 	/* NULL where the contract promises -EINVAL, not a crash. */
 	ck_assert_int_eq(pp_dataset_open_dir(dir, NULL, &ds), -EINVAL);

@@ -738,6 +738,10 @@ assert len(last(a)) == 1 and last(rows) == last(a), (last(rows), last(a))
 	head -c 5000 "$tmp"/sh/*train-00001* >"$bad"
 	expect 1 "$fm has no train shards.*pinpipe-pack" "$train" --data="$fm" --stream
 	expect 1 "no such directory" "$train" --data="$tmp/none" --stream
+	# A shard given as the directory: said as a file, loaded or streamed.
+	expect 1 "--stream: $bad: a file, not a directory: give the directory that holds the shards" \
+		"$train" --data="$bad" --stream
+	expect 1 "$bad: a file, not a directory: give the directory" "$train" --data="$bad"
 	expect 2 "--stream reads pinpipe shards.*synthetic" "$train" --data=synthetic:600 --stream
 	expect 1 "$tmp/noeval has no test shards.*--no-eval" "$train" --data="$tmp/noeval" --stream
 	expect 0 "train_loss" "$train" --data="$tmp/noeval" --stream --no-eval --model=mlp --epochs=1 -q

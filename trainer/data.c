@@ -72,9 +72,14 @@ static int find_shards(const char *dir, const char *split, struct split *sp,
 			strerror(errno));
 		return -errno;
 	}
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+	if (stat(dir, &st) != 0) {
 		fprintf(stderr, "pinpipe-train: --stream: %s: no such directory\n", dir);
 		return -ENOENT;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "pinpipe-train: --stream: %s: %s: give the directory that holds the "
+			"shards\n", dir, S_ISREG(st.st_mode) ? "a file, not a directory" : "not a directory");
+		return -ENOTDIR;
 	}
 	ret = pp_shard_find(dir, split, &sp->shards, &sp->nshards);
 	if (ret == -ENOENT) {

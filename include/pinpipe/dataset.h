@@ -89,7 +89,8 @@ PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
  * (data_batch_1..5.bin and test_batch.bin, directly or in
  * cifar-10-batches-bin/).  'split' is "train" or "test" (else -EINVAL).
  * Returns -ENOENT with a message naming the directory and the files it
- * looked for when none is there; once files are found, their errors.
+ * looked for when none is there, -ENOTDIR when 'dir' names a file; once
+ * files are found, their errors.
  */
 PP_API int pp_dataset_open_dir(const char *dir, const char *split, struct pp_dataset **ds_p);
 
