@@ -190,6 +190,9 @@ START_TEST(test_bad_input)
 		{ "--comm-timeout=x", NULL }, { "--micro-batches=4", NULL },
 		{ "--bucket-kb=-1", NULL }, { "--bucket-kb=1k", NULL },
 		{ "--deterministic", "--micro-batches=0" }, { "--deterministic", "--stream" },
+		/* An empty value in a list: strtok_r() passed over it. */
+		{ "--batch-size=,", NULL }, { "--lr=0.1,,0.2", NULL }, { "--threads=1,", NULL },
+		{ "--model=,cnn", NULL }, { "--workers=0,,1", NULL },
 	};
 	struct tr_options opt;
 

@@ -460,6 +460,9 @@ expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" 
 expect 2 "--sort=speed: not a column \(run,.*\) \(try --help\)$" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
+# An epoch of no whole batch trained nothing and said "ok" with a NaN loss.
+expect 1 "run 1 \(cpu\): --drop-last: 50 training samples make no whole batch of 100: nothing to train" \
+	"$train" --data=synthetic:50 --model=mlp --epochs=1 --drop-last -q
 expect 1 "$tmp/none" "$train" --data="$tmp/none"
 expect 1 "failed: .*(cuda|CUDA)" "$train" --data=synthetic:600 --device=cuda:999,cpu --model=mlp --epochs=1 -q
 

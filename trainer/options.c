@@ -349,6 +349,9 @@ static int add_values(struct tr_axis *axis, int opt, const char *name, const cha
 		snprintf(axis->values[axis->n++], sizeof(axis->values[0]), "%s", list);
 		return 0;
 	}
+	/* strtok_r() would pass over an empty value ("100,,200", ","): a typo, said. */
+	if (list[0] == ',' || list[strlen(list) - 1] == ',' || strstr(list, ",,") != NULL)
+		return bad(name, list, "an empty value in the list");
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		const char *why = check_value(opt, t);
 

@@ -299,6 +299,15 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 				 "training data came in another order (--data, --seed, --batch-size, "
 				 "--val-split, --no-shuffle, --drop-last or the --stream window differ); "
 				 "resume it with the options it was written with", opt->checkpoint);
+		/* An epoch of no step would train nothing, and say "ok" with a NaN loss. */
+		if (ret == 0 && pp_loader_batches_per_epoch(r.train_loader) == 0) {
+			snprintf(why, sizeof(why), "%s: %llu training samples%s make no whole batch "
+				 "of %u: nothing to train (a smaller --batch-size%s)",
+				 opt->deterministic ? "--deterministic" : "--drop-last",
+				 (unsigned long long)info->count, dist->size > 1 ? " over the ranks" : "",
+				 p->batch_size, opt->deterministic ? "" : ", or no --drop-last");
+			ret = -EINVAL;
+		}
 		if (ret == 0)
 			ret = train_epoch(opt, &r, info, &steps, pl.batches, &row);
 		tr_say_graph_fallback(r.model);
