@@ -460,6 +460,10 @@ expect 1 "loop-a: cannot read the directory: Too many levels of symbolic links" 
 expect 2 "--sort=speed: not a column \(run,.*\) \(try --help\)$" "$train" --sort=speed
 expect 2 "--resume needs --checkpoint" "$train" --resume
 expect 2 "not synthetic:COUNT" "$train" --data=synthetic:x
+# A --val-split of all the training samples or more: said by the option
+# (it named the data "synthetic:seed=7[rest]").
+expect 1 "^pinpipe-train: --val-split=2000: synthetic:2000 has 2000 training samples: at most 1999" \
+	"$train" --data=synthetic:2000 --val-split=2000 -q
 # An epoch of no whole batch trained nothing and said "ok" with a NaN loss.
 expect 1 "run 1 \(cpu\): --drop-last: 50 training samples make no whole batch of 100: nothing to train" \
 	"$train" --data=synthetic:50 --model=mlp --epochs=1 --drop-last -q

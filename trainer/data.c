@@ -272,6 +272,16 @@ int tr_data_open(const struct tr_options *opt, struct data *d)
 		tr_data_free(d);
 		return -EINVAL;
 	}
+	/* Said by the option, not by the split's inner name of the data ("synthetic:seed=7[rest]"). */
+	if (ret == 0 && opt->val_split > 0 &&
+	    opt->val_split >= pp_dataset_info(d->train.ds)->count) {
+		fprintf(stderr, "pinpipe-train: --val-split=%llu: %s has %llu training samples: at "
+			"most %llu can be held out\n", (unsigned long long)opt->val_split, opt->data,
+			(unsigned long long)pp_dataset_info(d->train.ds)->count,
+			(unsigned long long)pp_dataset_info(d->train.ds)->count - 1);
+		tr_data_free(d);
+		return -EINVAL;
+	}
 	if (ret == 0 && opt->val_split > 0) {
 		struct pp_dataset *full = d->train.ds;
 
