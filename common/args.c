@@ -142,14 +142,16 @@ static bool canonical(const char *path, char *out, size_t len)
 
 bool pp_args_same_file(const char *a, const char *b)
 {
-	char ca[2 * PATH_MAX], cb[2 * PATH_MAX];
+	char ta[PATH_MAX], tb[PATH_MAX], ca[2 * PATH_MAX], cb[2 * PATH_MAX];
 	struct stat sa, sb;
 	const bool ha = stat(a, &sa) == 0, hb = stat(b, &sb) == 0;
 
 	if (ha && hb)
 		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-	return ha == hb && canonical(a, ca, sizeof(ca)) && canonical(b, cb, sizeof(cb)) &&
-	       strcmp(ca, cb) == 0;
+	/* Neither there yet: where their links lead, by the folders' own names. */
+	return !ha && !hb && pp_args_link_target(a, ta, sizeof(ta)) &&
+	       pp_args_link_target(b, tb, sizeof(tb)) && canonical(ta, ca, sizeof(ca)) &&
+	       canonical(tb, cb, sizeof(cb)) && strcmp(ca, cb) == 0;
 }
 
 bool pp_args_clash(const char *path)

@@ -53,7 +53,8 @@ bool pp_args_link_target(const char *path, char *out, size_t len);
 
 /*
  * Whether two outputs 'a' and 'b' would be one file: the same file where
- * both are there (links followed), else the same name in the same folder.
+ * both are there (links followed), else the same name in the same folder
+ * where their links lead.
  */
 bool pp_args_same_file(const char *a, const char *b);
 

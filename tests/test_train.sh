@@ -631,6 +631,9 @@ expect 2 "--csv=$tmp/links/rows.csv and --jsonl=$tmp/links/real.csv are one file
 	"$train" $syn --csv="$tmp/links/rows.csv" --jsonl="$tmp/links/real.csv"
 expect 2 "--jsonl=$tmp/links/new and --checkpoint=$tmp/links/../links/new are one file" \
 	"$train" $syn --jsonl="$tmp/links/new" --checkpoint="$tmp/links/../links/new"
+ln -s new "$tmp/links/to-new"
+expect 2 "--jsonl=$tmp/links/to-new and --checkpoint=$tmp/links/new are one file" \
+	"$train" $syn --jsonl="$tmp/links/to-new" --checkpoint="$tmp/links/new"
 expect 2 "--checkpoint=/dev/fd/1: the file standard output or error writes" \
 	"$train" $syn --checkpoint=/dev/fd/1
 # Standard output that does not take what is printed (a full disk, a closed
