@@ -45,7 +45,7 @@ int pp_args_check_folder(const char *dir, char *why, size_t len);
 /*
  * Where an output written beside 'path' and renamed over it goes: 'path'
  * with its chain of symbolic links followed to its last name, which need
- * not be there yet (common/replace.c does the same inside the library).
+ * not be there yet (common/path.c does the same inside the library).
  * Writes it to out[0..len); false with errno set (ELOOP, ENAMETOOLONG, a
  * readlink() error).
  */
@@ -65,6 +65,15 @@ bool pp_args_same_file(const char *a, const char *b);
  * terminal, a pipe or a FIFO takes the two in turn.
  */
 bool pp_args_clash(const char *path);
+
+/*
+ * Writes "DIR/PATTERN" to out[0..len), DIR's glob characters ('*', '?',
+ * '[', '\\') escaped, so that glob(3) takes the directory (or a file
+ * prefix) as it is named: "-o 'd?'" matched the shards of "d1".  False
+ * when it does not fit.  (common/path.c's pp_glob_join() inside the
+ * library.)
+ */
+bool pp_args_glob_join(char *out, size_t len, const char *dir, const char *pattern);
 
 /*
  * The end of a program's main: flushes standard output and returns

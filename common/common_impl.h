@@ -53,9 +53,16 @@ bool pp_name_ok(const char *name, size_t max);
  * too), so that a link keeps naming the new file.  Refuses a path that
  * names anything but a regular file (a device, a FIFO, a pipe, a
  * directory), which the rename would replace.  Returns 0 with a malloc'd
- * path in *target_p, or -errno with the path named.  common/replace.c.
+ * path in *target_p, or -errno with the path named.  common/path.c.
  */
 int pp_replace_target(const char *path, char **target_p);
+
+/*
+ * Writes "DIR/PATTERN" to out[0..len), DIR's glob characters ('*', '?',
+ * '[', '\\') escaped, so that glob(3) takes the directory as it is named.
+ * Returns 0, or -ENAMETOOLONG with the directory named.  common/path.c.
+ */
+int pp_glob_join(char *out, size_t len, const char *dir, const char *pattern);
 
 /* Writes a * b into *out_p; returns false (and writes nothing) on overflow. */
 static inline bool pp_mul_size(size_t a, size_t b, size_t *out_p)

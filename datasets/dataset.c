@@ -465,15 +465,19 @@ static int check_shard_set(const char *dir, const char *split, char **paths, siz
 
 PP_API int pp_shard_find(const char *dir, const char *split, char ***paths_p, size_t *count_p)
 {
-	char pattern[4096];
+	char pattern[4096], glob_split[64];
 	char **paths;
 	glob_t g;
 	int ret;
 
 	if (dir == NULL || split == NULL || paths_p == NULL || count_p == NULL)
 		return pp_error(-EINVAL, "pp_shard_find: no argument may be NULL");
-	if (snprintf(pattern, sizeof(pattern), "%s/*%s*.pps", dir, split) >= (int)sizeof(pattern))
-		return pp_error(-ENAMETOOLONG, "%s: directory name too long", dir);
+	if (snprintf(glob_split, sizeof(glob_split), "*%s*.pps", split) >= (int)sizeof(glob_split) ||
+	    strpbrk(split, "*?[\\/") != NULL)
+		return pp_error(-EINVAL, "pp_shard_find: split '%s': a name of letters", split);
+	ret = pp_glob_join(pattern, sizeof(pattern), dir, glob_split);
+	if (ret < 0)
+		return ret;
 	ret = glob(pattern, 0, NULL, &g);
 	if (ret != 0) {
 		globfree(&g);

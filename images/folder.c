@@ -351,8 +351,8 @@ PP_API bool pp_image_folder_probe(const char *dir)
 	bool found = false;
 
 	for (size_t k = 0; dir != NULL && k < 4 && !found; k++) {
-		glob_t g;
-		if ((size_t)snprintf(pattern, sizeof(pattern), "%s/%s", dir, pats[k]) >= sizeof(pattern))
+		glob_t g = { 0 };
+		if (pp_glob_join(pattern, sizeof(pattern), dir, pats[k]) < 0)
 			return false;
 		found = glob(pattern, 0, NULL, &g) == 0;
 		globfree(&g);

@@ -715,7 +715,8 @@ END_TEST
  * Fails if pp_shard_find() lists other files than a split's whole set, in
  * another order than by name, without the terminating NULL, or accepts a
  * set with a shard missing or two sets mixed (the files need not be
- * shards: it lists names, the loader opens them).
+ * shards: it lists names, the loader opens them), or reads a directory
+ * named with glob characters as a pattern.
  */
 START_TEST(test_shard_find)
 {
@@ -761,6 +762,33 @@ START_TEST(test_shard_find)
 	ck_assert_ptr_null(paths);
 	ck_assert_int_eq(pp_shard_find(NULL, "train", &paths, &n), -EINVAL);
 	pp_shard_paths_free(NULL);
+	/* A directory named with glob characters is taken as named: "set[1]"
+	 * matched set1's shards, and "s?t" those of sat. */
+	{
+		static const char *const sets[][2] = { { "set[1]", "set1" }, { "s?t", "sat" },
+						       { "a*", "ab" } };
+
+		for (size_t k = 0; k < PP_ARRAY_SIZE(sets); k++) {
+			char *mine = path_in(dir, sets[k][0]), *other = path_in(dir, sets[k][1]);
+			char *f;
+
+			ck_assert_int_eq(mkdir(mine, 0755), 0);
+			ck_assert_int_eq(mkdir(other, 0755), 0);
+			f = path_in(other, "o-train-00000-of-00001.pps");
+			pp_test_write_file(f, "x", 1);
+			free(f);
+			ck_assert_int_eq(pp_shard_find(mine, "train", &paths, &n), -ENOENT);
+			f = path_in(mine, "m-train-00000-of-00001.pps");
+			pp_test_write_file(f, "x", 1);
+			free(f);
+			ck_assert_int_eq(pp_shard_find(mine, "train", &paths, &n), 0);
+			ck_assert_uint_eq(n, 1);
+			ck_assert_ptr_nonnull(strstr(paths[0], "/m-train-00000-of-00001.pps"));
+			pp_shard_paths_free(paths);
+			free(mine);
+			free(other);
+		}
+	}
 	pp_test_rmtree(dir);
 	free(dir);
 }

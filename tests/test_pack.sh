@@ -101,6 +101,15 @@ expect 0 "3 records" "$pack" -o "$tmp/c16" "$tmp/data_batch_1.bin"
 [ -e "$tmp/c16-train-1k-train-00000-of-00001.pps" ] && ! grep -q "removed" "$tmp/out" ||
 	{ echo "FAIL: another prefix's shard removed: $(cat "$tmp/out")"; fail=1; }
 rm -f "$tmp"/c16-*
+# A prefix with glob characters is taken as named: "-o 'c1?'" removed the
+# shards of c18 (another set of the prefix's split) and "c1[8]" too.
+"$pack" -q -o "$tmp/c18" "$tmp/data_batch_1.bin" || { echo "FAIL: packing c18"; fail=1; }
+for prefix in 'c1?' 'c1[8]' 'c*'; do
+	expect 0 "3 records" "$pack" -n 1 -o "$tmp/$prefix" "$tmp/data_batch_1.bin"
+	[ -e "$tmp/c18-train-00000-of-00001.pps" ] && ! grep -q "removed" "$tmp/out" ||
+		{ echo "FAIL: -o '$prefix' removed another prefix's shard: $(cat "$tmp/out")"; fail=1; }
+done
+rm -f "$tmp"/c18-* "$tmp"/c1\?-* "$tmp"/c1\[8\]-* "$tmp"/c\*-*
 # A standard output that does not take the report (a full disk): said,
 # exit 1 (it was 0); the shards themselves are whole.
 "$pack" -o "$tmp/c17" "$tmp/data_batch_1.bin" >/dev/full 2>"$tmp/err"

@@ -5,7 +5,8 @@
 # >= 95% test accuracy within 3 epochs from the folder itself and from the
 # shards pinpipe-pack makes of it (--stream); a truncated file in the
 # folder must fail the run naming it; shards packed for another
-# --image-size are refused, as is --image-size for data without JPEGs.
+# --image-size are refused, as is --image-size for data without JPEGs; a
+# folder named with glob characters is read as named.
 # Exit 77 only where libjpeg-turbo was not built in (the message naming
 # libturbojpeg0-dev is checked then).
 set -u
@@ -70,6 +71,18 @@ expect 0 "img/val \(val\): 60 JPEGs in 3 classes" "$pack" -n 2 --image-size=16 -
 check_acc "$tmp/shards.csv" "the shards"
 expect 1 "JPEGs packed for --image-size=16, not 24" "$train" --data="$tmp/shards" --stream \
 	--image-size=24 --epochs=1 --device=cpu -q
+
+# A directory named with glob characters is taken as named: "set[1]" was
+# probed as the pattern (no JPEGs found in set1, which is not there), and
+# "sh[1]" streamed sh1's shards (packed here for another --image-size).
+cp -r "$tmp/img" "$tmp/set[1]"
+expect 0 "train_loss" "$train" --data="$tmp/set[1]" $run --epochs=1 -q
+rm -rf "$tmp/set[1]"
+cp -r "$tmp/shards" "$tmp/sh[1]"
+mkdir "$tmp/sh1"
+"$pack" -q --image-size=24 -o "$tmp/sh1/c" "$tmp/img" || { echo "FAIL: packing sh1"; fail=1; }
+expect 0 "train_loss" "$train" --data="$tmp/sh[1]" --stream $run --epochs=1 -q
+rm -rf "$tmp/sh[1]" "$tmp/sh1"
 
 expect 1 "--image-size is for JPEGs, and --data=synthetic:600 holds none" "$train" \
 	--data=synthetic:600 --image-size=16 --epochs=1 --device=cpu -q

@@ -733,8 +733,9 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 	snprintf(train, sizeof(train), "%s/train", o->data);
 	if (stat(train, &st) != 0 || !S_ISDIR(st.st_mode))
 		snprintf(train, sizeof(train), "%s", o->data);
-	snprintf(pattern, sizeof(pattern), "%s/*/*.[jJ][pP]*[gG]", train);
-	if (strcmp(o->data, "synthetic") != 0 && glob(pattern, 0, NULL, &g) == 0) {
+	if (strcmp(o->data, "synthetic") != 0 &&
+	    pp_args_glob_join(pattern, sizeof(pattern), train, "/*/*.[jJ][pP]*[gG]") &&
+	    glob(pattern, 0, NULL, &g) == 0) {
 		struct pp_jpeg_config jc = { .size = o->image_size, .mode = PP_JPEG_TRAIN };
 		ret = pp_image_folder_open(train, &jc, &img);
 		if (ret == 0) {

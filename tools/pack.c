@@ -335,7 +335,7 @@ static bool has_test_split(const char *dir)
 					    "test_batch.bin", "cifar-10-batches-bin/test_batch.bin"};
 	char path[4096];
 	struct stat st;
-	glob_t g;
+	glob_t g = { 0 };
 	bool found;
 
 	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -343,8 +343,8 @@ static bool has_test_split(const char *dir)
 		if (stat(path, &st) == 0)
 			return true;
 	}
-	snprintf(path, sizeof(path), "%s/*test*.pps", dir);
-	found = glob(path, 0, NULL, &g) == 0;
+	found = pp_args_glob_join(path, sizeof(path), dir, "/*test*.pps") &&
+		glob(path, 0, NULL, &g) == 0;
 	globfree(&g);
 	return found;
 }
@@ -464,15 +464,16 @@ static int remove_stale(const struct pack_options *opt, const struct written *w)
 
 	for (size_t s = 0; s < 3; s++) {
 		bool packed = false;
-		glob_t g;
+		glob_t g = { 0 };
 
 		snprintf(stem, sizeof(stem), "%s-%s-", opt->prefix, splits[s]);
 		for (size_t k = 0; k < w->n; k++)
 			packed = packed || strncmp(w->paths[k], stem, strlen(stem)) == 0;
 		if (!packed)
 			continue;
-		snprintf(pattern, sizeof(pattern), "%s[0-9]*-of-[0-9]*.pps", stem);
-		if (glob(pattern, 0, NULL, &g) != 0) {
+		/* The prefix as named: "-o 'd?'" took the shards of "d1" for its own. */
+		if (!pp_args_glob_join(pattern, sizeof(pattern), stem, "[0-9]*-of-[0-9]*.pps") ||
+		    glob(pattern, 0, NULL, &g) != 0) {
 			globfree(&g);
 			continue;
 		}
@@ -504,10 +505,10 @@ static int remove_stale_tmp(const struct pack_options *opt)
 	static const char *const splits[] = {"train", "test", "val"};
 	char pattern[4096 + 64];
 	int ret = 0;
-	glob_t g;
+	glob_t g = { 0 };
 
-	snprintf(pattern, sizeof(pattern), "%s-*-of-*.pps.tmp-??????", opt->prefix);
-	if (glob(pattern, 0, NULL, &g) == 0) {
+	if (pp_args_glob_join(pattern, sizeof(pattern), opt->prefix, "-*-of-*.pps.tmp-??????") &&
+	    glob(pattern, 0, NULL, &g) == 0) {
 		for (size_t k = 0; k < g.gl_pathc; k++) {
 			/* PREFIX-SPLIT-NNNNN-of-MMMMM.pps.tmp-XXXXXX, not another prefix's. */
 			const char *tail = g.gl_pathv[k] + strlen(opt->prefix) + 1;

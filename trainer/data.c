@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/args.h"
 #include "trainer/data.h"
 #include "trainer/run.h"
 
@@ -229,10 +230,10 @@ int tr_data_open(const struct tr_options *opt, struct data *d)
 
 		/* a packed image folder's evaluation split is its val/ */
 		char pattern[4096 + 16];
-		glob_t g;
+		glob_t g = { 0 };
 		bool val;
-		snprintf(pattern, sizeof(pattern), "%s/*val*.pps", opt->data);
-		val = glob(pattern, 0, NULL, &g) == 0;
+		val = pp_args_glob_join(pattern, sizeof(pattern), opt->data, "/*val*.pps") &&
+		      glob(pattern, 0, NULL, &g) == 0;
 		globfree(&g);
 		ret = find_shards(opt->data, "train", &d->train, &train, opt);
 		if (ret == 0 && opt->eval)

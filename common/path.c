@@ -1,5 +1,10 @@
 /*
- * common/replace.c: where a file that is written beside its target and
+ * common/path.c: paths the library makes from the user's.
+ *
+ * A directory's name inside a glob(3) pattern is escaped (pp_glob_join()):
+ * a '[', '?' or '*' in it would match other directories' files.
+ *
+ * Where a file that is written beside its target and
  * renamed over it (a checkpoint, a shard, pinpipe-train's sorted CSV) must
  * go, so that the rename replaces the file the user named and nothing
  * else: a symbolic link is followed to the file it names (renamed over,
@@ -113,4 +118,19 @@ int pp_replace_target(const char *path, char **target_p)
 		return pp_error(-ENOMEM, "%s: out of memory resolving the path", path);
 	free(p);
 	return pp_error(-errno, "%s: cannot resolve the path: %s", path, strerror(errno));
+}
+
+int pp_glob_join(char *out, size_t len, const char *dir, const char *pattern)
+{
+	size_t n = 0;
+
+	for (const char *c = dir; *c != '\0'; c++) {
+		if (strchr("*?[\\", *c) != NULL && n < len)
+			out[n++] = '\\';
+		if (n < len)
+			out[n++] = *c;
+	}
+	if (n >= len || (size_t)snprintf(out + n, len - n, "/%s", pattern) >= len - n)
+		return pp_error(-ENAMETOOLONG, "%s: the directory's name is too long", dir);
+	return 0;
 }
