@@ -25,6 +25,7 @@
 #define FOLDER_MAX_FILE (256u << 20)
 
 struct pp_image_folder {
+	char *root;                  /* as given */
 	struct pp_jpeg_decoder *dec;
 	struct pp_source *src;
 	uint32_t nclasses;
@@ -232,6 +233,7 @@ PP_API void pp_image_folder_close(struct pp_image_folder *f)
 	for (uint64_t i = 0; i < f->count; i++)
 		free(f->paths[i]);
 	free(f->classes);
+	free(f->root);
 	free(f->paths);
 	free(f->labels);
 	free(f);
@@ -253,6 +255,10 @@ PP_API int pp_image_folder_open(const char *root, const struct pp_jpeg_config *c
 	f = pp_calloc(1, sizeof(*f));
 	if (f == NULL)
 		return pp_error(-ENOMEM, "images: no memory");
+	if ((f->root = strdup(root)) == NULL) {
+		ret = pp_error(-ENOMEM, "images: no memory");
+		goto err_close;
+	}
 	if ((ret = pp_jpeg_decoder_create(cfg, &f->dec)) < 0)
 		goto err_close;
 	if ((ret = list_dir(root, true, &classes, &nclasses)) < 0)
@@ -358,4 +364,24 @@ PP_API bool pp_image_folder_probe(const char *dir)
 		globfree(&g);
 	}
 	return found;
+}
+
+PP_API int pp_image_folder_same_classes(const struct pp_image_folder *a,
+					const struct pp_image_folder *b)
+{
+	if (a == NULL || b == NULL)
+		return pp_error(-EINVAL, "pp_image_folder_same_classes: NULL folder");
+	for (uint32_t c = 0; c < a->nclasses || c < b->nclasses; c++) {
+		const char *ca = c < a->nclasses ? a->classes[c] : NULL;
+		const char *cb = c < b->nclasses ? b->classes[c] : NULL;
+
+		if (ca != NULL && cb != NULL && strcmp(ca, cb) == 0)
+			continue;
+		return pp_error(-EINVAL, "%s: its classes are not those of %s, whose labels would "
+				"mean other classes here: class %u is %s%s%s there, %s%s%s here "
+				"(%u classes against %u)", b->root, a->root, c, ca ? "\"" : "",
+				ca ? ca : "none", ca ? "\"" : "", cb ? "\"" : "", cb ? cb : "none",
+				cb ? "\"" : "", a->nclasses, b->nclasses);
+	}
+	return 0;
 }

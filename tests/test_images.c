@@ -640,6 +640,55 @@ START_TEST(test_folder_loader)
 END_TEST
 
 /*
+ * Fails if two splits of the same classes are not taken as such, or if a
+ * split whose classes differ (a class renamed, or one missing, which
+ * shifts the labels after it) is not refused with both roots and the
+ * first class that differs named.
+ */
+START_TEST(test_folder_same_classes)
+{
+	char *dir = pp_test_tmpdir(), train[512], val[512], a[600], b[600];
+	struct pp_jpeg_config jc = { .size = 24, .mode = PP_JPEG_EVAL };
+	struct pp_image_folder *ft, *fv;
+
+	snprintf(train, sizeof(train), "%s/train", dir);
+	snprintf(val, sizeof(val), "%s/val", dir);
+	make_folder(train, 2);
+	make_folder(val, 1);
+	ck_assert_int_eq(pp_image_folder_open(train, &jc, &ft), 0);
+	ck_assert_int_eq(pp_image_folder_open(val, &jc, &fv), 0);
+	ck_assert_int_eq(pp_image_folder_same_classes(ft, fv), 0);
+	pp_image_folder_close(fv);
+	/* bee renamed bird: the same count, another class 1 */
+	snprintf(a, sizeof(a), "%s/bee", val);
+	snprintf(b, sizeof(b), "%s/bird", val);
+	ck_assert_int_eq(rename(a, b), 0);
+	ck_assert_int_eq(pp_image_folder_open(val, &jc, &fv), 0);
+	ck_assert_int_eq(pp_image_folder_same_classes(ft, fv), -EINVAL);
+	ck_assert_msg(strstr(pp_last_error(), val) != NULL && strstr(pp_last_error(), train) != NULL &&
+		      strstr(pp_last_error(), "class 1 is \"bee\" there, \"bird\" here") != NULL,
+		      "%s", pp_last_error());
+	pp_image_folder_close(fv);
+	/* ant gone: bee's images would be labelled 0 */
+	snprintf(a, sizeof(a), "%s/ant", val);
+	pp_test_rmtree(a);
+	ck_assert_int_eq(rename(b, a), 0);
+	snprintf(a, sizeof(a), "%s/bee", val);
+	snprintf(b, sizeof(b), "%s/ant", val);
+	ck_assert_int_eq(rename(b, a), 0);
+	ck_assert_int_eq(pp_image_folder_open(val, &jc, &fv), 0);
+	ck_assert_int_eq(pp_image_folder_same_classes(ft, fv), -EINVAL);
+	ck_assert_msg(strstr(pp_last_error(), "class 0 is \"ant\" there, \"bee\" here (3 classes "
+			     "against 2)") != NULL, "%s", pp_last_error());
+	ck_assert_int_eq(pp_image_folder_same_classes(NULL, fv), -EINVAL);
+	pp_image_folder_close(fv);
+	pp_image_folder_close(ft);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * Fails if the JPEG bytes packed as version 2 records for the decoder
  * "jpeg" load other images than the decoder makes of the files they came
  * from (with the sample's generator), or other batches at 0 and 2
@@ -848,6 +897,7 @@ Suite *pp_test_suite(void)
 	tc = tcase_create("loader");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_folder_loader);
+	tcase_add_test(tc, test_folder_same_classes);
 	tcase_add_test(tc, test_shards);
 	tcase_add_test(tc, test_bad_files);
 	suite_add_tcase(s, tc);

@@ -6,7 +6,8 @@
 # shards pinpipe-pack makes of it (--stream); a truncated file in the
 # folder must fail the run naming it; shards packed for another
 # --image-size are refused, as is --image-size for data without JPEGs; a
-# folder named with glob characters is read as named.
+# folder named with glob characters is read as named; splits of other
+# classes are refused, and test/ is packed.
 # Exit 77 only where libjpeg-turbo was not built in (the message naming
 # libturbojpeg0-dev is checked then).
 set -u
@@ -83,6 +84,23 @@ mkdir "$tmp/sh1"
 "$pack" -q --image-size=24 -o "$tmp/sh1/c" "$tmp/img" || { echo "FAIL: packing sh1"; fail=1; }
 expect 0 "train_loss" "$train" --data="$tmp/sh[1]" --stream $run --epochs=1 -q
 rm -rf "$tmp/sh[1]" "$tmp/sh1"
+
+# val/ of other classes (red renamed rose: the same count): refused by
+# pinpipe-train and pinpipe-pack, which compared the counts alone and
+# labelled rose's images as another class's.  And test/ in val/'s place is
+# packed too (pinpipe-train evaluates on it; pinpipe-pack left it out).
+cp -r "$tmp/img" "$tmp/other"
+mv "$tmp/other/val/red" "$tmp/other/val/rose"
+expect 1 "other/val: its classes are not those of .*other/train.*class 2 is \"red\" there, \"rose\" here" \
+	"$train" --data="$tmp/other" $run --epochs=1
+mkdir "$tmp/other-shards"
+expect 1 "class 2 is \"red\" there, \"rose\" here" "$pack" --image-size=16 -o "$tmp/other-shards/o" "$tmp/other"
+[ -z "$(ls "$tmp/other-shards")" ] || { echo "FAIL: shards of splits of other classes written"; fail=1; }
+mv "$tmp/other/val/rose" "$tmp/other/val/red"
+mv "$tmp/other/val" "$tmp/other/test"
+expect 0 "other/test \(test\): 60 JPEGs in 3 classes" "$pack" --image-size=16 -o "$tmp/other-shards/o" "$tmp/other"
+expect 0 "train_loss" "$train" --data="$tmp/other-shards" --stream $run --epochs=1
+rm -rf "$tmp/other" "$tmp/other-shards"
 
 expect 1 "--image-size is for JPEGs, and --data=synthetic:600 holds none" "$train" \
 	--data=synthetic:600 --image-size=16 --epochs=1 --device=cpu -q

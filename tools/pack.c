@@ -50,7 +50,8 @@ static const char usage_text[] =
 	"                   test_batch* to test\n"
 	"  an image folder  DIR/CLASS/*.jpg|jpeg (torchvision's ImageFolder; classes\n"
 	"                   sorted by name, labels their index), or DIR/train/CLASS/...\n"
-	"                   and DIR/val/CLASS/... as the splits train and val:\n"
+	"                   and DIR/val/CLASS/..., DIR/test/CLASS/... as the splits\n"
+	"                   train, val and test (the same classes in each):\n"
 	"                   version 2 shards of the JPEG files' bytes as they are,\n"
 	"                   for the decoder \"jpeg\" (-l 0 unless given)\n"
 	"\n"
@@ -640,22 +641,55 @@ static int pack_image_split(const struct pack_options *opt, const char *dir, con
 	return ret;
 }
 
-/* Packs an image folder: its train/ and val/ subfolders as those splits, or itself as train. */
+/*
+ * Checks that the image folder's evaluation splits have the classes of its
+ * train/ (a label is a class's index in each folder): 0, or 1 said.
+ */
+static int check_image_classes(const struct pack_options *opt, const char *dir)
+{
+	struct pp_jpeg_config jc = {.size = opt->image_size, .mode = PP_JPEG_EVAL};
+	struct pp_image_folder *train = NULL, *other = NULL;
+	char sub[4096];
+	int ret = 0;
+
+	snprintf(sub, sizeof(sub), "%s/train", dir);
+	if (pp_image_folder_open(sub, &jc, &train) < 0)
+		return 0;               /* said when train/ is packed */
+	for (size_t s = 0; s < 2 && ret == 0; s++) {
+		snprintf(sub, sizeof(sub), "%s/%s", dir, s == 0 ? "val" : "test");
+		if (pp_image_folder_open(sub, &jc, &other) == 0 &&
+		    pp_image_folder_same_classes(train, other) < 0) {
+			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+			ret = 1;
+		}
+		pp_image_folder_close(other);
+		other = NULL;
+	}
+	pp_image_folder_close(train);
+	return ret;
+}
+
+/*
+ * Packs an image folder: its train/, val/ and test/ subfolders as those
+ * splits (pinpipe-train evaluates on val/, else test/), or itself as
+ * train.
+ */
 static int pack_images(const struct pack_options *opt, const char *dir, struct written *written)
 {
-	static const char *const splits[] = {"train", "val"};
+	static const char *const splits[] = {"train", "val", "test"};
 	char sub[4096];
 	struct stat st;
-	int ret = 0, found = 0;
+	int ret, found = 0;
 
-	for (size_t s = 0; s < 2 && ret == 0; s++) {
+	ret = check_image_classes(opt, dir);
+	for (size_t s = 0; s < 3 && ret == 0; s++) {
 		snprintf(sub, sizeof(sub), "%s/%s", dir, splits[s]);
 		if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
 			found++;
 			ret = pack_image_split(opt, sub, splits[s], written);
 		}
 	}
-	if (found == 0)
+	if (found == 0 && ret == 0)
 		ret = pack_image_split(opt, dir, "train", written);
 	return ret;
 }

@@ -142,6 +142,17 @@ PP_API const char *pp_image_folder_path(const struct pp_image_folder *f, uint64_
 /* Returns the label of image i, or -1 for an index out of range. */
 PP_API int32_t pp_image_folder_label(const struct pp_image_folder *f, uint64_t i);
 
+/*
+ * Checks that folder 'b' (an evaluation split) has the classes of 'a' (the
+ * training split), by name and in order, so that a label names one class
+ * in both: each folder labels its images by its own sorted classes, as
+ * torchvision's ImageFolder does, so a class missing from one shifts the
+ * labels of the classes after it.  Returns 0, or -EINVAL with a message
+ * naming both roots and the first class that differs.
+ */
+PP_API int pp_image_folder_same_classes(const struct pp_image_folder *a,
+					const struct pp_image_folder *b);
+
 #ifdef __cplusplus
 }
 #endif
