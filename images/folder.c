@@ -1,6 +1,8 @@
 /*
- * images/folder.c: torchvision's ImageFolder as a source: ROOT/CLASS/FILE
- * listed once (classes and files sorted by name), each sample's file read
+ * images/folder.c: torchvision's ImageFolder as a source: ROOT/CLASS/.../FILE
+ * listed once (classes sorted by name; in each, every folder under it in
+ * the order of their paths, and in each folder its files by name, as
+ * torchvision walks them), each sample's file read
  * whole by the worker that loads it (pread) and decoded there with the
  * worker's own JPEG state.
  */
@@ -115,6 +117,90 @@ static int list_dir(const char *dir, bool want_dirs, char ***names_p, size_t *n_
 		qsort(v, n, sizeof(*v), cmp_str);
 	*names_p = v;
 	*n_p = n;
+	return 0;
+}
+
+/*
+ * The JPEG files of the class folder 'dir', as torchvision's ImageFolder
+ * finds them (sorted(os.walk(dir, followlinks=True)), then each folder's
+ * files sorted): every folder under it, links followed, in the order of
+ * their paths, and in each its files by name.  A folder met twice (a link
+ * loop, which torchvision walks until the path is too long) is refused.
+ */
+static int list_class(const char *dir, char ***files_p, size_t *n_p)
+{
+	char **dirs = NULL, **files = NULL;
+	size_t ndirs = 0, dcap = 0, nfiles = 0, fcap = 0;
+	struct { dev_t dev; ino_t ino; } *seen = NULL;
+	int ret = push(&dirs, &ndirs, &dcap, strdup(dir));
+
+	/* Breadth first: dirs[] grows as it is read. */
+	for (size_t i = 0; ret == 0 && i < ndirs; i++) {
+		char **subs;
+		size_t nsubs;
+		struct stat st;
+
+		if (stat(dirs[i], &st) != 0) {
+			ret = pp_error(-errno, "%s: %s", dirs[i], strerror(errno));
+			break;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (seen[k].dev == st.st_dev && seen[k].ino == st.st_ino)
+				ret = pp_error(-ELOOP, "%s: the folder %s again (a link loop?): each image "
+					       "would be listed more than once", dirs[i], dirs[k]);
+		if (ret < 0)
+			break;
+		if (i % 64 == 0) {
+			void *ns = realloc(seen, (i + 64) * sizeof(*seen));
+
+			if (ns == NULL) {
+				ret = pp_error(-ENOMEM, "%s: no memory to list it", dir);
+				break;
+			}
+			seen = ns;
+		}
+		seen[i].dev = st.st_dev;
+		seen[i].ino = st.st_ino;
+		if ((ret = list_dir(dirs[i], true, &subs, &nsubs)) < 0)
+			break;
+		for (size_t k = 0; k < nsubs; k++) {
+			char *path = NULL;
+
+			if (ret == 0 && (asprintf(&path, "%s/%s", dirs[i], subs[k]) < 0 ||
+					 (ret = push(&dirs, &ndirs, &dcap, path)) < 0))
+				ret = pp_error(-ENOMEM, "%s: no memory to list it", dir);
+			free(subs[k]);
+		}
+		free(subs);
+	}
+	if (ret == 0 && ndirs > 1)
+		qsort(dirs, ndirs, sizeof(*dirs), cmp_str);
+	for (size_t i = 0; ret == 0 && i < ndirs; i++) {
+		char **names;
+		size_t nnames;
+
+		if ((ret = list_dir(dirs[i], false, &names, &nnames)) < 0)
+			break;
+		for (size_t k = 0; k < nnames; k++) {
+			if (ret == 0 && (ret = push(&files, &nfiles, &fcap, names[k])) < 0)
+				ret = pp_error(ret, "%s: no memory to list it", dir);
+			else if (ret < 0)
+				free(names[k]);
+		}
+		free(names);
+	}
+	for (size_t i = 0; i < ndirs; i++)
+		free(dirs[i]);
+	free(dirs);
+	free(seen);
+	if (ret < 0) {
+		for (size_t i = 0; i < nfiles; i++)
+			free(files[i]);
+		free(files);
+		return ret;
+	}
+	*files_p = files;
+	*n_p = nfiles;
 	return 0;
 }
 
@@ -273,7 +359,7 @@ PP_API int pp_image_folder_open(const char *root, const struct pp_jpeg_config *c
 		char dir[4096], **files;
 		size_t nfiles;
 		snprintf(dir, sizeof(dir), "%s/%s", root, classes[c]);
-		if ((ret = list_dir(dir, false, &files, &nfiles)) < 0)
+		if ((ret = list_class(dir, &files, &nfiles)) < 0)
 			goto err_close;
 		if (nfiles == 0) {
 			free(files);

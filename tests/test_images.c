@@ -689,6 +689,52 @@ START_TEST(test_folder_same_classes)
 END_TEST
 
 /*
+ * Fails if a class's images in folders under it are not listed as
+ * torchvision's ImageFolder lists them (every folder, in the order of the
+ * folders' paths, then each folder's files by name: ant/zz.jpg before
+ * ant/a b/11.jpg, which a sort of whole paths puts first), with the
+ * class's label; or if a link loop under a class is not refused.
+ */
+START_TEST(test_folder_nested)
+{
+	static const char *const want[] = { "ant/00.jpg", "ant/01.JPEG", "ant/zz.jpg", "ant/a b/11.jpg",
+					    "ant/sub/10.jpg", "ant/sub/deeper/12.jpeg", "bee/00.jpg" };
+	char *dir = pp_test_tmpdir(), root[512], path[700];
+	struct pp_jpeg_config jc = { .size = 24, .mode = PP_JPEG_EVAL };
+	struct pp_image_folder *f;
+	size_t len;
+
+	snprintf(root, sizeof(root), "%s/train", dir);
+	make_folder(root, 2);
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/ant/%s", root, i == 0 ? "sub" : i == 1 ? "a b" :
+			 "sub/deeper");
+		ck_assert_int_eq(mkdir(path, 0755), 0);
+	}
+	for (int i = 2; i < 6; i++) {
+		snprintf(path, sizeof(path), "%s/%s", root, want[i]);
+		free(write_jpeg(path, 40, 30, (uint64_t)(500 + i), &len));
+	}
+	ck_assert_msg(pp_image_folder_open(root, &jc, &f) == 0, "%s", pp_last_error());
+	ck_assert_uint_eq(pp_image_folder_count(f), 3 * 2 + 4);
+	for (uint64_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", root, want[i]);
+		ck_assert_str_eq(pp_image_folder_path(f, i), path);
+		ck_assert_int_eq(pp_image_folder_label(f, i), i < 6 ? 0 : 1);
+	}
+	pp_image_folder_close(f);
+	/* A link back up: the same images again and again, refused. */
+	snprintf(path, sizeof(path), "%s/ant/sub/up", root);
+	ck_assert_int_eq(symlink("..", path), 0);
+	ck_assert_int_eq(pp_image_folder_open(root, &jc, &f), -ELOOP);
+	ck_assert_msg(strstr(pp_last_error(), "ant/sub/up: the folder") != NULL &&
+		      strstr(pp_last_error(), "link loop") != NULL, "%s", pp_last_error());
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * Fails if the JPEG bytes packed as version 2 records for the decoder
  * "jpeg" load other images than the decoder makes of the files they came
  * from (with the sample's generator), or other batches at 0 and 2
@@ -898,6 +944,7 @@ Suite *pp_test_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_folder_loader);
 	tcase_add_test(tc, test_folder_same_classes);
+	tcase_add_test(tc, test_folder_nested);
 	tcase_add_test(tc, test_shards);
 	tcase_add_test(tc, test_bad_files);
 	suite_add_tcase(s, tc);

@@ -112,7 +112,9 @@ struct pp_image_folder;
 PP_API bool pp_image_folder_probe(const char *dir);
 
 /*
- * Lists the ImageFolder at 'root' (ROOT/CLASS/FILE.jpg or .jpeg) and makes a
+ * Lists the ImageFolder at 'root' (ROOT/CLASS/FILE.jpg or .jpeg, also in
+ * folders under a class, in torchvision's order: the folders by path, each
+ * one's files by name; a link loop is refused, -ELOOP) and makes a
  * source of it, whose samples ("image" by cfg, "labels") each worker reads
  * from its file (pread, whole) and decodes as pp_jpeg_decode() does.
  * Returns 0 and the folder in *f_p, or -ENOENT (no such directory, no
