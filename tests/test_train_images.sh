@@ -102,6 +102,15 @@ expect 0 "other/test \(test\): 60 JPEGs in 3 classes" "$pack" --image-size=16 -o
 expect 0 "train_loss" "$train" --data="$tmp/other-shards" --stream $run --epochs=1
 rm -rf "$tmp/other" "$tmp/other-shards"
 
+# A file over a record's bound (64 MiB, a sparse file after a JPEG's
+# first marker): named by pinpipe-pack, not only as the shard's record.
+mkdir -p "$tmp/big/a" "$tmp/big-shards"
+cp "$tmp/img/train/red/000.jpg" "$tmp/big/a/"
+printf '\377\330\377' > "$tmp/big/a/huge.jpg" && truncate -s 67108865 "$tmp/big/a/huge.jpg"
+expect 1 "^pinpipe-pack: $tmp/big/a/huge.jpg: .*67108865 bytes" "$pack" --image-size=16 \
+	-o "$tmp/big-shards/b" "$tmp/big"
+rm -rf "$tmp/big" "$tmp/big-shards"
+
 expect 1 "--image-size is for JPEGs, and --data=synthetic:600 holds none" "$train" \
 	--data=synthetic:600 --image-size=16 --epochs=1 --device=cpu -q
 

@@ -609,7 +609,8 @@ static int pack_image_split(const struct pack_options *opt, const char *dir, con
 				ret = 1;
 			} else if (pp_shard_writer_add_record(w, buf, len,
 							      pp_image_folder_label(f, i)) < 0) {
-				fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+				/* The file first: the shard's record number says little. */
+				fprintf(stderr, "pinpipe-pack: %s: %s\n", file, pp_last_error());
 				ret = 1;
 			}
 			if (fp != NULL)
