@@ -76,20 +76,40 @@ expect 1 "test_batch.bin: 6147 bytes, expected a whole" \
 # shard writer is created): exit 1, the message names the shard, and
 # neither the shard nor its temporary file is left, whether the first write
 # fails or the last one (the header, after the chunks, index and trailer).
-expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 4096 \(into .*c12-train-00000-of-00001.pps.tmp-.*\) failed: No space left on device" \
+expect 1 "c12-train-00000-of-00001.pps.new: write of 4096 bytes at offset 4096 \(into .*c12-train-00000-of-00001.pps.new.tmp-.*\) failed: No space left on device" \
 	env PP_FAULTS=write:ENOSPC "$pack" -o "$tmp/c12" "$tmp/data_batch_1.bin"
-expect 1 "c12-train-00000-of-00001.pps: write of 4096 bytes at offset 0 .*No space left on device" \
+expect 1 "c12-train-00000-of-00001.pps.new: write of 4096 bytes at offset 0 .*No space left on device" \
 	env PP_FAULTS=write:ENOSPC:after=3 "$pack" -o "$tmp/c12" "$tmp/data_batch_1.bin"
 [ -z "$(ls "$tmp" | grep '^c12')" ] || { echo "FAIL: ENOSPC left files: $(ls "$tmp")"; fail=1; }
+# A run that fails leaves the shards of an earlier run of the prefix as
+# they were: each shard is staged and all are renamed once all are
+# written (the earlier ones were replaced, then the new ones removed).
+# Here the train split is written, then the test split's batch is bad.
+mkdir "$tmp/c19in"
+cp "$tmp/data_batch_1.bin" "$tmp/c19in/"
+dd if=/dev/zero of="$tmp/c19in/test_batch.bin" bs=3073 count=2 2>/dev/null
+"$pack" -q -o "$tmp/c19" "$tmp/c19in/data_batch_1.bin" "$tmp/c19in/test_batch.bin" ||
+	{ echo "FAIL: packing c19"; fail=1; }
+cat "$tmp"/c19-*.pps > "$tmp/c19.before"
+printf 'x' >>"$tmp/c19in/test_batch.bin"
+expect 1 "test_batch.bin: 6147 bytes, expected a whole" \
+	"$pack" -o "$tmp/c19" "$tmp/c19in/data_batch_1.bin" "$tmp/c19in/test_batch.bin"
+grep -q "^pinpipe-pack: the shards of this run removed; any of an earlier run of $tmp/c19 left as they were" \
+	"$tmp/out" || { echo "FAIL: the failed run's last line:"; cat "$tmp/out"; fail=1; }
+[ "$(ls "$tmp" | grep -c '^c19-')" -eq 2 ] && cat "$tmp"/c19-*.pps | cmp -s - "$tmp/c19.before" ||
+	{ echo "FAIL: a failed run changed the earlier shards: $(ls "$tmp")"; fail=1; }
+rm -rf "$tmp"/c19*
 # The temporary files a SIGKILLed run left (the shard writer's names) are
 # removed by the next run of the same prefix, which says so; another
 # prefix's are left alone, one that begins with this prefix too.
 touch "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123" \
-	"$tmp/c14-aug-train-00000-of-00001.pps.tmp-AbC123"
+	"$tmp/c14-aug-train-00000-of-00001.pps.tmp-AbC123" "$tmp/c14-test-00000-of-00002.pps.new" \
+	"$tmp/c14-test-00001-of-00002.pps.new.tmp-XyZ789"
 expect 0 "removed $tmp/c14-train-00000-of-00001.pps.tmp-AbC123, a temporary file of an interrupted run" \
 	"$pack" -o "$tmp/c14" "$tmp/data_batch_1.bin"
 [ ! -e "$tmp/c14-train-00000-of-00001.pps.tmp-AbC123" ] && [ -e "$tmp/c15-train-00000-of-00001.pps.tmp-AbC123" ] &&
-	[ -e "$tmp/c14-aug-train-00000-of-00001.pps.tmp-AbC123" ] ||
+	[ -e "$tmp/c14-aug-train-00000-of-00001.pps.tmp-AbC123" ] && [ ! -e "$tmp/c14-test-00000-of-00002.pps.new" ] &&
+	[ ! -e "$tmp/c14-test-00001-of-00002.pps.new.tmp-XyZ789" ] ||
 	{ echo "FAIL: stale temporary files: $(ls "$tmp")"; fail=1; }
 rm -f "$tmp"/c14-* "$tmp"/c15-*
 # The shards of another set are removed only where they are this prefix's

@@ -38,8 +38,9 @@ static const char usage_text[] =
 	"\n"
 	"Converts a dataset into pinpipe shards (docs/SHARDS.md),\n"
 	"PREFIX-SPLIT-00000-of-0000N.pps, and prints what it wrote; once all are\n"
-	"written, it removes PREFIX-SPLIT-*-of-*.pps of another N left by an earlier\n"
-	"run.  INPUT is one of:\n"
+	"written, they replace those of an earlier run, and it removes\n"
+	"PREFIX-SPLIT-*-of-*.pps of another N (a failed run leaves the earlier\n"
+	"ones as they were).  INPUT is one of:\n"
 	"  a directory      with Fashion-MNIST or MNIST IDX files\n"
 	"                   (train-images-idx3-ubyte[.gz], t10k-...) or CIFAR-10\n"
 	"                   batches: both its train and test splits are packed\n"
@@ -101,11 +102,25 @@ struct pack_options {
 	uint32_t image_size;        /* an image folder's decoded side */
 };
 
-/* The files a run has written so far, removed again if the run fails. */
+/*
+ * The shards a run writes: each goes to a staged name of its own
+ * (PATH.new) and all are renamed into place once every split is written
+ * (commit_written()), so that a run that fails, or is killed, leaves the
+ * shards of an earlier run of the prefix as they were; staged ones are
+ * removed again (and a killed run's by the next one, remove_stale_tmp()).
+ */
 struct written {
-	char **paths; /* [n] */
+	char **paths; /* [n]: the shards' own names */
 	size_t n;
 };
+
+#define STAGED ".new"
+
+/* The staged name of the shard 'path'; false where it does not fit. */
+static bool staged_of(const char *path, char *out, size_t len)
+{
+	return (size_t)snprintf(out, len, "%s" STAGED, path) < len;
+}
 
 static double now_s(void)
 {
@@ -293,7 +308,7 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 		       load_s > 0 ? mb(n * info->sample_bytes) / load_s : 0.0);
 	for (uint64_t k = 0; k < shards; k++) {
 		uint64_t first = k * n / shards, last = (k + 1) * n / shards;
-		char path[4096];
+		char path[4096], staged[4096 + 8];
 		uint64_t chunks = 0;
 		int64_t size;
 
@@ -303,13 +318,17 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 			fprintf(stderr, "pinpipe-pack: %s: prefix too long\n", opt->prefix);
 			return 1;
 		}
-		size = write_shard(opt, ds, path, first, last - first, &chunks);
-		if (size < 0)
-			return 1;
 		if (!remember(written, path)) {
 			fprintf(stderr, "pinpipe-pack: out of memory\n");
 			return 1;
 		}
+		if (!staged_of(path, staged, sizeof(staged))) {
+			fprintf(stderr, "pinpipe-pack: %s: prefix too long\n", opt->prefix);
+			return 1;
+		}
+		size = write_shard(opt, ds, staged, first, last - first, &chunks);
+		if (size < 0)
+			return 1;
 		stored += (uint64_t)size;
 		if (!opt->quiet)
 			printf("  %s: %llu records, %llu chunks, %.1f MB on disk\n", path,
@@ -497,8 +516,9 @@ static int remove_stale(const struct pack_options *opt, const struct written *w)
 
 /*
  * Removes the temporary files of this prefix's shards that a pinpipe-pack
- * killed while writing left behind (PREFIX-*-of-*.pps.tmp-XXXXXX, the
- * shard writer's names), saying so.  Returns 0, or 1 when one cannot be
+ * killed while writing left behind (PREFIX-*-of-*.pps.new, staged, and
+ * .pps.new.tmp-XXXXXX or .pps.tmp-XXXXXX, the shard writer's names),
+ * saying so.  Returns 0, or 1 when one cannot be
  * removed (said on stderr).
  */
 static int remove_stale_tmp(const struct pack_options *opt)
@@ -508,17 +528,22 @@ static int remove_stale_tmp(const struct pack_options *opt)
 	int ret = 0;
 	glob_t g = { 0 };
 
-	if (pp_args_glob_join(pattern, sizeof(pattern), opt->prefix, "-*-of-*.pps.tmp-??????") &&
+	if (pp_args_glob_join(pattern, sizeof(pattern), opt->prefix, "-*-of-*.pps.*") &&
 	    glob(pattern, 0, NULL, &g) == 0) {
 		for (size_t k = 0; k < g.gl_pathc; k++) {
-			/* PREFIX-SPLIT-NNNNN-of-MMMMM.pps.tmp-XXXXXX, not another prefix's. */
+			/* PREFIX-SPLIT-NNNNN-of-MMMMM.pps then .tmp-XXXXXX (the writer's), .new
+			 * (staged) or .new.tmp-XXXXXX, not another prefix's. */
 			const char *tail = g.gl_pathv[k] + strlen(opt->prefix) + 1;
 			bool ours = false;
 
-			for (size_t s = 0; s < 3 && !ours; s++)
+			for (size_t s = 0; s < 3 && !ours; s++) {
+				const char *t = tail + strlen(splits[s]) + 1;
+
 				ours = strncmp(tail, splits[s], strlen(splits[s])) == 0 &&
 				       tail[strlen(splits[s])] == '-' &&
-				       shard_tail(tail + strlen(splits[s]) + 1, ".pps.tmp-", 6);
+				       (shard_tail(t, ".pps.tmp-", 6) || shard_tail(t, ".pps" STAGED, 0) ||
+					shard_tail(t, ".pps" STAGED ".tmp-", 6));
+			}
 			if (!ours)
 				continue;
 			if (unlink(g.gl_pathv[k]) != 0) {
@@ -573,17 +598,23 @@ static int pack_image_split(const struct pack_options *opt, const char *dir, con
 	for (uint64_t k = 0; k < shards && ret == 0; k++) {
 		uint64_t first = k * n / shards, last = (k + 1) * n / shards;
 		struct pp_shard_writer *w;
-		char path[4096];
+		char path[4096], staged[4096 + 8];
 		struct stat st;
 
 		if ((size_t)snprintf(path, sizeof(path), "%s-%s-%05llu-of-%05llu.pps", opt->prefix,
 				     split, (unsigned long long)k,
-				     (unsigned long long)shards) >= sizeof(path)) {
+				     (unsigned long long)shards) >= sizeof(path) ||
+		    !staged_of(path, staged, sizeof(staged))) {
 			fprintf(stderr, "pinpipe-pack: %s: prefix too long\n", opt->prefix);
 			ret = 1;
 			break;
 		}
-		if (pp_shard_writer_create(path, &cfg, &w) < 0) {
+		if (!remember(written, path)) {
+			fprintf(stderr, "pinpipe-pack: out of memory\n");
+			ret = 1;
+			break;
+		}
+		if (pp_shard_writer_create(staged, &cfg, &w) < 0) {
 			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
 			ret = 1;
 			break;
@@ -621,11 +652,7 @@ static int pack_image_split(const struct pack_options *opt, const char *dir, con
 			ret = 1;
 		}
 		pp_shard_writer_destroy(w);
-		if (ret == 0 && !remember(written, path)) {
-			fprintf(stderr, "pinpipe-pack: out of memory\n");
-			ret = 1;
-		}
-		if (ret == 0 && stat(path, &st) == 0) {
+		if (ret == 0 && stat(staged, &st) == 0) {
 			stored += (uint64_t)st.st_size;
 			if (!opt->quiet)
 				printf("  %s: %llu records, %.1f MB on disk\n", path,
@@ -695,6 +722,23 @@ static int pack_images(const struct pack_options *opt, const char *dir, struct w
 	return ret;
 }
 
+/*
+ * Renames every staged shard of the run into place, once all are written:
+ * 0, or 1 said (a shard not renamed is then removed with the others).
+ */
+static int commit_written(const struct written *w)
+{
+	char staged[4096 + 8];
+
+	for (size_t k = 0; k < w->n; k++)
+		if (!staged_of(w->paths[k], staged, sizeof(staged)) || rename(staged, w->paths[k]) != 0) {
+			fprintf(stderr, "pinpipe-pack: %s: cannot rename %s into place: %s\n",
+				w->paths[k], staged, strerror(errno));
+			return 1;
+		}
+	return 0;
+}
+
 static int pack(const struct pack_options *opt, char **inputs, int n)
 {
 	struct written written = {NULL, 0};
@@ -737,16 +781,20 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 				  inputs[2]);
 	}
 	if (ret == 0)
+		ret = commit_written(&written);
+	if (ret == 0)
 		stale = remove_stale(opt, &written);
 	for (size_t k = 0; k < written.n; k++) {
-		if (ret != 0)
-			unlink(written.paths[k]);
+		char staged[4096 + 8];
+
+		if (ret != 0 && staged_of(written.paths[k], staged, sizeof(staged)))
+			unlink(staged);
 		free(written.paths[k]);
 	}
 	free(written.paths);
 	if (ret == 1 && written.n > 0)
-		fprintf(stderr, "pinpipe-pack: removed the %zu shards written before the failure\n",
-			written.n);
+		fprintf(stderr, "pinpipe-pack: the shards of this run removed; any of an earlier run of "
+			"%s left as they were\n", opt->prefix);
 	return ret != 0 ? ret : stale;
 }
 
