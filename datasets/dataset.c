@@ -463,10 +463,35 @@ static int check_shard_set(const char *dir, const char *split, char **paths, siz
 	return 0;
 }
 
+/*
+ * Whether a file the glob *SPLIT*.pps found is a shard of 'split': one
+ * named as pinpipe-pack names them, PREFIX-S-NNNNN-of-MMMMM.pps, is of
+ * split S alone, whatever its prefix holds ("eval-train-00000-of-00001.pps"
+ * is no val shard); another name is taken by the glob's match.
+ */
+static bool of_split(const char *path, const char *split)
+{
+	const char *b = pp_path_base(path), *of = NULL, *p, *q;
+
+	for (p = strstr(b, "-of-"); p != NULL; p = strstr(p + 1, "-of-"))
+		of = p;
+	if (of == NULL || strspn(of + 4, "0123456789") == 0 ||
+	    strcmp(of + 4 + strspn(of + 4, "0123456789"), ".pps") != 0)
+		return true;
+	for (p = of; p > b && p[-1] >= '0' && p[-1] <= '9'; p--)
+		;
+	if (p == of || p == b || p[-1] != '-')
+		return true;
+	for (q = p - 1; q > b && q[-1] != '-'; q--)
+		;
+	return (size_t)(p - 1 - q) == strlen(split) && strncmp(q, split, strlen(split)) == 0;
+}
+
 PP_API int pp_shard_find(const char *dir, const char *split, char ***paths_p, size_t *count_p)
 {
 	char pattern[4096], glob_split[64];
-	char **paths;
+	char **paths, **found = NULL;
+	size_t n = 0;
 	glob_t g;
 	int ret;
 
@@ -485,20 +510,33 @@ PP_API int pp_shard_find(const char *dir, const char *split, char ***paths_p, si
 			return pp_error(-ENOMEM, "%s: out of memory listing the %s shards", dir, split);
 		return pp_error(-ENOENT, "%s: no %s shards (*%s*.pps)", dir, split, split);
 	}
-	ret = check_shard_set(dir, split, g.gl_pathv, g.gl_pathc);
+	found = pp_calloc(g.gl_pathc, sizeof(*found));
+	if (found == NULL) {
+		ret = pp_error(-ENOMEM, "%s: out of memory listing the %s shards", dir, split);
+		goto out;
+	}
+	for (size_t k = 0; k < g.gl_pathc; k++)
+		if (of_split(g.gl_pathv[k], split))
+			found[n++] = g.gl_pathv[k];
+	if (n == 0) {
+		ret = pp_error(-ENOENT, "%s: no %s shards (*%s*.pps; %s is another split's)", dir,
+			       split, split, pp_path_base(g.gl_pathv[0]));
+		goto out;
+	}
+	ret = check_shard_set(dir, split, found, n);
 	if (ret < 0)
 		goto out;
-	paths = pp_calloc(g.gl_pathc + 1, sizeof(*paths));
+	paths = pp_calloc(n + 1, sizeof(*paths));
 	if (paths == NULL) {
 		ret = pp_error(-ENOMEM, "%s: out of memory listing the %s shards", dir, split);
 		goto out;
 	}
-	for (size_t k = 0; k < g.gl_pathc; k++) {
-		size_t len = strlen(g.gl_pathv[k]) + 1;
+	for (size_t k = 0; k < n; k++) {
+		size_t len = strlen(found[k]) + 1;
 
 		paths[k] = pp_malloc(len);
 		if (paths[k] != NULL)
-			memcpy(paths[k], g.gl_pathv[k], len);
+			memcpy(paths[k], found[k], len);
 		if (paths[k] == NULL) {
 			pp_shard_paths_free(paths);
 			ret = pp_error(-ENOMEM, "%s: out of memory listing the %s shards", dir, split);
@@ -506,8 +544,9 @@ PP_API int pp_shard_find(const char *dir, const char *split, char ***paths_p, si
 		}
 	}
 	*paths_p = paths;
-	*count_p = g.gl_pathc;
+	*count_p = n;
 out:
+	free(found);
 	globfree(&g);
 	return ret;
 }

@@ -762,6 +762,33 @@ START_TEST(test_shard_find)
 	ck_assert_ptr_null(paths);
 	ck_assert_int_eq(pp_shard_find(NULL, "train", &paths, &n), -EINVAL);
 	pp_shard_paths_free(NULL);
+	/* A prefix that holds another split's name: pinpipe-pack's names say
+	 * their split ("eval-train-..." matched *val*.pps, and a set of 1 met
+	 * val shards of another set). */
+	{
+		char *sub = path_in(dir, "named"), *f;
+
+		ck_assert_int_eq(mkdir(sub, 0755), 0);
+		f = path_in(sub, "eval-train-00000-of-00001.pps");
+		pp_test_write_file(f, "x", 1);
+		free(f);
+		f = path_in(sub, "retest-val-00000-of-00002.pps");
+		pp_test_write_file(f, "x", 1);
+		free(f);
+		f = path_in(sub, "retest-val-00001-of-00002.pps");
+		pp_test_write_file(f, "x", 1);
+		free(f);
+		ck_assert_int_eq(pp_shard_find(sub, "train", &paths, &n), 0);
+		ck_assert_uint_eq(n, 1);
+		pp_shard_paths_free(paths);
+		ck_assert_int_eq(pp_shard_find(sub, "val", &paths, &n), 0);
+		ck_assert_uint_eq(n, 2);
+		ck_assert_ptr_nonnull(strstr(paths[0], "/retest-val-00000-of-00002.pps"));
+		pp_shard_paths_free(paths);
+		ck_assert_int_eq(pp_shard_find(sub, "test", &paths, &n), -ENOENT);
+		ck_assert_ptr_nonnull(strstr(pp_last_error(), "another split's"));
+		free(sub);
+	}
 	/* A directory named with glob characters is taken as named: "set[1]"
 	 * matched set1's shards, and "s?t" those of sat. */
 	{

@@ -5,13 +5,11 @@
 #include "config.h"
 
 #include <errno.h>
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/args.h"
 #include "trainer/data.h"
 #include "trainer/run.h"
 
@@ -223,13 +221,13 @@ int tr_data_open(const struct tr_options *opt, struct data *d)
 	if (opt->stream) {
 		struct pp_sample_info train, test;
 
-		/* a packed image folder's evaluation split is its val/ */
-		char pattern[4096 + 16];
-		glob_t g = { 0 };
-		bool val;
-		val = pp_args_glob_join(pattern, sizeof(pattern), opt->data, "/*val*.pps") &&
-		      glob(pattern, 0, NULL, &g) == 0;
-		globfree(&g);
+		/* A packed image folder's evaluation split is its val/, where it has one
+		 * (a set of val shards that is not whole is said as such below). */
+		char **vals = NULL;
+		size_t nvals;
+		bool val = pp_shard_find(opt->data, "val", &vals, &nvals) != -ENOENT;
+
+		pp_shard_paths_free(vals);
 		ret = find_shards(opt->data, "train", &d->train, &train, opt);
 		if (ret == 0 && opt->eval)
 			ret = find_shards(opt->data, val ? "val" : "test", &d->test, &test, opt);

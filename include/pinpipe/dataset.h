@@ -202,8 +202,10 @@ PP_API void pp_shard_close(struct pp_shard *shard);
 
 /*
  * Lists the shard files of a split in a directory, as pp_dataset_open_dir()
- * finds them: the files *SPLIT*.pps in DIR, sorted by name; files named ...-of-N.pps
- * (as pinpipe-pack writes them) must make exactly one whole set of N.  For
+ * finds them: the files *SPLIT*.pps in DIR, sorted by name, where a name
+ * as pinpipe-pack writes them, PREFIX-S-NNNNN-of-N.pps, counts for its
+ * split S alone (its prefix may name another split); such files must make
+ * exactly one whole set of N.  For
  * a loader that streams them (pp_loader_config.shard_paths).  Writes a
  * NULL-terminated array of paths to *paths_p (free it with
  * pp_shard_paths_free()) and their count to *count_p.  Returns 0, -ENOENT
