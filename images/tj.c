@@ -69,6 +69,10 @@ int pp_tj_header(struct pp_tj *t, const void *buf, size_t len, struct pp_tj_head
 	if (tjDecompressHeader3(t->h, buf, (unsigned long)len, &w, &hh, &subsamp, &cs) < 0)
 		return tj_reset(t, pp_error(-EBADMSG, "a bad JPEG header: %s",
 					    tjGetErrorStr2(t->h)));
+	/* libjpeg-turbo supplies the end of a file cut short: its tables read, no frame. */
+	if (w == 0 && hh == 0)
+		return tj_reset(t, pp_error(-EBADMSG, "a JPEG with no image in its %zu bytes: cut "
+					    "short before its frame header, or of tables alone", len));
 	if (w <= 0 || hh <= 0 || w > 65535 || hh > 65535)
 		return tj_reset(t, pp_error(-EBADMSG, "a JPEG of %d x %d pixels (or of tables alone, "
 					    "no image)", w, hh));
