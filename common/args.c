@@ -168,19 +168,6 @@ bool pp_args_clash(const char *path)
 	return true;
 }
 
-bool pp_args_glob_join(char *out, size_t len, const char *dir, const char *pattern)
-{
-	size_t n = 0;
-
-	for (const char *c = dir; *c != '\0'; c++) {
-		if (strchr("*?[\\", *c) != NULL && n < len)
-			out[n++] = '\\';
-		if (n < len)
-			out[n++] = *c;
-	}
-	return n < len && (size_t)snprintf(out + n, len - n, "%s", pattern) < len - n;
-}
-
 int pp_args_end_stdout(const char *prog, int status)
 {
 	bool failed = ferror(stdout) != 0;

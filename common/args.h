@@ -67,15 +67,6 @@ bool pp_args_same_file(const char *a, const char *b);
 bool pp_args_clash(const char *path);
 
 /*
- * Writes "DIR/PATTERN" to out[0..len), DIR's glob characters ('*', '?',
- * '[', '\\') escaped, so that glob(3) takes the directory (or a file
- * prefix) as it is named: "-o 'd?'" matched the shards of "d1".  False
- * when it does not fit.  (common/path.c's pp_glob_join() inside the
- * library.)
- */
-bool pp_args_glob_join(char *out, size_t len, const char *dir, const char *pattern);
-
-/*
  * The end of a program's main: flushes standard output and returns
  * 'status', or, where what the program printed did not all reach it (a
  * full disk, a closed descriptor), says so on stderr ("PROG: standard

@@ -22,7 +22,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <glob.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -723,9 +722,8 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 	struct pp_sample_info img_info;
 	const struct pp_sample_info *info;
 	uint64_t compute_ns = 0;
-	char train[4096 + 8], pattern[4096 + 32];
+	char train[4096 + 8];
 	struct stat st;
-	glob_t g = { 0 };
 	int ret;
 
 	table_cols(t, cols, num, 17);
@@ -733,9 +731,7 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 	snprintf(train, sizeof(train), "%s/train", o->data);
 	if (stat(train, &st) != 0 || !S_ISDIR(st.st_mode))
 		snprintf(train, sizeof(train), "%s", o->data);
-	if (strcmp(o->data, "synthetic") != 0 &&
-	    pp_args_glob_join(pattern, sizeof(pattern), train, "/*/*.[jJ][pP]*[gG]") &&
-	    glob(pattern, 0, NULL, &g) == 0) {
+	if (strcmp(o->data, "synthetic") != 0 && pp_image_folder_probe(o->data)) {
 		struct pp_jpeg_config jc = { .size = o->image_size, .mode = PP_JPEG_TRAIN };
 		ret = pp_image_folder_open(train, &jc, &img);
 		if (ret == 0) {
@@ -750,7 +746,6 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 	} else {
 		ret = pp_dataset_open_dir(o->data, "train", &ds);
 	}
-	globfree(&g);
 	if (ret < 0)
 		return fail(o->data, ret);
 	if (o->compute_us >= 0) {

@@ -8,9 +8,9 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
-#include <glob.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -353,9 +353,9 @@ static bool has_test_split(const char *dir)
 {
 	static const char *const names[] = {"t10k-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte",
 					    "test_batch.bin", "cifar-10-batches-bin/test_batch.bin"};
-	char path[4096];
+	char path[4096], **shards = NULL;
 	struct stat st;
-	glob_t g = { 0 };
+	size_t n;
 	bool found;
 
 	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -363,9 +363,9 @@ static bool has_test_split(const char *dir)
 		if (stat(path, &st) == 0)
 			return true;
 	}
-	found = pp_args_glob_join(path, sizeof(path), dir, "/*test*.pps") &&
-		glob(path, 0, NULL, &g) == 0;
-	globfree(&g);
+	/* Shards as pp_dataset_open_dir() finds them (a set not whole is said there). */
+	found = pp_shard_find(dir, "test", &shards, &n) != -ENOENT;
+	pp_shard_paths_free(shards);
 	return found;
 }
 
@@ -471,6 +471,75 @@ static bool shard_tail(const char *s, const char *suffix, size_t extra)
 	return strlen(s + strlen(suffix)) == extra;
 }
 
+static int cmp_path(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * The files "PREFIX-*" in PREFIX's folder, as paths (PREFIX followed by
+ * the rest of each name), sorted.  The names are compared with the prefix
+ * as text: a glob of it took "-o 'd?'" to match the files of "d1".
+ * Returns 0, or 1 said; frees nothing of an earlier list.
+ */
+static int prefix_files(const char *prefix, char ***paths_p, size_t *n_p)
+{
+	const char *base = base_name(prefix);
+	char dir[4096];
+	struct dirent *e;
+	char **v = NULL;
+	size_t n = 0;
+	DIR *d;
+
+	pp_args_folder_of(prefix, dir, sizeof(dir));
+	d = opendir(dir);
+	if (d == NULL) {
+		fprintf(stderr, "pinpipe-pack: %s: cannot list the folder %s: %s\n", prefix, dir,
+			strerror(errno));
+		return 1;
+	}
+	while ((e = readdir(d)) != NULL) {
+		char **nv;
+
+		if (strncmp(e->d_name, base, strlen(base)) != 0 || e->d_name[strlen(base)] != '-')
+			continue;
+		nv = realloc(v, (n + 1) * sizeof(*v));
+		if (nv == NULL || asprintf(&nv[n], "%s%s", prefix, e->d_name + strlen(base)) < 0) {
+			v = nv != NULL ? nv : v;
+			for (size_t k = 0; k < n; k++)
+				free(v[k]);
+			free(v);
+			closedir(d);
+			fprintf(stderr, "pinpipe-pack: out of memory\n");
+			return 1;
+		}
+		v = nv;
+		n++;
+	}
+	closedir(d);
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_path);
+	*paths_p = v;
+	*n_p = n;
+	return 0;
+}
+
+/*
+ * Whether 'path' (PREFIX-...) is PREFIX-SPLIT-NNNNN-of-MMMMM followed by
+ * 'suffix' and 'extra' more characters, for one of the splits.
+ */
+static bool prefix_shard(const char *prefix, const char *path, const char *suffix, size_t extra)
+{
+	static const char *const splits[] = {"train", "test", "val"};
+	const char *tail = path + strlen(prefix) + 1;
+
+	for (size_t s = 0; s < 3; s++)
+		if (strncmp(tail, splits[s], strlen(splits[s])) == 0 && tail[strlen(splits[s])] == '-' &&
+		    shard_tail(tail + strlen(splits[s]) + 1, suffix, extra))
+			return true;
+	return false;
+}
+
 /*
  * After a successful pack: removes PREFIX-SPLIT-*-of-*.pps of each split
  * written that this run did not write (a set of another total, left from
@@ -479,38 +548,34 @@ static bool shard_tail(const char *s, const char *suffix, size_t extra)
 static int remove_stale(const struct pack_options *opt, const struct written *w)
 {
 	static const char *const splits[] = {"train", "test", "val"};
-	char pattern[4096 + 64], stem[4096 + 16];
+	char **paths, stem[4096 + 16];
+	size_t n;
 	int ret = 0;
 
+	if (prefix_files(opt->prefix, &paths, &n) != 0)
+		return 1;
 	for (size_t s = 0; s < 3; s++) {
 		bool packed = false;
-		glob_t g = { 0 };
 
 		snprintf(stem, sizeof(stem), "%s-%s-", opt->prefix, splits[s]);
 		for (size_t k = 0; k < w->n; k++)
 			packed = packed || strncmp(w->paths[k], stem, strlen(stem)) == 0;
-		if (!packed)
-			continue;
-		/* The prefix as named: "-o 'd?'" took the shards of "d1" for its own. */
-		if (!pp_args_glob_join(pattern, sizeof(pattern), stem, "[0-9]*-of-[0-9]*.pps") ||
-		    glob(pattern, 0, NULL, &g) != 0) {
-			globfree(&g);
-			continue;
-		}
-		for (size_t k = 0; k < g.gl_pathc; k++) {
-			if (!shard_tail(g.gl_pathv[k] + strlen(stem), ".pps", 0) ||
-			    was_written(w, g.gl_pathv[k]))
+		for (size_t k = 0; packed && k < n; k++) {
+			if (strncmp(paths[k], stem, strlen(stem)) != 0 ||
+			    !shard_tail(paths[k] + strlen(stem), ".pps", 0) || was_written(w, paths[k]))
 				continue;
-			if (unlink(g.gl_pathv[k]) != 0) {
+			if (unlink(paths[k]) != 0) {
 				fprintf(stderr, "pinpipe-pack: %s: a shard of an earlier set, cannot "
-					"remove it: %s\n", g.gl_pathv[k], strerror(errno));
+					"remove it: %s\n", paths[k], strerror(errno));
 				ret = 1;
 			} else if (!opt->quiet) {
-				printf("removed %s, a shard of an earlier set\n", g.gl_pathv[k]);
+				printf("removed %s, a shard of an earlier set\n", paths[k]);
 			}
 		}
-		globfree(&g);
 	}
+	for (size_t k = 0; k < n; k++)
+		free(paths[k]);
+	free(paths);
 	return ret;
 }
 
@@ -523,40 +588,30 @@ static int remove_stale(const struct pack_options *opt, const struct written *w)
  */
 static int remove_stale_tmp(const struct pack_options *opt)
 {
-	static const char *const splits[] = {"train", "test", "val"};
-	char pattern[4096 + 64];
+	char **paths;
+	size_t n;
 	int ret = 0;
-	glob_t g = { 0 };
 
-	if (pp_args_glob_join(pattern, sizeof(pattern), opt->prefix, "-*-of-*.pps.*") &&
-	    glob(pattern, 0, NULL, &g) == 0) {
-		for (size_t k = 0; k < g.gl_pathc; k++) {
-			/* PREFIX-SPLIT-NNNNN-of-MMMMM.pps then .tmp-XXXXXX (the writer's), .new
-			 * (staged) or .new.tmp-XXXXXX, not another prefix's. */
-			const char *tail = g.gl_pathv[k] + strlen(opt->prefix) + 1;
-			bool ours = false;
-
-			for (size_t s = 0; s < 3 && !ours; s++) {
-				const char *t = tail + strlen(splits[s]) + 1;
-
-				ours = strncmp(tail, splits[s], strlen(splits[s])) == 0 &&
-				       tail[strlen(splits[s])] == '-' &&
-				       (shard_tail(t, ".pps.tmp-", 6) || shard_tail(t, ".pps" STAGED, 0) ||
-					shard_tail(t, ".pps" STAGED ".tmp-", 6));
-			}
-			if (!ours)
-				continue;
-			if (unlink(g.gl_pathv[k]) != 0) {
-				fprintf(stderr, "pinpipe-pack: %s: a temporary file of an interrupted run, "
-					"cannot remove it: %s\n", g.gl_pathv[k], strerror(errno));
-				ret = 1;
-			} else if (!opt->quiet) {
-				printf("removed %s, a temporary file of an interrupted run\n",
-				       g.gl_pathv[k]);
-			}
+	if (prefix_files(opt->prefix, &paths, &n) != 0)
+		return 1;
+	for (size_t k = 0; k < n; k++) {
+		/* PREFIX-SPLIT-NNNNN-of-MMMMM.pps then .tmp-XXXXXX (the writer's), .new
+		 * (staged) or .new.tmp-XXXXXX, not another prefix's. */
+		if (!prefix_shard(opt->prefix, paths[k], ".pps.tmp-", 6) &&
+		    !prefix_shard(opt->prefix, paths[k], ".pps" STAGED, 0) &&
+		    !prefix_shard(opt->prefix, paths[k], ".pps" STAGED ".tmp-", 6))
+			continue;
+		if (unlink(paths[k]) != 0) {
+			fprintf(stderr, "pinpipe-pack: %s: a temporary file of an interrupted run, "
+				"cannot remove it: %s\n", paths[k], strerror(errno));
+			ret = 1;
+		} else if (!opt->quiet) {
+			printf("removed %s, a temporary file of an interrupted run\n", paths[k]);
 		}
 	}
-	globfree(&g);
+	for (size_t k = 0; k < n; k++)
+		free(paths[k]);
+	free(paths);
 	return ret;
 }
 
