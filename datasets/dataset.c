@@ -465,13 +465,16 @@ static int check_shard_set(const char *dir, const char *split, char **paths, siz
 
 /*
  * Whether a file the glob *SPLIT*.pps found is a shard of 'split': one
- * named as pinpipe-pack names them, PREFIX-S-NNNNN-of-MMMMM.pps, is of
- * split S alone, whatever its prefix holds ("eval-train-00000-of-00001.pps"
- * is no val shard); another name is taken by the glob's match.
+ * named as pinpipe-pack names them, PREFIX-S-NNNNN-of-MMMMM.pps with S
+ * train, test or val, is of split S alone, whatever its prefix holds
+ * ("eval-train-00000-of-00001.pps" is no val shard); another name
+ * ("train-part-00000-of-00004.pps") is taken by the glob's match.
  */
 static bool of_split(const char *path, const char *split)
 {
+	static const char *const splits[] = { "train", "test", "val" };
 	const char *b = pp_path_base(path), *of = NULL, *p, *q;
+	bool known = false;
 
 	for (p = strstr(b, "-of-"); p != NULL; p = strstr(p + 1, "-of-"))
 		of = p;
@@ -484,7 +487,11 @@ static bool of_split(const char *path, const char *split)
 		return true;
 	for (q = p - 1; q > b && q[-1] != '-'; q--)
 		;
-	return (size_t)(p - 1 - q) == strlen(split) && strncmp(q, split, strlen(split)) == 0;
+	for (size_t k = 0; k < PP_ARRAY_SIZE(splits); k++)
+		known = known || ((size_t)(p - 1 - q) == strlen(splits[k]) &&
+				  strncmp(q, splits[k], strlen(splits[k])) == 0);
+	return !known ||
+	       ((size_t)(p - 1 - q) == strlen(split) && strncmp(q, split, strlen(split)) == 0);
 }
 
 PP_API int pp_shard_find(const char *dir, const char *split, char ***paths_p, size_t *count_p)

@@ -781,6 +781,21 @@ START_TEST(test_shard_find)
 		ck_assert_int_eq(pp_shard_find(sub, "train", &paths, &n), 0);
 		ck_assert_uint_eq(n, 1);
 		pp_shard_paths_free(paths);
+		/* Names of another form keep the glob's match. */
+		f = path_in(sub, "mnist.test-00000-of-00002.pps");
+		pp_test_write_file(f, "x", 1);
+		free(f);
+		f = path_in(sub, "test-part-00001-of-00002.pps");
+		pp_test_write_file(f, "x", 1);
+		free(f);
+		ck_assert_int_eq(pp_shard_find(sub, "test", &paths, &n), 0);
+		ck_assert_uint_eq(n, 2);
+		pp_shard_paths_free(paths);
+		for (int k = 0; k < 2; k++) {
+			f = path_in(sub, k ? "test-part-00001-of-00002.pps" : "mnist.test-00000-of-00002.pps");
+			ck_assert_int_eq(unlink(f), 0);
+			free(f);
+		}
 		ck_assert_int_eq(pp_shard_find(sub, "val", &paths, &n), 0);
 		ck_assert_uint_eq(n, 2);
 		ck_assert_ptr_nonnull(strstr(paths[0], "/retest-val-00000-of-00002.pps"));

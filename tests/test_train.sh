@@ -608,7 +608,13 @@ done
 job=$!
 i=0
 while ! grep -q '^1,1,' "$tmp/links/gone.csv" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+# Held while the file goes, so that it goes during the run (20 epochs
+# last 6 s at least on this sim: its copies are paced).
+kill -STOP $job
+[ "$(cat "$tmp/links/gone.csv" 2>/dev/null | grep -c '^1,')" -lt 20 ] ||
+	{ echo "FAIL: the CSV-removed case: the run ended before the file was removed"; fail=1; }
 rm -f "$tmp/links/gone.csv"
+kill -CONT $job
 wait $job || { echo "FAIL: the CSV removed during the run:"; cat "$tmp/err"; fail=1; }
 [ "$(cat "$tmp/links/gone.csv" 2>/dev/null | grep -c '^1,')" -eq 20 ] ||
 	{ echo "FAIL: the CSV removed during the run: not made again with its 20 rows"; fail=1; }

@@ -83,8 +83,9 @@ PP_API int pp_dataset_open_shards(const char *const *paths, size_t npaths,
 /*
  * Opens the dataset in a directory by what it holds, the first found of:
  * pinpipe shards named *train*.pps / *test*.pps (all of them, sorted by
- * name; shards named -of-N.pps, as pinpipe-pack writes them, must be one
- * whole set, N of them all of the same N, else -EINVAL), Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz] and
+ * name, as pp_shard_find() lists them; shards named -of-N.pps, as
+ * pinpipe-pack writes them, must be one whole set, N of them all of the
+ * same N, else -EINVAL), Fashion-MNIST or MNIST IDX files (train-images-idx3-ubyte[.gz] and
  * train-labels-idx1-ubyte[.gz], t10k-... for test), CIFAR-10 binary batches
  * (data_batch_1..5.bin and test_batch.bin, directly or in
  * cifar-10-batches-bin/).  'split' is "train" or "test" (else -EINVAL).
@@ -203,9 +204,9 @@ PP_API void pp_shard_close(struct pp_shard *shard);
 /*
  * Lists the shard files of a split in a directory, as pp_dataset_open_dir()
  * finds them: the files *SPLIT*.pps in DIR, sorted by name, where a name
- * as pinpipe-pack writes them, PREFIX-S-NNNNN-of-N.pps, counts for its
- * split S alone (its prefix may name another split); such files must make
- * exactly one whole set of N.  For
+ * as pinpipe-pack writes them, PREFIX-S-NNNNN-of-N.pps with S train, test
+ * or val, counts for its split S alone (its prefix may name another
+ * split); files named -of-N.pps must make exactly one whole set of N.  For
  * a loader that streams them (pp_loader_config.shard_paths).  Writes a
  * NULL-terminated array of paths to *paths_p (free it with
  * pp_shard_paths_free()) and their count to *count_p.  Returns 0, -ENOENT
