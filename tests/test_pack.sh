@@ -99,6 +99,22 @@ grep -q "^pinpipe-pack: the shards of this run removed; any of an earlier run of
 [ "$(ls "$tmp" | grep -c '^c19-')" -eq 2 ] && cat "$tmp"/c19-*.pps | cmp -s - "$tmp/c19.before" ||
 	{ echo "FAIL: a failed run changed the earlier shards: $(ls "$tmp")"; fail=1; }
 rm -rf "$tmp"/c19*
+# A link at a shard's path stays a link, to the new shard (staged beside
+# the file it names); a FIFO there is refused before anything is written
+# (the rename replaced both).
+mkdir "$tmp/c20real"
+ln -s c20real/x.pps "$tmp/c20-train-00000-of-00001.pps"
+expect 0 "3 records" "$pack" -o "$tmp/c20" "$tmp/data_batch_1.bin"
+[ -L "$tmp/c20-train-00000-of-00001.pps" ] && [ -f "$tmp/c20real/x.pps" ] ||
+	{ echo "FAIL: the link at a shard's path replaced: $(ls -l "$tmp" "$tmp/c20real")"; fail=1; }
+expect 0 "1 of 1 shards ok: 3 records" "$pack" --verify "$tmp/c20-train-00000-of-00001.pps"
+rm -rf "$tmp"/c20*
+mkfifo "$tmp/c21-train-00000-of-00001.pps"
+expect 1 "c21-train-00000-of-00001.pps: not a regular file: a shard would replace it" \
+	"$pack" -o "$tmp/c21" "$tmp/data_batch_1.bin"
+[ -p "$tmp/c21-train-00000-of-00001.pps" ] && [ "$(ls "$tmp" | grep -c '^c21')" -eq 1 ] ||
+	{ echo "FAIL: a FIFO at a shard's path: $(ls -l "$tmp")"; fail=1; }
+rm -f "$tmp"/c21*
 # The temporary files a SIGKILLed run left (the shard writer's names) are
 # removed by the next run of the same prefix, which says so; another
 # prefix's are left alone, one that begins with this prefix too.

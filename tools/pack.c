@@ -116,10 +116,29 @@ struct written {
 
 #define STAGED ".new"
 
-/* The staged name of the shard 'path'; false where it does not fit. */
-static bool staged_of(const char *path, char *out, size_t len)
+/*
+ * The file the shard 'path' replaces, its links followed (a link stays a
+ * link to the new shard), in target[0..len), and its staged name beside
+ * that file in staged[0..len + 8).  Refuses (false, said) a path that
+ * does not fit, or that names something other than a regular file, which
+ * the rename would replace (a FIFO, a directory).
+ */
+static bool staged_of(const char *path, char *target, char *staged, size_t len)
 {
-	return (size_t)snprintf(out, len, "%s" STAGED, path) < len;
+	struct stat st;
+
+	if (!pp_args_link_target(path, target, len) ||
+	    (size_t)snprintf(staged, len + 8, "%s" STAGED, target) >= len + 8) {
+		fprintf(stderr, "pinpipe-pack: %s: %s\n", path,
+			errno == ELOOP ? strerror(errno) : "the path is too long");
+		return false;
+	}
+	if (stat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "pinpipe-pack: %s: not a regular file: a shard would replace it\n",
+			target);
+		return false;
+	}
+	return true;
 }
 
 static double now_s(void)
@@ -308,7 +327,7 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 		       load_s > 0 ? mb(n * info->sample_bytes) / load_s : 0.0);
 	for (uint64_t k = 0; k < shards; k++) {
 		uint64_t first = k * n / shards, last = (k + 1) * n / shards;
-		char path[4096], staged[4096 + 8];
+		char path[4096], target[4096], staged[4096 + 8];
 		uint64_t chunks = 0;
 		int64_t size;
 
@@ -322,10 +341,8 @@ static int pack_split(const struct pack_options *opt, const struct pp_dataset *d
 			fprintf(stderr, "pinpipe-pack: out of memory\n");
 			return 1;
 		}
-		if (!staged_of(path, staged, sizeof(staged))) {
-			fprintf(stderr, "pinpipe-pack: %s: prefix too long\n", opt->prefix);
+		if (!staged_of(path, target, staged, sizeof(target)))
 			return 1;
-		}
 		size = write_shard(opt, ds, staged, first, last - first, &chunks);
 		if (size < 0)
 			return 1;
@@ -653,19 +670,22 @@ static int pack_image_split(const struct pack_options *opt, const char *dir, con
 	for (uint64_t k = 0; k < shards && ret == 0; k++) {
 		uint64_t first = k * n / shards, last = (k + 1) * n / shards;
 		struct pp_shard_writer *w;
-		char path[4096], staged[4096 + 8];
+		char path[4096], target[4096], staged[4096 + 8];
 		struct stat st;
 
 		if ((size_t)snprintf(path, sizeof(path), "%s-%s-%05llu-of-%05llu.pps", opt->prefix,
 				     split, (unsigned long long)k,
-				     (unsigned long long)shards) >= sizeof(path) ||
-		    !staged_of(path, staged, sizeof(staged))) {
+				     (unsigned long long)shards) >= sizeof(path)) {
 			fprintf(stderr, "pinpipe-pack: %s: prefix too long\n", opt->prefix);
 			ret = 1;
 			break;
 		}
 		if (!remember(written, path)) {
 			fprintf(stderr, "pinpipe-pack: out of memory\n");
+			ret = 1;
+			break;
+		}
+		if (!staged_of(path, target, staged, sizeof(target))) {
 			ret = 1;
 			break;
 		}
@@ -778,25 +798,37 @@ static int pack_images(const struct pack_options *opt, const char *dir, struct w
 }
 
 /*
- * Renames every staged shard of the run into place, once all are written:
- * 0, or 1 said (a shard not renamed is then removed with the others).
+ * Renames every staged shard of the run into place, once all are written,
+ * each where it was staged from (staged_of() checks again that nothing
+ * but a regular file is there): 0, or 1 said.  *renamed_p counts the
+ * shards renamed: where a rename fails after others, the prefix's set
+ * mixes the two runs, and says so.
  */
-static int commit_written(const struct written *w)
+static int commit_written(const struct written *w, size_t *renamed_p)
 {
-	char staged[4096 + 8];
+	char target[4096], staged[4096 + 8];
 
+	*renamed_p = 0;
 	for (size_t k = 0; k < w->n; k++)
-		if (!staged_of(w->paths[k], staged, sizeof(staged)) || rename(staged, w->paths[k]) != 0) {
+		if (!staged_of(w->paths[k], target, staged, sizeof(target)))
+			return 1;
+	for (size_t k = 0; k < w->n; k++) {
+		if (!staged_of(w->paths[k], target, staged, sizeof(target)))
+			return 1;
+		if (rename(staged, target) != 0) {
 			fprintf(stderr, "pinpipe-pack: %s: cannot rename %s into place: %s\n",
 				w->paths[k], staged, strerror(errno));
 			return 1;
 		}
+		++*renamed_p;
+	}
 	return 0;
 }
 
 static int pack(const struct pack_options *opt, char **inputs, int n)
 {
 	struct written written = {NULL, 0};
+	size_t renamed = 0;
 	struct stat st;
 	bool all_bin = true;
 	int ret, stale = 0;
@@ -836,18 +868,23 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 				  inputs[2]);
 	}
 	if (ret == 0)
-		ret = commit_written(&written);
+		ret = commit_written(&written, &renamed);
 	if (ret == 0)
 		stale = remove_stale(opt, &written);
 	for (size_t k = 0; k < written.n; k++) {
-		char staged[4096 + 8];
+		char target[4096], staged[4096 + 8];
 
-		if (ret != 0 && staged_of(written.paths[k], staged, sizeof(staged)))
+		if (ret != 0 && pp_args_link_target(written.paths[k], target, sizeof(target)) &&
+		    (size_t)snprintf(staged, sizeof(staged), "%s" STAGED, target) < sizeof(staged))
 			unlink(staged);
 		free(written.paths[k]);
 	}
 	free(written.paths);
-	if (ret == 1 && written.n > 0)
+	if (ret == 1 && renamed > 0)
+		fprintf(stderr, "pinpipe-pack: %zu shards of this run were renamed into place before "
+			"the failure, the others removed: the shards of %s mix two runs, pack it "
+			"again\n", renamed, opt->prefix);
+	else if (ret == 1 && written.n > 0)
 		fprintf(stderr, "pinpipe-pack: the shards of this run removed; any of an earlier run of "
 			"%s left as they were\n", opt->prefix);
 	return ret != 0 ? ret : stale;
