@@ -633,11 +633,10 @@ static int remove_stale_tmp(const struct pack_options *opt)
 }
 
 /* Packs the image folder at dir as split 'split'; returns 0 or 1 (the message printed). */
-static int pack_image_split(const struct pack_options *opt, const char *dir, const char *split,
-			    struct written *written)
+static int pack_image_split(const struct pack_options *opt, struct pp_image_folder *f,
+			    const char *dir, const char *split, struct written *written)
 {
 	struct pp_jpeg_config jc = {.size = opt->image_size, .mode = PP_JPEG_EVAL};
-	struct pp_image_folder *f;
 	struct pp_layout lay;
 	struct pp_sample_info info = {.label_kind = PP_LABEL_CLASS};
 	struct pp_shard_writer_config cfg = {.info = &info, .records_per_chunk = opt->records_per_chunk,
@@ -650,7 +649,7 @@ static int pack_image_split(const struct pack_options *opt, const char *dir, con
 	double t0 = now_s(), dt;
 	int ret = 0;
 
-	if (pp_image_folder_open(dir, &jc, &f) < 0 || pp_jpeg_layout(&jc, false, &lay) < 0) {
+	if (pp_jpeg_layout(&jc, false, &lay) < 0) {
 		fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
 		return 1;
 	}
@@ -740,60 +739,48 @@ static int pack_image_split(const struct pack_options *opt, const char *dir, con
 		       "%.3f s\n", (unsigned long long)shards, (unsigned long long)n, mb(total),
 		       mb(stored), dt);
 	free(buf);
-	pp_image_folder_close(f);
-	return ret;
-}
-
-/*
- * Checks that the image folder's evaluation splits have the classes of its
- * train/ (a label is a class's index in each folder): 0, or 1 said.
- */
-static int check_image_classes(const struct pack_options *opt, const char *dir)
-{
-	struct pp_jpeg_config jc = {.size = opt->image_size, .mode = PP_JPEG_EVAL};
-	struct pp_image_folder *train = NULL, *other = NULL;
-	char sub[4096];
-	int ret = 0;
-
-	snprintf(sub, sizeof(sub), "%s/train", dir);
-	if (pp_image_folder_open(sub, &jc, &train) < 0)
-		return 0;               /* said when train/ is packed */
-	for (size_t s = 0; s < 2 && ret == 0; s++) {
-		snprintf(sub, sizeof(sub), "%s/%s", dir, s == 0 ? "val" : "test");
-		if (pp_image_folder_open(sub, &jc, &other) == 0 &&
-		    pp_image_folder_same_classes(train, other) < 0) {
-			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
-			ret = 1;
-		}
-		pp_image_folder_close(other);
-		other = NULL;
-	}
-	pp_image_folder_close(train);
 	return ret;
 }
 
 /*
  * Packs an image folder: its train/, val/ and test/ subfolders as those
  * splits (pinpipe-train evaluates on val/, else test/), or itself as
- * train.
+ * train.  Each is listed once, and all before anything is written, so
+ * that splits whose classes are not train/'s (a label is a class's index
+ * in each folder) are refused first.
  */
 static int pack_images(const struct pack_options *opt, const char *dir, struct written *written)
 {
 	static const char *const splits[] = {"train", "val", "test"};
-	char sub[4096];
+	struct pp_jpeg_config jc = {.size = opt->image_size, .mode = PP_JPEG_EVAL};
+	struct pp_image_folder *f[3] = {NULL, NULL, NULL};
+	char sub[3][4096];
 	struct stat st;
-	int ret, found = 0;
+	int ret = 0, found = 0;
 
-	ret = check_image_classes(opt, dir);
 	for (size_t s = 0; s < 3 && ret == 0; s++) {
-		snprintf(sub, sizeof(sub), "%s/%s", dir, splits[s]);
-		if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
-			found++;
-			ret = pack_image_split(opt, sub, splits[s], written);
+		snprintf(sub[s], sizeof(sub[s]), "%s/%s", dir, splits[s]);
+		if (stat(sub[s], &st) != 0 || !S_ISDIR(st.st_mode))
+			continue;
+		found++;
+		if (pp_image_folder_open(sub[s], &jc, &f[s]) < 0 ||
+		    (s > 0 && f[0] != NULL && pp_image_folder_same_classes(f[0], f[s]) < 0)) {
+			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+			ret = 1;
 		}
 	}
-	if (found == 0 && ret == 0)
-		ret = pack_image_split(opt, dir, "train", written);
+	if (found == 0) {
+		snprintf(sub[0], sizeof(sub[0]), "%s", dir);
+		if (pp_image_folder_open(dir, &jc, &f[0]) < 0) {
+			fprintf(stderr, "pinpipe-pack: %s\n", pp_last_error());
+			ret = 1;
+		}
+	}
+	for (size_t s = 0; s < 3 && ret == 0; s++)
+		if (f[s] != NULL)
+			ret = pack_image_split(opt, f[s], sub[s], splits[s], written);
+	for (size_t s = 0; s < 3; s++)
+		pp_image_folder_close(f[s]);
 	return ret;
 }
 
