@@ -563,7 +563,7 @@ PP_API int pp_stream_launch_host(struct pp_stream *stream, void (*fn)(void *arg)
 
 		if (ret < 0 || pp_stream_recording(stream))
 			return ret;
-		return stream->dev->ops->launch_host(stream, fn, arg);
+		return pp_graph_spoil(stream, stream->dev->ops->launch_host(stream, fn, arg));
 	}
 	if (stream->dev->ops->launch_host == NULL) {
 		fn(arg);
@@ -751,15 +751,16 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
 	if (stream == NULL || dst == NULL || src == NULL)
 		return pp_error(-EINVAL, "pp_memcpy_async: dst, src and stream must not be NULL");
 	dev = stream->dev;
+	/* A copy refused while the stream captures spoils the capture: no graph lacks it. */
 	if (kind != PP_COPY_H2D && kind != PP_COPY_D2H && kind != PP_COPY_D2D)
-		return pp_error(-EINVAL, "%s: stream %u: unknown copy kind %d", dev->props.name,
-				stream->id, (int)kind);
+		return pp_graph_spoil(stream, pp_error(-EINVAL, "%s: stream %u: unknown copy kind %d",
+						       dev->props.name, stream->id, (int)kind));
 	if (n == 0)
 		return 0;
 	t0 = pp_now_ns();
 	ret = check_copy(stream, dst, src, n, kind, &pinned);
 	if (ret < 0)
-		return ret;
+		return pp_graph_spoil(stream, ret);
 	if (stream->capture != NULL) {
 		if (kind != PP_COPY_D2D && !pinned && !dev->props.host_is_device)
 			return pp_graph_refuse_call(stream, -ENOTSUP, "a copy from or to pageable host memory");
@@ -767,7 +768,7 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
 		if (ret < 0 || pp_stream_recording(stream))
 			return ret;
 		/* the backend captures the copy: counted at each launch, not now */
-		return dev->ops->memcpy_async(stream, dst, src, n, kind, pinned);
+		return pp_graph_spoil(stream, dev->ops->memcpy_async(stream, dst, src, n, kind, pinned));
 	}
 	if (dev->ops->memcpy_async != NULL) {
 		pp_device_count_stream_call(stream);

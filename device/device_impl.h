@@ -232,12 +232,15 @@ static inline bool pp_stream_recording(const struct pp_stream *stream)
  * pp_graph_refuse_call fails a call that a capture cannot take ('call'
  * names it, for the message), with 'err', and spoils the capture with it,
  * as CUDA invalidates a capture, so that no graph lacks a call its caller
- * believed made.
+ * believed made.  pp_graph_spoil spoils the capture, if the stream has
+ * one, with a call's error 'err' (< 0; its message the thread's last),
+ * and returns it: a call that failed is not in the graph either.
  */
 int pp_graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg);
 int pp_graph_record_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
 			 enum pp_copy_kind kind);
 int pp_graph_refuse_call(struct pp_stream *stream, int err, const char *call);
+int pp_graph_spoil(struct pp_stream *stream, int err);
 
 /* Adds the engine time of one copy, measured by a backend, to the device's copy_ns. */
 static inline void pp_device_add_copy_ns(struct pp_device *dev, uint64_t ns)

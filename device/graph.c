@@ -144,6 +144,17 @@ int pp_graph_record_copy(struct pp_stream *stream, void *dst, const void *src, s
 	return graph_append(stream, &node);
 }
 
+int pp_graph_spoil(struct pp_stream *stream, int err)
+{
+	struct pp_graph *g = stream->capture;
+
+	if (err < 0 && g != NULL && g->err == 0) {
+		g->err = err;
+		snprintf(g->msg, sizeof(g->msg), "%s", pp_last_error());
+	}
+	return err;
+}
+
 /* A call a capturing stream cannot take: it fails, and so does the capture. */
 int pp_graph_refuse_call(struct pp_stream *stream, int err, const char *call)
 {

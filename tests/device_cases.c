@@ -624,7 +624,8 @@ static void *capture_in_thread(void *arg)
  * through: a second begin, a synchronization or an event on a capturing
  * stream (which spoils the capture: its end reports the first error and
  * makes no graph), an end without a begin, a launch on a capturing stream
- * or on another device's stream, a copy from pageable memory.
+ * or on another device's stream, a copy from pageable memory, a copy out
+ * of bounds or of an unknown kind (also spoiling the capture).
  */
 START_TEST(test_graph_misuse_refused)
 {
@@ -663,6 +664,17 @@ START_TEST(test_graph_misuse_refused)
 		ck_assert_int_eq(pp_memcpy_async(d, pageable, 4096, PP_COPY_H2D, s), -ENOTSUP);
 		ck_assert_int_eq(end_capture(s, &g), -ENOTSUP);
 	}
+	/* A copy refused for its bounds or its kind spoils the capture too (a
+	 * graph was made without it, and its launches skipped the copy). */
+	ck_assert_int_eq(begin_capture(s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, (uint8_t *)d + 2048, 4096, PP_COPY_D2D, s), -EFAULT);
+	ck_assert_int_eq(end_capture(s, &g), -EFAULT);
+	ck_assert_ptr_null(g);
+	ck_assert_int_eq(begin_capture(s), 0);
+	ck_assert_int_eq(pp_memcpy_async(d, (uint8_t *)d + 2048, 16, (enum pp_copy_kind)7, s), -EINVAL);
+	ck_assert_int_eq(end_capture(s, &g), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "unknown copy kind 7"));
+	ck_assert_ptr_null(g);
 
 	/*
 	 * A good capture still works after the spoiled ones.  While it is open,
