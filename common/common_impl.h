@@ -42,6 +42,13 @@ int pp_error(int err, const char *fmt, ...) PP_PRINTF(2, 3);
 int pp_error_set(int err, const char *msg);
 
 /*
+ * Empties the thread's message before a call of the user's (a source's
+ * read, a decoder, a transform), which may fail without one: what it
+ * leaves is then its own, never an older failure's.
+ */
+void pp_error_clear(void);
+
+/*
  * Whether 'name' is 1..max letters, digits, '_', '.' or '-' (a field's name in
  * a layout, a decoder's in a version 2 shard).  common/layout.c.
  */

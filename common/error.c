@@ -4,6 +4,7 @@
  */
 #include "config.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,6 +56,11 @@ int pp_error_set(int err, const char *msg)
 	return err;
 }
 
+void pp_error_clear(void)
+{
+	pp_msg[0] = '\0';
+}
+
 PP_API const char *pp_last_error(void)
 {
 	return pp_msg;
@@ -62,11 +68,26 @@ PP_API const char *pp_last_error(void)
 
 PP_API const char *pp_strerror(int err)
 {
-	if (err < 0)
-		err = -err;
+	const char *s;
+
 	if (err == 0)
 		return "Success";
-	/* strerror() is thread-safe in glibc for known codes, and every
-	 * code the library returns is a standard errno value. */
-	return strerror(err);
+	/* -INT_MIN is not an int: no errno is that large. */
+	if (err == INT_MIN || err == INT_MAX)
+		return "Unknown error";
+	if (err < 0)
+		err = -err;
+	/* strerrordesc_np() gives glibc's static text for a known code; strerror()
+	 * would format an unknown one into a buffer of the thread's that the next
+	 * such call frees, under a caller still reading the first. */
+#ifdef HAVE_STRERRORDESC_NP
+	s = strerrordesc_np(err);
+#else
+	{
+		static _Thread_local char buf[128];
+
+		s = strerror_r(err, buf, sizeof(buf));
+	}
+#endif
+	return s != NULL ? s : "Unknown error";
 }

@@ -95,6 +95,8 @@ static int produce(struct pp_loader *l, struct pp_loader_worker *wk, const struc
 	int lf = l->labels_field;
 	int ret;
 
+	/* A message after a failure is then the callee's, never an older one. */
+	pp_error_clear();
 	if (l->src.ops != NULL) {
 		ret = l->src.ops->read(l->src.ctx, wk->wctx, s);
 		return ret < 0 ? sample_error(l, ret, l->src.name, s->index, s->epoch) : 0;
@@ -157,6 +159,8 @@ static int one_sample(struct pp_loader *l, struct pp_loader_worker *wk, struct p
 		return ret;
 	for (size_t t = 0; t < l->ntransforms; t++) {
 		const struct pp_transform *tr = &l->transforms[t];
+
+		pp_error_clear();
 		if ((ret = tr->apply(tr->ctx, &s)) < 0) {
 			char what[96];
 			snprintf(what, sizeof(what), "transform %s", tr->name ? tr->name : "(unnamed)");
@@ -190,6 +194,7 @@ static int fill_per_sample(struct pp_loader *l, struct pp_loader_worker *wk, str
 			src_fields[f] = p;
 			p += pp_layout_field_span(&l->src.layout, f, l->batch_size);
 		}
+		pp_error_clear();
 		ret = l->src.ops->read_batch(l->src.ctx, wk->wctx, bt->ids, n,
 					     direct ? bt->fields : src_fields);
 		if (ret < 0)
@@ -286,12 +291,14 @@ int pp_loader_batch_fill(struct pp_loader *l, struct pp_loader_worker *wk, uint6
 	} else {
 		bool direct = l->cv.in == l->cv.out && l->cv.in == PP_DTYPE_U8;
 		uint8_t *dst = direct ? out : wk->staging;
+		pp_error_clear();
 		ret = l->src.gather(l->src.ctx, bt->ids, n, dst, bt->labels);
 		if (ret < 0) {
 			char msg[768];
 			snprintf(msg, sizeof(msg), "%s", pp_last_error());
 			return pp_error(ret, "loader: epoch %llu batch %llu: %s",
-					(unsigned long long)plan->epoch, (unsigned long long)b, msg);
+					(unsigned long long)plan->epoch, (unsigned long long)b,
+					msg[0] ? msg : pp_strerror(ret));
 		}
 		if (!direct)
 			for (uint32_t i = 0; i < n; i++)
@@ -472,6 +479,7 @@ int pp_loader_workers_setup(struct pp_loader *l, const struct pp_loader_config *
 				return ret;
 		}
 		if (l->src.worker_create != NULL) {
+			pp_error_clear();
 			if ((ret = l->src.worker_create(l->src.ctx, &wk->wctx)) < 0) {
 				char msg[768];
 				snprintf(msg, sizeof(msg), "%s", pp_last_error());

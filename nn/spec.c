@@ -77,18 +77,19 @@ static int parse_layer(const char *spec, size_t i, const char *tok, char **f, in
 		     (nf < 4 || parse_int(f[3], 1, &l->stride)) && (nf < 5 || parse_int(f[4], 0, &l->pad));
 		if (!ok)
 			return layer_error(spec, i, tok,
-					   "expected conv:OUT:K[:STRIDE[:PAD]] with positive integers");
+					   "expected conv:OUT:K[:STRIDE[:PAD]] with positive integers up to 65535 (PAD from 0)");
 	} else if (strcmp(name, "maxpool") == 0) {
 		l->kind = NN_MAXPOOL;
 		ok = nf >= 2 && nf <= 3 && parse_int(f[1], 1, &l->k);
 		l->stride = l->k;
 		ok = ok && (nf < 3 || parse_int(f[2], 1, &l->stride));
 		if (!ok)
-			return layer_error(spec, i, tok, "expected maxpool:K[:STRIDE] with positive integers");
+			return layer_error(spec, i, tok,
+					   "expected maxpool:K[:STRIDE] with positive integers up to 65535");
 	} else if (strcmp(name, "fc") == 0) {
 		l->kind = NN_LINEAR;
 		if (nf != 2 || !parse_int(f[1], 1, &l->out_c))
-			return layer_error(spec, i, tok, "expected fc:OUT with a positive integer");
+			return layer_error(spec, i, tok, "expected fc:OUT with a positive integer up to 65535");
 	} else if (strcmp(name, "relu") == 0 || strcmp(name, "flatten") == 0) {
 		l->kind = name[0] == 'r' ? NN_RELU : NN_FLATTEN;
 		if (nf != 1)

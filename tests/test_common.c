@@ -19,7 +19,10 @@
 #include "common/size.h"
 #include "tests/testutil.h"
 
-/* Fails if pp_error does not return its code or does not format the message. */
+/*
+ * Fails if pp_error does not return its code or does not format the
+ * message, or pp_strerror() has no text that lasts for any int.
+ */
 START_TEST(test_error_message)
 {
 	int ret = pp_error(-EBADMSG, "%s: chunk %d at offset %d: bad", "x.pps", 3, 12288);
@@ -28,6 +31,17 @@ START_TEST(test_error_message)
 	ck_assert_str_eq(pp_last_error(), "x.pps: chunk 3 at offset 12288: bad");
 	ck_assert_str_eq(pp_strerror(-ENOENT), strerror(ENOENT));
 	ck_assert_str_eq(pp_strerror(ENOENT), strerror(ENOENT));
+	ck_assert_str_eq(pp_strerror(0), "Success");
+	/* Any int: INT_MIN has no negation, and unknown codes' texts both live on
+	 * (strerror()'s buffer was freed by the next unknown code's call). */
+	{
+		const char *a = pp_strerror(INT_MIN), *b = pp_strerror(-9999), *c = pp_strerror(9998);
+
+		ck_assert_str_eq(a, "Unknown error");
+		ck_assert_str_eq(b, "Unknown error");
+		ck_assert_str_eq(c, "Unknown error");
+		ck_assert_str_eq(pp_strerror(INT_MAX), "Unknown error");
+	}
 }
 END_TEST
 

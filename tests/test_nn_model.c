@@ -834,6 +834,9 @@ START_TEST(test_bad_specs)
 		{ "conv:1:1:1:1:1", "too many ':' fields" },
 		{ "fc:7", "the last layer gives 7 outputs, expected 10 classes" },
 		{ "fc:99999999999", "expected fc:OUT" },
+		/* a positive integer all the same: the bound said */
+		{ "fc:65536,fc:10", "expected fc:OUT with a positive integer up to 65535" },
+		{ "maxpool:65536,fc:10", "up to 65535" },
 		{ "flatten,conv:4:3,fc:10", "needs an image input" },
 	};
 	struct pp_model_config cfg;

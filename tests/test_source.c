@@ -54,6 +54,7 @@ static float feat_of(uint64_t id, size_t j) { return (float)id + 0.5f * (float)j
 struct tsrc {
 	uint64_t fail_at;        /* read fails on this index (UINT64_MAX: never) */
 	bool fail_open;          /* worker_open fails */
+	bool quiet;              /* a failing read sets no message */
 	atomic_int open_workers; /* worker_open minus worker_close */
 	atomic_int opened;       /* worker_open calls */
 };
@@ -79,7 +80,8 @@ static int t_read(void *ctx, void *wctx, const struct pp_sample *s)
 
 	ck_assert_ptr_nonnull(wctx);
 	if (s->index == t->fail_at)
-		return pp_set_error(-EIO, "disk on fire at %llu", (unsigned long long)s->index);
+		return t->quiet ? -EIO : pp_set_error(-EIO, "disk on fire at %llu",
+						      (unsigned long long)s->index);
 	fill_one(s->index, s->fields, 0);
 	return 0;
 }
@@ -91,7 +93,7 @@ static int t_read_batch(void *ctx, void *wctx, const uint64_t *ids, size_t n, vo
 	ck_assert_ptr_nonnull(wctx);
 	for (size_t k = 0; k < n; k++) {
 		if (ids[k] == t->fail_at)
-			return pp_set_error(-EIO, "disk on fire in bulk");
+			return t->quiet ? -EIO : pp_set_error(-EIO, "disk on fire in bulk");
 		fill_one(ids[k], fields, k);
 	}
 	return 0;
@@ -546,7 +548,11 @@ static int first_error(const struct pp_loader_config *cfg)
 	return pp_set_error(ret, "%s", msg);
 }
 
-/* Fails if a failing source, transform or worker state is not named with the sample, or hangs. */
+/*
+ * Fails if a failing source, transform or worker state is not named with
+ * the sample, or hangs; or if a read that fails without a message is said
+ * with an older failure's.
+ */
 START_TEST(test_errors)
 {
 	struct tsrc t;
@@ -565,6 +571,15 @@ START_TEST(test_errors)
 			ck_assert_ptr_nonnull(strstr(pp_last_error(), "disk on fire"));
 			if (!bulk)
 				ck_assert_ptr_nonnull(strstr(pp_last_error(), "sample 100"));
+			/* A read that fails without a message of its own: its code said,
+			 * not an older failure's message (on 0 workers, the caller's). */
+			t.quiet = true;
+			pp_set_error(-EINVAL, "an older failure, elsewhere");
+			ck_assert_int_eq(first_error(&cfg), -EIO);
+			ck_assert_msg(strstr(pp_last_error(), "older failure") == NULL &&
+				      strstr(pp_last_error(), pp_strerror(-EIO)) != NULL &&
+				      strstr(pp_last_error(), "source test4") != NULL, "%s", pp_last_error());
+			t.quiet = false;
 			t.fail_at = UINT64_MAX;
 			cfg.transforms = &failing;
 			cfg.ntransforms = 1;

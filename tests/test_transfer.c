@@ -109,7 +109,8 @@ END_TEST
  * The cpu device: the host is the device.  Fails if a batch is copied
  * (bytes or copy time counted, samples not in the loader's ring) or if its
  * contents differ from the reference loader's, or if the hidden share is
- * not NaN (undefined: nothing was copied).
+ * not NaN (undefined: nothing was copied), or if a release on another
+ * device's stream is taken (on sim it is refused).
  */
 START_TEST(test_cpu_in_place)
 {
@@ -141,6 +142,18 @@ START_TEST(test_cpu_in_place)
 		ck_assert_int_eq(pp_event_query(b->ready), 1);
 		ck_assert_int_eq(pp_event_synchronize(b->ready), 0);
 		ck_assert_int_eq(pp_loader_release(ref, rb), 0);
+		/* Another device's stream, or none: refused here too, the batch still held. */
+		if (n == 0) {
+			struct pp_device *other;
+			struct pp_stream *os;
+
+			ck_assert_int_eq(pp_device_open("sim", &other), 0);
+			ck_assert_int_eq(pp_stream_create(other, &os), 0);
+			ck_assert_int_eq(pp_transfer_release(f.t, b, os), -EINVAL);
+			ck_assert_int_eq(pp_transfer_release(f.t, b, NULL), -EINVAL);
+			pp_stream_destroy(os);
+			pp_device_close(other);
+		}
 		ck_assert_int_eq(pp_transfer_release(f.t, b, f.compute), 0);
 		n++;
 	}

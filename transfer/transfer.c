@@ -593,14 +593,15 @@ PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 	    t->slots[b->slot].state != TSLOT_HELD)
 		return pp_error(-EINVAL, "transfer: release of a batch that is not held");
 	s = &t->slots[b->slot];
+	/* Checked on every device, as pp_transfer_next() checks it (cpu took any stream). */
+	if (compute == NULL || pp_stream_device(compute) != t->dev)
+		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
+				pp_device_get_props(t->dev)->name);
 	if (t->in_place) {
 		ret = give_back_host(t, s);
 		s->state = TSLOT_FREE;
 		return ret;
 	}
-	if (compute == NULL || pp_stream_device(compute) != t->dev)
-		return pp_error(-EINVAL, "transfer: the compute stream is not a stream of device %s",
-				pp_device_get_props(t->dev)->name);
 	if ((ret = pp_event_record(s->released, compute)) < 0)
 		return ret;
 	s->state = TSLOT_RELEASED;

@@ -55,7 +55,8 @@ PP_API const char *pp_version(void);
 
 /*
  * Returns a description of the error code 'err' (negative errno values as the
- * library returns them, or positive ones).  Never NULL; thread-safe.
+ * library returns them, or positive ones; "Unknown error" for a code of no
+ * errno).  Never NULL; thread-safe; the text is static, and lasts.
  */
 PP_API const char *pp_strerror(int err);
 

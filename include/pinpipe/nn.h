@@ -239,7 +239,8 @@ struct pp_model;
  *   relu                       ReLU
  *   flatten                    Flatten (C x H x W -> C*H*W); fc flattens by itself
  *   fc:OUT                     Linear with OUT outputs
- * The last layer must produce cfg->num_classes outputs.
+ * Each number is at most 65535.  The last layer must produce
+ * cfg->num_classes outputs.
  *
  * The CPU kernels run single-threaded OpenBLAS calls and split a batch
  * across cfg->threads threads: on the CPU this loads OpenBLAS when it is

@@ -206,7 +206,8 @@ PP_API int pp_transfer_next(struct pp_transfer *t, struct pp_stream *compute,
  * use) completes: an event is recorded there, and the device slot is reused
  * only after it (the stage asks one such event for a few releases on one
  * stream, the newest: compute runs in order).  Does not block.  Returns 0,
- * or -EINVAL (a batch not held).
+ * or -EINVAL (a batch not held, or 'compute' not a stream of the stage's
+ * device; the batch is then still held).
  */
 PP_API int pp_transfer_release(struct pp_transfer *t, struct pp_device_batch *b,
 			       struct pp_stream *compute);
