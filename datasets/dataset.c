@@ -148,6 +148,8 @@ PP_API int pp_dataset_create_synthetic(const struct pp_synthetic_config *cfg,
 	char name[128];
 	int ret;
 
+	if (cfg == NULL || ds_p == NULL)
+		return pp_error(-EINVAL, "pp_dataset_create_synthetic: cfg and ds_p must not be NULL");
 	if (cfg->dtype != PP_DTYPE_U8 && cfg->dtype != PP_DTYPE_F32)
 		return pp_error(-EINVAL, "synthetic dataset: dtype %d, expected u8 or f32",
 				(int)cfg->dtype);

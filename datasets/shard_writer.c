@@ -199,6 +199,9 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 	struct pp_shard_writer *w;
 	int ret;
 
+	if (path == NULL || cfg == NULL || cfg->info == NULL || w_p == NULL)
+		return pp_error(-EINVAL, "pp_shard_writer_create: path, cfg, cfg->info and w_p must "
+				"not be NULL");
 	if (cfg->level < 0 || cfg->level > 9)
 		return pp_error(-EINVAL, "%s: compression level %d, expected 0 (stored) to 9", path,
 				cfg->level);

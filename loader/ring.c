@@ -151,6 +151,8 @@ PP_API int pp_loader_begin_epoch(struct pp_loader *l, uint64_t epoch)
 
 PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position *pos)
 {
+	if (l == NULL || pos == NULL)
+		return pp_error(-EINVAL, "pp_loader_resume: loader and position must not be NULL");
 	if (pos->plan_key != l->plan_key)
 		return pp_error(-EINVAL, "loader: the position was saved by a loader with other "
 				"settings (seed, shuffle, batch size, ranks, drop rules, window or "
@@ -179,6 +181,8 @@ PP_API int pp_loader_resume_samples(struct pp_loader *l, const struct pp_loader_
 
 PP_API int pp_loader_get_position(struct pp_loader *l, struct pp_loader_position *pos_p)
 {
+	if (l == NULL || pos_p == NULL)
+		return pp_error(-EINVAL, "pp_loader_get_position: loader and pos_p must not be NULL");
 	pthread_mutex_lock(&l->mu);
 	pos_p->epoch = l->plan.epoch;
 	pos_p->batch = l->active ? l->next_deliver : 0;

@@ -300,6 +300,10 @@ START_TEST(test_synthetic_bad_config)
 	cfg.dtype = (enum pp_dtype)7;
 	ck_assert_int_eq(pp_dataset_create_synthetic(&cfg, &ds), -EINVAL);
 	ck_assert_ptr_null(ds);
+	/* NULLs refused, not followed */
+	ck_assert_int_eq(pp_dataset_create_synthetic(NULL, &ds), -EINVAL);
+	cfg.dtype = PP_DTYPE_U8;
+	ck_assert_int_eq(pp_dataset_create_synthetic(&cfg, NULL), -EINVAL);
 }
 END_TEST
 
@@ -866,6 +870,13 @@ START_TEST(test_writer_errors)
 
 	ck_assert_int_eq(pp_shard_writer_create(nodir, &cfg, &w), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "no/w.pps"));
+	/* NULLs refused, not followed */
+	ck_assert_int_eq(pp_shard_writer_create(p, NULL, &w), -EINVAL);
+	ck_assert_int_eq(pp_shard_writer_create(NULL, &cfg, &w), -EINVAL);
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, NULL), -EINVAL);
+	cfg.info = NULL;
+	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
+	cfg.info = &info;
 	cfg.level = 10;
 	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), -EINVAL);
 	cfg.level = 0;

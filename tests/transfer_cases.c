@@ -563,6 +563,8 @@ START_TEST(test_misuse_refused)
 	pp_device_close(other);
 	tc.device = f.dev;
 	ck_assert_int_eq(pp_transfer_create(&tc, &t), -EINVAL);
+	ck_assert_int_eq(pp_transfer_create(NULL, &t), -EINVAL);
+	ck_assert_int_eq(pp_transfer_create(&tc, NULL), -EINVAL);
 	tc.loader = f.loader;
 	tc.slots = 1;
 	ck_assert_int_eq(pp_transfer_create(&tc, &t), -EINVAL);

@@ -751,6 +751,8 @@ PP_API int pp_transfer_create(const struct pp_transfer_config *cfg, struct pp_tr
 	size_t sbytes;
 	int ret;
 
+	if (t_p == NULL)
+		return pp_error(-EINVAL, "pp_transfer_create: t_p must not be NULL");
 	if (cfg == NULL || cfg->loader == NULL || cfg->device == NULL)
 		return pp_error(-EINVAL, "transfer: a loader and a device are needed");
 	if (cfg->depth > 64)
