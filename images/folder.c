@@ -11,7 +11,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,66 +119,91 @@ static int list_dir(const char *dir, bool want_dirs, char ***names_p, size_t *n_
 	return 0;
 }
 
+/* A folder under a class, while the class is walked. */
+struct walk_dir {
+	char *path;
+	size_t parent;      /* index of the folder it is in (itself for the class's) */
+	dev_t dev;
+	ino_t ino;
+};
+
 /*
  * The JPEG files of the class folder 'dir', as torchvision's ImageFolder
  * finds them (sorted(os.walk(dir, followlinks=True)), then each folder's
  * files sorted): every folder under it, links followed, in the order of
- * their paths, and in each its files by name.  A folder met twice (a link
- * loop, which torchvision walks until the path is too long) is refused.
+ * their paths, and in each its files by name.  A folder reached twice
+ * through links is listed twice, as torchvision lists it; one that is its
+ * own ancestor (a link loop, which torchvision walks until the path is
+ * too long) is refused.
  */
 static int list_class(const char *dir, char ***files_p, size_t *n_p)
 {
-	char **dirs = NULL, **files = NULL;
+	struct walk_dir *dirs = NULL;
+	char **paths = NULL, **files = NULL;
 	size_t ndirs = 0, dcap = 0, nfiles = 0, fcap = 0;
-	struct { dev_t dev; ino_t ino; } *seen = NULL;
-	int ret = push(&dirs, &ndirs, &dcap, strdup(dir));
+	int ret = 0;
 
 	/* Breadth first: dirs[] grows as it is read. */
-	for (size_t i = 0; ret == 0 && i < ndirs; i++) {
+	for (size_t i = 0; ret == 0 && (i == 0 || i < ndirs); i++) {
 		char **subs;
 		size_t nsubs;
 		struct stat st;
 
-		if (stat(dirs[i], &st) != 0) {
-			ret = pp_error(-errno, "%s: %s", dirs[i], strerror(errno));
-			break;
-		}
-		for (size_t k = 0; k < i; k++)
-			if (seen[k].dev == st.st_dev && seen[k].ino == st.st_ino)
-				ret = pp_error(-ELOOP, "%s: the folder %s again (a link loop?): each image "
-					       "would be listed more than once", dirs[i], dirs[k]);
-		if (ret < 0)
-			break;
-		if (i % 64 == 0) {
-			void *ns = realloc(seen, (i + 64) * sizeof(*seen));
-
-			if (ns == NULL) {
+		if (i == 0) {
+			if ((dirs = malloc(16 * sizeof(*dirs))) == NULL ||
+			    (dirs[0].path = strdup(dir)) == NULL) {
 				ret = pp_error(-ENOMEM, "%s: no memory to list it", dir);
 				break;
 			}
-			seen = ns;
+			dirs[0].parent = 0;
+			dcap = 16;
+			ndirs = 1;
 		}
-		seen[i].dev = st.st_dev;
-		seen[i].ino = st.st_ino;
-		if ((ret = list_dir(dirs[i], true, &subs, &nsubs)) < 0)
+		if (stat(dirs[i].path, &st) != 0) {
+			ret = pp_error(-errno, "%s: %s", dirs[i].path, strerror(errno));
+			break;
+		}
+		dirs[i].dev = st.st_dev;
+		dirs[i].ino = st.st_ino;
+		for (size_t k = i; k != 0 && ret == 0;) {
+			k = dirs[k].parent;
+			if (dirs[k].dev == st.st_dev && dirs[k].ino == st.st_ino)
+				ret = pp_error(-ELOOP, "%s: the folder %s, which holds it (a link loop): "
+					       "its images would be listed without end", dirs[i].path,
+					       dirs[k].path);
+		}
+		if (ret < 0 || (ret = list_dir(dirs[i].path, true, &subs, &nsubs)) < 0)
 			break;
 		for (size_t k = 0; k < nsubs; k++) {
 			char *path = NULL;
 
-			if (ret == 0 && (asprintf(&path, "%s/%s", dirs[i], subs[k]) < 0 ||
-					 (ret = push(&dirs, &ndirs, &dcap, path)) < 0))
+			if (ret == 0 && ndirs == dcap) {
+				struct walk_dir *nd = realloc(dirs, 2 * dcap * sizeof(*dirs));
+
+				if (nd == NULL)
+					ret = pp_error(-ENOMEM, "%s: no memory to list it", dir);
+				else
+					dirs = nd, dcap *= 2;
+			}
+			if (ret == 0 && asprintf(&path, "%s/%s", dirs[i].path, subs[k]) < 0)
 				ret = pp_error(-ENOMEM, "%s: no memory to list it", dir);
+			if (ret == 0)
+				dirs[ndirs++] = (struct walk_dir){ .path = path, .parent = i };
 			free(subs[k]);
 		}
 		free(subs);
 	}
+	if (ret == 0 && (paths = malloc(ndirs * sizeof(*paths))) == NULL)
+		ret = pp_error(-ENOMEM, "%s: no memory to list it", dir);
+	for (size_t i = 0; ret == 0 && i < ndirs; i++)
+		paths[i] = dirs[i].path;
 	if (ret == 0 && ndirs > 1)
-		qsort(dirs, ndirs, sizeof(*dirs), cmp_str);
+		qsort(paths, ndirs, sizeof(*paths), cmp_str);
 	for (size_t i = 0; ret == 0 && i < ndirs; i++) {
 		char **names;
 		size_t nnames;
 
-		if ((ret = list_dir(dirs[i], false, &names, &nnames)) < 0)
+		if ((ret = list_dir(paths[i], false, &names, &nnames)) < 0)
 			break;
 		for (size_t k = 0; k < nnames; k++) {
 			if (ret == 0 && (ret = push(&files, &nfiles, &fcap, names[k])) < 0)
@@ -190,9 +214,9 @@ static int list_class(const char *dir, char ***files_p, size_t *n_p)
 		free(names);
 	}
 	for (size_t i = 0; i < ndirs; i++)
-		free(dirs[i]);
+		free(dirs[i].path);
 	free(dirs);
-	free(seen);
+	free(paths);
 	if (ret < 0) {
 		for (size_t i = 0; i < nfiles; i++)
 			free(files[i]);
@@ -435,21 +459,51 @@ PP_API int32_t pp_image_folder_label(const struct pp_image_folder *f, uint64_t i
 	return i < f->count ? f->labels[i] : -1;
 }
 
-PP_API bool pp_image_folder_probe(const char *dir)
+/* Folders below a class that the probe looks into, at most, and entries it reads. */
+#define PROBE_DEPTH 8
+#define PROBE_ENTRIES 100000
+
+/*
+ * Whether the folder 'dir' holds a JPEG file, itself or a folder under it
+ * (links followed, PROBE_DEPTH deep at most); subdirs: look into its
+ * folders only (a root, whose files are no class's).  *budget bounds the
+ * entries read, for a --data given a large tree by mistake.
+ */
+static bool holds_jpeg(const char *dir, int depth, bool subdirs, long *budget)
 {
-	static const char *const pats[] = { "train/*/*.[jJ][pP][gG]", "train/*/*.[jJ][pP][eE][gG]",
-					    "*/*.[jJ][pP][gG]", "*/*.[jJ][pP][eE][gG]" };
-	char pattern[4096 + 32];
+	DIR *d = opendir(dir);
+	struct dirent *e;
 	bool found = false;
 
-	for (size_t k = 0; dir != NULL && k < 4 && !found; k++) {
-		glob_t g = { 0 };
-		if (pp_glob_join(pattern, sizeof(pattern), dir, pats[k]) < 0)
-			return false;
-		found = glob(pattern, 0, NULL, &g) == 0;
-		globfree(&g);
+	if (d == NULL)
+		return false;
+	while (!found && --*budget > 0 && (e = readdir(d)) != NULL) {
+		char path[4096];
+		struct stat st;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path) ||
+		    stat(path, &st) != 0)
+			continue;
+		if (!subdirs && S_ISREG(st.st_mode) && is_jpeg_name(e->d_name))
+			found = true;
+		else if (S_ISDIR(st.st_mode) && depth > 0)
+			found = holds_jpeg(path, depth - 1, false, budget);
 	}
+	closedir(d);
 	return found;
+}
+
+PP_API bool pp_image_folder_probe(const char *dir)
+{
+	char train[4096];
+	long budget = PROBE_ENTRIES;
+
+	if (dir == NULL || (size_t)snprintf(train, sizeof(train), "%s/train", dir) >= sizeof(train))
+		return false;
+	/* DIR/train/CLASS/... or DIR/CLASS/..., a class's JPEGs at any depth under it */
+	return holds_jpeg(train, PROBE_DEPTH, true, &budget) ||
+	       holds_jpeg(dir, PROBE_DEPTH, true, &budget);
 }
 
 PP_API int pp_image_folder_same_classes(const struct pp_image_folder *a,

@@ -693,7 +693,10 @@ END_TEST
  * torchvision's ImageFolder lists them (every folder, in the order of the
  * folders' paths, then each folder's files by name: ant/zz.jpg before
  * ant/a b/11.jpg, which a sort of whole paths puts first), with the
- * class's label; or if a link loop under a class is not refused.
+ * class's label, and the folder not probed as one of images (a class of
+ * subfolders alone included); if a folder reached by another name (a link) is not
+ * listed under both, as torchvision lists it; or if a link loop under a
+ * class is not refused.
  */
 START_TEST(test_folder_nested)
 {
@@ -717,12 +720,43 @@ START_TEST(test_folder_nested)
 	}
 	ck_assert_msg(pp_image_folder_open(root, &jc, &f) == 0, "%s", pp_last_error());
 	ck_assert_uint_eq(pp_image_folder_count(f), 3 * 2 + 4);
+	ck_assert(pp_image_folder_probe(dir));
+	/* A class whose images are all in a folder under it is an image folder too. */
+	snprintf(path, sizeof(path), "%s/deep", dir);
+	ck_assert(!pp_image_folder_probe(path));
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	ck_assert(!pp_image_folder_probe(path));
+	snprintf(path, sizeof(path), "%s/deep/only", dir);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/deep/only/notes.txt", dir);
+	pp_test_write_file(path, "x", 1);
+	snprintf(path, sizeof(path), "%s/deep", dir);
+	ck_assert(!pp_image_folder_probe(path));
+	snprintf(path, sizeof(path), "%s/deep/only/sub", dir);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/deep/only/sub/x.JPG", dir);
+	free(write_jpeg(path, 20, 20, 9, &len));
+	snprintf(path, sizeof(path), "%s/deep", dir);
+	ck_assert(pp_image_folder_probe(path));
 	for (uint64_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", root, want[i]);
 		ck_assert_str_eq(pp_image_folder_path(f, i), path);
 		ck_assert_int_eq(pp_image_folder_label(f, i), i < 6 ? 0 : 1);
 	}
 	pp_image_folder_close(f);
+	/* Another name for a folder (a link to it): its images listed under
+	 * both, as torchvision lists them (ant/alias/... before ant/sub/...). */
+	snprintf(path, sizeof(path), "%s/ant/alias", root);
+	ck_assert_int_eq(symlink("sub", path), 0);
+	ck_assert_msg(pp_image_folder_open(root, &jc, &f) == 0, "%s", pp_last_error());
+	ck_assert_uint_eq(pp_image_folder_count(f), 3 * 2 + 4 + 2);
+	snprintf(path, sizeof(path), "%s/ant/alias/deeper/12.jpeg", root);
+	ck_assert_str_eq(pp_image_folder_path(f, 5), path);
+	snprintf(path, sizeof(path), "%s/ant/sub/10.jpg", root);
+	ck_assert_str_eq(pp_image_folder_path(f, 6), path);
+	pp_image_folder_close(f);
+	snprintf(path, sizeof(path), "%s/ant/alias", root);
+	ck_assert_int_eq(unlink(path), 0);
 	/* A link back up: the same images again and again, refused. */
 	snprintf(path, sizeof(path), "%s/ant/sub/up", root);
 	ck_assert_int_eq(symlink("..", path), 0);

@@ -102,6 +102,20 @@ expect 0 "other/test \(test\): 60 JPEGs in 3 classes" "$pack" --image-size=16 -o
 expect 0 "train_loss" "$train" --data="$tmp/other-shards" --stream $run --epochs=1
 rm -rf "$tmp/other" "$tmp/other-shards"
 
+# Classes whose images are in folders under them (torchvision's
+# ImageFolder walks them): trained and packed as a folder of JPEGs (the
+# probe looked one level down only, and found none).
+mkdir -p "$tmp/nest"
+cp -r "$tmp/img/train" "$tmp/nest/"
+for c in blue green red; do
+	mkdir "$tmp/nest/train/$c/sub" && mv "$tmp/nest/train/$c"/*.jpg "$tmp/nest/train/$c/sub/"
+done
+expect 0 "train_loss" "$train" --data="$tmp/nest" $run --epochs=1 --no-eval
+mkdir "$tmp/nest-shards"
+expect 0 "nest/train \(train\): 180 JPEGs in 3 classes" "$pack" --image-size=16 -o "$tmp/nest-shards/n" \
+	"$tmp/nest"
+rm -rf "$tmp/nest" "$tmp/nest-shards"
+
 # A file over a record's bound (64 MiB, a sparse file after a JPEG's
 # first marker): named by pinpipe-pack, not only as the shard's record.
 mkdir -p "$tmp/big/a" "$tmp/big-shards"

@@ -106,7 +106,7 @@ struct pp_image_folder;
 /*
  * Whether 'dir' looks like a folder of JPEGs (torchvision's ImageFolder):
  * JPEG files (.jpg or .jpeg, either case) in DIR/train/CLASS/ or in
- * DIR/CLASS/.  For programs that choose how to open a --data directory;
+ * DIR/CLASS/, or in folders under a class (8 deep at most).  For programs that choose how to open a --data directory;
  * answers without libjpeg-turbo too.
  */
 PP_API bool pp_image_folder_probe(const char *dir);
@@ -114,7 +114,9 @@ PP_API bool pp_image_folder_probe(const char *dir);
 /*
  * Lists the ImageFolder at 'root' (ROOT/CLASS/FILE.jpg or .jpeg, also in
  * folders under a class, in torchvision's order: the folders by path, each
- * one's files by name; a link loop is refused, -ELOOP) and makes a
+ * one's files by name; a folder reached through two names is listed under
+ * both, as torchvision lists it; a link to a folder that holds it, a loop,
+ * is refused with -ELOOP) and makes a
  * source of it, whose samples ("image" by cfg, "labels") each worker reads
  * from its file (pread, whole) and decodes as pp_jpeg_decode() does.
  * Returns 0 and the folder in *f_p, or -ENOENT (no such directory, no
