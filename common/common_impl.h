@@ -42,11 +42,13 @@ int pp_error(int err, const char *fmt, ...) PP_PRINTF(2, 3);
 int pp_error_set(int err, const char *msg);
 
 /*
- * Empties the thread's message before a call of the user's (a source's
- * read, a decoder, a transform), which may fail without one: what it
- * leaves is then its own, never an older failure's.
+ * Around a call of the user's (a source's read, a decoder, a transform),
+ * which may fail without a message: pp_error_mark() before it, then
+ * pp_error_since(mark) gives the message it set, or "" where it set none
+ * (never an older failure's, and the thread's message is left as it was).
  */
-void pp_error_clear(void);
+uint64_t pp_error_mark(void);
+const char *pp_error_since(uint64_t mark);
 
 /*
  * Whether 'name' is 1..max letters, digits, '_', '.' or '-' (a field's name in

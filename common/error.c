@@ -13,6 +13,8 @@
 #include "pinpipe/source.h"
 
 static _Thread_local char pp_msg[1024];
+/* Messages set so far in the thread: a mark taken before a call tells whether it set one. */
+static _Thread_local uint64_t pp_msg_count;
 
 /*
  * Formats into a buffer of its own first: an argument may be pp_last_error()
@@ -25,6 +27,7 @@ static int error_format(int err, const char *fmt, va_list ap)
 
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	memcpy(pp_msg, buf, sizeof(pp_msg));
+	pp_msg_count++;
 	return err;
 }
 
@@ -53,12 +56,18 @@ int pp_error_set(int err, const char *msg)
 {
 	if (msg != pp_msg)
 		snprintf(pp_msg, sizeof(pp_msg), "%s", msg);
+	pp_msg_count++;
 	return err;
 }
 
-void pp_error_clear(void)
+uint64_t pp_error_mark(void)
 {
-	pp_msg[0] = '\0';
+	return pp_msg_count;
+}
+
+const char *pp_error_since(uint64_t mark)
+{
+	return pp_msg_count != mark ? pp_msg : "";
 }
 
 PP_API const char *pp_last_error(void)

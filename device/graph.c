@@ -222,7 +222,9 @@ PP_API int pp_stream_end_capture(struct pp_stream *stream, struct pp_graph **gra
 	if (ret == 0 && g->err == 0 && fault < 0)
 		ret = pp_error(fault, "%s: stream %u: the capture failed (injected fault: %s)",
 			       stream->dev->props.name, stream->id, strerror(-fault));
-	if (ret == 0 && g->err != 0)
+	/* The first error, before the backend's end that it made fail (CUDA
+	 * invalidates a capture whose call failed). */
+	if (g->err != 0)
 		ret = pp_error(g->err, "%s", g->msg);
 	if (ret < 0) {
 		pp_graph_destroy(g);

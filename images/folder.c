@@ -465,11 +465,10 @@ PP_API int32_t pp_image_folder_label(const struct pp_image_folder *f, uint64_t i
 
 /*
  * Whether the folder 'dir' holds a JPEG file, itself or a folder under it
- * (links followed, PROBE_DEPTH deep at most); subdirs: look into its
- * folders only (a root, whose files are no class's).  *budget bounds the
+ * (links followed), 'depth' folders down at most.  *budget bounds the
  * entries read, for a --data given a large tree by mistake.
  */
-static bool holds_jpeg(const char *dir, int depth, bool subdirs, long *budget)
+static bool holds_jpeg(const char *dir, int depth, long *budget)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -485,12 +484,48 @@ static bool holds_jpeg(const char *dir, int depth, bool subdirs, long *budget)
 		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path) ||
 		    stat(path, &st) != 0)
 			continue;
-		if (!subdirs && S_ISREG(st.st_mode) && is_jpeg_name(e->d_name))
+		if (S_ISREG(st.st_mode) && is_jpeg_name(e->d_name))
 			found = true;
 		else if (S_ISDIR(st.st_mode) && depth > 0)
-			found = holds_jpeg(path, depth - 1, false, budget);
+			found = holds_jpeg(path, depth - 1, budget);
 	}
 	closedir(d);
+	return found;
+}
+
+/*
+ * Whether a class folder of 'root' holds a JPEG, 'depth' folders below
+ * the class at most; only its own files (depth 0) where the root holds a
+ * file of its own (other than a hidden one): a dataset's files, not a
+ * root of class folders alone, whose deeper JPEGs (samples, previews) are
+ * no classes'.
+ */
+static bool classes_hold_jpeg(const char *root, int depth, long *budget)
+{
+	bool found = false;
+	DIR *d;
+
+	for (int pass = 0; pass < 2 && !found; pass++) {
+		struct dirent *e;
+
+		if ((d = opendir(root)) == NULL)
+			return false;
+		while (!found && --*budget > 0 && (e = readdir(d)) != NULL) {
+			char path[4096];
+			struct stat st;
+
+			if (e->d_name[0] == '.' ||
+			    (size_t)snprintf(path, sizeof(path), "%s/%s", root, e->d_name) >= sizeof(path) ||
+			    stat(path, &st) != 0)
+				continue;
+			/* pass 0: a file of the root's own; pass 1: its classes' JPEGs */
+			if (pass == 0 && !S_ISDIR(st.st_mode))
+				depth = 0;
+			else if (pass == 1 && S_ISDIR(st.st_mode))
+				found = holds_jpeg(path, depth, budget);
+		}
+		closedir(d);
+	}
 	return found;
 }
 
@@ -501,9 +536,9 @@ PP_API bool pp_image_folder_probe(const char *dir)
 
 	if (dir == NULL || (size_t)snprintf(train, sizeof(train), "%s/train", dir) >= sizeof(train))
 		return false;
-	/* DIR/train/CLASS/... or DIR/CLASS/..., a class's JPEGs at any depth under it */
-	return holds_jpeg(train, PROBE_DEPTH, true, &budget) ||
-	       holds_jpeg(dir, PROBE_DEPTH, true, &budget);
+	/* DIR/train/CLASS/... or DIR/CLASS/..., a class's JPEGs PROBE_DEPTH folders under it at most */
+	return classes_hold_jpeg(train, PROBE_DEPTH, &budget) ||
+	       classes_hold_jpeg(dir, PROBE_DEPTH, &budget);
 }
 
 PP_API int pp_image_folder_same_classes(const struct pp_image_folder *a,

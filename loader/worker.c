@@ -58,13 +58,13 @@ static inline void prefetch_sample(const void *p, size_t bytes)
 
 /* ------------------------------------------------------------------ sample by sample */
 
-/* Prefixes the thread's message with what failed on which sample. */
+/* Prefixes the message set since 'mark' (pp_error_mark()) with what failed on which sample. */
 static int sample_error(const struct pp_loader *l, int err, const char *what, uint64_t id,
-			uint64_t epoch)
+			uint64_t epoch, uint64_t mark)
 {
 	char msg[768], where[256] = "";
 
-	snprintf(msg, sizeof(msg), "%s", pp_last_error());
+	snprintf(msg, sizeof(msg), "%s", pp_error_since(mark));
 	if (l->src.describe != NULL)
 		l->src.describe(l->src.ctx, id, where, sizeof(where));
 	return pp_error(err, "loader: %s: sample %llu%s (epoch %llu): %s", what,
@@ -93,13 +93,13 @@ static int produce(struct pp_loader *l, struct pp_loader_worker *wk, const struc
 {
 	void *const *dst = s->fields;
 	int lf = l->labels_field;
+	/* A message after a failure is then the callee's, never an older one. */
+	const uint64_t mark = pp_error_mark();
 	int ret;
 
-	/* A message after a failure is then the callee's, never an older one. */
-	pp_error_clear();
 	if (l->src.ops != NULL) {
 		ret = l->src.ops->read(l->src.ctx, wk->wctx, s);
-		return ret < 0 ? sample_error(l, ret, l->src.name, s->index, s->epoch) : 0;
+		return ret < 0 ? sample_error(l, ret, l->src.name, s->index, s->epoch, mark) : 0;
 	}
 	if (l->src.records) {
 		if (w == NULL) {
@@ -111,7 +111,7 @@ static int produce(struct pp_loader *l, struct pp_loader_worker *wk, const struc
 		if (ret < 0) {
 			char what[96];
 			snprintf(what, sizeof(what), "decoder %s", l->src.decoder.name);
-			return sample_error(l, ret, what, s->index, s->epoch);
+			return sample_error(l, ret, what, s->index, s->epoch, mark);
 		}
 		if (l->src.info.label_kind != PP_LABEL_CLASS)
 			return 0;
@@ -122,7 +122,7 @@ static int produce(struct pp_loader *l, struct pp_loader_worker *wk, const struc
 		       in_bytes(l, 0));
 	} else {
 		ret = l->src.gather(l->src.ctx, &s->index, 1, dst[0], lf >= 0 ? dst[lf] : NULL);
-		return ret < 0 ? sample_error(l, ret, l->src.name, s->index, s->epoch) : 0;
+		return ret < 0 ? sample_error(l, ret, l->src.name, s->index, s->epoch, mark) : 0;
 	}
 	if (lf >= 0)
 		memcpy(dst[lf], w != NULL ? &w->labels[loc] : &l->src.labels[s->index], sizeof(int32_t));
@@ -159,12 +159,12 @@ static int one_sample(struct pp_loader *l, struct pp_loader_worker *wk, struct p
 		return ret;
 	for (size_t t = 0; t < l->ntransforms; t++) {
 		const struct pp_transform *tr = &l->transforms[t];
+		const uint64_t mark = pp_error_mark();
 
-		pp_error_clear();
 		if ((ret = tr->apply(tr->ctx, &s)) < 0) {
 			char what[96];
 			snprintf(what, sizeof(what), "transform %s", tr->name ? tr->name : "(unnamed)");
-			return sample_error(l, ret, what, s.index, s.epoch);
+			return sample_error(l, ret, what, s.index, s.epoch, mark);
 		}
 	}
 	for (uint32_t f = 0; f < nf; f++) {
@@ -194,11 +194,12 @@ static int fill_per_sample(struct pp_loader *l, struct pp_loader_worker *wk, str
 			src_fields[f] = p;
 			p += pp_layout_field_span(&l->src.layout, f, l->batch_size);
 		}
-		pp_error_clear();
+		const uint64_t mark = pp_error_mark();
+
 		ret = l->src.ops->read_batch(l->src.ctx, wk->wctx, bt->ids, n,
 					     direct ? bt->fields : src_fields);
 		if (ret < 0)
-			ret = sample_error(l, ret, l->src.name, bt->ids[0], bt->epoch);
+			ret = sample_error(l, ret, l->src.name, bt->ids[0], bt->epoch, mark);
 		for (uint32_t i = 0; i < n && !direct && ret == 0; i++)
 			ret = one_sample(l, wk, bt, i, src_fields, NULL, 0);
 	} else if (!l->streaming) {
@@ -291,11 +292,12 @@ int pp_loader_batch_fill(struct pp_loader *l, struct pp_loader_worker *wk, uint6
 	} else {
 		bool direct = l->cv.in == l->cv.out && l->cv.in == PP_DTYPE_U8;
 		uint8_t *dst = direct ? out : wk->staging;
-		pp_error_clear();
+		const uint64_t mark = pp_error_mark();
+
 		ret = l->src.gather(l->src.ctx, bt->ids, n, dst, bt->labels);
 		if (ret < 0) {
 			char msg[768];
-			snprintf(msg, sizeof(msg), "%s", pp_last_error());
+			snprintf(msg, sizeof(msg), "%s", pp_error_since(mark));
 			return pp_error(ret, "loader: epoch %llu batch %llu: %s",
 					(unsigned long long)plan->epoch, (unsigned long long)b,
 					msg[0] ? msg : pp_strerror(ret));
@@ -479,10 +481,11 @@ int pp_loader_workers_setup(struct pp_loader *l, const struct pp_loader_config *
 				return ret;
 		}
 		if (l->src.worker_create != NULL) {
-			pp_error_clear();
+			const uint64_t mark = pp_error_mark();
+
 			if ((ret = l->src.worker_create(l->src.ctx, &wk->wctx)) < 0) {
 				char msg[768];
-				snprintf(msg, sizeof(msg), "%s", pp_last_error());
+				snprintf(msg, sizeof(msg), "%s", pp_error_since(mark));
 				return pp_error(ret, "loader: %s: a worker's state: %s", l->src.name,
 						msg[0] ? msg : pp_strerror(ret));
 			}

@@ -738,6 +738,38 @@ START_TEST(test_folder_nested)
 	free(write_jpeg(path, 20, 20, 9, &len));
 	snprintf(path, sizeof(path), "%s/deep", dir);
 	ck_assert(pp_image_folder_probe(path));
+	/* Beside a file of the root's own (a dataset's), a deep JPEG is no
+	 * class's (a sample, a preview); one in a class folder itself is. */
+	snprintf(path, sizeof(path), "%s/deep/train-images-idx3-ubyte.gz", dir);
+	pp_test_write_file(path, "x", 1);
+	snprintf(path, sizeof(path), "%s/deep", dir);
+	ck_assert(!pp_image_folder_probe(path));
+	snprintf(path, sizeof(path), "%s/deep/only/y.jpeg", dir);
+	free(write_jpeg(path, 20, 20, 10, &len));
+	snprintf(path, sizeof(path), "%s/deep", dir);
+	ck_assert(pp_image_folder_probe(path));
+	/* 8 folders under a class at most */
+	{
+		char d8[700];
+		size_t at;
+
+		at = (size_t)snprintf(d8, sizeof(d8), "%s/deep8", dir);
+		ck_assert_int_eq(mkdir(d8, 0755), 0);
+		for (int i = 0; i < 10; i++) {
+			at += (size_t)snprintf(d8 + at, sizeof(d8) - at, "/%d", i);
+			ck_assert_int_eq(mkdir(d8, 0755), 0);
+		}
+		/* deep8/0 is the class; 1..8 are 8 folders under it */
+		snprintf(path, sizeof(path), "%s/deep8/0/1/2/3/4/5/6/7/8/x.jpg", dir);
+		free(write_jpeg(path, 20, 20, 11, &len));
+		snprintf(path, sizeof(path), "%s/deep8", dir);
+		ck_assert(pp_image_folder_probe(path));
+		snprintf(path, sizeof(path), "%s/deep8/0/1/2/3/4/5/6/7/8/x.jpg", dir);
+		snprintf(d8, sizeof(d8), "%s/deep8/0/1/2/3/4/5/6/7/8/9/x.jpg", dir);
+		ck_assert_int_eq(rename(path, d8), 0);
+		snprintf(path, sizeof(path), "%s/deep8", dir);
+		ck_assert(!pp_image_folder_probe(path));
+	}
 	for (uint64_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", root, want[i]);
 		ck_assert_str_eq(pp_image_folder_path(f, i), path);

@@ -581,6 +581,21 @@ START_TEST(test_errors)
 				      strstr(pp_last_error(), "source test4") != NULL, "%s", pp_last_error());
 			t.quiet = false;
 			t.fail_at = UINT64_MAX;
+			/* A whole epoch that fails nowhere leaves the thread's message as it was. */
+			if (workers[w] == 0) {
+				struct pp_loader *l;
+				struct pp_batch *b;
+				int ret;
+
+				ck_assert_int_eq(pp_loader_create(&cfg, &l), 0);
+				ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+				pp_set_error(-EINVAL, "the caller's own");
+				while ((ret = pp_loader_next(l, &b)) == 1)
+					pp_loader_release(l, b);
+				ck_assert_int_eq(ret, 0);
+				ck_assert_str_eq(pp_last_error(), "the caller's own");
+				pp_loader_destroy(l);
+			}
 			cfg.transforms = &failing;
 			cfg.ntransforms = 1;
 			ck_assert_int_eq(first_error(&cfg), -EDOM);

@@ -49,8 +49,9 @@ static const char usage_text[] =
 	"                   holds t10k or test, else 'train'\n"
 	"  BATCH.bin...     CIFAR-10 binary batches: data_batch_* to train,\n"
 	"                   test_batch* to test\n"
-	"  an image folder  DIR/CLASS/*.jpg|jpeg (torchvision's ImageFolder; classes\n"
-	"                   sorted by name, labels their index), or DIR/train/CLASS/...\n"
+	"  an image folder  DIR/CLASS/*.jpg|jpeg, also in folders under a class\n"
+	"                   (torchvision's ImageFolder; classes sorted by name, labels\n"
+	"                   their index), or DIR/train/CLASS/...\n"
 	"                   and DIR/val/CLASS/..., DIR/test/CLASS/... as the splits\n"
 	"                   train, val and test (the same classes in each):\n"
 	"                   version 2 shards of the JPEG files' bytes as they are,\n"
@@ -127,10 +128,12 @@ static bool staged_of(const char *path, char *target, char *staged, size_t len)
 {
 	struct stat st;
 
-	if (!pp_args_link_target(path, target, len) ||
-	    (size_t)snprintf(staged, len + 8, "%s" STAGED, target) >= len + 8) {
-		fprintf(stderr, "pinpipe-pack: %s: %s\n", path,
-			errno == ELOOP ? strerror(errno) : "the path is too long");
+	if (!pp_args_link_target(path, target, len)) {
+		fprintf(stderr, "pinpipe-pack: %s: %s\n", path, strerror(errno));
+		return false;
+	}
+	if ((size_t)snprintf(staged, len + 8, "%s" STAGED, target) >= len + 8) {
+		fprintf(stderr, "pinpipe-pack: %s: the path is too long\n", target);
 		return false;
 	}
 	if (stat(target, &st) == 0 && !S_ISREG(st.st_mode)) {

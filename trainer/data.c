@@ -246,7 +246,7 @@ int tr_data_open(const struct tr_options *opt, struct data *d)
 		return open_images(opt, d);
 	if (opt->image_size != 0) {
 		fprintf(stderr, "pinpipe-train: --image-size is for JPEGs, and --data=%s holds none "
-			"(DIR/train/CLASS/*.jpg or DIR/CLASS/*.jpg)\n", opt->data);
+			"(DIR/train/CLASS/*.jpg or DIR/CLASS/*.jpg, or in folders under a class)\n", opt->data);
 		return -EINVAL;
 	}
 	if (strncmp(opt->data, "synthetic", 9) == 0) {

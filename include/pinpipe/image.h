@@ -106,7 +106,9 @@ struct pp_image_folder;
 /*
  * Whether 'dir' looks like a folder of JPEGs (torchvision's ImageFolder):
  * JPEG files (.jpg or .jpeg, either case) in DIR/train/CLASS/ or in
- * DIR/CLASS/, or in folders under a class (8 deep at most).  For programs that choose how to open a --data directory;
+ * DIR/CLASS/, or in folders under a class (8 deep at most) where the root
+ * holds folders alone (beside a dataset's own files, a deep JPEG is a
+ * sample or a preview, no class's).  For programs that choose how to open a --data directory;
  * answers without libjpeg-turbo too.
  */
 PP_API bool pp_image_folder_probe(const char *dir);
