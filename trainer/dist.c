@@ -135,6 +135,8 @@ static size_t options_text(const struct tr_options *o, char *buf, size_t cap)
 	opt_line(buf, cap, &len, "--resume=%d", o->resume);
 	opt_line(buf, cap, &len, "--stream=%d:%" PRIu32, o->stream, o->window_chunks);
 	opt_line(buf, cap, &len, "--keep-denormals=%d", o->keep_denormals);
+	/* the samples' shape: the gradients' and metrics' sizes follow from it */
+	opt_line(buf, cap, &len, "--image-size=%" PRIu32, o->image_size);
 	opt_line(buf, cap, &len, "--comm=%s", o->comm);
 	opt_line(buf, cap, &len, "--deterministic=%d", o->deterministic);
 	opt_line(buf, cap, &len, "--micro-batches=%u", o->micro_batches);

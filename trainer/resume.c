@@ -133,7 +133,21 @@ int tr_resume_place(const struct tr_options *opt, unsigned run, struct run *r, s
 	pl->steps = steps;
 	pl->first_epoch = first_epoch;
 	if (steps != 0 && (first_epoch >= opt->epochs || (opt->max_steps && steps >= opt->max_steps))) {
+		struct pp_loader_position pos;
 		char at[64], limit[64];
+
+		/* The order first: in another plan, the steps are no place of this one, and
+		 * "complete" would be a guess (one process; the ranks' job key is checked
+		 * by tr_resume_key()). */
+		if (r->dist->size == 1 && pp_model_tag(r->model) != 0 &&
+		    pp_loader_get_position(r->train_loader, &pos) == 0 &&
+		    pos.plan_key != pp_model_tag(r->model)) {
+			snprintf(why, len, "--resume: %s was written by a run whose training data "
+				 "came in another order (--data, --seed, --batch-size, --val-split, "
+				 "--no-shuffle, --drop-last or the --stream window differ); resume it "
+				 "with the options it was written with", opt->checkpoint);
+			return -EINVAL;
+		}
 
 		if (steps % batches == 0)
 			snprintf(at, sizeof(at), "the end of epoch %u", first_epoch);
