@@ -22,7 +22,8 @@
 #  5. A failing rank ends the job with exit 1 and its reason: a collective
 #     failing on rank 1 (PP_FAULTS=comm:EIO), a rank that stalls (rank 0
 #     times out after --comm-timeout=10 and says so), bad data on rank 1,
-#     the final barrier failing on rank 1; the agreement before a grid's
+#     the final barrier failing on rank 1; ranks whose data or checkpoint
+#     differ from rank 0's; the agreement before a grid's
 #     second run failing on rank 0 after Ctrl-C came while its first run
 #     ended (that run's row still on the terminal).
 #  6. Ctrl-C on mpirun: every rank stops at the same step, rank 0 alone
@@ -181,6 +182,19 @@ expect 1 "comm mpi: rank 0 of 2: i?allreduce: .*not done within the timeout of 1
 	: -np 1 env PP_FAULTS=comm:stall:after=7 "$train" $job --comm-timeout=10
 expect 1 "$tmp/none: no such directory" \
 	timeout 120 $mpirun -np 1 "$train" $job : -np 1 "$train" $job --data="$tmp/none"
+# Ranks that do not hold the same: data of another size (MPI_ERR_TRUNCATE,
+# no reason), a stale copy of the checkpoint (the ranks' optimizer states
+# drifted apart, exit 0): refused before training, the rank saying what.
+expect 1 "rank 1 of 2: its training samples are 2400, but rank 0's is 1200" \
+	timeout 120 $mpirun -np 1 "$train" $job : -np 1 "$train" $job --data=synthetic:2400
+expect 0 "" $mpi -np 2 "$train" $job --max-steps=4 --checkpoint="$tmp/s1.ckpt"
+expect 0 "" $mpi -np 2 "$train" $job --max-steps=4 --lr=0.02 --checkpoint="$tmp/s2.ckpt"
+cp "$tmp/s1.ckpt" "$tmp/s1-copy.ckpt"
+expect 1 "rank 1 of 2: its checkpoint's CRC-32 is [0-9]+, but rank 0's is [0-9]+" \
+	timeout 120 $mpirun -np 1 "$train" $job --checkpoint="$tmp/s1.ckpt" --resume \
+	: -np 1 "$train" $job --checkpoint="$tmp/s2.ckpt" --resume
+expect 0 "" timeout 120 $mpirun -np 1 "$train" $job --checkpoint="$tmp/s1.ckpt" --resume \
+	: -np 1 "$train" $job --checkpoint="$tmp/s1-copy.ckpt" --resume
 
 # Ranks given other options: the job ends before training with exit 2,
 # each differing rank saying its value and rank 0's, rank 0 naming the
@@ -206,18 +220,21 @@ expect 0 "train_loss" \
 	timeout 120 $mpirun -np 1 "$train" $opts --batch-size=30 -w 0 -t 1 \
 	: -np 1 "$train" $opts --batch-size=30 -w 1 -t 2 --no-progress --csv="$tmp/r1.csv"
 
-# The final barrier failing on rank 1 (its 7th collective, after the
+# The final barrier failing on rank 1 (its 9th collective, after the
 # check of the options (a broadcast and an allreduce), the broadcast, the
-# step's stop agreement, gradient in one bucket, and metrics): the job ends failed, never exit 0 nor a hang in MPI_Finalize.
+# check of the ranks' checkpoint and data (a broadcast and an allreduce),
+# the step's stop agreement, gradient in one bucket, and metrics): the job
+# ends failed, never exit 0 nor a hang in MPI_Finalize.
 one="$common --batch-size=30 --max-steps=1 --no-eval -q --bucket-kb=1000000"
 expect 1 "rank 1 of 2: barrier: Input/output error \(injected fault\)" \
-	timeout 120 $mpirun -np 1 "$train" $one : -np 1 env PP_FAULTS=comm:EIO:after=7 "$train" $one
+	timeout 120 $mpirun -np 1 "$train" $one : -np 1 env PP_FAULTS=comm:EIO:after=9 "$train" $one
 
 # Ctrl-C on rank 0 while its first run ends whole (held writing that run's
 # row to a --jsonl FIFO the test filled), then the agreement before run 2
-# failing on rank 0 (its 8th collective: the check of the options, the
-# agreement before run 1, the broadcast, the step's stop agreement, the
-# gradient in one bucket, the metrics; then this one): the job ends failed
+# failing on rank 0 (its 10th collective: the check of the options, the
+# agreement before run 1, the broadcast, the check of the ranks' state,
+# the step's stop agreement, the gradient in one bucket, the metrics; then
+# this one): the job ends failed
 # with the reason, and the run's row, held for the line on where Ctrl-C
 # stopped, is on the terminal all the same (it was lost there).
 late="--data=synthetic:1200 --device=cpu -t 1 -w 0 --no-progress --no-eval --epochs=1 --max-steps=1
@@ -243,7 +260,7 @@ try:
 except BlockingIOError:
     pass
 os.close(wf)
-rank0 = ["sh", "-c", 'echo $$ > "$0"; exec "$@"', pidf, "env", "PP_FAULTS=comm:EIO:after=7", train] + \
+rank0 = ["sh", "-c", 'echo $$ > "$0"; exec "$@"', pidf, "env", "PP_FAULTS=comm:EIO:after=9", train] + \
         args + ["--jsonl=" + fifo]
 with open(tmp + "/late.out", "w") as out, open(tmp + "/late.err", "w") as err:
     job = subprocess.Popen(mpirun + ["-np", "1"] + rank0 + [":", "-np", "1", train] + args,

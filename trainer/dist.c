@@ -300,6 +300,43 @@ static unsigned gcd(unsigned a, unsigned b)
 	return a;
 }
 
+int tr_dist_check_state(struct tr_dist *d, const uint64_t *mine, const char *const *names,
+			size_t n, char *why, size_t len)
+{
+	uint64_t theirs[TR_DIST_STATE_MAX];
+	double differ = 0;
+	int ret;
+
+	if (d->size < 2)
+		return 0;
+	if (n > TR_DIST_STATE_MAX) {
+		snprintf(why, len, "the ranks' state: %zu values, %d at most", n, TR_DIST_STATE_MAX);
+		return -EINVAL;
+	}
+	memcpy(theirs, mine, n * sizeof(*mine));
+	ret = pp_comm_broadcast(d->comm, theirs, n * sizeof(*theirs), 0, NULL);
+	for (size_t k = 0; ret == 0 && k < n; k++)
+		if (mine[k] != theirs[k]) {
+			fprintf(stderr, "pinpipe-train: rank %d of %d: %s %" PRIu64 ", but rank 0's is "
+				"%" PRIu64 "\n", d->rank, d->size, names[k], mine[k], theirs[k]);
+			differ = 1;
+			break;
+		}
+	/* Every rank learns how many differ: all fail, or none. */
+	if (ret == 0)
+		ret = pp_comm_allreduce(d->comm, &differ, 1, PP_COMM_F64, PP_COMM_SUM, NULL);
+	if (ret < 0) {
+		snprintf(why, len, "the ranks' state: %s", pp_last_error());
+		return ret;
+	}
+	if (differ > 0) {
+		snprintf(why, len, "the ranks do not hold the same checkpoint or data: %.0f of %d "
+			 "ranks differ from rank 0 (each says how above)", differ, d->size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_t len)
 {
 	const unsigned long long global = (unsigned long long)batch_size * (unsigned)d->size;

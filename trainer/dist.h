@@ -65,6 +65,20 @@ void tr_dist_device(const struct tr_dist *d, const char *name, char *buf, size_t
  */
 int tr_dist_check_batch(struct tr_dist *d, unsigned batch_size, char *why, size_t len);
 
+/* Values tr_dist_check_state() compares, at most. */
+#define TR_DIST_STATE_MAX 8
+
+/*
+ * Checks that every rank holds what rank 0 holds before a run trains:
+ * mine[0..n) (names[k] says what each is: a checkpoint's step count and
+ * CRC, the training samples' count), sent by rank 0 to the others.  A
+ * rank whose values differ says so on stderr; then every rank returns
+ * -EINVAL with why (a stale copy of the checkpoint on one machine trained
+ * on silently, or ended the job in MPI_ERR_TRUNCATE with no reason), or 0.
+ */
+int tr_dist_check_state(struct tr_dist *d, const uint64_t *mine, const char *const *names,
+			size_t n, char *why, size_t len);
+
 /*
  * Sets up the run's communicator of gradients for its device 'dev': the
  * job's, or one of the run's own (--comm=nccl: NCCL on 'dev'; several

@@ -101,6 +101,19 @@ int tr_resume_check(const struct tr_options *opt, const struct tr_params *p,
 	return -EINVAL;
 }
 
+uint64_t tr_resume_file_crc(const char *path)
+{
+	unsigned char b[4];
+	FILE *f = fopen(path, "rb");
+	uint64_t crc = 0;
+
+	if (f != NULL && fseek(f, -4, SEEK_END) == 0 && fread(b, 1, 4, f) == 4)
+		crc = (uint64_t)b[0] | (uint64_t)b[1] << 8 | (uint64_t)b[2] << 16 | (uint64_t)b[3] << 24;
+	if (f != NULL)
+		fclose(f);
+	return crc;
+}
+
 int tr_resume_place(const struct tr_options *opt, unsigned run, struct run *r, struct tr_place *pl,
 		    char *why, size_t len)
 {

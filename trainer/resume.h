@@ -42,6 +42,12 @@ int tr_resume_check(const struct tr_options *opt, const struct tr_params *p,
  * model's run is already complete (said on stderr: nothing to train), or
  * -errno (-EINVAL with the reason in why[0..len) for a damaged count).
  */
+/*
+ * The CRC-32 a checkpoint file ends with (of all of it before), which
+ * tells two copies apart; 0 where it cannot be read.
+ */
+uint64_t tr_resume_file_crc(const char *path);
+
 int tr_resume_place(const struct tr_options *opt, unsigned run, struct run *r, struct tr_place *pl,
 		    char *why, size_t len);
 

@@ -247,6 +247,18 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		ret = tr_run_open(opt, &params, run, d, dist, &r);
 	if (ret == 0 && opt->resume)
 		ret = tr_resume_check(opt, &params, r.model, dist->rank == 0, why, sizeof(why));
+	/* The ranks hold one checkpoint (each reads its own copy) and data of one
+	 * size (each reads its own --data), or none trains. */
+	if (ret == 0 && dist->size > 1) {
+		static const char *const what[] = { "its checkpoint's step count is",
+						    "its checkpoint's CRC-32 is",
+						    "its training samples are" };
+		const uint64_t mine[] = { pp_model_steps(r.model),
+					  opt->resume ? tr_resume_file_crc(opt->checkpoint) : 0,
+					  pp_loader_info(r.train_loader)->count };
+
+		ret = tr_dist_check_state(dist, mine, what, 3, why, sizeof(why));
+	}
 	if (ret < 0)
 		goto fail;
 	/* Rows name a CPU step's threads and BLAS. */
