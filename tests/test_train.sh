@@ -168,6 +168,32 @@ key = lambda r: (r["epoch"], r["train_loss"], r["test_loss"], r["test_acc"])
 assert [key(r) for r in rows[1:]] == [key(r) for r in a[1:]], (rows, a)
 '
 check rf "$tmp/ra.csv" "$tmp/rf.jsonl"
+# Files of rows saved again by another program (JSON with a space after
+# its colons, CSV with every cell quoted): their rows of the checkpoint's
+# epochs are kept (they were all dropped); one whose epochs cannot be read
+# at all is left as it was, and the resume refused.
+"$train" $common --epochs=2 --checkpoint="$tmp/o.ckpt" --csv="$tmp/ro.csv" --jsonl="$tmp/ro.jsonl" \
+	>/dev/null 2>"$tmp/err" || { echo "FAIL: a run to resume:"; cat "$tmp/err"; fail=1; }
+python3 - "$tmp/ro.jsonl" "$tmp/ro.csv" <<'EOPY'
+import csv, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in rows))
+cells = list(csv.reader(open(sys.argv[2])))
+csv.writer(open(sys.argv[2], "w", newline=""), quoting=csv.QUOTE_ALL).writerows(cells)
+EOPY
+"$train" $common --epochs=3 --checkpoint="$tmp/o.ckpt" --resume --csv="$tmp/ro.csv" \
+	--jsonl="$tmp/ro.jsonl" >/dev/null 2>"$tmp/err" || { echo "FAIL: resume:"; cat "$tmp/err"; fail=1; }
+CHECK='
+import json
+assert [r["epoch"] for r in rows] == ["1", "2", "3"], rows
+assert [json.loads(l)["epoch"] for l in open(sys.argv[2])] == [1, 2, 3]
+'
+check ro "$tmp/ro.jsonl"
+printf '{"run": 1, "Epoch": 1}\n{"run": 1, "Epoch": 2}\n' > "$tmp/ro.jsonl"
+cp "$tmp/ro.jsonl" "$tmp/ro0.jsonl"
+expect 1 "ro.jsonl: the epoch of none of its 2 rows can be read .*left as it was" \
+	"$train" $common --epochs=4 --checkpoint="$tmp/o.ckpt" --resume --jsonl="$tmp/ro.jsonl"
+cmp -s "$tmp/ro.jsonl" "$tmp/ro0.jsonl" || { echo "FAIL: unreadable rows rewritten"; fail=1; }
 # A resume whose training data would come in another order (another batch
 # size, no shuffling) is refused, at an epoch's end and in the middle of
 # one, and leaves the checkpoint as it was.

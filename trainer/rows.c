@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,19 +141,25 @@ static size_t record_len(const char *s, size_t len, bool csv)
 
 /*
  * The epoch of a row: its "epoch" key (JSON), or its cell number 'col'
- * (CSV); 0 when there is none (a failed run's row, a partial line).
+ * (CSV) (0 for a failed run's row); -1 when there is none to read.
  */
-static unsigned long record_epoch(const char *s, size_t len, bool csv, size_t col)
+static long record_epoch(const char *s, size_t len, bool csv, size_t col)
 {
 	char buf[24];
 	size_t i = 0, n = 0;
 
 	if (!csv) {
-		static const char key[] = "\"epoch\":";
+		static const char key[] = "\"epoch\"";
 
+		/* As JSON allows it: spaces around the colon (a file rewritten by json.dumps). */
 		for (; i + sizeof(key) - 1 < len && memcmp(s + i, key, sizeof(key) - 1) != 0; i++)
 			;
-		i += sizeof(key) - 1;
+		for (i += sizeof(key) - 1; i < len && (s[i] == ' ' || s[i] == '\t'); i++)
+			;
+		if (i >= len || s[i++] != ':')
+			return -1;
+		while (i < len && (s[i] == ' ' || s[i] == '\t'))
+			i++;
 	} else {
 		for (size_t c = 0; c < col && i < len; i++) {
 			if (s[i] == '"')
@@ -161,11 +168,13 @@ static unsigned long record_epoch(const char *s, size_t len, bool csv, size_t co
 			else if (s[i] == ',')
 				c++;
 		}
+		/* a cell quoted by the program that saved the file */
+		i += i < len && s[i] == '"';
 	}
 	while (i < len && n + 1 < sizeof(buf) && s[i] >= '0' && s[i] <= '9')
 		buf[n++] = s[i++];
 	buf[n] = '\0';
-	return n ? strtoul(buf, NULL, 10) : 0;
+	return n ? (long)strtoul(buf, NULL, 10) : -1;
 }
 
 /*
@@ -279,7 +288,7 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 			   bool csv, unsigned epochs, off_t *base_p)
 {
 	struct stat st;
-	size_t len, kept = 0, col = 0, at = 0;
+	size_t len, kept = 0, col = 0, at = 0, whole = 0, readable = 0;
 	char *text;
 	int ret;
 
@@ -289,22 +298,53 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 	if (text == NULL)
 		return -EIO;
 	if (csv && len > 0) {
-		/* The header stays; it says which cell is the epoch. */
+		/* The header stays; it says which cell is the epoch (quoted or not). */
 		size_t n = record_len(text, len, true);
+		bool found = false;
 
-		for (const char *c = text; c < text + n && strncmp(c, "epoch,", 6) != 0; c++)
-			col += *c == ',';
+		for (size_t i = 0; i < n && !found;) {
+			size_t q = text[i] == '"';
+
+			found = strncmp(text + i + q, "epoch", 5) == 0 &&
+				strchr(q ? "\"" : ",\r\n", text[i + q + 5]) != NULL;
+			if (found)
+				break;
+			/* the next cell */
+			for (i += q; i < n && (q ? text[i] != '"' : text[i] != ','); i++)
+				;
+			i += q;
+			if (i < n && text[i] == ',') {
+				i++;
+				col++;
+			} else {
+				break;
+			}
+		}
+		if (!found)
+			col = SIZE_MAX;
 		at = kept = n;
 	}
 	while (at < len) {
 		size_t n = record_len(text + at, len - at, csv);
-		unsigned long e = record_epoch(text + at, n, csv, col);
+		long e = col == SIZE_MAX ? -1 : record_epoch(text + at, n, csv, col);
 
-		if (text[at + n - 1] == '\n' && e >= 1 && e <= epochs) {
+		whole += text[at + n - 1] == '\n';
+		readable += text[at + n - 1] == '\n' && e >= 0;
+		/* the rows of the checkpoint's epochs stay; a failed run's (epoch 0) go */
+		if (text[at + n - 1] == '\n' && e >= 1 && (unsigned long)e <= epochs) {
 			memmove(text + kept, text + at, n);
 			kept += n;
 		}
 		at += n;
+	}
+	/* Rows of none of which an epoch could be read (a file saved otherwise): left
+	 * as they are, and the resume refused, rather than all dropped. */
+	if (whole > 0 && readable == 0 && epochs > 0) {
+		fprintf(stderr, "pinpipe-train: %s=%s: the epoch of none of its %zu rows can be read "
+			"(%s): it is left as it was; move it aside to resume\n", option, path, whole,
+			csv ? "no 'epoch' column in its header" : "no \"epoch\" key");
+		free(text);
+		return -EINVAL;
 	}
 	ret = rows_replace(option, path, fileno(*f_p), text, kept, NULL);
 	free(text);
@@ -324,9 +364,13 @@ int tr_rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned 
 	int ret = rows_resume_one("--csv", opt->csv, &rf->csv, rf->csv_shared, true, epochs,
 				  &rf->csv_base);
 
-	if (ret == 0)
+	/* A file that could not be rewritten takes no failed row either: it stays as it was. */
+	rf->csv_failed = rf->csv_failed || ret < 0;
+	if (ret == 0) {
 		ret = rows_resume_one("--jsonl", opt->jsonl, &rf->jsonl, rf->jsonl_shared, false,
 				      epochs, NULL);
+		rf->jsonl_failed = rf->jsonl_failed || ret < 0;
+	}
 	if (ret < 0)
 		tr_output_failed = true;
 	return ret;
