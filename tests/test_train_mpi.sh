@@ -195,6 +195,13 @@ expect 1 "rank 1 of 2: its checkpoint's CRC-32 is [0-9]+, but rank 0's is [0-9]+
 	: -np 1 "$train" $job --checkpoint="$tmp/s2.ckpt" --resume
 expect 0 "" timeout 120 $mpirun -np 1 "$train" $job --checkpoint="$tmp/s1.ckpt" --resume \
 	: -np 1 "$train" $job --checkpoint="$tmp/s1-copy.ckpt" --resume
+# A checkpoint at its run's end (the resume above took it to step 20),
+# resumed with another --seed: refused as of
+# another order (it was "already complete", exit 0); with its own, complete.
+expect 1 "s1.ckpt was written by a run whose training data came in another order" \
+	$mpi -np 2 "$train" $job --max-steps=4 --seed=7 --checkpoint="$tmp/s1.ckpt" --resume
+expect 0 "s1.ckpt is at step 20, .*the run is already complete" \
+	$mpi -np 2 "$train" $job --max-steps=4 --checkpoint="$tmp/s1.ckpt" --resume
 
 # Ranks given other options: the job ends before training with exit 2,
 # each differing rank saying its value and rank 0's, rank 0 naming the

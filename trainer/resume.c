@@ -114,7 +114,8 @@ uint64_t tr_resume_file_crc(const char *path)
 	return crc;
 }
 
-int tr_resume_place(const struct tr_options *opt, unsigned run, struct run *r, struct tr_place *pl,
+int tr_resume_place(const struct tr_options *opt, const struct tr_params *p,
+		    const struct split *train, unsigned run, struct run *r, struct tr_place *pl,
 		    char *why, size_t len)
 {
 	uint64_t steps, batches;
@@ -150,11 +151,14 @@ int tr_resume_place(const struct tr_options *opt, unsigned run, struct run *r, s
 		char at[64], limit[64];
 
 		/* The order first: in another plan, the steps are no place of this one, and
-		 * "complete" would be a guess (one process; the ranks' job key is checked
-		 * by tr_resume_key()). */
-		if (r->dist->size == 1 && pp_model_tag(r->model) != 0 &&
-		    pp_loader_get_position(r->train_loader, &pos) == 0 &&
-		    pos.plan_key != pp_model_tag(r->model)) {
+		 * "complete" would be a guess (the loader's key on one process, the job's
+		 * on several ranks, as tr_resume_key() checks it). */
+		ret = pp_loader_get_position(r->train_loader, &pos);
+		if (ret == 0 && r->dist->size > 1)
+			ret = job_plan_key(opt, p, train, r, &pos.plan_key);
+		if (ret < 0)
+			return ret;
+		if (pp_model_tag(r->model) != 0 && pos.plan_key != pp_model_tag(r->model)) {
 			snprintf(why, len, "--resume: %s was written by a run whose training data "
 				 "came in another order (--data, --seed, --batch-size, --val-split, "
 				 "--no-shuffle, --drop-last or the --stream window differ); resume it "

@@ -37,18 +37,20 @@ int tr_resume_check(const struct tr_options *opt, const struct tr_params *p,
 		    struct pp_model *model, bool say, char *why, size_t size);
 
 /*
- * Places the run's model in the plan of its training data (the training
- * loader begins epoch 0 to count its batches).  Returns 0, 1 when the
- * model's run is already complete (said on stderr: nothing to train), or
- * -errno (-EINVAL with the reason in why[0..len) for a damaged count).
- */
-/*
  * The CRC-32 a checkpoint file ends with (of all of it before), which
  * tells two copies apart; 0 where it cannot be read.
  */
 uint64_t tr_resume_file_crc(const char *path);
 
-int tr_resume_place(const struct tr_options *opt, unsigned run, struct run *r, struct tr_place *pl,
+/*
+ * Places the run's model in the plan of its training data (the training
+ * loader begins epoch 0 to count its batches).  Returns 0, 1 when the
+ * model's run is already complete (said on stderr: nothing to train), or
+ * -errno (-EINVAL with the reason in why[0..len) for a damaged count, or
+ * a checkpoint of another order that would have been called complete).
+ */
+int tr_resume_place(const struct tr_options *opt, const struct tr_params *p,
+		    const struct split *train, unsigned run, struct run *r, struct tr_place *pl,
 		    char *why, size_t len);
 
 /*

@@ -267,7 +267,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	else
 		params.threads = 0;
 	info = pp_loader_info(r.train_loader);
-	ret = tr_resume_place(opt, run, &r, &pl, why, sizeof(why));
+	ret = tr_resume_place(opt, p, &d->train, run, &r, &pl, why, sizeof(why));
 	if (ret == 1) {
 		tr_run_close(&r);
 		return 0;
