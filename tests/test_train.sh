@@ -418,18 +418,6 @@ then
 	echo "FAIL: TensorBoard image grid and histograms:"; cat "$tmp/py"; fail=1
 fi
 
-# 5c. A second invocation with a run of the same parameters writes its
-# events beside the first's (NAME-2), not into its folder (TensorBoard
-# showed one run whose steps went back); a resume goes on in the newest.
-tbs="--data=synthetic:300 --device=cpu --model=mlp --batch-size=50 -w 1 --epochs=1 -q --logdir=$tmp/tbtwice"
-"$train" $tbs >/dev/null 2>"$tmp/err" && "$train" $tbs --checkpoint="$tmp/tb2.ckpt" >/dev/null 2>>"$tmp/err" &&
-	"$train" $tbs --epochs=2 --checkpoint="$tmp/tb2.ckpt" --resume >/dev/null 2>>"$tmp/err" ||
-	{ echo "FAIL: runs into one --logdir:"; cat "$tmp/err"; fail=1; }
-name=run1-device=cpu-bs=50-workers=1-pin=on-lr=0.01-model=mlp-opt=adam
-[ "$(ls "$tmp/tbtwice" | tr '\n' ' ')" = "$name $name-2 " ] &&
-	[ "$(ls "$tmp/tbtwice/$name" | wc -l)" -eq 1 ] && [ "$(ls "$tmp/tbtwice/$name-2" | wc -l)" -eq 2 ] ||
-	{ echo "FAIL: --logdir of two invocations and a resume: $(ls -R "$tmp/tbtwice")"; fail=1; }
-
 # 6. Ctrl-C: stops after the step in progress, still prints the table, writes
 # the rows so far (the interrupted epoch's too) and the checkpoint, exit 130.
 # The signal comes once the progress bar has shown the first 8 steps done

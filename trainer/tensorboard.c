@@ -7,10 +7,8 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 
 #include "trainer/grid.h"
 #include "trainer/run.h"
@@ -47,15 +45,6 @@ static void run_dirname(const struct tr_params *p, unsigned run, char *buf, size
 	for (size_t i = 0; buf[i] != '\0'; i++)
 		if (buf[i] == ':' || buf[i] == '/' || buf[i] == ',')
 			buf[i] = '_';
-}
-
-/* The folder of the k-th run of a name: NAME, then NAME-2, NAME-3...; false where it does not fit. */
-static bool tb_dir(const char *logdir, const char *name, unsigned k, char *dir, size_t len)
-{
-	int n = k <= 1 ? snprintf(dir, len, "%s/%s", logdir, name)
-		       : snprintf(dir, len, "%s/%s-%u", logdir, name, k);
-
-	return n >= 0 && (size_t)n < len;
 }
 
 void tr_tb_image_grid(struct run *r, const struct pp_device_batch *b, const struct pp_tensor *in,
@@ -146,21 +135,9 @@ int tr_tb_open(const struct tr_options *opt, const struct tr_params *p, unsigned
 
 	if (opt->logdir[0] != '\0') {
 		char dir[4096 + 512], name[512];
-		struct stat st;
-		unsigned last = 0;      /* the newest NAME[-k] there; 0: none */
 
 		run_dirname(p, run, name, sizeof(name));
-		/* A run of the same parameters from an earlier invocation has the name:
-		 * this one is NAME-2, NAME-3..., so that TensorBoard shows two runs, not
-		 * one whose steps go back; a resume goes on in the newest. */
-		for (unsigned k = 1; k < 10000; k++) {
-			if (!tb_dir(opt->logdir, name, k, dir, sizeof(dir)) || stat(dir, &st) != 0)
-				break;
-			last = k;
-		}
-		if (!tb_dir(opt->logdir, name, opt->resume ? (last ? last : 1) : last + 1, dir,
-			    sizeof(dir)))
-			return -ENAMETOOLONG;
+		snprintf(dir, sizeof(dir), "%s/%s", opt->logdir, name);
 		ret = pp_summary_writer_create(dir, &r->tb);
 	}
 	return ret;
