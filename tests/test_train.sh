@@ -169,7 +169,7 @@ assert [key(r) for r in rows[1:]] == [key(r) for r in a[1:]], (rows, a)
 '
 check rf "$tmp/ra.csv" "$tmp/rf.jsonl"
 # Files of rows saved again by another program (JSON with a space after
-# its colons, CSV with every cell quoted): their rows of the checkpoint's
+# its colons, CSV with every cell quoted after a byte-order mark): their rows of the checkpoint's
 # epochs are kept (they were all dropped); one whose epochs cannot be read
 # at all is left as it was, and the resume refused.
 "$train" $common --epochs=2 --checkpoint="$tmp/o.ckpt" --csv="$tmp/ro.csv" --jsonl="$tmp/ro.jsonl" \
@@ -179,12 +179,15 @@ import csv, json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in rows))
 cells = list(csv.reader(open(sys.argv[2])))
-csv.writer(open(sys.argv[2], "w", newline=""), quoting=csv.QUOTE_ALL).writerows(cells)
+# as a spreadsheet saves "CSV UTF-8": a byte-order mark first
+csv.writer(open(sys.argv[2], "w", newline="", encoding="utf-8-sig"),
+           quoting=csv.QUOTE_ALL).writerows(cells)
 EOPY
 "$train" $common --epochs=3 --checkpoint="$tmp/o.ckpt" --resume --csv="$tmp/ro.csv" \
 	--jsonl="$tmp/ro.jsonl" >/dev/null 2>"$tmp/err" || { echo "FAIL: resume:"; cat "$tmp/err"; fail=1; }
 CHECK='
 import json
+rows = list(csv.DictReader(open(sys.argv[1], encoding="utf-8-sig")))
 assert [r["epoch"] for r in rows] == ["1", "2", "3"], rows
 assert [json.loads(l)["epoch"] for l in open(sys.argv[2])] == [1, 2, 3]
 '

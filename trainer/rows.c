@@ -171,6 +171,9 @@ static long record_epoch(const char *s, size_t len, bool csv, size_t col)
 		/* a cell quoted by the program that saved the file */
 		i += i < len && s[i] == '"';
 	}
+	/* JSON: an epoch written as a string */
+	if (!csv)
+		i += i < len && s[i] == '"';
 	while (i < len && n + 1 < sizeof(buf) && s[i] >= '0' && s[i] <= '9')
 		buf[n++] = s[i++];
 	buf[n] = '\0';
@@ -259,7 +262,8 @@ static char *rows_read(const char *option, const char *path, FILE *f, size_t *le
 		fprintf(stderr, "pinpipe-train: %s=%s: %s\n", option, path, strerror(errno));
 		return NULL;
 	}
-	text = malloc((size_t)st.st_size + 1);
+	/* Room for a newline after a header that lacks one, and a NUL. */
+	text = malloc((size_t)st.st_size + 2);
 	if (text == NULL) {
 		fprintf(stderr, "pinpipe-train: %s=%s: no memory for its %lld bytes\n", option, path,
 			(long long)st.st_size);
@@ -273,6 +277,7 @@ static char *rows_read(const char *option, const char *path, FILE *f, size_t *le
 		free(text);
 		return NULL;
 	}
+	text[got] = '\0';
 	*len_p = (size_t)got;
 	return text;
 }
@@ -298,20 +303,26 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 	if (text == NULL)
 		return -EIO;
 	if (csv && len > 0) {
-		/* The header stays; it says which cell is the epoch (quoted or not). */
+		/* The header stays; it says which cell is the epoch (quoted or not, after
+		 * a UTF-8 byte-order mark a spreadsheet may have put first). */
 		size_t n = record_len(text, len, true);
+		size_t i = n >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
 		bool found = false;
 
-		for (size_t i = 0; i < n && !found;) {
+		while (i < n && !found) {
 			size_t q = text[i] == '"';
 
 			found = strncmp(text + i + q, "epoch", 5) == 0 &&
 				strchr(q ? "\"" : ",\r\n", text[i + q + 5]) != NULL;
 			if (found)
 				break;
-			/* the next cell */
-			for (i += q; i < n && (q ? text[i] != '"' : text[i] != ','); i++)
-				;
+			/* the next cell: a quoted one ends at a quote not doubled */
+			if (q)
+				for (i++; i < n && !(text[i] == '"' && text[i + 1] != '"'); i++)
+					i += text[i] == '"';
+			else
+				for (; i < n && text[i] != ','; i++)
+					;
 			i += q;
 			if (i < n && text[i] == ',') {
 				i++;
@@ -322,6 +333,11 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 		}
 		if (!found)
 			col = SIZE_MAX;
+		/* a header without its newline would take the first resumed row on its line */
+		if (n == len && text[n - 1] != '\n') {
+			text[n++] = '\n';
+			len++;
+		}
 		at = kept = n;
 	}
 	while (at < len) {

@@ -277,7 +277,8 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 	steps = pl.steps;
 	/* The files of rows keep the epochs the checkpoint holds, and no later ones. */
 	if (opt->resume && tr_rows_resume(opt, rf, pl.first_epoch) < 0) {
-		snprintf(why, sizeof(why), "--resume: a file of rows cannot be rewritten");
+		snprintf(why, sizeof(why), "--resume: a file of rows was not rewritten (why is said "
+			 "above)");
 		ret = -EIO;
 		goto fail;
 	}
