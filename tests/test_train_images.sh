@@ -7,7 +7,8 @@
 # folder must fail the run naming it; shards packed for another
 # --image-size are refused, as is --image-size for data without JPEGs; a
 # folder named with glob characters is read as named; splits of other
-# classes are refused, and test/ is packed.
+# classes are refused, and test/ is packed; ranks given two --image-size
+# are refused.
 # Exit 77 only where libjpeg-turbo was not built in (the message naming
 # libturbojpeg0-dev is checked then).
 set -u
@@ -138,4 +139,22 @@ fi
 f="$tmp/img/train/red/017.jpg"
 head -c 300 "$f" >"$tmp/cut" && mv "$tmp/cut" "$f"
 expect 1 "train/red/017.jpg: a bad JPEG" "$train" --data="$tmp/img" $run
+
+# Ranks given two --image-size: refused before training, exit 2, the rank
+# saying both (the samples' sizes differed: MPI_ERR_TRUNCATE, no reason).
+# In a subshell, so that MPI's environment stays there.
+rm -f "$f"
+if command -v mpirun >/dev/null &&
+	! "$train" --comm=mpi --data=synthetic:60 --epochs=1 --max-steps=1 --no-eval -q 2>&1 |
+		grep -q "this build has no MPI"; then
+	(
+		mpi_env
+		expect 2 "rank 1 of 2: --image-size=24, but rank 0 has --image-size=16" \
+			timeout 120 $mpirun -np 1 "$train" --data="$tmp/img" $run --epochs=1 \
+			: -np 1 "$train" --data="$tmp/img" $run --epochs=1 --image-size=24
+		exit $fail
+	) || fail=1
+else
+	echo "test_train_images: no mpirun, or a build without MPI: the ranks' --image-size left out"
+fi
 exit $fail
