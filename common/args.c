@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/args.h"
+#include "common/links.h"
 
 int pp_getopt_whole(int argc, char *const argv[], const char *shortopts,
 		    const struct option *longopts, const char **abbrev_p, const char **name_p)
@@ -102,32 +103,6 @@ int pp_args_check_folder(const char *dir, char *why, size_t len)
 	return -err;
 }
 
-bool pp_args_link_target(const char *path, char *out, size_t len)
-{
-	char to[PATH_MAX], dir[PATH_MAX];
-	struct stat st;
-
-	if ((size_t)snprintf(out, len, "%s", path) >= len)
-		return errno = ENAMETOOLONG, false;
-	for (int links = 0; lstat(out, &st) == 0 && S_ISLNK(st.st_mode); links++) {
-		ssize_t n;
-
-		if (links == 40)
-			return errno = ELOOP, false;
-		n = readlink(out, to, sizeof(to) - 1);
-		if (n < 0)
-			return false;
-		to[n] = '\0';
-		/* A relative link is read from its own folder. */
-		pp_args_folder_of(out, dir, sizeof(dir));
-		if ((size_t)(to[0] == '/' || strchr(out, '/') == NULL
-			     ? snprintf(out, len, "%s", to)
-			     : snprintf(out, len, "%s/%s", dir, to)) >= len)
-			return errno = ENAMETOOLONG, false;
-	}
-	return true;
-}
-
 /* 'path' as its folder's canonical name and its last name; false where the folder is not there. */
 static bool canonical(const char *path, char *out, size_t len)
 {
@@ -149,23 +124,9 @@ bool pp_args_same_file(const char *a, const char *b)
 	if (ha && hb)
 		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 	/* Neither there yet: where their links lead, by the folders' own names. */
-	return !ha && !hb && pp_args_link_target(a, ta, sizeof(ta)) &&
-	       pp_args_link_target(b, tb, sizeof(tb)) && canonical(ta, ca, sizeof(ca)) &&
+	return !ha && !hb && pp_links_follow(a, ta, sizeof(ta)) &&
+	       pp_links_follow(b, tb, sizeof(tb)) && canonical(ta, ca, sizeof(ca)) &&
 	       canonical(tb, cb, sizeof(cb)) && strcmp(ca, cb) == 0;
-}
-
-bool pp_args_clash(const char *path)
-{
-	struct stat st, std;
-
-	if (stat(path, &st) != 0)
-		return true;
-	if (!S_ISREG(st.st_mode))
-		return false;
-	for (int fd = 1; fd <= 2; fd++)
-		if (fstat(fd, &std) == 0 && std.st_dev == st.st_dev && std.st_ino == st.st_ino)
-			return false;
-	return true;
 }
 
 int pp_args_end_stdout(const char *prog, int status)

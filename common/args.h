@@ -43,28 +43,11 @@ void pp_args_folder_of(const char *path, char *dir, size_t len);
 int pp_args_check_folder(const char *dir, char *why, size_t len);
 
 /*
- * Where an output written beside 'path' and renamed over it goes: 'path'
- * with its chain of symbolic links followed to its last name, which need
- * not be there yet (common/path.c does the same inside the library).
- * Writes it to out[0..len); false with errno set (ELOOP, ENAMETOOLONG, a
- * readlink() error).
- */
-bool pp_args_link_target(const char *path, char *out, size_t len);
-
-/*
  * Whether two outputs 'a' and 'b' would be one file: the same file where
  * both are there (links followed), else the same name in the same folder
  * where their links lead.
  */
 bool pp_args_same_file(const char *a, const char *b);
-
-/*
- * Whether two outputs on one file 'path' would undo each other: a regular
- * file or one not there yet, other than the one standard output or error
- * writes (which both write through its descriptor, pp_rows_fopen()); a
- * terminal, a pipe or a FIFO takes the two in turn.
- */
-bool pp_args_clash(const char *path);
 
 /*
  * The end of a program's main: flushes standard output and returns

@@ -25,9 +25,7 @@
 #include <unistd.h>
 
 #include "common/common_impl.h"
-
-/* Symbolic links followed, at most (as the kernel's own limit, ELOOP beyond). */
-#define PP_LINKS_MAX 40
+#include "common/links.h"
 
 static const char *kind_of(mode_t mode)
 {
@@ -44,26 +42,10 @@ static const char *kind_of(mode_t mode)
 	return "not a regular file";
 }
 
-/*
- * The target of the link at 'link' whose text is 'to': 'to' itself when
- * absolute, else 'to' in the link's directory.  NULL when out of memory.
- */
-static char *link_target(const char *link, const char *to)
-{
-	const char *slash = strrchr(link, '/');
-	char *out;
-
-	if (to[0] == '/' || slash == NULL)
-		return strdup(to);
-	if (asprintf(&out, "%.*s/%s", (int)(slash - link), link, to) < 0)
-		return NULL;
-	return out;
-}
-
 int pp_replace_target(const char *path, char **target_p)
 {
 	struct stat st;
-	char *p, *q, buf[PATH_MAX];
+	char *p, buf[PATH_MAX];
 
 	*target_p = NULL;
 	if (stat(path, &st) == 0) {
@@ -81,43 +63,21 @@ int pp_replace_target(const char *path, char **target_p)
 	if (errno != ENOENT)
 		return pp_error(-errno, "%s: %s", path, strerror(errno));
 	/* Not there: a new file, at the end of a chain of links that lead nowhere yet. */
-	p = strdup(path);
-	for (int links = 0; p != NULL; links++) {
-		ssize_t n;
-
-		if (lstat(p, &st) != 0) {
-			if (errno == ENOENT) {
-				*target_p = p;
-				return 0;
-			}
-			break;
-		}
-		if (!S_ISLNK(st.st_mode)) {
-			/* Made meanwhile: judged as the stat() above judges one already there. */
-			if (S_ISREG(st.st_mode)) {
-				*target_p = p;
-				return 0;
-			}
-			free(p);
-			return pp_error(-EINVAL, "%s: %s, not a regular file: it cannot be replaced",
-					path, kind_of(st.st_mode));
-		}
-		if (links == PP_LINKS_MAX) {
-			errno = ELOOP;
-			break;
-		}
-		n = readlink(p, buf, sizeof(buf) - 1);
-		if (n < 0)
-			break;
-		buf[n] = '\0';
-		q = link_target(p, buf);
-		free(p);
-		p = q;
+	if (!pp_links_follow(path, buf, sizeof(buf)))
+		return pp_error(-errno, "%s: cannot resolve the path: %s", path, strerror(errno));
+	if (lstat(buf, &st) != 0) {
+		if (errno != ENOENT)
+			return pp_error(-errno, "%s: cannot resolve the path: %s", path,
+					strerror(errno));
+	} else if (!S_ISREG(st.st_mode)) {
+		/* Made meanwhile: judged as the stat() above judges one already there. */
+		return pp_error(-EINVAL, "%s: %s, not a regular file: it cannot be replaced", path,
+				kind_of(st.st_mode));
 	}
-	if (p == NULL)
+	*target_p = strdup(buf);
+	if (*target_p == NULL)
 		return pp_error(-ENOMEM, "%s: out of memory resolving the path", path);
-	free(p);
-	return pp_error(-errno, "%s: cannot resolve the path: %s", path, strerror(errno));
+	return 0;
 }
 
 int pp_glob_join(char *out, size_t len, const char *dir, const char *pattern)

@@ -8,34 +8,49 @@
 
 #include "common/textout.h"
 
+/* 1 or 2 where 'st' is the file that standard output or error writes, else 0. */
+static int std_fd_of(const struct stat *st)
+{
+	struct stat std;
+
+	for (int fd = 1; fd <= 2; fd++)
+		if (fstat(fd, &std) == 0 && std.st_dev == st->st_dev && std.st_ino == st->st_ino)
+			return fd;
+	return 0;
+}
+
 FILE *pp_rows_fopen(const char *path, const char *mode, bool *shared_p)
 {
-	struct stat st, std;
+	struct stat st;
+	int fd, dup_fd;
+	FILE *f;
 
 	*shared_p = false;
-	if (stat(path, &st) == 0)
-		for (int fd = 1; fd <= 2; fd++) {
-			int dup_fd;
-			FILE *f;
+	if (stat(path, &st) != 0 || (fd = std_fd_of(&st)) == 0)
+		return fopen(path, mode);
+	dup_fd = dup(fd);
+	if (dup_fd < 0)
+		return NULL;
+	/* "w" on a descriptor truncates nothing and leaves its flags as they are. */
+	f = fdopen(dup_fd, "w");
+	if (f == NULL) {
+		int err = errno;
 
-			if (fstat(fd, &std) != 0 || std.st_dev != st.st_dev || std.st_ino != st.st_ino)
-				continue;
-			dup_fd = dup(fd);
-			if (dup_fd < 0)
-				return NULL;
-			/* "w" on a descriptor truncates nothing and leaves its flags as they are. */
-			f = fdopen(dup_fd, "w");
-			if (f == NULL) {
-				int err = errno;
+		close(dup_fd);
+		errno = err;
+		return NULL;
+	}
+	*shared_p = true;
+	return f;
+}
 
-				close(dup_fd);
-				errno = err;
-				return NULL;
-			}
-			*shared_p = true;
-			return f;
-		}
-	return fopen(path, mode);
+bool pp_rows_clash(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		return true;
+	return S_ISREG(st.st_mode) && std_fd_of(&st) == 0;
 }
 
 void pp_csv_cell(FILE *out, const char *s)

@@ -3,7 +3,8 @@
  * cell quoted as RFC 4180 asks where it holds a comma, a quote or a line
  * break (its quotes doubled), and a JSON string with its quotes,
  * backslashes and control characters escaped; and the file a table of
- * rows goes to, which may be the one standard output already writes.
+ * rows goes to, which may be the one standard output already writes, and
+ * whether two outputs on one file would write over each other.
  * Internal, and not in the
  * library: common/textout.c is compiled into pinpipe-train and
  * pinpipe-bench and their tests, as common/size.c is.
@@ -32,5 +33,13 @@ void pp_json_string(FILE *out, const char *s);
  * write to it.  NULL with errno set on failure.
  */
 FILE *pp_rows_fopen(const char *path, const char *mode, bool *shared_p);
+
+/*
+ * Whether two outputs on one file 'path' would undo each other: a regular
+ * file or one not there yet, other than the one standard output or error
+ * writes (which both write through its descriptor, pp_rows_fopen()); a
+ * terminal, a pipe or a FIFO takes the two in turn.
+ */
+bool pp_rows_clash(const char *path);
 
 #endif

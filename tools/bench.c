@@ -904,7 +904,7 @@ static int bench_main(int argc, char **argv)
 		return ret < 0 ? 0 : ret;
 	/* One file for both: the second's truncation would take the first's rows. */
 	if (o.csv != NULL && o.jsonl != NULL && pp_args_same_file(o.csv, o.jsonl) &&
-	    pp_args_clash(o.csv)) {
+	    pp_rows_clash(o.csv)) {
 		fprintf(stderr, "pinpipe-bench: --csv=%s and --jsonl=%s are one file: each would "
 			"write over the other\n", o.csv, o.jsonl);
 		return 2;

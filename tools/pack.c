@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/args.h"
+#include "common/links.h"
 #include "common/cpu.h"
 #include "common/size.h"
 #include "pinpipe/pinpipe.h"
@@ -120,20 +121,29 @@ struct written {
 /*
  * The file the shard 'path' replaces, its links followed (a link stays a
  * link to the new shard), in target[0..len), and its staged name beside
- * that file in staged[0..len + 8).  Refuses (false, said) a path that
- * does not fit, or that names something other than a regular file, which
- * the rename would replace (a FIFO, a directory).
+ * that file in staged[0..len + 8).  False, with errno set, where a name
+ * does not fit or a link cannot be followed.
+ */
+static bool staged_name(const char *path, char *target, char *staged, size_t len)
+{
+	if (!pp_links_follow(path, target, len))
+		return false;
+	if ((size_t)snprintf(staged, len + 8, "%s" STAGED, target) >= len + 8)
+		return errno = ENAMETOOLONG, false;
+	return true;
+}
+
+/*
+ * staged_name(), said where it fails; refuses (false, said) too a path
+ * that names something other than a regular file, which the rename would
+ * replace (a FIFO, a directory).
  */
 static bool staged_of(const char *path, char *target, char *staged, size_t len)
 {
 	struct stat st;
 
-	if (!pp_args_link_target(path, target, len)) {
+	if (!staged_name(path, target, staged, len)) {
 		fprintf(stderr, "pinpipe-pack: %s: %s\n", path, strerror(errno));
-		return false;
-	}
-	if ((size_t)snprintf(staged, len + 8, "%s" STAGED, target) >= len + 8) {
-		fprintf(stderr, "pinpipe-pack: %s: the path is too long\n", target);
 		return false;
 	}
 	if (stat(target, &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -544,20 +554,23 @@ static int prefix_files(const char *prefix, char ***paths_p, size_t *n_p)
 	return 0;
 }
 
+static const char *const pack_splits[] = {"train", "test", "val"};
+
 /*
- * Whether 'path' (PREFIX-...) is PREFIX-SPLIT-NNNNN-of-MMMMM followed by
- * 'suffix' and 'extra' more characters, for one of the splits.
+ * Which split 'path' (PREFIX-...) is a shard of, as an index into
+ * pack_splits: PREFIX-SPLIT-NNNNN-of-MMMMM followed by 'suffix' and
+ * 'extra' more characters; -1 where it is none.
  */
-static bool prefix_shard(const char *prefix, const char *path, const char *suffix, size_t extra)
+static int prefix_shard(const char *prefix, const char *path, const char *suffix, size_t extra)
 {
-	static const char *const splits[] = {"train", "test", "val"};
 	const char *tail = path + strlen(prefix) + 1;
 
-	for (size_t s = 0; s < 3; s++)
-		if (strncmp(tail, splits[s], strlen(splits[s])) == 0 && tail[strlen(splits[s])] == '-' &&
-		    shard_tail(tail + strlen(splits[s]) + 1, suffix, extra))
-			return true;
-	return false;
+	for (int s = 0; s < 3; s++)
+		if (strncmp(tail, pack_splits[s], strlen(pack_splits[s])) == 0 &&
+		    tail[strlen(pack_splits[s])] == '-' &&
+		    shard_tail(tail + strlen(pack_splits[s]) + 1, suffix, extra))
+			return s;
+	return -1;
 }
 
 /*
@@ -567,30 +580,30 @@ static bool prefix_shard(const char *prefix, const char *path, const char *suffi
  */
 static int remove_stale(const struct pack_options *opt, const struct written *w)
 {
-	static const char *const splits[] = {"train", "test", "val"};
-	char **paths, stem[4096 + 16];
+	bool packed[3] = {false, false, false};
+	char **paths;
 	size_t n;
 	int ret = 0;
 
+	for (size_t k = 0; k < w->n; k++) {
+		const int s = prefix_shard(opt->prefix, w->paths[k], ".pps", 0);
+
+		if (s >= 0)
+			packed[s] = true;
+	}
 	if (prefix_files(opt->prefix, &paths, &n) != 0)
 		return 1;
-	for (size_t s = 0; s < 3; s++) {
-		bool packed = false;
+	for (size_t k = 0; k < n; k++) {
+		const int s = prefix_shard(opt->prefix, paths[k], ".pps", 0);
 
-		snprintf(stem, sizeof(stem), "%s-%s-", opt->prefix, splits[s]);
-		for (size_t k = 0; k < w->n; k++)
-			packed = packed || strncmp(w->paths[k], stem, strlen(stem)) == 0;
-		for (size_t k = 0; packed && k < n; k++) {
-			if (strncmp(paths[k], stem, strlen(stem)) != 0 ||
-			    !shard_tail(paths[k] + strlen(stem), ".pps", 0) || was_written(w, paths[k]))
-				continue;
-			if (unlink(paths[k]) != 0) {
-				fprintf(stderr, "pinpipe-pack: %s: a shard of an earlier set, cannot "
-					"remove it: %s\n", paths[k], strerror(errno));
-				ret = 1;
-			} else if (!opt->quiet) {
-				printf("removed %s, a shard of an earlier set\n", paths[k]);
-			}
+		if (s < 0 || !packed[s] || was_written(w, paths[k]))
+			continue;
+		if (unlink(paths[k]) != 0) {
+			fprintf(stderr, "pinpipe-pack: %s: a shard of an earlier set, cannot "
+				"remove it: %s\n", paths[k], strerror(errno));
+			ret = 1;
+		} else if (!opt->quiet) {
+			printf("removed %s, a shard of an earlier set\n", paths[k]);
 		}
 	}
 	for (size_t k = 0; k < n; k++)
@@ -617,9 +630,9 @@ static int remove_stale_tmp(const struct pack_options *opt)
 	for (size_t k = 0; k < n; k++) {
 		/* PREFIX-SPLIT-NNNNN-of-MMMMM.pps then .tmp-XXXXXX (the writer's), .new
 		 * (staged) or .new.tmp-XXXXXX, not another prefix's. */
-		if (!prefix_shard(opt->prefix, paths[k], ".pps.tmp-", 6) &&
-		    !prefix_shard(opt->prefix, paths[k], ".pps" STAGED, 0) &&
-		    !prefix_shard(opt->prefix, paths[k], ".pps" STAGED ".tmp-", 6))
+		if (prefix_shard(opt->prefix, paths[k], ".pps.tmp-", 6) < 0 &&
+		    prefix_shard(opt->prefix, paths[k], ".pps" STAGED, 0) < 0 &&
+		    prefix_shard(opt->prefix, paths[k], ".pps" STAGED ".tmp-", 6) < 0)
 			continue;
 		if (unlink(paths[k]) != 0) {
 			fprintf(stderr, "pinpipe-pack: %s: a temporary file of an interrupted run, "
@@ -864,8 +877,7 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 	for (size_t k = 0; k < written.n; k++) {
 		char target[4096], staged[4096 + 8];
 
-		if (ret != 0 && pp_args_link_target(written.paths[k], target, sizeof(target)) &&
-		    (size_t)snprintf(staged, sizeof(staged), "%s" STAGED, target) < sizeof(staged))
+		if (ret != 0 && staged_name(written.paths[k], target, staged, sizeof(target)))
 			unlink(staged);
 		free(written.paths[k]);
 	}

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "common/args.h"
+#include "common/links.h"
+#include "common/textout.h"
 #include "pinpipe/pinpipe.h"
 #include "trainer/options.h"
 
@@ -455,7 +457,7 @@ static int check_output(const char *name, const char *path, bool folder, bool be
 	}
 	/* Through links, the file they lead to is replaced (made, where it is not
 	 * there yet): beside that one. */
-	if (beside && pp_args_link_target(path, real, sizeof(real)))
+	if (beside && pp_links_follow(path, real, sizeof(real)))
 		pp_args_folder_of(real, dir, sizeof(dir));
 	else
 		pp_args_folder_of(path, dir, sizeof(dir));
@@ -487,14 +489,14 @@ static int check_distinct(const struct tr_options *opt)
 		for (size_t j = i + 1; j < sizeof(out) / sizeof(out[0]); j++)
 			if (out[i].path[0] != '\0' && out[j].path[0] != '\0' &&
 			    pp_args_same_file(out[i].path, out[j].path) &&
-			    (j == 2 || pp_args_clash(out[i].path))) {
+			    (j == 2 || pp_rows_clash(out[i].path))) {
 				fprintf(stderr, "pinpipe-train: --%s=%s and --%s=%s are one file: each "
 					"would write over the other\n", out[i].name, out[i].path,
 					out[j].name, out[j].path);
 				return 2;
 			}
 	/* Past check_output(), a checkpoint that does not clash is standard output's file. */
-	if (opt->checkpoint[0] != '\0' && !pp_args_clash(opt->checkpoint)) {
+	if (opt->checkpoint[0] != '\0' && !pp_rows_clash(opt->checkpoint)) {
 		fprintf(stderr, "pinpipe-train: --checkpoint=%s: the file standard output or error "
 			"writes: renamed into place, the checkpoint would take it away from them\n",
 			opt->checkpoint);

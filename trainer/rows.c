@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/args.h"
+#include "common/links.h"
 #include "common/textout.h"
 #include "pinpipe/pinpipe.h"
 #include "trainer/rows.h"
@@ -140,6 +141,27 @@ static size_t record_len(const char *s, size_t len, bool csv)
 }
 
 /*
+ * The end of the CSV cell that starts at s[i], within s[0..n): the comma
+ * after it, or n.  A quoted cell ends at its closing quote (a doubled
+ * quote inside is one quote), and what follows that quote up to the comma
+ * is taken into the cell, as Python's csv module takes it.
+ */
+static size_t cell_end(const char *s, size_t i, size_t n)
+{
+	if (i < n && s[i] == '"')
+		for (i++; i < n; i++)
+			if (s[i] == '"') {
+				if (i + 1 < n && s[i + 1] == '"')
+					i++;
+				else
+					break;
+			}
+	while (i < n && s[i] != ',')
+		i++;
+	return i;
+}
+
+/*
  * The epoch of a row: its "epoch" key (JSON), or its cell number 'col'
  * (CSV) (0 for a failed run's row); -1 when there is none to read.
  */
@@ -161,13 +183,8 @@ static long record_epoch(const char *s, size_t len, bool csv, size_t col)
 		while (i < len && (s[i] == ' ' || s[i] == '\t'))
 			i++;
 	} else {
-		for (size_t c = 0; c < col && i < len; i++) {
-			if (s[i] == '"')
-				for (i++; i < len && !(s[i] == '"' && (i + 1 >= len || s[i + 1] != '"')); i++)
-					i += s[i] == '"';
-			else if (s[i] == ',')
-				c++;
-		}
+		for (size_t c = 0; c < col && i < len; c++)
+			i = cell_end(s, i, len) + 1;
 		/* a cell quoted by the program that saved the file */
 		i += i < len && s[i] == '"';
 	}
@@ -198,7 +215,7 @@ static int rows_replace(const char *option, const char *path, int open_fd, const
 
 	/* The file the path's links lead to: a link stays a link; a file removed
 	 * meanwhile is made again, with the rows. */
-	if (!pp_args_link_target(path, target, sizeof(target))) {
+	if (!pp_links_follow(path, target, sizeof(target))) {
 		ret = -errno;
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot follow the path: %s\n", option, path,
 			strerror(-ret));
@@ -316,14 +333,7 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 				strchr(q ? "\"" : ",\r\n", text[i + q + 5]) != NULL;
 			if (found)
 				break;
-			/* the next cell: a quoted one ends at a quote not doubled */
-			if (q)
-				for (i++; i < n && !(text[i] == '"' && text[i + 1] != '"'); i++)
-					i += text[i] == '"';
-			else
-				for (; i < n && text[i] != ','; i++)
-					;
-			i += q;
+			i = cell_end(text, i, n);
 			if (i < n && text[i] == ',') {
 				i++;
 				col++;
