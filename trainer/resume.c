@@ -114,6 +114,17 @@ uint64_t tr_resume_file_crc(const char *path)
 	return crc;
 }
 
+void tr_resume_other_order(char *why, size_t len, const char *path, bool ranks)
+{
+	snprintf(why, len, "--resume: %s was written by a run whose training data came in another "
+		 "order (%s differ%s); resume it with the options it was written with", path,
+		 ranks ? "a global batch of ranks x --batch-size, --data, --seed, --val-split, "
+			 "--no-shuffle, --drop-last or --deterministic"
+		       : "--data, --seed, --batch-size, --val-split, --no-shuffle, --drop-last or "
+			 "the --stream window",
+		 ranks ? ", or, with --stream or --drop-last, the number of ranks" : "");
+}
+
 int tr_resume_place(const struct tr_options *opt, const struct tr_params *p,
 		    const struct split *train, unsigned run, struct run *r, struct tr_place *pl,
 		    char *why, size_t len)
@@ -159,10 +170,7 @@ int tr_resume_place(const struct tr_options *opt, const struct tr_params *p,
 		if (ret < 0)
 			return ret;
 		if (pp_model_tag(r->model) != 0 && pos.plan_key != pp_model_tag(r->model)) {
-			snprintf(why, len, "--resume: %s was written by a run whose training data "
-				 "came in another order (--data, --seed, --batch-size, --val-split, "
-				 "--no-shuffle, --drop-last or the --stream window differ); resume it "
-				 "with the options it was written with", opt->checkpoint);
+			tr_resume_other_order(why, len, opt->checkpoint, r->dist->size > 1);
 			return -EINVAL;
 		}
 
@@ -204,11 +212,7 @@ int tr_resume_key(const struct tr_options *opt, const struct tr_params *p, const
 	/* Several ranks: the job's key is checked here, and each rank's loader
 	 * resumes its own share of the same position. */
 	if (r->dist->size > 1 && resumed_key != 0 && resumed_key != pos.plan_key) {
-		snprintf(why, len, "--resume: %s was written by a run whose training data "
-			 "came in another order (a global batch of ranks x --batch-size, --data, "
-			 "--seed, --val-split, --no-shuffle, --drop-last or --deterministic differ, "
-			 "or, with --stream or --drop-last, the number of ranks)",
-			 opt->checkpoint);
+		tr_resume_other_order(why, len, opt->checkpoint, true);
 		return -EINVAL;
 	}
 	if (r->dist->size > 1)

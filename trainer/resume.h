@@ -43,6 +43,13 @@ int tr_resume_check(const struct tr_options *opt, const struct tr_params *p,
 uint64_t tr_resume_file_crc(const char *path);
 
 /*
+ * Writes to why[0..len) that the checkpoint at 'path' was written by a run
+ * whose training data came in another order, naming the options that
+ * decide the order: those of one process, or of the job's ranks.
+ */
+void tr_resume_other_order(char *why, size_t len, const char *path, bool ranks);
+
+/*
  * Places the run's model in the plan of its training data (the training
  * loader begins epoch 0 to count its batches).  Returns 0, 1 when the
  * model's run is already complete (said on stderr: nothing to train), or
