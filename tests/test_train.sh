@@ -266,11 +266,17 @@ cmp -s "$tmp/big.ckpt" "$tmp/big0.ckpt" || { echo "FAIL: a refused checkpoint wa
 expect 0 "d.ckpt is at step 12, the end of epoch 1 \(of 12 batches\), at or past --epochs=1: the run is already complete" \
 	"$train" $common --epochs=1 --checkpoint="$tmp/d.ckpt" --resume --csv="$tmp/done.csv"
 expect 0 "e.ckpt is at step 7, batch 7 of epoch 1 \(of 12 batches\), at or past --max-steps=5: the run is already complete" \
-	"$train" $common --epochs=3 --max-steps=5 --checkpoint="$tmp/e.ckpt" --resume --csv="$tmp/done2.csv"
+	"$train" $common --epochs=3 --max-steps=5 --checkpoint="$tmp/e.ckpt" --resume --csv="$tmp/done2.csv" \
+	--logdir="$tmp/tb-none"
 # Of another order (another --batch-size): refused, not "complete" (its
 # steps are no place in this plan).
 expect 1 "e.ckpt was written by a run whose training data came in another order" \
-	"$train" $common --epochs=3 --max-steps=5 --batch-size=50 --checkpoint="$tmp/e.ckpt" --resume
+	"$train" $common --epochs=3 --max-steps=5 --batch-size=50 --checkpoint="$tmp/e.ckpt" --resume \
+	--logdir="$tmp/tb-none"
+# Neither trained a step: no events file of no event (one was left each time).
+if [ -n "$(find "$tmp/tb-none" -type f 2>/dev/null)" ]; then
+	echo "FAIL: a run that trained nothing left events:"; find "$tmp/tb-none" -type f; fail=1
+fi
 # and no table of no rows: stdout holds the run's line alone, no header
 "$train" $common --epochs=1 --checkpoint="$tmp/d.ckpt" --resume --no-progress >"$tmp/out" 2>/dev/null
 if grep -q "epoch.*train_loss\|^sorted by" "$tmp/out"; then

@@ -152,6 +152,13 @@ if command -v mpirun >/dev/null &&
 		expect 2 "rank 1 of 2: --image-size=24, but rank 0 has --image-size=16" \
 			timeout 120 $mpirun -np 1 "$train" --data="$tmp/img" $run --epochs=1 \
 			: -np 1 "$train" --data="$tmp/img" $run --epochs=1 --image-size=24
+		# Streamed shards of 2 chunks a split to 3 ranks: refused before any
+		# run, in the trainer's terms (it was the loader's, which named a
+		# library setting: PP_LOADER_CACHE_MEMORY).
+		expect 1 "the train shards of $tmp/shards hold 2 chunks, too few for 3 ranks.*train without --stream" \
+			timeout 120 $mpirun -np 3 "$train" --data="$tmp/shards" --stream $run --epochs=1
+		grep -q "PP_LOADER_CACHE" "$tmp/out" &&
+			{ echo "FAIL: pinpipe-train named a library setting:"; cat "$tmp/out"; fail=1; }
 		exit $fail
 	) || fail=1
 else

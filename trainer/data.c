@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,9 @@ static int check_samples(const char *where, const char *what, const struct pp_sa
  * written to *info.
  */
 static int find_shards(const char *dir, const char *split, struct split *sp,
-		       struct pp_sample_info *info, const struct tr_options *opt)
+		       struct pp_sample_info *info, const struct tr_options *opt, unsigned ranks)
 {
+	uint64_t chunks = 0;
 	struct stat st;
 	int ret;
 
@@ -119,9 +121,20 @@ static int find_shards(const char *dir, const char *split, struct split *sp,
 				fprintf(stderr, "pinpipe-train: %s: %s\n", sp->shards[k], pp_last_error());
 			}
 		}
+		chunks += pp_shard_chunk_count(sh);
 		pp_shard_close(sh);
 		if (ret < 0)
 			goto err_free;
+	}
+	/* Each rank streams chunks of its own (the loader's rule, said here in the
+	 * trainer's terms). */
+	if (chunks < ranks) {
+		fprintf(stderr, "pinpipe-train: --stream: the %s shards of %s hold %" PRIu64
+			" chunks, too few for %u ranks (each streams chunks of its own): train "
+			"without --stream, or pack smaller chunks (pinpipe-pack --chunk)\n", split,
+			dir, chunks, ranks);
+		ret = -EINVAL;
+		goto err_free;
 	}
 	return 0;
 
@@ -213,7 +226,7 @@ static int open_images(const struct tr_options *opt, struct data *d)
 	return ret;
 }
 
-int tr_data_open(const struct tr_options *opt, struct data *d)
+int tr_data_open(const struct tr_options *opt, unsigned ranks, struct data *d)
 {
 	int ret;
 
@@ -228,9 +241,9 @@ int tr_data_open(const struct tr_options *opt, struct data *d)
 		bool val = pp_shard_find(opt->data, "val", &vals, &nvals) != -ENOENT;
 
 		pp_shard_paths_free(vals);
-		ret = find_shards(opt->data, "train", &d->train, &train, opt);
+		ret = find_shards(opt->data, "train", &d->train, &train, opt, ranks);
 		if (ret == 0 && opt->eval)
-			ret = find_shards(opt->data, val ? "val" : "test", &d->test, &test, opt);
+			ret = find_shards(opt->data, val ? "val" : "test", &d->test, &test, opt, ranks);
 		if (ret == 0 && opt->eval)
 			ret = check_samples(opt->data, "test split's", &train, &test);
 		if (ret == 0 && opt->image_size != 0 && d->train.jpeg == NULL) {

@@ -35,10 +35,11 @@ struct data {
 
 /*
  * Opens --data (a directory of a known dataset, or synthetic[:COUNT]) and
- * holds out --val-split; with --stream, finds the shard files instead.
- * Returns 0, or -errno with the reason on stderr (nothing left open).
+ * holds out --val-split; with --stream, finds the shard files instead, of
+ * a chunk or more for each of the job's 'ranks'.  Returns 0, or -errno
+ * with the reason on stderr (nothing left open).
  */
-int tr_data_open(const struct tr_options *opt, struct data *d);
+int tr_data_open(const struct tr_options *opt, unsigned ranks, struct data *d);
 void tr_data_free(struct data *d);
 
 /* Whether the split holds any data. */

@@ -106,9 +106,7 @@ int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
 	}
 	if (ret == 0)
 		ret = tr_dist_start_model(dist, r->model);
-	if (ret < 0)
-		return ret;
-	return tr_tb_open(opt, p, run, r);
+	return ret;
 }
 
 void tr_run_close(struct run *r)

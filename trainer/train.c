@@ -96,7 +96,7 @@ static int train_main(int argc, char **argv)
 	if (tr_dist_open(&opt, &dist) < 0)
 		return 1;
 	ranks_setup(&opt, &dist);
-	if (tr_data_open(&opt, &d) < 0)
+	if (tr_data_open(&opt, (unsigned)dist.size, &d) < 0)
 		return rank_failed(&dist);
 	if (tr_rows_start(&opt, &rf) < 0) {
 		tr_rows_finish(&opt, &rf, NULL);
@@ -283,6 +283,9 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		goto fail;
 	}
 	ret = tr_resume_key(opt, p, &d->train, &r, &pl, why, sizeof(why));
+	/* The events once the run will train: a refused resume leaves no file. */
+	if (ret == 0)
+		ret = tr_tb_open(opt, p, run, &r);
 	if (ret < 0)
 		goto fail;
 	if (dist->size > 1)
@@ -308,10 +311,7 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		ret = tr_begin_epoch(&r, epoch, epoch == pl.first_epoch, steps, pl.batches, pl.key);
 		/* Said once, as the run's reason, in place of the loader's. */
 		if (ret == -EINVAL && epoch == pl.first_epoch && steps != 0)
-			snprintf(why, sizeof(why), "--resume: %s was written by a run whose "
-				 "training data came in another order (--data, --seed, --batch-size, "
-				 "--val-split, --no-shuffle, --drop-last or the --stream window differ); "
-				 "resume it with the options it was written with", opt->checkpoint);
+			tr_resume_other_order(why, sizeof(why), opt->checkpoint, dist->size > 1);
 		/* An epoch of no step would train nothing, and say "ok" with a NaN loss. */
 		if (ret == 0 && pp_loader_batches_per_epoch(r.train_loader) == 0) {
 			snprintf(why, sizeof(why), "%s: %llu training samples%s make no whole batch "
