@@ -70,7 +70,7 @@ for opt in csv jsonl; do
 	"$bench" overlap --device=sim --batches=10 --compute-us=0 --$opt="$tmp/none/rows" \
 		--$other="$tmp/kept" > "$tmp/out" 2> "$tmp/err"
 	rc=$?
-	[ $rc -eq 1 ] || fail "--$opt in a missing directory: exit $rc, expected 1"
+	[ $rc -eq 2 ] || fail "--$opt in a missing directory: exit $rc, expected 2 (as pinpipe-train's)"
 	grep -q "^pinpipe-bench: --$opt=$tmp/none/rows: cannot open for writing" "$tmp/err" ||
 		fail "--$opt in a missing directory: message: $(cat "$tmp/err")"
 	[ ! -s "$tmp/out" ] || fail "--$opt in a missing directory: measured first: $(cat "$tmp/out")"

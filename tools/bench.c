@@ -909,12 +909,13 @@ static int bench_main(int argc, char **argv)
 			"write over the other\n", o.csv, o.jsonl);
 		return 2;
 	}
+	/* Before any work, as pinpipe-train's: a path that cannot be written is bad usage. */
 	if (table_open("csv", o.csv, &csv, &csv_shared) != 0)
-		return 1;
+		return 2;
 	if (table_open("jsonl", o.jsonl, &jsonl, &jsonl_shared) != 0) {
 		if (csv != NULL)
 			fclose(csv);
-		return 1;
+		return 2;
 	}
 	if ((ret = pp_device_open(o.device, &dev)) < 0) {
 		fprintf(stderr, "pinpipe-bench: --device=%s: %s\n", o.device, pp_last_error());
