@@ -14,12 +14,12 @@
 #include "trainer/data.h"
 #include "trainer/run.h"
 
-bool tr_split_present(const struct split *s)
+bool tr_split_present(const struct tr_split *s)
 {
 	return s->ds != NULL || s->nshards > 0 || s->images != NULL;
 }
 
-static void split_free(struct split *s)
+static void split_free(struct tr_split *s)
 {
 	pp_dataset_destroy(s->ds);
 	pp_shard_paths_free(s->shards);
@@ -28,7 +28,7 @@ static void split_free(struct split *s)
 	memset(s, 0, sizeof(*s));
 }
 
-void tr_data_free(struct data *d)
+void tr_data_free(struct tr_data *d)
 {
 	split_free(&d->train);
 	split_free(&d->val);
@@ -61,7 +61,7 @@ static int check_samples(const char *where, const char *what, const struct pp_sa
  * the loader as it streams them.  The shape of the shards' samples is
  * written to *info.
  */
-static int find_shards(const char *dir, const char *split, struct split *sp,
+static int find_shards(const char *dir, const char *split, struct tr_split *sp,
 		       struct pp_sample_info *info, const struct tr_options *opt, unsigned ranks)
 {
 	uint64_t chunks = 0;
@@ -149,7 +149,7 @@ err_free:
  * A synthetic dataset of COUNT training samples and COUNT/6 test samples,
  * drawn from one source so that both show the same classes.
  */
-static int open_synthetic(const char *spec, uint64_t seed, struct data *d)
+static int open_synthetic(const char *spec, uint64_t seed, struct tr_data *d)
 {
 	struct pp_synthetic_config sc = {
 		.count = 12000, .channels = 1, .height = 28, .width = 28,
@@ -186,7 +186,7 @@ bad_spec:
  * A folder of JPEGs: DIR/train (or DIR itself) to train on, with
  * RandomResizedCrop and flips; DIR/val (or DIR/test) to evaluate on.
  */
-static int open_images(const struct tr_options *opt, struct data *d)
+static int open_images(const struct tr_options *opt, struct tr_data *d)
 {
 	struct pp_jpeg_config jc = { .size = opt->image_size ? opt->image_size : 224,
 				     .mode = PP_JPEG_TRAIN };
@@ -226,7 +226,7 @@ static int open_images(const struct tr_options *opt, struct data *d)
 	return ret;
 }
 
-int tr_data_open(const struct tr_options *opt, unsigned ranks, struct data *d)
+int tr_data_open(const struct tr_options *opt, unsigned ranks, struct tr_data *d)
 {
 	int ret;
 
@@ -310,7 +310,7 @@ int tr_data_open(const struct tr_options *opt, unsigned ranks, struct data *d)
 }
 
 void tr_loader_config(const struct tr_options *opt, const struct tr_params *p,
-		      const struct split *s, bool train, const struct run *r,
+		      const struct tr_split *s, bool train, const struct tr_run *r,
 		      struct pp_loader_config *lc_p)
 {
 	struct pp_loader_config lc;
@@ -348,7 +348,7 @@ void tr_loader_config(const struct tr_options *opt, const struct tr_params *p,
 }
 
 int tr_make_pipeline(const struct tr_options *opt, const struct tr_params *p,
-		     const struct split *s, bool train, struct run *r,
+		     const struct tr_split *s, bool train, struct tr_run *r,
 		     struct pp_loader **loader_p, struct pp_transfer **xfer_p)
 {
 	struct pp_loader_config lc;

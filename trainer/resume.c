@@ -23,7 +23,7 @@
  * --deterministic) when the ranks do not divide the training samples.
  */
 static int job_plan_key(const struct tr_options *opt, const struct tr_params *p,
-			const struct split *s, const struct run *r, uint64_t *key_p)
+			const struct tr_split *s, const struct tr_run *r, uint64_t *key_p)
 {
 	struct pp_loader_config lc;
 	struct pp_loader_position pos;
@@ -52,7 +52,7 @@ static int job_plan_key(const struct tr_options *opt, const struct tr_params *p,
 	return ret;
 }
 
-int tr_begin_epoch(struct run *r, unsigned epoch, bool resuming, uint64_t steps,
+int tr_begin_epoch(struct tr_run *r, unsigned epoch, bool resuming, uint64_t steps,
 		   uint64_t batches, uint64_t key)
 {
 	struct pp_loader_position pos;
@@ -126,8 +126,8 @@ void tr_resume_other_order(char *why, size_t len, const char *path, bool ranks)
 }
 
 int tr_resume_place(const struct tr_options *opt, const struct tr_params *p,
-		    const struct split *train, unsigned run, struct run *r, struct tr_place *pl,
-		    char *why, size_t len)
+		    const struct tr_split *train, unsigned run, struct tr_run *r,
+		    struct tr_place *pl, char *why, size_t len)
 {
 	uint64_t steps, batches;
 	unsigned first_epoch;
@@ -191,8 +191,9 @@ int tr_resume_place(const struct tr_options *opt, const struct tr_params *p,
 	return 0;
 }
 
-int tr_resume_key(const struct tr_options *opt, const struct tr_params *p, const struct split *train,
-		  struct run *r, struct tr_place *pl, char *why, size_t len)
+int tr_resume_key(const struct tr_options *opt, const struct tr_params *p,
+		  const struct tr_split *train, struct tr_run *r, struct tr_place *pl, char *why,
+		  size_t len)
 {
 	struct pp_loader_position pos;
 	uint64_t resumed_key;

@@ -16,7 +16,7 @@
 #include "trainer/options.h"
 #include "trainer/results.h"
 
-struct run;
+struct tr_run;
 
 /* Where a run starts: at its model's step count (a resumed one's), or at the start. */
 struct tr_place {
@@ -57,8 +57,8 @@ void tr_resume_other_order(char *why, size_t len, const char *path, bool ranks);
  * a checkpoint of another order that would have been called complete).
  */
 int tr_resume_place(const struct tr_options *opt, const struct tr_params *p,
-		    const struct split *train, unsigned run, struct run *r, struct tr_place *pl,
-		    char *why, size_t len);
+		    const struct tr_split *train, unsigned run, struct tr_run *r,
+		    struct tr_place *pl, char *why, size_t len);
 
 /*
  * Tags the model with the plan key of its training data (with several
@@ -66,8 +66,9 @@ int tr_resume_place(const struct tr_options *opt, const struct tr_params *p,
  * against it where the loader cannot (several ranks).  0, or -errno
  * (-EINVAL with the reason in why[0..len)).
  */
-int tr_resume_key(const struct tr_options *opt, const struct tr_params *p, const struct split *train,
-		  struct run *r, struct tr_place *pl, char *why, size_t len);
+int tr_resume_key(const struct tr_options *opt, const struct tr_params *p,
+		  const struct tr_split *train, struct tr_run *r, struct tr_place *pl, char *why,
+		  size_t len);
 
 /*
  * Begins a training epoch, or continues it from a resumed model's step
@@ -75,7 +76,7 @@ int tr_resume_key(const struct tr_options *opt, const struct tr_params *p, const
  * model (its checkpoint's tag; 0 for a checkpoint without one): the loader
  * refuses to continue a run whose data came in another order (-EINVAL).
  */
-int tr_begin_epoch(struct run *r, unsigned epoch, bool resuming, uint64_t steps,
+int tr_begin_epoch(struct tr_run *r, unsigned epoch, bool resuming, uint64_t steps,
 		   uint64_t batches, uint64_t key);
 
 #endif

@@ -385,7 +385,7 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 	return 0;
 }
 
-int tr_rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned epochs)
+int tr_rows_resume(const struct tr_options *opt, struct tr_row_files *rf, unsigned epochs)
 {
 	int ret = rows_resume_one("--csv", opt->csv, &rf->csv, rf->csv_shared, true, epochs,
 				  &rf->csv_base);
@@ -402,7 +402,7 @@ int tr_rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned 
 	return ret;
 }
 
-int tr_rows_start(const struct tr_options *opt, struct row_files *rf)
+int tr_rows_start(const struct tr_options *opt, struct tr_row_files *rf)
 {
 	struct stat st;
 
@@ -431,7 +431,7 @@ int tr_rows_start(const struct tr_options *opt, struct row_files *rf)
 	return 0;
 }
 
-int tr_rows_finish(const struct tr_options *opt, struct row_files *rf,
+int tr_rows_finish(const struct tr_options *opt, struct tr_row_files *rf,
 		   const struct tr_results *res)
 {
 	struct stat st;
@@ -460,7 +460,7 @@ int tr_rows_finish(const struct tr_options *opt, struct row_files *rf,
 }
 
 void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned run,
-		  const struct tr_params *p, int err, const char *why, struct row_files *rf)
+		  const struct tr_params *p, int err, const char *why, struct tr_row_files *rf)
 {
 	struct tr_row row;
 
@@ -486,7 +486,7 @@ void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned
 			  tr_results_write_row_csv);
 }
 
-int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr_results *res,
+int tr_rows_report(const struct tr_options *opt, struct tr_row_files *rf, struct tr_results *res,
 		   const struct tr_row *row)
 {
 	int ret;

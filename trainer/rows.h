@@ -19,7 +19,7 @@
  * epochs its checkpoint holds (tr_rows_resume()).  At the end the CSV's rows
  * of this process are written again in --sort's order (tr_rows_finish()).
  */
-struct row_files {
+struct tr_row_files {
 	FILE *csv;             /* --csv, or NULL */
 	FILE *jsonl;           /* --jsonl, or NULL */
 	off_t csv_base;        /* bytes of the CSV before this process's rows: its header and
@@ -41,7 +41,7 @@ extern bool tr_output_failed;
  * Opens the files of rows of rank 0 (the other ranks write none); the CSV
  * gets its header when it is new.  Returns 0, or -errno with the file named.
  */
-int tr_rows_start(const struct tr_options *opt, struct row_files *rf);
+int tr_rows_start(const struct tr_options *opt, struct tr_row_files *rf);
 
 /*
  * A resume at the end of epoch 'epochs' (or in the epoch after it): each
@@ -49,7 +49,7 @@ int tr_rows_start(const struct tr_options *opt, struct row_files *rf);
  * interrupted epoch's, which the resume trains again; failed runs'), so
  * that the resumed rows follow with no epoch twice.  Returns 0 or -errno.
  */
-int tr_rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned epochs);
+int tr_rows_resume(const struct tr_options *opt, struct tr_row_files *rf, unsigned epochs);
 
 /*
  * Appends a finished row to the results, the JSON lines and the CSV, not
@@ -58,7 +58,7 @@ int tr_rows_resume(const struct tr_options *opt, struct row_files *rf, unsigned 
  * -errno when a file could not be written (the file is named on stderr;
  * tr_output_failed is set).
  */
-int tr_rows_report(const struct tr_options *opt, struct row_files *rf, struct tr_results *res,
+int tr_rows_report(const struct tr_options *opt, struct tr_row_files *rf, struct tr_results *res,
 		   const struct tr_row *row);
 
 /* Prints a reported row on standard output (nothing with progress < 0). */
@@ -66,14 +66,14 @@ void tr_rows_print(const struct tr_options *opt, const struct tr_row *row);
 
 /* A failed run's row; 'why' says why, or NULL for the library's last error. */
 void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned run,
-		  const struct tr_params *p, int err, const char *why, struct row_files *rf);
+		  const struct tr_params *p, int err, const char *why, struct tr_row_files *rf);
 
 /*
  * Closes the files of rows; the CSV, a regular file, gets this process's
  * rows again in 'res''s order (sorted by --sort), after its header and the
  * rows a resume kept.  Returns 0, or -errno with the file named.
  */
-int tr_rows_finish(const struct tr_options *opt, struct row_files *rf,
+int tr_rows_finish(const struct tr_options *opt, struct tr_row_files *rf,
 		   const struct tr_results *res);
 
 #endif

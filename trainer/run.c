@@ -34,7 +34,7 @@ static void name_device(struct tr_params *p, const struct pp_device *dev)
 }
 
 int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
-		const struct data *d, struct tr_dist *dist, struct run *r)
+		const struct tr_data *d, struct tr_dist *dist, struct tr_run *r)
 {
 	const struct pp_sample_info *info;
 	struct pp_model_config mc;
@@ -109,7 +109,7 @@ int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
 	return ret;
 }
 
-void tr_run_close(struct run *r)
+void tr_run_close(struct tr_run *r)
 {
 	/* First the communicator of the gradients: a reduction a failure left in flight
 	 * is aborted with it before the model's memory goes (nccl). */

@@ -16,7 +16,7 @@
 #include "trainer/results.h"
 
 /* Everything one run holds, released in reverse order by tr_run_close(). */
-struct run {
+struct tr_run {
 	struct pp_device *dev;
 	struct pp_stream *compute;
 	struct pp_loader *train_loader, *val_loader, *test_loader;
@@ -42,8 +42,8 @@ struct run {
  * failure.
  */
 int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
-		const struct data *d, struct tr_dist *dist, struct run *r);
-void tr_run_close(struct run *r);
+		const struct tr_data *d, struct tr_dist *dist, struct tr_run *r);
+void tr_run_close(struct tr_run *r);
 
 /*
  * Names the BLAS kernels of a run on the CPU in its parameters, and says

@@ -14,7 +14,7 @@
 #include "trainer/run.h"
 #include "trainer/tensorboard.h"
 
-void tr_tb_failed(struct run *r)
+void tr_tb_failed(struct tr_run *r)
 {
 	fprintf(stderr, "pinpipe-train: warning: --logdir: %s; the run goes on without its "
 		"TensorBoard events\n", pp_last_error());
@@ -23,7 +23,7 @@ void tr_tb_failed(struct run *r)
 }
 
 /* Adds a scalar to the run's events, if it still has them. */
-static void tb_scalar(struct run *r, const char *tag, int64_t step, double value)
+static void tb_scalar(struct tr_run *r, const char *tag, int64_t step, double value)
 {
 	if (r->tb != NULL && pp_summary_writer_add_scalar(r->tb, tag, step, value) < 0)
 		tr_tb_failed(r);
@@ -47,7 +47,7 @@ static void run_dirname(const struct tr_params *p, unsigned run, char *buf, size
 			buf[i] = '_';
 }
 
-void tr_tb_image_grid(struct run *r, const struct pp_device_batch *b, const struct pp_tensor *in,
+void tr_tb_image_grid(struct tr_run *r, const struct pp_device_batch *b, const struct pp_tensor *in,
 		      const struct pp_sample_info *info, uint64_t step)
 {
 	size_t bytes = b->size * b->sample_bytes;
@@ -92,7 +92,7 @@ out:
  * last step ("params/0.conv.weight", "grads/0.conv.weight", ...) at the
  * global step 'step', after each epoch.  A failure is a warning.
  */
-static void tb_histograms(struct run *r, int64_t step)
+static void tb_histograms(struct tr_run *r, int64_t step)
 {
 	size_t count = pp_model_param_count(r->model);
 	size_t n = pp_model_param_list(r->model, NULL, 0);
@@ -129,7 +129,8 @@ out:
 	free(list);
 }
 
-int tr_tb_open(const struct tr_options *opt, const struct tr_params *p, unsigned run, struct run *r)
+int tr_tb_open(const struct tr_options *opt, const struct tr_params *p, unsigned run,
+	       struct tr_run *r)
 {
 	int ret = 0;
 
@@ -143,7 +144,7 @@ int tr_tb_open(const struct tr_options *opt, const struct tr_params *p, unsigned
 	return ret;
 }
 
-int tr_tb_step(struct run *r, uint64_t steps)
+int tr_tb_step(struct tr_run *r, uint64_t steps)
 {
 	struct pp_model_metrics m;
 	int ret;
@@ -159,7 +160,7 @@ int tr_tb_step(struct run *r, uint64_t steps)
 	return ret;
 }
 
-void tr_tb_epoch(struct run *r, const struct tr_row *row, uint64_t steps)
+void tr_tb_epoch(struct tr_run *r, const struct tr_row *row, uint64_t steps)
 {
 	if (r->tb == NULL)
 		return;
@@ -186,7 +187,7 @@ void tr_tb_epoch(struct run *r, const struct tr_row *row, uint64_t steps)
 		tr_tb_failed(r);
 }
 
-void tr_tb_close(struct run *r)
+void tr_tb_close(struct tr_run *r)
 {
 	if (r->tb != NULL && pp_summary_writer_flush(r->tb) < 0)
 		tr_tb_failed(r);

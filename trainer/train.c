@@ -57,21 +57,22 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int train_grid(struct tr_options *opt, const struct data *d, struct tr_dist *dist,
-		      struct tr_results *res, struct row_files *rf, size_t *started_p, int *failed_p,
-		      bool *told_p, struct tr_row *late);
+static int train_grid(struct tr_options *opt, const struct tr_data *d, struct tr_dist *dist,
+		      struct tr_results *res, struct tr_row_files *rf, size_t *started_p,
+		      int *failed_p, bool *told_p, struct tr_row *late);
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
-		     const struct data *d, struct tr_dist *dist, struct tr_results *res,
-		     struct row_files *rf, struct tr_row *late);
-static int train_epoch(const struct tr_options *opt, struct run *r, const struct pp_sample_info *info,
-		       uint64_t *steps, uint64_t batches, struct tr_row *row);
-static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
+		     const struct tr_data *d, struct tr_dist *dist, struct tr_results *res,
+		     struct tr_row_files *rf, struct tr_row *late);
+static int train_epoch(const struct tr_options *opt, struct tr_run *r,
+		       const struct pp_sample_info *info, uint64_t *steps, uint64_t batches,
+		       struct tr_row *row);
+static int run_pass(struct tr_run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
 		    uint64_t max_steps, const struct pp_sample_info *info, int progress,
 		    uint64_t batches, double t0, const char *what);
-static int evaluate(struct run *r, struct pp_transfer *xfer, struct pp_loader *loader,
+static int evaluate(struct tr_run *r, struct pp_transfer *xfer, struct pp_loader *loader,
 		    const struct pp_sample_info *info, int progress, const char *what,
 		    double *loss_p, double *acc_p);
-static bool ranks_stop(struct run *r, int *err_p);
+static bool ranks_stop(struct tr_run *r, int *err_p);
 static void ranks_setup(struct tr_options *opt, const struct tr_dist *dist);
 static int rank_failed(struct tr_dist *dist);
 static size_t table_width(void);
@@ -81,8 +82,8 @@ static int train_main(int argc, char **argv)
 	struct tr_options opt;
 	struct tr_results res = { 0 };
 	struct tr_dist dist;
-	struct data d;
-	struct row_files rf;
+	struct tr_data d;
+	struct tr_row_files rf;
 	char checked[1024];        /* why the ranks' options do not agree */
 	size_t started = 0;
 	int ret, failed = 0;
@@ -175,9 +176,9 @@ static int train_main(int argc, char **argv)
  * a run said where Ctrl-C stopped it.  Returns 0, or -errno when this rank
  * failed with other ranks, which may wait for it: the job must end.
  */
-static int train_grid(struct tr_options *opt, const struct data *d, struct tr_dist *dist,
-		      struct tr_results *res, struct row_files *rf, size_t *started_p, int *failed_p,
-		      bool *told_p, struct tr_row *late)
+static int train_grid(struct tr_options *opt, const struct tr_data *d, struct tr_dist *dist,
+		      struct tr_results *res, struct tr_row_files *rf, size_t *started_p,
+		      int *failed_p, bool *told_p, struct tr_row *late)
 {
 	size_t runs = tr_options_runs(opt);
 	int ret;
@@ -219,12 +220,12 @@ static int train_grid(struct tr_options *opt, const struct data *d, struct tr_di
  * its last row in *late, for the terminal after the grid's line on it.
  */
 static int train_run(const struct tr_options *opt, const struct tr_params *p, unsigned run,
-		     const struct data *d, struct tr_dist *dist, struct tr_results *res,
-		     struct row_files *rf, struct tr_row *late)
+		     const struct tr_data *d, struct tr_dist *dist, struct tr_results *res,
+		     struct tr_row_files *rf, struct tr_row *late)
 {
 	struct tr_params params = *p;
 	const struct pp_sample_info *info;
-	struct run r;
+	struct tr_run r;
 	double t_run = now_s();
 	struct tr_place pl;
 	struct tr_row held = { .run = 0 };  /* a row for the terminal after Ctrl-C's stop */
@@ -405,8 +406,9 @@ fail:
  * copies, and evaluation.  Returns 0, -EINTR when Ctrl-C stopped it (the
  * row then holds what was trained), or another -errno.
  */
-static int train_epoch(const struct tr_options *opt, struct run *r, const struct pp_sample_info *info,
-		       uint64_t *steps, uint64_t batches, struct tr_row *row)
+static int train_epoch(const struct tr_options *opt, struct tr_run *r,
+		       const struct pp_sample_info *info, uint64_t *steps, uint64_t batches,
+		       struct tr_row *row)
 {
 	static struct pp_hostload h0, h1;
 	struct pp_transfer_stats s0, s1;
@@ -465,7 +467,7 @@ static int train_epoch(const struct tr_options *opt, struct run *r, const struct
 }
 
 /* Runs one pass over a transfer stage's epoch: training when 'train', else evaluation. */
-static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
+static int run_pass(struct tr_run *r, struct pp_transfer *xfer, bool train, uint64_t *steps,
 		    uint64_t max_steps, const struct pp_sample_info *info, int progress,
 		    uint64_t batches, double t0, const char *what)
 {
@@ -526,7 +528,7 @@ static int run_pass(struct run *r, struct pp_transfer *xfer, bool train, uint64_
 }
 
 /* Evaluates the model on one pass of a transfer stage; NaN results when there is none. */
-static int evaluate(struct run *r, struct pp_transfer *xfer, struct pp_loader *loader,
+static int evaluate(struct tr_run *r, struct pp_transfer *xfer, struct pp_loader *loader,
 		    const struct pp_sample_info *info, int progress, const char *what,
 		    double *loss_p, double *acc_p)
 {
@@ -558,7 +560,7 @@ static int evaluate(struct run *r, struct pp_transfer *xfer, struct pp_loader *l
  * other rank (trainer/dist.h), so that every rank stops at the same step.
  * A failed collective stops with its error in *err_p.
  */
-static bool ranks_stop(struct run *r, int *err_p)
+static bool ranks_stop(struct tr_run *r, int *err_p)
 {
 	int err;
 
