@@ -115,6 +115,25 @@ expect 1 "c21-train-00000-of-00001.pps: not a regular file: a shard would replac
 [ -p "$tmp/c21-train-00000-of-00001.pps" ] && [ "$(ls "$tmp" | grep -c '^c21')" -eq 1 ] ||
 	{ echo "FAIL: a FIFO at a shard's path: $(ls -l "$tmp")"; fail=1; }
 rm -f "$tmp"/c21*
+# Two runs of one prefix at once: the second is refused while the first
+# holds PREFIX.lock (held here by flock(1)), and the shards of before stay
+# as they were; the lock file is gone once a run ends, and a killed run's
+# (there, unlocked) is taken over by the next run.
+if command -v flock >/dev/null; then
+	"$pack" -q -o "$tmp/c22" "$tmp/data_batch_1.bin" || { echo "FAIL: packing c22"; fail=1; }
+	[ ! -e "$tmp/c22.lock" ] || { echo "FAIL: a run left its lock file"; fail=1; }
+	cat "$tmp"/c22-*.pps > "$tmp/c22.before"
+	expect 1 "-o $tmp/c22: another pinpipe-pack is packing this prefix \(it holds $tmp/c22.lock\)" \
+		flock "$tmp/c22.lock" "$pack" -o "$tmp/c22" "$tmp/data_batch_1.bin"
+	cat "$tmp"/c22-*.pps | cmp -s - "$tmp/c22.before" && [ "$(ls "$tmp" | grep -c '^c22-')" -eq 1 ] ||
+		{ echo "FAIL: a refused run changed the shards: $(ls "$tmp")"; fail=1; }
+	touch "$tmp/c22.lock"
+	expect 0 "3 records" "$pack" -o "$tmp/c22" "$tmp/data_batch_1.bin"
+	[ ! -e "$tmp/c22.lock" ] || { echo "FAIL: a killed run's lock file left"; fail=1; }
+	rm -f "$tmp"/c22*
+else
+	echo "test_pack: no flock(1): two runs of one prefix at once left out"
+fi
 # The temporary files a SIGKILLed run left (the shard writer's names) are
 # removed by the next run of the same prefix, which says so; another
 # prefix's are left alone, one that begins with this prefix too.

@@ -10,19 +10,21 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/args.h"
-#include "common/links.h"
 #include "common/cpu.h"
+#include "common/links.h"
 #include "common/size.h"
 #include "pinpipe/pinpipe.h"
 
@@ -828,16 +830,73 @@ static int commit_written(const struct written *w, size_t *renamed_p)
 	return 0;
 }
 
+/*
+ * Two runs of one prefix at once would remove each other's staged shards
+ * and rename a mix of both into place: each run holds PREFIX.lock, a file
+ * beside the shards locked with flock(2), for the whole of pack(), and a
+ * second is refused.  The file is removed while locked at the end; a run
+ * that locked a file just removed (opened before the removal) finds its
+ * name gone or another's, and locks again.  A killed run's file is taken
+ * over by the next (a lock ends with its process).  Returns the locked
+ * descriptor, or -1 said.
+ */
+static int lock_prefix(const char *prefix, char *path, size_t len)
+{
+	if ((size_t)snprintf(path, len, "%s.lock", prefix) >= len) {
+		fprintf(stderr, "pinpipe-pack: -o %s: the path is too long\n", prefix);
+		return -1;
+	}
+	for (;;) {
+		struct stat held, named;
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+
+		if (fd < 0) {
+			fprintf(stderr, "pinpipe-pack: -o %s: cannot make its lock %s: %s\n", prefix,
+				path, strerror(errno));
+			return -1;
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+			const int err = errno;
+
+			close(fd);
+			if (err == EWOULDBLOCK)
+				fprintf(stderr, "pinpipe-pack: -o %s: another pinpipe-pack is packing "
+					"this prefix (it holds %s): wait for it to end\n", prefix, path);
+			else
+				fprintf(stderr, "pinpipe-pack: -o %s: cannot lock %s: %s\n", prefix,
+					path, strerror(err));
+			return -1;
+		}
+		if (fstat(fd, &held) == 0 && lstat(path, &named) == 0 &&
+		    held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+			return fd;
+		close(fd);
+	}
+}
+
+/* Ends lock_prefix()'s hold: the file removed, then its lock. */
+static void unlock_prefix(int fd, const char *path)
+{
+	unlink(path);
+	close(fd);
+}
+
 static int pack(const struct pack_options *opt, char **inputs, int n)
 {
 	struct written written = {NULL, 0};
 	size_t renamed = 0;
 	struct stat st;
 	bool all_bin = true;
-	int ret, stale = 0;
+	char lock[4096 + 8];
+	int ret, stale = 0, lock_fd;
 
-	if (remove_stale_tmp(opt) != 0)
+	lock_fd = lock_prefix(opt->prefix, lock, sizeof(lock));
+	if (lock_fd < 0)
 		return 1;
+	if (remove_stale_tmp(opt) != 0) {
+		unlock_prefix(lock_fd, lock);
+		return 1;
+	}
 	for (int k = 0; k < n; k++)
 		all_bin = all_bin && has_suffix(inputs[k], ".bin");
 	if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode) &&
@@ -882,6 +941,7 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 		free(written.paths[k]);
 	}
 	free(written.paths);
+	unlock_prefix(lock_fd, lock);
 	if (ret == 1 && renamed > 0)
 		fprintf(stderr, "pinpipe-pack: %zu shards of this run were renamed into place before "
 			"the failure, the others removed: the shards of %s mix two runs, pack it "
