@@ -3,6 +3,7 @@
 # builds the examples against it with nothing but pkg-config, and runs them:
 # examples/batches must see all 60,000 Fashion-MNIST samples once,
 # examples/custom_source every token window with its targets shifted,
+# examples/images every JPEG of a folder once,
 # examples/train_by_hand must pass 75% test accuracy on cpu and on sim, and
 # examples/train_ddp must learn (70% train accuracy in an epoch), alone and,
 # where mpirun is, on 2 ranks that end with rank 0's parameters.  The
@@ -58,6 +59,29 @@ for dev in cpu sim; do
 		{ echo "check_install: train_by_hand on $dev failed:"; cat "$dest/out"; exit 1; }
 	grep -q "test loss .* acc 0\.[789]" "$dest/out" || { cat "$dest/out"; exit 1; }
 done
+# examples/images: an ImageFolder of JPEGs (made by Pillow) decoded on the
+# workers, each image of train/ and val/ once, counted per class; where the
+# build has libjpeg-turbo and Pillow is there.
+if grep -q "define PP_HAVE_TURBOJPEG 1" "$top/config.h" && /usr/bin/python3 -c 'import PIL' 2>/dev/null; then
+	/usr/bin/python3 - "$dest/img" <<'PY'
+import os, sys
+from PIL import Image
+for split, n in (("train", 12), ("val", 4)):
+    for c, col in (("blue", (30, 30, 200)), ("red", (200, 30, 30))):
+        os.makedirs(f"{sys.argv[1]}/{split}/{c}")
+        for i in range(n):
+            Image.new("RGB", (40 + i, 30), col).save(f"{sys.argv[1]}/{split}/{c}/{i}.jpg")
+PY
+	for dev in cpu sim; do
+		"$dest/examples/images" "$dest/img" $dev 16 >"$dest/out" ||
+			{ echo "check_install: images on $dev failed:"; cat "$dest/out"; exit 1; }
+		grep -q "^train: 24 of 24 images, 2 classes: blue 12 red 12$" "$dest/out" &&
+			grep -q "^val: 8 of 8 images, 2 classes: blue 4 red 4$" "$dest/out" ||
+			{ echo "check_install: images on $dev printed:"; cat "$dest/out"; exit 1; }
+	done
+else
+	echo "check_install: no libjpeg-turbo in the build, or no Pillow: examples/images not run"
+fi
 "$dest/examples/train_ddp" "$fm" cpu 1 >"$dest/out" ||
 	{ echo "check_install: train_ddp failed:"; cat "$dest/out"; exit 1; }
 grep -Eq "^epoch 1: 60000 samples on 1 ranks, train loss [0-9.]+ acc 0\.[789]" "$dest/out" ||
