@@ -1,7 +1,7 @@
 /*
  * examples/images.c: a folder of JPEGs in torchvision's ImageFolder layout
- * (DIR/train/CLASS/FILE.jpg and DIR/val/CLASS/FILE.jpg, or
- * DIR/CLASS/FILE.jpg alone) through pinpipe's loader and transfer stage.  The workers read
+ * (DIR/train/CLASS/FILE.jpg and DIR/val/CLASS/FILE.jpg or DIR/test/...,
+ * or DIR/CLASS/FILE.jpg alone) through pinpipe's loader and transfer stage.  The workers read
  * each file and decode it with libjpeg-turbo straight to SIZE x SIZE:
  * RandomResizedCrop + RandomHorizontalFlip for training, Resize +
  * CenterCrop for evaluation, as torchvision's transforms do.  The batches
@@ -69,7 +69,7 @@ static uint64_t epoch(struct pp_image_folder *f, bool train, struct pp_device *d
 	check(pp_transfer_begin_epoch(xfer, 0), "epoch");
 	while ((ret = pp_transfer_next(xfer, compute, &b)) == 1) {
 		/* b->samples: b->size images of 3 x SIZE x SIZE bytes (CHW) on the device. */
-		for (uint32_t i = 0; i < b->size; i++) {
+		for (uint32_t i = 0; b->host_labels != NULL && i < b->size; i++) {
 			if (b->host_labels[i] >= 0 &&
 			    (uint32_t)b->host_labels[i] < pp_image_folder_classes(f))
 				per_class[b->host_labels[i]]++;
@@ -101,6 +101,7 @@ int main(int argc, char **argv)
 	const char *device = argc > 2 ? argv[2] : "auto";
 	const uint32_t size = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 224;
 	char train_dir[4096], val_dir[4096];
+	const char *eval_name = "val";
 	struct pp_image_folder *train, *val = NULL;
 	struct pp_device *dev;
 	struct pp_stream *compute;
@@ -116,12 +117,17 @@ int main(int argc, char **argv)
 	/* ImageNet's layout: train/ and val/; else the folder's classes are the training split. */
 	snprintf(train_dir, sizeof(train_dir), "%s/train", dir);
 	snprintf(val_dir, sizeof(val_dir), "%s/val", dir);
-	if (stat(train_dir, &st) != 0)
+	if (stat(train_dir, &st) != 0 || !S_ISDIR(st.st_mode))
 		snprintf(train_dir, sizeof(train_dir), "%s", dir);
+	/* The split to evaluate on: val/, else test/. */
+	if (stat(val_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(val_dir, sizeof(val_dir), "%s/test", dir);
+		eval_name = "test";
+	}
 
 	struct pp_jpeg_config jc = { .size = size, .channels = 3, .mode = PP_JPEG_TRAIN };
 	check(pp_image_folder_open(train_dir, &jc, &train), "image folder");
-	if (stat(val_dir, &st) == 0) {
+	if (stat(val_dir, &st) == 0 && S_ISDIR(st.st_mode)) {
 		struct pp_jpeg_config ev = { .size = size, .channels = 3, .mode = PP_JPEG_EVAL };
 
 		check(pp_image_folder_open(val_dir, &ev, &val), "image folder");
@@ -144,7 +150,7 @@ int main(int argc, char **argv)
 		for (uint32_t k = 0; k < pp_image_folder_classes(val); k++)
 			per_class[k] = 0;
 		n = epoch(val, false, dev, compute, per_class);
-		report("val", val, n, per_class);
+		report(eval_name, val, n, per_class);
 		ok = ok && n == pp_image_folder_count(val);
 	}
 

@@ -128,8 +128,23 @@ if command -v flock >/dev/null; then
 	cat "$tmp"/c22-*.pps | cmp -s - "$tmp/c22.before" && [ "$(ls "$tmp" | grep -c '^c22-')" -eq 1 ] ||
 		{ echo "FAIL: a refused run changed the shards: $(ls "$tmp")"; fail=1; }
 	touch "$tmp/c22.lock"
+	chmod 444 "$tmp/c22.lock"
 	expect 0 "3 records" "$pack" -o "$tmp/c22" "$tmp/data_batch_1.bin"
 	[ ! -e "$tmp/c22.lock" ] || { echo "FAIL: a killed run's lock file left"; fail=1; }
+	# A FIFO or a link at PREFIX.lock is refused and left (the FIFO was removed).
+	mkfifo "$tmp/c22.lock"
+	expect 1 "its lock $tmp/c22.lock is not a regular file: remove it" \
+		"$pack" -o "$tmp/c22" "$tmp/data_batch_1.bin"
+	[ -p "$tmp/c22.lock" ] || { echo "FAIL: a FIFO at PREFIX.lock removed"; fail=1; }
+	rm -f "$tmp/c22.lock"
+	ln -s nowhere "$tmp/c22.lock"
+	expect 1 "its lock $tmp/c22.lock is a symbolic link: remove it" \
+		"$pack" -o "$tmp/c22" "$tmp/data_batch_1.bin"
+	[ -L "$tmp/c22.lock" ] || { echo "FAIL: a link at PREFIX.lock removed"; fail=1; }
+	# Bad usage is said as such (2) while another run holds the lock.
+	rm -f "$tmp/c22.lock"
+	expect 2 "expected a directory, IMAGES \[LABELS\], or CIFAR-10 .bin files" \
+		flock "$tmp/c22.lock" "$pack" -o "$tmp/c22" a b c
 	rm -f "$tmp"/c22*
 else
 	echo "test_pack: no flock(1): two runs of one prefix at once left out"

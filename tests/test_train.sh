@@ -192,6 +192,20 @@ assert [r["epoch"] for r in rows] == ["1", "2", "3"], rows
 assert [json.loads(l)["epoch"] for l in open(sys.argv[2])] == [1, 2, 3]
 '
 check ro "$tmp/ro.jsonl"
+# A quote inside a cell that does not start with one is a character (as
+# Python's csv reads it): a CSV edited by hand with one in epoch 1's row
+# keeps that row alone, not it and the next one read as one record.
+"$train" $common --epochs=1 --checkpoint="$tmp/q.ckpt" --csv="$tmp/rq.csv" >/dev/null 2>"$tmp/err" &&
+cp "$tmp/q.ckpt" "$tmp/q1.ckpt" &&
+"$train" $common --epochs=2 --checkpoint="$tmp/q.ckpt" --resume --csv="$tmp/rq.csv" >/dev/null 2>>"$tmp/err" &&
+sed -i '2s/,ok$/,o"k/' "$tmp/rq.csv" &&
+"$train" $common --epochs=2 --checkpoint="$tmp/q1.ckpt" --resume --csv="$tmp/rq.csv" >/dev/null 2>>"$tmp/err" ||
+	{ echo "FAIL: resumes over a hand-edited CSV:"; cat "$tmp/err"; fail=1; }
+CHECK='
+assert [r["epoch"] for r in rows] == ["1", "2"], rows
+assert [r["status"] for r in rows] == ["o\"k", "ok"], rows
+'
+check rq
 printf '{"run": 1, "Epoch": 1}\n{"run": 1, "Epoch": 2}\n' > "$tmp/ro.jsonl"
 cp "$tmp/ro.jsonl" "$tmp/ro0.jsonl"
 expect 1 "ro.jsonl: the epoch of none of its 2 rows can be read .*left as it was" \
@@ -211,7 +225,15 @@ expect 1 "d.ckpt $other" "$train" $common --epochs=2 --batch-size=50 --checkpoin
 "$train" $common --epochs=2 --batch-size=50 --checkpoint="$tmp/d.ckpt" --resume >/dev/null 2>"$tmp/err"
 [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^pinpipe-train: run 1 (cpu): --resume: .*d.ckpt $other" "$tmp/err" ||
 	{ echo "FAIL: a resume at another batch size is not one line:"; cat "$tmp/err"; fail=1; }
-expect 1 "e.ckpt $other" "$train" $common --epochs=3 --no-shuffle --checkpoint="$tmp/e.ckpt" --resume
+expect 1 "e.ckpt $other" "$train" $common --epochs=3 --no-shuffle --checkpoint="$tmp/e.ckpt" --resume \
+	--logdir="$tmp/tb-refused"
+# Refused before its first step (by the loader, in the middle of an epoch;
+# no whole batch): no events file of no event (one was left each time).
+expect 1 "nothing to train" "$train" --data=synthetic:60 --device=cpu --batch-size=64 --drop-last \
+	--epochs=1 --logdir="$tmp/tb-refused"
+if [ -n "$(find "$tmp/tb-refused" -type f 2>/dev/null)" ]; then
+	echo "FAIL: a run refused before its first step left events:"; find "$tmp/tb-refused" -type f; fail=1
+fi
 cmp -s "$tmp/d.ckpt" "$tmp/d0.ckpt" && cmp -s "$tmp/e.ckpt" "$tmp/e0.ckpt" ||
 	{ echo "FAIL: a refused resume changed its checkpoint"; fail=1; }
 # A resume with another --model, --optimizer or --momentum is refused,

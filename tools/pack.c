@@ -846,13 +846,28 @@ static int lock_prefix(const char *prefix, char *path, size_t len)
 		fprintf(stderr, "pinpipe-pack: -o %s: the path is too long\n", prefix);
 		return -1;
 	}
-	for (;;) {
+	/* Another name each time only where the file is removed and made again between
+	 * the open and the lock: a few tries are plenty. */
+	for (int tries = 0; tries < 100; tries++) {
 		struct stat held, named;
-		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+		/* Read-only (a lock needs no more), so that a leftover file of mode 0444 is
+		 * taken over too; never through a link, never waiting on a FIFO. */
+		int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+			      0644);
 
 		if (fd < 0) {
-			fprintf(stderr, "pinpipe-pack: -o %s: cannot make its lock %s: %s\n", prefix,
-				path, strerror(errno));
+			if (errno == ELOOP)
+				fprintf(stderr, "pinpipe-pack: -o %s: its lock %s is a symbolic link: "
+					"remove it\n", prefix, path);
+			else
+				fprintf(stderr, "pinpipe-pack: -o %s: cannot make its lock %s: %s\n",
+					prefix, path, strerror(errno));
+			return -1;
+		}
+		if (fstat(fd, &held) != 0 || !S_ISREG(held.st_mode)) {
+			fprintf(stderr, "pinpipe-pack: -o %s: its lock %s is not a regular file: "
+				"remove it\n", prefix, path);
+			close(fd);
 			return -1;
 		}
 		if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -867,11 +882,14 @@ static int lock_prefix(const char *prefix, char *path, size_t len)
 					path, strerror(err));
 			return -1;
 		}
-		if (fstat(fd, &held) == 0 && lstat(path, &named) == 0 &&
-		    held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+		if (lstat(path, &named) == 0 && held.st_dev == named.st_dev &&
+		    held.st_ino == named.st_ino)
 			return fd;
 		close(fd);
 	}
+	fprintf(stderr, "pinpipe-pack: -o %s: its lock %s is removed and made again as it is "
+		"taken: another program is at work there\n", prefix, path);
+	return -1;
 }
 
 /* Ends lock_prefix()'s hold: the file removed, then its lock. */
@@ -890,6 +908,12 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 	char lock[4096 + 8];
 	int ret, stale = 0, lock_fd;
 
+	for (int k = 0; k < n; k++)
+		all_bin = all_bin && has_suffix(inputs[k], ".bin");
+	/* Bad usage before the lock: it says so (2) also while another run packs. */
+	if (n > 2 && !all_bin)
+		return usage_error("expected a directory, IMAGES [LABELS], or CIFAR-10 .bin files; "
+				   "got", inputs[2]);
 	lock_fd = lock_prefix(opt->prefix, lock, sizeof(lock));
 	if (lock_fd < 0)
 		return 1;
@@ -897,8 +921,6 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 		unlock_prefix(lock_fd, lock);
 		return 1;
 	}
-	for (int k = 0; k < n; k++)
-		all_bin = all_bin && has_suffix(inputs[k], ".bin");
 	if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode) &&
 	    pp_image_folder_probe(inputs[0])) {
 		ret = pack_images(opt, inputs[0], &written);
@@ -914,7 +936,7 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 		ret = 1;
 	} else if (all_bin) {
 		ret = pack_cifar10(opt, inputs, n, &written);
-	} else if (n <= 2) {
+	} else {
 		struct pp_dataset *ds;
 		double t0 = now_s();
 
@@ -925,9 +947,6 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 			ret = pack_split(opt, ds, split_of(inputs[0]), now_s() - t0, &written);
 			pp_dataset_destroy(ds);
 		}
-	} else {
-		ret = usage_error("expected a directory, IMAGES [LABELS], or CIFAR-10 .bin files; got",
-				  inputs[2]);
 	}
 	if (ret == 0)
 		ret = commit_written(&written, &renamed);

@@ -131,8 +131,9 @@ static int find_shards(const char *dir, const char *split, struct tr_split *sp,
 	if (chunks < ranks) {
 		fprintf(stderr, "pinpipe-train: --stream: the %s shards of %s hold %" PRIu64
 			" chunks, too few for %u ranks (each streams chunks of its own): train "
-			"without --stream, or pack smaller chunks (pinpipe-pack --chunk)\n", split,
-			dir, chunks, ranks);
+			"without --stream, or pack smaller chunks (pinpipe-pack --chunk)%s\n", split,
+			dir, chunks, ranks,
+			strcmp(split, "train") != 0 ? ", or train without evaluation (--no-eval)" : "");
 		ret = -EINVAL;
 		goto err_free;
 	}

@@ -120,8 +120,8 @@ void tr_resume_other_order(char *why, size_t len, const char *path, bool ranks)
 		 "order (%s differ%s); resume it with the options it was written with", path,
 		 ranks ? "a global batch of ranks x --batch-size, --data, --seed, --val-split, "
 			 "--no-shuffle, --drop-last or --deterministic"
-		       : "--data, --seed, --batch-size, --val-split, --no-shuffle, --drop-last or "
-			 "the --stream window",
+		       : "--data, --seed, --batch-size, --val-split, --no-shuffle, --drop-last, "
+			 "--deterministic or the --stream window",
 		 ranks ? ", or, with --stream or --drop-last, the number of ranks" : "");
 }
 

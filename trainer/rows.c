@@ -124,27 +124,11 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 }
 
 /*
- * The length of the record at the start of s[0..len): a line of JSON, or a
- * CSV record (a quoted cell may hold a newline), with its newline.
- */
-static size_t record_len(const char *s, size_t len, bool csv)
-{
-	bool quoted = false;
-
-	for (size_t i = 0; i < len; i++) {
-		if (csv && s[i] == '"')
-			quoted = !quoted;
-		else if (s[i] == '\n' && !quoted)
-			return i + 1;
-	}
-	return len;
-}
-
-/*
  * The end of the CSV cell that starts at s[i], within s[0..n): the comma
- * after it, or n.  A quoted cell ends at its closing quote (a doubled
- * quote inside is one quote), and what follows that quote up to the comma
- * is taken into the cell, as Python's csv module takes it.
+ * or newline after it, or n.  A quoted cell ends at its closing quote (a
+ * doubled quote inside is one quote, a newline inside is the cell's), and
+ * what follows that quote up to the comma is taken into the cell; a quote
+ * inside an unquoted cell is a character: as Python's csv module reads.
  */
 static size_t cell_end(const char *s, size_t i, size_t n)
 {
@@ -156,9 +140,27 @@ static size_t cell_end(const char *s, size_t i, size_t n)
 				else
 					break;
 			}
-	while (i < n && s[i] != ',')
+	while (i < n && s[i] != ',' && s[i] != '\n')
 		i++;
 	return i;
+}
+
+/*
+ * The length of the record at the start of s[0..len): a line of JSON, or a
+ * CSV record (cell by cell: a quoted cell may hold a newline), with its
+ * newline.
+ */
+static size_t record_len(const char *s, size_t len, bool csv)
+{
+	size_t i = 0;
+
+	if (csv)
+		while ((i = cell_end(s, i, len)) < len && s[i] == ',')
+			i++;
+	else
+		while (i < len && s[i] != '\n')
+			i++;
+	return i < len ? i + 1 : len;
 }
 
 /*

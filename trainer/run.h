@@ -35,8 +35,8 @@ struct tr_run {
  * Builds run 'run' of the grid with parameters 'p' on this rank: its
  * device, the loaders and transfer stages of the splits of 'd', its model
  * (with the ranks' gradient hook and their parameters made equal); its
- * events (--logdir) are opened once the resume is checked (tr_tb_open()),
- * so that a refused one leaves no file.  Once the device is open, p->device is its
+ * events (--logdir) are opened once its first epoch has begun
+ * (tr_tb_open()), so that a run refused before leaves no file.  Once the device is open, p->device is its
  * name as the rows give it (cpu for "auto", a sim with its options).
  * 0 or -errno; tr_run_close() releases what was built, also after a
  * failure.

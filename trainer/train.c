@@ -284,9 +284,6 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 		goto fail;
 	}
 	ret = tr_resume_key(opt, p, &d->train, &r, &pl, why, sizeof(why));
-	/* The events once the run will train: a refused resume leaves no file. */
-	if (ret == 0)
-		ret = tr_tb_open(opt, p, run, &r);
 	if (ret < 0)
 		goto fail;
 	if (dist->size > 1)
@@ -322,6 +319,10 @@ static int train_run(const struct tr_options *opt, const struct tr_params *p, un
 				 p->batch_size, opt->deterministic ? "" : ", or no --drop-last");
 			ret = -EINVAL;
 		}
+		/* The events once the first epoch has begun: a run refused before it (a
+		 * resume of another order, no whole batch) leaves no file of no event. */
+		if (ret == 0 && epoch == pl.first_epoch)
+			ret = tr_tb_open(opt, p, run, &r);
 		if (ret == 0)
 			ret = train_epoch(opt, &r, info, &steps, pl.batches, &row);
 		tr_say_graph_fallback(r.model);
