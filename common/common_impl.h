@@ -51,6 +51,20 @@ uint64_t pp_error_mark(void);
 const char *pp_error_since(uint64_t mark);
 
 /*
+ * The thread's message and its count, kept across a call that succeeds
+ * after failures of its own that are no failure of it (a search through
+ * the places a file may lie), so that pp_last_error() still gives the
+ * caller's last failure: pp_error_save() before, pp_error_restore() once
+ * it has succeeded.
+ */
+struct pp_error_saved {
+	char msg[1024];  /* pp_last_error() as it was */
+	uint64_t count;  /* pp_error_mark() as it was */
+};
+void pp_error_save(struct pp_error_saved *s);
+void pp_error_restore(const struct pp_error_saved *s);
+
+/*
  * Whether 'name' is 1..max letters, digits, '_', '.' or '-' (a field's name in
  * a layout, a decoder's in a version 2 shard).  common/layout.c.
  */

@@ -70,6 +70,19 @@ const char *pp_error_since(uint64_t mark)
 	return pp_msg_count != mark ? pp_msg : "";
 }
 
+void pp_error_save(struct pp_error_saved *s)
+{
+	_Static_assert(sizeof(s->msg) == sizeof(pp_msg), "a saved message holds the thread's");
+	memcpy(s->msg, pp_msg, sizeof(pp_msg));
+	s->count = pp_msg_count;
+}
+
+void pp_error_restore(const struct pp_error_saved *s)
+{
+	memcpy(pp_msg, s->msg, sizeof(pp_msg));
+	pp_msg_count = s->count;
+}
+
 PP_API const char *pp_last_error(void)
 {
 	return pp_msg;

@@ -302,12 +302,14 @@ PP_API int pp_device_cuda_count(void)
 
 PP_API int pp_device_list(struct pp_device_props *props, size_t max, size_t *n_p)
 {
+	struct pp_error_saved saved;
 	struct pp_device *dev;
 	size_t n = 0;
 	int gpus, ret;
 
 	if (n_p == NULL || (props == NULL && max > 0))
 		return pp_error(-EINVAL, "pp_device_list: props and n_p must not be NULL");
+	pp_error_save(&saved);
 	for (int i = 0; i < 2; i++) {
 		ret = pp_device_open(i == 0 ? "cpu" : "sim", &dev);
 		if (ret < 0)
@@ -327,6 +329,8 @@ PP_API int pp_device_list(struct pp_device_props *props, size_t max, size_t *n_p
 		n++;
 	}
 	*n_p = PP_MIN(n, max);
+	/* No GPU is an answer of the list, not a failure: why is pp_device_cuda_count()'s to say. */
+	pp_error_restore(&saved);
 	return 0;
 }
 

@@ -162,8 +162,12 @@ PP_API int pp_loader_resume(struct pp_loader *l, const struct pp_loader_position
 
 PP_API int pp_loader_resume_samples(struct pp_loader *l, const struct pp_loader_position *pos)
 {
-	uint64_t global = (uint64_t)l->batch_size * l->params.world_size;
+	uint64_t global;
 
+	if (l == NULL || pos == NULL)
+		return pp_error(-EINVAL, "pp_loader_resume_samples: loader and position must not "
+				"be NULL");
+	global = (uint64_t)l->batch_size * l->params.world_size;
 	if (l->streaming)
 		return pp_error(-EINVAL, "loader: streamed shards are dealt to the ranks by chunk: "
 				"their order depends on the rank count, so a position resumes only "

@@ -556,7 +556,8 @@ START_TEST(test_shard_decode_chunk)
 END_TEST
 
 /* Fails if CIFAR-10 batches do not decode to their records, in file order, or
- * if a bad size or an out-of-range label is accepted. */
+ * if a bad size or an out-of-range label is accepted, or if opening their
+ * directory, which succeeds, leaves a message of its search in pp_last_error(). */
 START_TEST(test_cifar10)
 {
 	char *dir = pp_test_tmpdir();
@@ -593,7 +594,11 @@ START_TEST(test_cifar10)
 		ck_assert_int_eq(mkdir(sub, 0700), 0);
 		tb = path_in(sub, "test_batch.bin");
 		pp_test_write_file(tb, buf2, len);
+		/* found after the shards and IDX files it looked for first: the
+		 * thread's message is still the last failure's, not "no test shards" */
+		pp_set_error(-EIO, "an earlier failure");
 		ck_assert_int_eq(pp_dataset_open_dir(dir, "test", &ds), 0);
+		ck_assert_str_eq(pp_last_error(), "an earlier failure");
 		ck_assert_str_eq(pp_dataset_name(ds), "cifar10:test_batch.bin");
 		ck_assert_uint_eq(pp_dataset_info(ds)->count, 7);
 		ck_assert_mem_eq(pp_dataset_samples(ds), buf2 + 1, 3072);

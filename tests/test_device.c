@@ -215,7 +215,8 @@ END_TEST
 
 /*
  * Fails if the listing misses cpu or sim, gets their capabilities or a
- * GPU's wrong, overflows 'max', or disagrees with the GPU count.
+ * GPU's wrong, overflows 'max', disagrees with the GPU count, or, when it
+ * succeeds, leaves the reason there is no GPU in pp_last_error().
  */
 START_TEST(test_list)
 {
@@ -223,7 +224,9 @@ START_TEST(test_list)
 	size_t n = 99;
 	int gpus = pp_device_cuda_count();
 
+	pp_set_error(-EIO, "an earlier failure");
 	ck_assert_int_eq(pp_device_list(props, 8, &n), 0);
+	ck_assert_str_eq(pp_last_error(), "an earlier failure");
 	ck_assert_uint_eq(n, 2 + (size_t)(gpus > 0 ? PP_MIN(gpus, 6) : 0));
 	ck_assert_str_eq(props[0].name, "cpu");
 	ck_assert_str_eq(props[1].name, "sim");

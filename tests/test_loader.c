@@ -455,6 +455,7 @@ START_TEST(test_resume)
 	l = make_loader(kind, 1500, 40, &cfg, NULL);
 	/* NULLs refused, not followed */
 	ck_assert_int_eq(pp_loader_resume(l, NULL), -EINVAL);
+	ck_assert_int_eq(pp_loader_resume_samples(l, NULL), -EINVAL);
 	ck_assert_int_eq(pp_loader_get_position(l, NULL), -EINVAL);
 	ck_assert_int_eq(pp_loader_resume(l, &pos), 0);
 	while (pp_loader_next(l, &b) == 1) {

@@ -49,6 +49,11 @@ expect_usage overlap --compute-us=abc
 expect_usage overlap --device=warp9
 expect_usage overlap extra
 expect_usage overlap --batch-size
+# an option of the other command: refused, not taken and ignored
+expect_usage bandwidth --workers=4
+expect_usage bandwidth --data=/nonexistent
+expect_usage overlap --sizes=4K
+expect_usage overlap --total=1M
 
 "$bench" --help > "$tmp/out" || fail "--help: exit $?"
 grep -q 'usage: pinpipe-bench bandwidth' "$tmp/out" || fail "--help: no usage"

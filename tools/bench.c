@@ -93,6 +93,7 @@ static void usage(FILE *f)
 	      "                             [--dtype=u8|f32] [--data=synthetic|DIR]\n"
 	      "                             [--image-size=S] [--csv=FILE] [--jsonl=FILE]\n"
 	      "       pinpipe-bench --help | --version\n"
+	      "Each command takes the options of its line (another is refused).\n"
 	      "\n"
 	      "How much pinned host memory buys on this machine, pinned against pageable:\n"
 	      "  bandwidth  host-to-device and device-to-host GB/s per copy size, and the\n"
@@ -197,6 +198,19 @@ enum {
 	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSONL, OPT_KERNELS, OPT_TIME_EVERY,
 };
 
+/* Whether option c is one that 'command' takes (its usage line lists them). */
+static bool option_of(const char *command, int c)
+{
+	switch (c) {
+	case OPT_SIZES: case OPT_TOTAL:
+		return strcmp(command, "bandwidth") == 0;
+	case OPT_COMPUTE: case OPT_KERNELS: case OPT_TIME_EVERY: case OPT_BATCH: case OPT_BATCHES:
+	case OPT_WORKERS: case OPT_DEPTH: case OPT_DTYPE: case OPT_DATA: case OPT_IMAGE_SIZE:
+		return strcmp(command, "overlap") == 0;
+	}
+	return true;
+}
+
 /* Parses the command line; returns 0, 2 (bad usage, said on stderr) or -1 (--help or --version printed). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
@@ -249,6 +263,19 @@ static int parse_args(int argc, char **argv, struct options *o)
 	opterr = 0;
 	optind = 2;
 	while ((c = pp_getopt_whole(argc, argv, ":hV", longopts, &abbrev, &whole)) != -1) {
+		/* Measured by the other command only, it would be taken and ignored. */
+		if (!option_of(o->command, c)) {
+			const char *name = "";
+
+			for (const struct option *lo = longopts; lo->name != NULL; lo++)
+				if (lo->val == c) {
+					name = lo->name;
+					break;
+				}
+			return bad_usage("--%s is an option of %s, not of %s", name,
+					 strcmp(o->command, "overlap") == 0 ? "bandwidth" : "overlap",
+					 o->command);
+		}
 		switch (c) {
 		case OPT_DEVICE:
 			o->device = optarg;

@@ -39,7 +39,9 @@
  *
  * Thread safety: a communicator belongs to one thread at a time; MPI is
  * initialised with MPI_THREAD_FUNNELED when pinpipe initialises it.
- * Every message of a failure starts "comm <backend>: rank R of N: <call>".
+ * Every message of a failure of a communicator's call starts "comm
+ * <backend>: rank R of N: <call>"; pp_comm_create()'s, before there are
+ * ranks, "comm" or "comm <backend>".
  */
 #ifndef PINPIPE_COMM_H
 #define PINPIPE_COMM_H

@@ -114,11 +114,11 @@ PP_API int pp_grad_sync_start(struct pp_grad_sync *gs, struct pp_model *model);
  * The hook and the sync themselves, as pp_model_config's grad_hook and
  * grad_sync take them (arg: the grad sync), for a hook of one's own that
  * calls them.  Return 0, PP_MODEL_GRAD_KEEP (the sync of a deterministic
- * micro-batch but the rank's last), or -errno: -EINVAL (a range outside
- * the gradient of the deterministic reduction, or before start(), or on a
- * stream of a device the host cannot address; its sync with no range
- * handed over since the last), -ENOMEM,
- * or a collective's error (the step's buckets then dropped: the
+ * micro-batch but the rank's last), or -errno: -EINVAL (a NULL gradient
+ * with count > 0; in the deterministic reduction, a range outside the
+ * gradient, before start(), or on a stream of a device the host cannot
+ * address, and its sync with no range handed over since the last),
+ * -ENOMEM, or a collective's error (the step's buckets then dropped: the
  * communicator frees them).
  */
 PP_API int pp_grad_sync_hook(void *gs, float *grads, size_t offset, size_t count,

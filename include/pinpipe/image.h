@@ -25,9 +25,10 @@
  * record, the folder source the file.
  *
  * The folder source reads torchvision's ImageFolder layout: ROOT/CLASS/FILE
- * with FILE ending in .jpg or .jpeg (any case) directly in CLASS (not in
- * directories below it, which torchvision also walks), classes sorted by
- * name (strcmp), labels their index, files sorted by name within a class.
+ * with FILE ending in .jpg or .jpeg (any case), in CLASS or in folders
+ * below it, classes sorted by name (strcmp), labels their index; within a
+ * class the folders in the order of their paths and each one's files by
+ * name, as torchvision walks them.
  *
  *	struct pp_jpeg_config jc = { .size = 224, .channels = 3, .mode = PP_JPEG_TRAIN };
  *	struct pp_image_folder *f;
@@ -142,7 +143,10 @@ PP_API uint32_t pp_image_folder_classes(const struct pp_image_folder *f);
 /* Returns the name of class i (0..classes-1), or NULL. */
 PP_API const char *pp_image_folder_class(const struct pp_image_folder *f, uint32_t i);
 
-/* Returns the path of image i (0..count-1, in the source's order: by class, then by name), or NULL. */
+/*
+ * Returns the path of image i (0..count-1, in the source's order: by class,
+ * then by folder and name, as pp_image_folder_open() lists them), or NULL.
+ */
 PP_API const char *pp_image_folder_path(const struct pp_image_folder *f, uint64_t i);
 
 /* Returns the label of image i, or -1 for an index out of range. */
