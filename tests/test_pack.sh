@@ -30,6 +30,13 @@ expect 2 "missing value" "$pack" -o
 expect 2 "no shard file given" "$pack" --verify
 expect 2 "--shard-version: expected 1 or 2, got '3'" "$pack" --shard-version=3 -o "$tmp/x" "$fm"
 expect 2 "--verify takes only files" "$pack" --verify --shard-version=2 "$tmp/x.pps"
+# The options of packing, given to --verify, were taken and ignored.
+for o in "-j 2" "-c 10" "-l 1" "--image-size=32" "--shard-version=1"; do
+	expect 2 "--verify takes only files \(and -q\): the options of packing are not its" \
+		"$pack" --verify $o "$tmp/x.pps"
+done
+# --image-size for input that holds no JPEG was taken and ignored.
+expect 2 "--image-size is for a folder of JPEGs; got '$fm'" "$pack" --image-size=32 -o "$tmp/x" "$fm"
 [ "$("$pack" --bogus 2>&1 | wc -l)" -eq 1 ] || { echo "FAIL: usage error is not one line"; fail=1; }
 
 # Bad input: exit 1, the message names the file and where to get the data.
@@ -308,6 +315,9 @@ PY
 	# a class folder alone is the train split
 	expect 0 "1 shards: 18 records" "$pack" -o "$tmp/one" "$tmp/img/train"
 	expect 2 "--image-size: expected 8..4096, got '4'" "$pack" --image-size=4 -o "$tmp/x" "$tmp/img"
+	# Version 1 holds fixed-size samples: an image folder asked for it was packed as version 2.
+	expect 2 "--shard-version=1: an image folder is packed as version 2 records" \
+		"$pack" --shard-version=1 -o "$tmp/x" "$tmp/img"
 	printf 'not a jpeg' >"$tmp/img/val/red/9.jpg"
 	expect 1 "img/val/red/9.jpg: not a JPEG" "$pack" -o "$tmp/bad" "$tmp/img"
 	[ -z "$(ls "$tmp" | grep '^bad')" ] || { echo "FAIL: a failed image pack left files"; fail=1; }

@@ -75,7 +75,8 @@ static const char usage_text[] =
 	"      --shard-version=V 1: fixed-size samples (default); 2: records of any\n"
 	"                        length, here each sample as one record for the\n"
 	"                        \"raw\" decoder, of the layout samples: DTYPE[SHAPE]\n"
-	"                        (normalize), and the labels\n"
+	"                        (normalize), and the labels; an image folder is\n"
+	"                        always 2 (its JPEG bytes for the \"jpeg\" decoder)\n"
 	"  -o, --output=PREFIX   path prefix of the shards (required), e.g. /tmp/fmnist\n"
 	"  -q, --quiet           print only errors\n"
 	"      --verify          read every chunk of each FILE, check its CRC-32, size\n"
@@ -104,6 +105,8 @@ struct pack_options {
 	bool quiet;
 	bool level_given;           /* -l given: image folders are otherwise stored (level 0) */
 	uint32_t image_size;        /* an image folder's decoded side */
+	bool version_given;         /* --shard-version given */
+	bool image_size_given;      /* --image-size given */
 };
 
 /*
@@ -904,16 +907,24 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 	struct written written = {NULL, 0};
 	size_t renamed = 0;
 	struct stat st;
-	bool all_bin = true;
+	bool all_bin = true, images;
 	char lock[4096 + 8];
 	int ret, stale = 0, lock_fd;
 
 	for (int k = 0; k < n; k++)
 		all_bin = all_bin && has_suffix(inputs[k], ".bin");
+	images = n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode) &&
+		 pp_image_folder_probe(inputs[0]);
 	/* Bad usage before the lock: it says so (2) also while another run packs. */
 	if (n > 2 && !all_bin)
 		return usage_error("expected a directory, IMAGES [LABELS], or CIFAR-10 .bin files; "
 				   "got", inputs[2]);
+	if (images && opt->version_given && opt->shard_version == 1)
+		return usage_error("--shard-version=1: an image folder is packed as version 2 records "
+				   "of its JPEG bytes (version 1 holds fixed-size samples); got",
+				   inputs[0]);
+	if (!images && opt->image_size_given)
+		return usage_error("--image-size is for a folder of JPEGs; got", inputs[0]);
 	lock_fd = lock_prefix(opt->prefix, lock, sizeof(lock));
 	if (lock_fd < 0)
 		return 1;
@@ -921,8 +932,7 @@ static int pack(const struct pack_options *opt, char **inputs, int n)
 		unlock_prefix(lock_fd, lock);
 		return 1;
 	}
-	if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode) &&
-	    pp_image_folder_probe(inputs[0])) {
+	if (images) {
 		ret = pack_images(opt, inputs[0], &written);
 	} else if (n == 1 && stat(inputs[0], &st) == 0 && S_ISDIR(st.st_mode)) {
 		ret = pack_dir_split(opt, inputs[0], "train", false, &written);
@@ -1101,8 +1111,8 @@ static int pack_main(int argc, char **argv)
 	int cpus = pp_cpu_usable_cores();
 	struct pack_options opt = {0, DEFAULT_SHARD_BYTES, DEFAULT_RECORDS_PER_CHUNK, DEFAULT_LEVEL,
 				   (uint32_t)cpus > MAX_THREADS ? MAX_THREADS : (uint32_t)cpus,
-				   1, NULL, false, false, 224};
-	bool do_verify = false, have_n = false, have_s = false;
+				   1, NULL, false, false, 224, false, false};
+	bool do_verify = false, have_n = false, have_s = false, have_c = false, have_j = false;
 	const char *abbrev, *whole;
 	uint64_t v;
 	int c;
@@ -1128,6 +1138,7 @@ static int pack_main(int argc, char **argv)
 				return usage_error("--chunk: expected a record count of 1 or more, got",
 						   optarg);
 			opt.records_per_chunk = (uint32_t)v;
+			have_c = true;
 			break;
 		case 'l':
 			if (!parse_u64(optarg, 9, &v))
@@ -1139,16 +1150,19 @@ static int pack_main(int argc, char **argv)
 			if (!parse_u64(optarg, 4096, &v) || v < 8)
 				return usage_error("--image-size: expected 8..4096, got", optarg);
 			opt.image_size = (uint32_t)v;
+			opt.image_size_given = true;
 			break;
 		case 'j':
 			if (!parse_u64(optarg, MAX_THREADS, &v) || v == 0)
 				return usage_error("--threads: expected 1..64, got", optarg);
 			opt.threads = (uint32_t)v;
+			have_j = true;
 			break;
 		case 'S':
 			if (!parse_u64(optarg, 2, &v) || v == 0)
 				return usage_error("--shard-version: expected 1 or 2, got", optarg);
 			opt.shard_version = (uint32_t)v;
+			opt.version_given = true;
 			break;
 		case 'o':
 			opt.prefix = optarg;
@@ -1181,8 +1195,11 @@ static int pack_main(int argc, char **argv)
 	if (do_verify) {
 		if (optind == argc)
 			return usage_error("--verify: no shard file given", NULL);
-		if (opt.prefix != NULL || have_n || have_s || opt.shard_version != 1)
-			return usage_error("--verify takes only files", NULL);
+		/* Options of packing, given to --verify, would be taken and ignored. */
+		if (opt.prefix != NULL || have_n || have_s || have_c || have_j || opt.level_given ||
+		    opt.version_given || opt.image_size_given)
+			return usage_error("--verify takes only files (and -q): the options of packing "
+					   "are not its", NULL);
 		return verify(argv + optind, argc - optind);
 	}
 	if (opt.prefix == NULL)
