@@ -141,11 +141,11 @@ static const char usage[] =
 "  -h, --help              this help\n"
 "  -V, --version           the version\n"
 "\n"
-"Ctrl-C stops after the step in progress and writes the rows and the\n"
-"checkpoint so far; before the first step it writes neither.\n"
+"Ctrl-C (or SIGTERM) stops after the step in progress and writes the rows\n"
+"and the checkpoint so far; before the first step it writes neither.\n"
 "\n"
 "Exit status: 0 if every run succeeded, 1 if a run failed, 2 for bad usage,\n"
-"130 after Ctrl-C.\n";
+"130 after Ctrl-C, 143 after SIGTERM.\n";
 
 enum {
 	OPT_LR = 256, OPT_DATA, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_PREFETCH, OPT_VAL,

@@ -43,9 +43,14 @@ static atomic_bool interrupted;
 /* Set once the ranks agreed to stop (trainer/dist.h): a stop that every rank makes at the same step. */
 static atomic_bool stop_agreed;
 
+/* The signal that stopped the run (SIGINT, SIGTERM), for the exit status 128 + it. */
+static atomic_int stop_signal;
+
 static void on_sigint(int sig)
 {
-	(void)sig;
+	int none = 0;
+
+	atomic_compare_exchange_strong(&stop_signal, &none, sig);
 	atomic_store(&interrupted, true);
 }
 
@@ -166,7 +171,7 @@ static int train_main(int argc, char **argv)
 	}
 	tr_dist_close(&dist);
 	if (interrupted)
-		return 130;
+		return 128 + (atomic_load(&stop_signal) ? atomic_load(&stop_signal) : SIGINT);
 	return failed ? 1 : 0;
 }
 
@@ -578,23 +583,23 @@ static bool ranks_stop(struct tr_run *r, int *err_p)
 }
 
 /*
- * Several ranks: rank 0 alone prints and writes the files (the others run
- * quiet); Ctrl-C and the SIGTERM that mpirun sends its ranks on Ctrl-C
- * both stop at the next step that every rank agrees on.
+ * Ctrl-C and SIGTERM stop after the step in progress (several ranks: at
+ * the next step that every rank agrees on); rank 0 alone prints and writes
+ * the files (the others run quiet).
  */
 static void ranks_setup(struct tr_options *opt, const struct tr_dist *dist)
 {
-	if (dist->size > 1) {
-		/* Without SA_RESTART: on Ctrl-C mpirun stops reading the ranks'
-		 * output, seconds before its SIGTERM, so rank 0 may be blocked
-		 * writing a progress line to a full pipe; the signal must end
-		 * that write (the line is lost) for the rank to stop and write
-		 * its rows and checkpoint before mpirun's SIGKILL. */
-		struct sigaction sa = { .sa_handler = on_sigint };
+	/* SIGTERM stops as Ctrl-C does: mpirun's on Ctrl-C, and a job's end of time
+	 * (timeout, a batch system), which would otherwise lose the epoch's rows and
+	 * checkpoint.  Without SA_RESTART: on Ctrl-C mpirun stops reading the ranks'
+	 * output, seconds before its SIGTERM, so rank 0 may be blocked writing a
+	 * progress line to a full pipe; the signal must end that write (the line is
+	 * lost) for the rank to stop and write its rows and checkpoint before
+	 * mpirun's SIGKILL. */
+	struct sigaction sa = { .sa_handler = on_sigint };
 
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGTERM, &sa, NULL);
-	}
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
 	if (dist->rank == 0)
 		return;
 	opt->progress = -1;
