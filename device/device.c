@@ -285,7 +285,7 @@ PP_API void pp_device_close(struct pp_device *dev)
 
 PP_API const struct pp_device_props *pp_device_get_props(const struct pp_device *dev)
 {
-	return &dev->props;
+	return dev != NULL ? &dev->props : NULL;
 }
 
 PP_API int pp_device_synchronize(struct pp_device *dev)
@@ -444,7 +444,7 @@ PP_API void pp_host_free(struct pp_device *dev, void *ptr)
 
 PP_API void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes)
 {
-	if (dev->ops->release != NULL && ptr != NULL && bytes > 0)
+	if (dev != NULL && dev->ops->release != NULL && ptr != NULL && bytes > 0)
 		dev->ops->release(dev, ptr, bytes);
 }
 

@@ -332,6 +332,8 @@ PP_API int pp_loader_release(struct pp_loader *l, struct pp_batch *batch)
 {
 	int ret = 0;
 
+	if (l == NULL)
+		return pp_error(-EINVAL, "pp_loader_release: the loader must not be NULL");
 	pthread_mutex_lock(&l->mu);
 	if (batch == NULL || batch->slot >= l->depth || batch != &l->slots[batch->slot].batch ||
 	    l->slots[batch->slot].state != PP_SLOT_HELD) {
@@ -346,6 +348,8 @@ PP_API int pp_loader_release(struct pp_loader *l, struct pp_batch *batch)
 
 PP_API int pp_loader_get_stats(struct pp_loader *l, struct pp_loader_stats *stats_p)
 {
+	if (l == NULL || stats_p == NULL)
+		return pp_error(-EINVAL, "pp_loader_get_stats: loader and stats must not be NULL");
 	pthread_mutex_lock(&l->mu);
 	*stats_p = l->stats;
 	pthread_mutex_unlock(&l->mu);

@@ -241,6 +241,9 @@ START_TEST(test_list)
 	ck_assert_uint_eq(n, 1);
 	ck_assert_str_eq(one.name, "cpu");
 	ck_assert_int_eq(pp_device_list(NULL, 0, NULL), -EINVAL);
+	/* A NULL device: no properties, nothing released (both were followed) */
+	ck_assert_ptr_null(pp_device_get_props(NULL));
+	pp_device_release(NULL, &one, sizeof(one));
 }
 END_TEST
 

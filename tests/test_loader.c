@@ -457,6 +457,13 @@ START_TEST(test_resume)
 	ck_assert_int_eq(pp_loader_resume(l, NULL), -EINVAL);
 	ck_assert_int_eq(pp_loader_resume_samples(l, NULL), -EINVAL);
 	ck_assert_int_eq(pp_loader_get_position(l, NULL), -EINVAL);
+	{
+		struct pp_loader_stats st;
+
+		ck_assert_int_eq(pp_loader_get_stats(NULL, &st), -EINVAL);
+		ck_assert_int_eq(pp_loader_get_stats(l, NULL), -EINVAL);
+		ck_assert_int_eq(pp_loader_release(NULL, NULL), -EINVAL);
+	}
 	ck_assert_int_eq(pp_loader_resume(l, &pos), 0);
 	while (pp_loader_next(l, &b) == 1) {
 		memcpy(rest + n_rest, b->ids, b->size * sizeof(uint64_t));

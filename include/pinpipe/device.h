@@ -114,7 +114,7 @@ PP_API void pp_device_close(struct pp_device *dev);
  */
 PP_API int pp_device_synchronize(struct pp_device *dev);
 
-/* Returns the device's properties; valid while it is open. */
+/* Returns the device's properties, valid while it is open; NULL for a NULL device. */
 PP_API const struct pp_device_props *pp_device_get_props(const struct pp_device *dev);
 
 /*
@@ -171,7 +171,7 @@ PP_API void pp_host_free(struct pp_device *dev, void *ptr);
  * Tells the device that [ptr, ptr + bytes) of its memory no longer holds
  * anything its user needs (a buffer handed back to a pool): a sim opened
  * with poisoning overwrites it with 0xfb bytes, so that a later read of it
- * shows; elsewhere it does nothing.
+ * shows; elsewhere (and for a NULL device) it does nothing.
  */
 PP_API void pp_device_release(struct pp_device *dev, void *ptr, size_t bytes);
 

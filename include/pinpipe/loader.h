@@ -279,7 +279,7 @@ PP_API int pp_loader_try_next(struct pp_loader *l, struct pp_batch **batch_p);
 /*
  * Gives a batch's slot back to the ring.  Callable from any thread, at any
  * time after pp_loader_next() handed it out, in any order.  Returns 0, or
- * -EINVAL when the batch is not one that is held.
+ * -EINVAL when the batch is not one that is held (or the loader is NULL).
  */
 PP_API int pp_loader_release(struct pp_loader *l, struct pp_batch *batch);
 
@@ -341,7 +341,7 @@ PP_API const struct pp_sample_info *pp_loader_info(const struct pp_loader *l);
  */
 PP_API const struct pp_layout *pp_loader_layout(const struct pp_loader *l);
 
-/* Writes the counters to *stats_p. */
+/* Writes the counters to *stats_p; 0, or -EINVAL for a NULL loader or stats. */
 PP_API int pp_loader_get_stats(struct pp_loader *l, struct pp_loader_stats *stats_p);
 
 #ifdef __cplusplus
