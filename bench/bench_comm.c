@@ -33,6 +33,7 @@
  * often the work calls pp_comm_progress().
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +214,16 @@ static int one_allreduce(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	/* An option ("--help") would be read as a count of 0 and measured. */
+	for (int i = 1; i < argc; i++)
+		if (argv[i][0] == '-') {
+			const bool help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+
+			fprintf(help ? stdout : stderr, "usage: bench_comm [FLOATS [ITERATIONS [BACKEND]]]\n"
+				"       bench_comm overlap [FLOATS [BUCKETS [WORK_US [PROGRESS_US "
+				"[ITERATIONS [BACKEND]]]]]]\n(under mpirun; bench/bench_comm.c says more)\n");
+			return help ? 0 : 2;
+		}
 	if (argc > 1 && strcmp(argv[1], "overlap") == 0) {
 		const size_t floats = argc > 2 ? strtoull(argv[2], NULL, 10) : 4194304;
 		const int buckets = argc > 3 ? atoi(argv[3]) : 8;
