@@ -876,6 +876,13 @@ static int lock_prefix(const char *prefix, char *path, size_t len)
 		if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 			const int err = errno;
 
+			/* A file system without locks (some NFS mounts) packs as before. */
+			if (err == ENOLCK || err == EOPNOTSUPP) {
+				fprintf(stderr, "pinpipe-pack: -o %s: warning: %s cannot be locked "
+					"here (%s): two runs of the prefix at once would mix their "
+					"shards\n", prefix, path, strerror(err));
+				return fd;
+			}
 			close(fd);
 			if (err == EWOULDBLOCK)
 				fprintf(stderr, "pinpipe-pack: -o %s: another pinpipe-pack is packing "
