@@ -591,12 +591,14 @@ static void ranks_setup(struct tr_options *opt, const struct tr_dist *dist)
 {
 	/* SIGTERM stops as Ctrl-C does: mpirun's on Ctrl-C, and a job's end of time
 	 * (timeout, a batch system), which would otherwise lose the epoch's rows and
-	 * checkpoint.  Without SA_RESTART: on Ctrl-C mpirun stops reading the ranks'
-	 * output, seconds before its SIGTERM, so rank 0 may be blocked writing a
-	 * progress line to a full pipe; the signal must end that write (the line is
-	 * lost) for the rank to stop and write its rows and checkpoint before
-	 * mpirun's SIGKILL. */
-	struct sigaction sa = { .sa_handler = on_sigint };
+	 * checkpoint.  One process restarts what it interrupts, as Ctrl-C's handler
+	 * does; ranks do not: on Ctrl-C mpirun stops reading the ranks' output,
+	 * seconds before its SIGTERM, so rank 0 may be blocked writing a progress
+	 * line to a full pipe; the signal must end that write (the line is lost)
+	 * for the rank to stop and write its rows and checkpoint before mpirun's
+	 * SIGKILL. */
+	struct sigaction sa = { .sa_handler = on_sigint,
+				.sa_flags = dist->size > 1 ? 0 : SA_RESTART };
 
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
