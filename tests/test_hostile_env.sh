@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/test_hostile_env.sh: pinpipe-train and pinpipe-pack in a hostile
 # environment rather than on hostile files: limits of the process
-# (RLIMIT_FSIZE, RLIMIT_MEMLOCK, RLIMIT_NPROC).  Each must end with a
+# (RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_AS).  Each must end with a
 # message naming what failed and where and a non-zero exit, or do the job
 # another way; never be killed by a signal, hang, or leave a half-written
 # file where a good one was.
@@ -61,6 +61,62 @@ if [ -d "$fm" ]; then
 	no_leftovers "$tmp/shards"
 else
 	echo "test_hostile_env: no Fashion-MNIST at $fm: pinpipe-pack under RLIMIT_FSIZE not checked" >&2
+fi
+
+# limited RUN...: runs a tool under a limit, RUN being the prlimit(1) call;
+# fails where it hangs, is killed by a signal, or fails with no reason
+# (exit 1 must come with the REASON, an extended regular expression, in
+# its output).  Exit 0 is fine: the limit was enough.
+limited() {
+	reason=$1
+	shift
+	timeout 120 "$@" >"$tmp/out" 2>&1
+	got=$?
+	case $got in
+	0) ;;
+	*) grep -q "pinpipe-[a-z]*: fork: " "$tmp/out" && return ;; # the libtool wrapper's own fork
+	esac
+	case $got in
+	0) ;;
+	1) grep -Eq -- "$reason" "$tmp/out" ||
+		{ echo "FAIL: '$*' failed without '$reason':"; cat "$tmp/out"; fail=1; } ;;
+	124) echo "FAIL: '$*' hung"; fail=1 ;;
+	*) echo "FAIL: '$*' exited $got:"; cat "$tmp/out"; fail=1 ;;
+	esac
+}
+
+threaded="--data=synthetic:1200 -d sim -m mlp -e 1 --max-steps=3 --no-progress -q -w 4 -t 4"
+if ! command -v prlimit >/dev/null 2>&1 || ! command -v timeout >/dev/null 2>&1; then
+	echo "test_hostile_env: no prlimit or timeout: RLIMIT_NPROC and RLIMIT_AS not checked" >&2
+else
+	# --- RLIMIT_NPROC: a thread refused at any point (the loader's workers,
+	# the sim's copy engines, the model's threads, OpenBLAS's): exit 1 with
+	# the reason.  The limit counts the user's processes, so the runs are
+	# of a user of their own (nobody, from root); a user could not know
+	# how many of its own run beside.  From 4 up: with fewer, the libtool
+	# wrapper of the build tree cannot fork (and retries for seconds).
+	if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1 && id nobody >/dev/null 2>&1; then
+		u=4
+		while [ $u -le 20 ]; do
+			# shellcheck disable=SC2086
+			limited "Resource temporarily unavailable" prlimit --nproc=$u \
+				setpriv --reuid="$(id -u nobody)" --regid="$(id -g nobody)" --clear-groups \
+				"$train" $threaded
+			u=$((u + 1))
+		done
+	else
+		echo "test_hostile_env: not root, or no setpriv or user nobody: RLIMIT_NPROC not checked" >&2
+	fi
+
+	# --- RLIMIT_AS: a mapping refused at any point (OpenBLAS's load, its
+	# buffers, the ring, the threads' stacks).
+	v=60
+	while [ $v -le 400 ]; do
+		# shellcheck disable=SC2086
+		limited "pinpipe-train: run 1 \(cpu\): " prlimit --as=$((v * 1024 * 1024)) \
+			"$train" --data=synthetic:1200 -d cpu -m mlp -e 1 --max-steps=3 --no-progress -q -w 2
+		v=$((v + 20))
+	done
 fi
 
 exit $fail
