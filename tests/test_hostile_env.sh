@@ -84,6 +84,17 @@ else
 	echo "test_hostile_env: no Fashion-MNIST at $fm: pinpipe-pack under RLIMIT_FSIZE not checked" >&2
 fi
 
+# pinpipe-bench's rows past the limit: said, exit 1 (SIGXFSZ ignored).
+bench=${PINPIPE_BENCH:-./pinpipe-bench}
+if [ -x "$bench" ]; then
+	# standard output to /dev/null: the limit holds the file of what expect reads too
+	expect 1 "b\.csv: write failed: File too large" sh -c 'ulimit -f 1 && exec "$@" >/dev/null' sh \
+		"$bench" bandwidth --device=sim --total=1M --sizes=4K,8K,16K,32K,64K,128K,256K,512K,1M \
+		--csv="$tmp/b.csv"
+else
+	echo "test_hostile_env: $bench not built: its rows under RLIMIT_FSIZE not checked" >&2
+fi
+
 # limited RUN...: runs a tool under a limit, RUN being the prlimit(1) call;
 # fails where it hangs, is killed by a signal, or fails with no reason
 # (exit 1 must come with the REASON, an extended regular expression, in
