@@ -151,6 +151,10 @@ else
 			# shellcheck disable=SC2086
 			limited "pinpipe-train: run 1 \(cpu\): " prlimit --as=$((v * 1024 * 1024)) \
 				"$train" --data=synthetic:1200 -d cpu -m mlp -e 1 --max-steps=3 --no-progress -q -w 2
+			if grep -q "OpenBLAS: cannot load.*failed to map" "$tmp/out" &&
+			   ! grep -q "RLIMIT_AS: ulimit -v" "$tmp/out"; then
+				echo "FAIL: OpenBLAS refused the address space, not said:"; cat "$tmp/out"; fail=1
+			fi
 			v=$((v + 20))
 		done
 	fi

@@ -268,9 +268,15 @@ static int blas_load(void)
 			unsetenv("OPENBLAS_NUM_THREADS");
 	}
 	if (blas.lib == NULL) {
-		snprintf(blas.why, sizeof(blas.why), "OpenBLAS: cannot load %s nor %s: %s (install "
-			 "Debian's libopenblas0, or add its directory to LD_LIBRARY_PATH)",
-			 PP_OPENBLAS_SONAME, PP_OPENBLAS_PATH, dlerror());
+		const char *err = dlerror();
+
+		/* installing is the remedy only where it is missing: not where it could not be mapped (RLIMIT_AS) */
+		snprintf(blas.why, sizeof(blas.why), "OpenBLAS: cannot load %s nor %s: %s%s",
+			 PP_OPENBLAS_SONAME, PP_OPENBLAS_PATH, err ? err : "(no reason given)",
+			 err == NULL || strstr(err, "No such file") != NULL ?
+			 " (install Debian's libopenblas0, or add its directory to LD_LIBRARY_PATH)" :
+			 strstr(err, "failed to map") != NULL ?
+			 " (the process's address space limit, RLIMIT_AS: ulimit -v)" : "");
 		return -ENOENT;
 	}
 	ret = blas_sym(lib, "cblas_sgemm", (void **)&blas.sgemm);
