@@ -167,6 +167,23 @@ int pp_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg);
 int pp_signals_block(sigset_t *caller_p);
 void pp_signals_restore(const sigset_t *caller);
 
+/*
+ * Writes to a file beyond RLIMIT_FSIZE fail with EFBIG instead of killing
+ * the process: SIGXFSZ, which the kernel sends to the thread that wrote,
+ * kills by default, before the writer can remove its temporary file or say
+ * why.  pp_xfsz_hold() blocks it in the calling thread for the writes that
+ * follow; pp_xfsz_release() takes back one those writes raised (not one
+ * that was pending before) and restores the thread's mask.  The process's
+ * disposition of SIGXFSZ is never changed.
+ */
+struct pp_xfsz {
+	sigset_t caller;   /* the thread's mask before the hold */
+	bool held;         /* SIGXFSZ was blocked by the hold, not before it */
+	bool was_pending;  /* SIGXFSZ was pending before the hold */
+};
+void pp_xfsz_hold(struct pp_xfsz *h);
+void pp_xfsz_release(struct pp_xfsz *h);
+
 /* Monotonic time in nanoseconds. */
 static inline uint64_t pp_now_ns(void)
 {

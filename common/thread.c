@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 
 #include "common/common_impl.h"
 
@@ -52,4 +53,36 @@ int pp_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg)
 	if (ret == 0)
 		pthread_setname_np(*thread, "pinpipe");
 	return ret;
+}
+
+void pp_xfsz_hold(struct pp_xfsz *h)
+{
+	sigset_t xfsz, pending;
+
+	sigemptyset(&xfsz);
+	sigaddset(&xfsz, SIGXFSZ);
+	h->held = false;
+	h->was_pending = false;
+	if (pthread_sigmask(SIG_BLOCK, &xfsz, &h->caller) != 0)
+		return;
+	/* Already blocked: the caller's own arrangement, left as it is. */
+	h->held = !sigismember(&h->caller, SIGXFSZ);
+	h->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ);
+}
+
+void pp_xfsz_release(struct pp_xfsz *h)
+{
+	const struct timespec now = { 0, 0 };
+	sigset_t xfsz, pending;
+
+	if (!h->held)
+		return;
+	sigemptyset(&xfsz);
+	sigaddset(&xfsz, SIGXFSZ);
+	/* the writes' own SIGXFSZ (thread-directed, so still this thread's): taken back */
+	if (!h->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ))
+		while (sigtimedwait(&xfsz, NULL, &now) < 0 && errno == EINTR)
+			;
+	pthread_sigmask(SIG_SETMASK, &h->caller, NULL);
+	h->held = false;
 }

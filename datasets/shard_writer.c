@@ -81,8 +81,12 @@ struct pp_shard_writer {
 static int write_full(struct pp_shard_writer *w, const void *buf, size_t len, uint64_t off)
 {
 	const uint8_t *p = buf;
+	struct pp_xfsz xfsz;
 	size_t done = 0;
+	int ret = 0;
 
+	/* past RLIMIT_FSIZE: -EFBIG, not the process killed by SIGXFSZ with the temporary file left */
+	pp_xfsz_hold(&xfsz);
 	while (done < len) {
 		int fault = pp_fault_check(w->faults, PP_FAULT_WRITE);
 		size_t part = fault == PP_FAULT_SHORT ? (len - done + 1) / 2 : len - done;
@@ -96,15 +100,21 @@ static int write_full(struct pp_shard_writer *w, const void *buf, size_t len, ui
 		}
 
 		if (n < 0) {
-			if (errno == EINTR)
+			const int err = errno;
+
+			if (err == EINTR)
 				continue;
-			return pp_error(-errno, "%s: write of %zu bytes at offset %llu (into %s) "
-					"failed: %s", w->path, len - done,
-					(unsigned long long)(off + done), w->tmp_path, strerror(errno));
+			ret = pp_error(-err, "%s: write of %zu bytes at offset %llu (into %s) "
+				       "failed: %s%s", w->path, len - done,
+				       (unsigned long long)(off + done), w->tmp_path, strerror(err),
+				       err == EFBIG ? " (the process's file size limit, RLIMIT_FSIZE: "
+							"ulimit -f)" : "");
+			break;
 		}
 		done += (size_t)n;
 	}
-	return 0;
+	pp_xfsz_release(&xfsz);
+	return ret;
 }
 
 static void free_slots(struct pp_shard_writer *w)

@@ -6,7 +6,10 @@
  * offset is no longer aligned), and EINTR or EAGAIN is retried.  A worker's
  * staging buffer is registered with its ring where the kernel and
  * RLIMIT_MEMLOCK allow, and reads into it are then "fixed" reads.  Where the
- * kernel refuses io_uring (ENOSYS, EPERM), the same reads go through pread.
+ * kernel refuses io_uring (ENOSYS, EPERM), or a ring's memory (ENOMEM: the
+ * kernel charges it to RLIMIT_MEMLOCK, which a few rings spend where the
+ * limit is 64 KiB, and pinned memory and registered buffers spend too), the
+ * same reads go through pread.
  *
  * A read that makes no progress for the reader's timeout fails with
  * -ETIMEDOUT: io_uring waits for completions with that limit and cancels
@@ -48,9 +51,12 @@ int pp_reader_init(struct pp_reader *r, enum pp_loader_io mode, unsigned depth,
 		ret = io_uring_queue_init(2 * depth, ring, 0);
 	if (ret < 0) {
 		free(ring);
-		if (mode == PP_LOADER_IO_URING || (ret != -ENOSYS && ret != -EPERM))
-			return pp_error(ret, "loader: io_uring_queue_init(%u) failed: %s%s", 2 * depth,
+		/* ENOMEM: the kernel charges a ring's memory to RLIMIT_MEMLOCK, which pinned memory and registered buffers may have spent */
+		if (mode == PP_LOADER_IO_URING || (ret != -ENOSYS && ret != -EPERM && ret != -ENOMEM))
+			return pp_error(ret, "loader: io_uring_queue_init(%u) failed: %s%s%s", 2 * depth,
 					pp_strerror(ret),
+					ret == -ENOMEM ? " (its rings count against RLIMIT_MEMLOCK, ulimit -l)"
+						       : "",
 					mode == PP_LOADER_IO_URING ? " (io_uring was asked for; "
 								     "PP_LOADER_IO_AUTO falls back to pread)" : "");
 		return 0;

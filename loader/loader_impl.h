@@ -223,6 +223,8 @@ struct pp_loader_source {
 	bool records;                  /* chunks: version 2 records, for 'decoder' */
 	struct pp_decoder decoder;     /* records: the set's decoder */
 	const char *io_path;           /* "io_uring", "pread" or "none", once set up */
+	const char *const *io_path_now; /* where set, io_path as the workers' readers made it (read
+	                                  once they are made: "pread" where one's io_uring was refused) */
 	bool direct_io;                /* O_DIRECT in use */
 	const bool *fixed_buffers;     /* chunks: true once every worker's read buffer is
 	                                  registered with its io_uring; NULL otherwise */

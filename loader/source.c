@@ -55,6 +55,7 @@ struct shard_set {
 	uint32_t timeout_ms;            /* limit of a read without progress */
 	size_t staging;                 /* bytes of one read's staging buffer (4096-aligned) */
 	bool fixed;                     /* every worker so far registered its read buffers */
+	const char *io_path;            /* "io_uring" while every worker so far has its ring, else "pread" */
 	unsigned nworkers;              /* workers created so far */
 };
 
@@ -107,6 +108,8 @@ static int shard_worker_create(void *ctx, void **wctx_p)
 		free(w);
 		return ret;
 	}
+	if (!w->reader.uring)
+		set->io_path = "pread";
 	if ((ret = pp_inflater_create(&w->inf)) < 0)
 		goto err_free;
 	w->reqs = pp_calloc(set->depth, sizeof(struct pp_read));
@@ -355,7 +358,8 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 	set->staging = (max_stored + PP_LOADER_IO_ALIGN - 1) / PP_LOADER_IO_ALIGN * PP_LOADER_IO_ALIGN;
 	if ((ret = pp_reader_init(&probe, cfg->io, set->depth, set->timeout_ms)) < 0)
 		goto err_destroy;
-	src->io_path = probe.uring ? "io_uring" : "pread";
+	src->io_path = set->io_path = probe.uring ? "io_uring" : "pread";
+	src->io_path_now = &set->io_path;
 	pp_reader_fini(&probe);
 	src->chunks = set->chunks;
 	src->nchunks = set->nchunks;
@@ -445,6 +449,7 @@ static void user_source(const struct pp_source *user, struct pp_loader_source *s
 	src->worker_destroy = user->ops->worker_close;
 	src->ctx = user->ctx;
 	src->io_path = user->io_path ? user->io_path : "none";
+	src->io_path_now = &user->io_path;
 	src->info.count = user->count;
 	src->info.dtype = f0->dtype;
 	src->info.ndim = f0->ndim ? f0->ndim : 1;  /* a scalar is a sample of shape {1} */

@@ -169,6 +169,9 @@ static int tk_worker_open(void *ctx, void **wctx_p)
 		free(w);
 		return ret;
 	}
+	/* this worker's io_uring refused where the probe's was not (RLIMIT_MEMLOCK spent) */
+	if (!w->reader.uring)
+		pp_source_set_io_path(tk->src, "pread");
 	w->reqs = pp_calloc(depth, sizeof(*w->reqs));
 	if (w->reqs == NULL || pp_posix_memalign((void **)&w->buf, PP_LOADER_IO_ALIGN,
 						 pp_round_up(depth * win, PP_LOADER_IO_ALIGN))) {

@@ -70,19 +70,31 @@ static int put_floats(struct pp_model *m, uint8_t *p, const float *src, size_t n
 	return ret;
 }
 
+/* Past RLIMIT_FSIZE, -EFBIG with the reason: the process is not killed by SIGXFSZ (pp_xfsz_hold()). */
 static int write_all(int fd, const uint8_t *buf, size_t len, const char *path)
 {
+	struct pp_xfsz xfsz;
+	int ret = 0;
+
+	pp_xfsz_hold(&xfsz);
 	while (len) {
 		ssize_t w = write(fd, buf, len);
 
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w < 0)
-			return pp_error(-errno, "%s: write: %s", path, strerror(errno));
+		if (w < 0) {
+			const int err = errno;
+
+			ret = pp_error(-err, "%s: write: %s%s", path, strerror(err),
+				       err == EFBIG ? " (the process's file size limit, RLIMIT_FSIZE: "
+							"ulimit -f)" : "");
+			break;
+		}
 		buf += w;
 		len -= (size_t)w;
 	}
-	return 0;
+	pp_xfsz_release(&xfsz);
+	return ret;
 }
 
 /* Makes a rename into the directory of 'path' durable (fsync of the directory). */

@@ -63,14 +63,19 @@ static int write_record(struct pp_summary_writer *w, const uint8_t *data, size_t
 {
 	uint8_t head[12];
 	uint8_t tail[4];
+	struct pp_xfsz xfsz;
+	int ret = 0;
 
 	pp_put_le64(head, len);
 	pp_put_le32(head + 8, masked_crc32c(head, 8));
 	pp_put_le32(tail, masked_crc32c(data, len));
+	/* past RLIMIT_FSIZE: an error, not the process killed by SIGXFSZ */
+	pp_xfsz_hold(&xfsz);
 	if (fwrite(head, 1, sizeof(head), w->file) != sizeof(head) ||
 	    fwrite(data, 1, len, w->file) != len || fwrite(tail, 1, sizeof(tail), w->file) != sizeof(tail))
-		return pp_error(-EIO, "%s: cannot write event record: %s", w->path, strerror(errno));
-	return 0;
+		ret = pp_error(-EIO, "%s: cannot write event record: %s", w->path, strerror(errno));
+	pp_xfsz_release(&xfsz);
+	return ret;
 }
 
 /* Encodes the Event's wall_time and step fields; returns the bytes written. */
@@ -169,7 +174,11 @@ PP_API int pp_summary_writer_create(const char *dir, struct pp_summary_writer **
 
 err_free:
 	if (w->file != NULL) {
+		struct pp_xfsz xfsz;
+
+		pp_xfsz_hold(&xfsz);
 		fclose(w->file);
+		pp_xfsz_release(&xfsz);
 		unlink(w->path);
 	}
 	free(w->path);
@@ -497,11 +506,16 @@ PP_API int pp_summary_writer_add_histogram(struct pp_summary_writer *w, const ch
 
 PP_API int pp_summary_writer_flush(struct pp_summary_writer *w)
 {
+	struct pp_xfsz xfsz;
+	int ret = 0;
+
 	if (w == NULL)
 		return pp_error(-EINVAL, "summary writer: NULL writer");
+	pp_xfsz_hold(&xfsz);
 	if (fflush(w->file) != 0)
-		return pp_error(-EIO, "%s: cannot write: %s", w->path, strerror(errno));
-	return 0;
+		ret = pp_error(-EIO, "%s: cannot write: %s", w->path, strerror(errno));
+	pp_xfsz_release(&xfsz);
+	return ret;
 }
 
 PP_API const char *pp_summary_writer_path(const struct pp_summary_writer *w)
@@ -511,9 +525,13 @@ PP_API const char *pp_summary_writer_path(const struct pp_summary_writer *w)
 
 PP_API void pp_summary_writer_destroy(struct pp_summary_writer *w)
 {
+	struct pp_xfsz xfsz;
+
 	if (w == NULL)
 		return;
+	pp_xfsz_hold(&xfsz);
 	fclose(w->file);
+	pp_xfsz_release(&xfsz);
 	free(w->path);
 	free(w);
 }

@@ -444,14 +444,16 @@ START_TEST(test_loader_timeout)
 END_TEST
 
 /*
- * io_uring refused at set-up with ENOSYS or EPERM: PP_LOADER_IO_AUTO falls
- * back to pread, says so in the statistics, and loads the right samples;
- * PP_LOADER_IO_URING fails with that code and a message.  Fails if the
- * fallback is not taken or not reported, or io_uring-only mode succeeds.
+ * io_uring refused at set-up with ENOSYS, EPERM or ENOMEM (its rings'
+ * memory, which the kernel charges to RLIMIT_MEMLOCK): PP_LOADER_IO_AUTO
+ * falls back to pread, says so in the statistics, and loads the right
+ * samples; PP_LOADER_IO_URING fails with that code and a message (naming
+ * RLIMIT_MEMLOCK for ENOMEM).  Fails if the fallback is not taken or not
+ * reported, or io_uring-only mode succeeds.
  */
 START_TEST(test_uring_refused)
 {
-	static const int codes[] = { -ENOSYS, -EPERM };
+	static const int codes[] = { -ENOSYS, -EPERM, -ENOMEM };
 	struct pp_loader_config cfg;
 	struct pp_loader_stats st;
 	struct pp_fault_plan plan;
@@ -478,6 +480,48 @@ START_TEST(test_uring_refused)
 		      pp_last_error());
 	ck_assert_msg(strstr(pp_last_error(), "PP_LOADER_IO_AUTO falls back to pread") != NULL,
 		      "%s", pp_last_error());
+	if (code == -ENOMEM)
+		ck_assert_msg(strstr(pp_last_error(), "RLIMIT_MEMLOCK") != NULL, "%s", pp_last_error());
+	pp_fault_fini(&plan);
+	fx_close(&f);
+}
+END_TEST
+
+/*
+ * io_uring given to the source's probe but refused to a worker's ring with
+ * ENOMEM, as where RLIMIT_MEMLOCK (64 KiB in many containers) holds a few
+ * rings: every worker's from the first on, then the second's alone.  Fails
+ * if create fails (it did: "a worker's state: io_uring_queue_init(8)
+ * failed"), if the statistics say io_uring though a worker reads through
+ * pread, or if the samples are wrong.
+ */
+START_TEST(test_uring_refused_to_a_worker)
+{
+	struct pp_loader_config cfg;
+	struct pp_loader_stats st;
+	struct pp_fault_plan plan;
+	struct pp_loader *l;
+	struct fx f;
+
+	fx_open(&f);
+	if (!f.uring) {
+		fprintf(stderr, "test_uring_refused_to_a_worker: no io_uring here: not checked\n");
+		fx_close(&f);
+		return;
+	}
+	cfg = stream_config(&f, 0);
+	ck_assert_int_eq(pp_fault_init(&plan), 0);
+	for (int after = 1; after <= 2; after++) {
+		/* the probe's call passes; then every worker's, or the second's alone, is refused */
+		pp_fault_arm(&plan, PP_FAULT_URING_SETUP, -ENOMEM, (uint64_t)after, after == 1 ? 0 : 1);
+		ck_assert_msg(create_with(&cfg, &plan, &l) == 0, "%s", pp_last_error());
+		ck_assert_uint_eq(atomic_load(&plan.site[PP_FAULT_URING_SETUP].hits), after == 1 ? 2 : 1);
+		ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+		ck_assert_str_eq(st.io_path, "pread");
+		ck_assert(!st.fixed_buffers);
+		ck_assert_int_eq(check_epoch(l, f.ds), (NSHARDS * PER_SHARD + 31) / 32);
+		pp_loader_destroy(l);
+	}
 	pp_fault_fini(&plan);
 	fx_close(&f);
 }
@@ -797,7 +841,8 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(tc, test_loader_short_reads, 0, 2);
 	tcase_add_loop_test(tc, test_loader_eio, 0, 2);
 	tcase_add_loop_test(tc, test_loader_timeout, 0, 2);
-	tcase_add_loop_test(tc, test_uring_refused, 0, 2);
+	tcase_add_loop_test(tc, test_uring_refused, 0, 3);
+	tcase_add_test(tc, test_uring_refused_to_a_worker);
 	tcase_add_test(tc, test_pin_refused);
 	tcase_add_test(tc, test_transfer_device_memory);
 	suite_add_tcase(s, tc);

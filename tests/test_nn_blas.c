@@ -13,6 +13,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,12 +237,15 @@ struct child {
 	const char *cpu;       /* "vendor:family:model:flags" for pp_blas_open_cpu(), NULL: the real one */
 	const char *coretype;  /* the user's OPENBLAS_CORETYPE, NULL: unset */
 	const char *preload;   /* a core to load OpenBLAS with before the library opens it, NULL: none */
+	const char *env;       /* one more NAME=VALUE of the environment, NULL: none */
 };
 
 /* What a child found: pp_blas_get_info()'s fields, and OPENBLAS_CORETYPE after the load. */
 struct found {
 	struct pp_blas_info info;
 	char env[64];
+	char num_threads[64];  /* OPENBLAS_NUM_THREADS after the load, "(unset)" */
+	int threads;           /* the child's threads after the load */
 };
 
 /* Runs this program as 'c' says (LD_PRELOAD dropped); returns what it found. */
@@ -261,7 +265,9 @@ static struct found child_info(const struct child *c)
 	snprintf(outvar, sizeof(outvar), "PP_TEST_BLAS_OUT=%s", out);
 	/* valgrind's preload without valgrind would break the child */
 	for (char **e = environ; *e && n < 240; e++)
-		if (strncmp(*e, "OPENBLAS_CORETYPE=", 18) != 0 && strncmp(*e, "LD_PRELOAD=", 11) != 0)
+		if (strncmp(*e, "OPENBLAS_CORETYPE=", 18) != 0 && strncmp(*e, "LD_PRELOAD=", 11) != 0 &&
+		    strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) != 0 && strncmp(*e, "OMP_NUM_THREADS=", 16) != 0 &&
+		    strncmp(*e, "GOTO_NUM_THREADS=", 17) != 0)
 			envp[n++] = *e;
 	if (c->coretype != NULL) {
 		snprintf(coretype, sizeof(coretype), "OPENBLAS_CORETYPE=%s", c->coretype);
@@ -275,6 +281,8 @@ static struct found child_info(const struct child *c)
 		snprintf(preload, sizeof(preload), "PP_TEST_BLAS_PRELOAD=%s", c->preload);
 		envp[n++] = preload;
 	}
+	if (c->env != NULL)
+		envp[n++] = (char *)c->env;
 	envp[n++] = outvar;
 	envp[n] = NULL;
 	pid = fork();
@@ -305,6 +313,10 @@ static struct found child_info(const struct child *c)
 			snprintf(f.info.chosen_by, sizeof(f.info.chosen_by), "%s", line + 10);
 		else if (strncmp(line, "env=", 4) == 0)
 			snprintf(f.env, sizeof(f.env), "%s", line + 4);
+		else if (strncmp(line, "num_threads=", 12) == 0)
+			snprintf(f.num_threads, sizeof(f.num_threads), "%s", line + 12);
+		else if (strncmp(line, "threads=", 8) == 0)
+			f.threads = atoi(line + 8);
 	}
 	free(text);
 	pp_test_rmtree(dir);
@@ -438,6 +450,39 @@ START_TEST(test_arranged_child)
 END_TEST
 
 /*
+ * OpenBLAS starts its threads as it is loaded, idle ones (pinpipe runs it
+ * on one), and 0.3.21 dies with them under a limit: the thread RLIMIT_NPROC
+ * refused is joined at exit (SIGSEGV), one whose buffer RLIMIT_AS refused
+ * is waited on for ever.  Fails if the library's load of OpenBLAS leaves a
+ * thread beside the child's own, with OMP_NUM_THREADS asking for 4 too, or
+ * leaves OPENBLAS_NUM_THREADS set after it; or if the user's own
+ * OPENBLAS_NUM_THREADS is not left as it was.  With one core OpenBLAS
+ * starts none by itself: then this checks only the environment.
+ */
+START_TEST(test_no_idle_threads_child)
+{
+	const struct child plain = { 0 }, omp = { .env = "OMP_NUM_THREADS=4" };
+	const struct child user = { .env = "OPENBLAS_NUM_THREADS=2" };
+	struct found f;
+
+	if (!children_checkable("test_no_idle_threads_child"))
+		return;
+	if (pp_cpu_usable_cores() < 2)
+		fprintf(stderr, "test_no_idle_threads_child: one core, where OpenBLAS starts no "
+			"thread by itself: the threads not checked\n");
+	f = child_info(&plain);
+	ck_assert_msg(f.threads == 1, "%d threads after OpenBLAS's load", f.threads);
+	ck_assert_str_eq(f.num_threads, "(unset)");
+	f = child_info(&omp);
+	ck_assert_msg(f.threads == 1, "%d threads after OpenBLAS's load with OMP_NUM_THREADS=4",
+		      f.threads);
+	ck_assert_str_eq(f.num_threads, "(unset)");
+	f = child_info(&user);
+	ck_assert_str_eq(f.num_threads, "2");
+}
+END_TEST
+
+/*
  * The child of child_info(): loads OpenBLAS first where PP_TEST_BLAS_PRELOAD
  * says (as a program linking it would have it), opens the library's for
  * the processor PP_TEST_BLAS_CPU fakes, and writes what it finds.
@@ -445,7 +490,10 @@ END_TEST
 static void child_main(const char *out)
 {
 	const char *fake = getenv("PP_TEST_BLAS_CPU"), *preload = getenv("PP_TEST_BLAS_PRELOAD");
-	const char *env;
+	const char *env, *num_threads;
+	struct dirent *e;
+	int threads = 0;
+	DIR *task;
 	struct pp_blas_info info;
 	struct pp_cpu_id cpu;
 	char vendor[16] = "", flags[64] = "";
@@ -467,10 +515,18 @@ static void child_main(const char *out)
 	}
 	pp_blas_get_info(&info);
 	env = getenv("OPENBLAS_CORETYPE");
+	num_threads = getenv("OPENBLAS_NUM_THREADS");
+	if ((task = opendir("/proc/self/task")) != NULL) {
+		while ((e = readdir(task)) != NULL)
+			threads += e->d_name[0] != '.';
+		closedir(task);
+	}
 	f = fopen(out, "w");
-	if (f == NULL || fprintf(f, "core=%s\nfix=%s\nwarning=%s\ncpu_isa=%s\nchosen_by=%s\nenv=%s\n",
+	if (f == NULL || fprintf(f, "core=%s\nfix=%s\nwarning=%s\ncpu_isa=%s\nchosen_by=%s\nenv=%s\n"
+				 "num_threads=%s\nthreads=%d\n",
 				 info.core, info.fix, info.warning, info.cpu_isa, info.chosen_by,
-				 env ? env : "(unset)") < 0 || fclose(f) != 0)
+				 env ? env : "(unset)", num_threads ? num_threads : "(unset)",
+				 threads) < 0 || fclose(f) != 0)
 		exit(1);
 	exit(0);
 }
@@ -492,6 +548,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_info_here);
 	tcase_add_test(tc, test_info_child);
 	tcase_add_test(tc, test_arranged_child);
+	tcase_add_test(tc, test_no_idle_threads_child);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return s;

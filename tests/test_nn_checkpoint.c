@@ -2,7 +2,8 @@
  * tests/test_nn_checkpoint.c: nn's checkpoints: training resumed from a
  * file gives the bits of training without a break, the caller's tag
  * survives, damaged or foreign files are refused with a message that says
- * where, and a save replaces the file a link names, never a FIFO.
+ * where, a save replaces the file a link names, never a FIFO, and a save
+ * past RLIMIT_FSIZE fails with -EFBIG, the earlier file kept.
  */
 #include "config.h"
 
@@ -10,8 +11,11 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/common_impl.h"
@@ -307,6 +311,91 @@ START_TEST(test_checkpoint_damaged)
 }
 END_TEST
 
+/*
+ * A save in a process whose file size limit (RLIMIT_FSIZE) is below the
+ * checkpoint's size, over a good checkpoint.  Fails if the child saving is
+ * killed by SIGXFSZ (the signal's default) instead of the save returning
+ * -EFBIG with a message naming the limit, if SIGXFSZ is left blocked or
+ * pending in the child after the save, or if the good checkpoint is not
+ * left as it was, or a temporary file is left beside it.
+ */
+START_TEST(test_checkpoint_file_size_limit)
+{
+	char *dir = pp_test_tmpdir();
+	struct pp_model_config cfg;
+	struct pp_model *m;
+	char path[512];
+	uint8_t *before, *after;
+	size_t len, len2;
+	struct dirent *e;
+	int status, files = 0;
+	DIR *d;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/model.ckpt", dir);
+	pp_model_config_init(&cfg);
+	cfg.threads = 1;
+	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), 0);
+	ck_assert_int_eq(pp_model_save(m, path), 0);
+	pp_model_destroy(m);
+	before = pp_test_read_file(path, &len);
+	ck_assert_uint_gt(len, 65536);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* the child: a model of its own (no threads of the parent's), saved under the limit */
+		struct rlimit rl;
+		sigset_t mask, pending;
+		int ret;
+
+		if (getrlimit(RLIMIT_FSIZE, &rl) != 0)
+			_exit(10);
+		rl.rlim_cur = 65536;
+		if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+			_exit(11);
+		cfg.seed = 2;
+		if (pp_model_create("mlp", NULL, &cfg, &m) != 0)
+			_exit(12);
+		pp_test_train(m, 1, 5);
+		ret = pp_model_save(m, path);
+		if (ret != -EFBIG) {
+			fprintf(stderr, "save returned %d: %s\n", ret, pp_last_error());
+			_exit(13);
+		}
+		if (strstr(pp_last_error(), "File too large (the process's file size limit, "
+					    "RLIMIT_FSIZE") == NULL) {
+			fprintf(stderr, "message: %s\n", pp_last_error());
+			_exit(14);
+		}
+		if (pthread_sigmask(SIG_SETMASK, NULL, &mask) != 0 || sigismember(&mask, SIGXFSZ) ||
+		    sigpending(&pending) != 0 || sigismember(&pending, SIGXFSZ))
+			_exit(15);
+		pp_model_destroy(m);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(!WIFSIGNALED(status), "the saving child was killed by signal %d%s",
+		      WTERMSIG(status), WTERMSIG(status) == SIGXFSZ ? " (SIGXFSZ)" : "");
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	after = pp_test_read_file(path, &len2);
+	ck_assert_uint_eq(len2, len);
+	ck_assert(memcmp(before, after, len) == 0);
+	d = opendir(dir);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.') {
+			ck_assert_msg(strcmp(e->d_name, "model.ckpt") == 0, "left beside it: %s", e->d_name);
+			files++;
+		}
+	closedir(d);
+	ck_assert_int_eq(files, 1);
+	free(before);
+	free(after);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_checkpoint");
@@ -317,6 +406,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(ckpt, test_checkpoint_tag);
 	tcase_add_test(ckpt, test_checkpoint_planted_link);
 	tcase_add_test(ckpt, test_checkpoint_through_link);
+	tcase_add_test(ckpt, test_checkpoint_file_size_limit);
 	tcase_set_timeout(ckpt, 30);
 	suite_add_tcase(s, ckpt);
 	return s;

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -975,8 +976,14 @@ static int bench_main(int argc, char **argv)
 	return ret != 0 ? ret : wrote;
 }
 
-/* Output that did not all reach standard output is a failure too, said. */
+/*
+ * Output that did not all reach standard output is a failure too, said.
+ * A write past RLIMIT_FSIZE (--csv, --jsonl, standard output into a file)
+ * fails with EFBIG and is said as any other failed write: SIGXFSZ, which
+ * would kill the program with no word, is ignored.
+ */
 int main(int argc, char **argv)
 {
+	signal(SIGXFSZ, SIG_IGN);
 	return pp_args_end_stdout("pinpipe-bench", bench_main(argc, argv));
 }

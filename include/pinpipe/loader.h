@@ -59,7 +59,8 @@ enum pp_loader_cache {
 
 /* Which system calls read the shards. */
 enum pp_loader_io {
-	PP_LOADER_IO_AUTO = 0,     /* io_uring, or pread where the kernel refuses io_uring */
+	PP_LOADER_IO_AUTO = 0,     /* io_uring, or pread where the kernel refuses io_uring or
+	                              its rings' memory (RLIMIT_MEMLOCK) */
 	PP_LOADER_IO_URING = 1,    /* io_uring only: create fails where it is refused */
 	PP_LOADER_IO_PREAD = 2,    /* pread only */
 };
@@ -216,7 +217,8 @@ struct pp_loader_stats {
 	uint64_t slot_wait_ns;     /* summed over workers: waiting for a free slot (or a chunk window) */
 	uint64_t bytes_read;       /* bytes read from shard files */
 	uint64_t chunks_decoded;   /* chunks read and decoded */
-	const char *io_path;       /* "io_uring", "pread", or "none" (nothing read from files) */
+	const char *io_path;       /* "io_uring", "pread", or "none" (nothing read from files);
+	                              "pread" where any worker's reads go through it */
 	bool direct_io;            /* O_DIRECT reads were used */
 	bool fixed_buffers;        /* io_uring read into registered buffers (false where
 	                              registering was refused, e.g. by RLIMIT_MEMLOCK) */

@@ -229,7 +229,7 @@ static int blas_load(void)
 	const char *env = getenv("OPENBLAS_CORETYPE"), *lib = PP_OPENBLAS_SONAME;
 	const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
 	sigset_t caller;
-	bool masked;
+	bool masked, one_thread;
 	int ret;
 
 	blas.user_set = env != NULL;
@@ -243,7 +243,17 @@ static int blas_load(void)
 		if (blas.arranged != NULL && (setenv("OPENBLAS_CORETYPE", blas.arranged, 0) != 0 ||
 					      strcmp(getenv("OPENBLAS_CORETYPE"), blas.arranged) != 0))
 			blas.arranged = NULL;
-		/* OpenBLAS starts its threads as it is loaded: they take the library's mask. */
+		/*
+		 * OpenBLAS starts its threads as it is loaded, as many as OPENBLAS_NUM_THREADS
+		 * (else OMP_NUM_THREADS, else the cores) says, idle ones since pinpipe runs it on
+		 * one: none unless the user asks (OPENBLAS_NUM_THREADS=1, named for the load
+		 * alone).  0.3.21 dies with them: where RLIMIT_NPROC refuses one, its exit joins
+		 * the thread never made (SIGSEGV); where RLIMIT_AS refuses one's buffer, the
+		 * thread retries for ever and the exit waits on it.
+		 */
+		one_thread = getenv("OPENBLAS_NUM_THREADS") == NULL &&
+			     setenv("OPENBLAS_NUM_THREADS", "1", 0) == 0;
+		/* The threads it starts take the library's mask. */
 		masked = pp_signals_block(&caller) == 0;
 		blas.lib = dlopen(lib, flags);
 		if (blas.lib == NULL) {
@@ -254,11 +264,19 @@ static int blas_load(void)
 			pp_signals_restore(&caller);
 		if (blas.arranged != NULL)
 			unsetenv("OPENBLAS_CORETYPE");
+		if (one_thread)
+			unsetenv("OPENBLAS_NUM_THREADS");
 	}
 	if (blas.lib == NULL) {
-		snprintf(blas.why, sizeof(blas.why), "OpenBLAS: cannot load %s nor %s: %s (install "
-			 "Debian's libopenblas0, or add its directory to LD_LIBRARY_PATH)",
-			 PP_OPENBLAS_SONAME, PP_OPENBLAS_PATH, dlerror());
+		const char *err = dlerror();
+
+		/* installing is the remedy only where it is missing: not where it could not be mapped (RLIMIT_AS) */
+		snprintf(blas.why, sizeof(blas.why), "OpenBLAS: cannot load %s nor %s: %s%s",
+			 PP_OPENBLAS_SONAME, PP_OPENBLAS_PATH, err ? err : "(no reason given)",
+			 err == NULL || strstr(err, "No such file") != NULL ?
+			 " (install Debian's libopenblas0, or add its directory to LD_LIBRARY_PATH)" :
+			 strstr(err, "failed to map") != NULL ?
+			 " (the process's address space limit, RLIMIT_AS: ulimit -v)" : "");
 		return -ENOENT;
 	}
 	ret = blas_sym(lib, "cblas_sgemm", (void **)&blas.sgemm);
