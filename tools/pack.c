@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1219,7 +1220,9 @@ static int pack_main(int argc, char **argv)
 }
 
 /* Output that did not all reach standard output is a failure too, said. */
+/* Past RLIMIT_FSIZE a write fails with EFBIG, said: SIGXFSZ would kill with no word. */
 int main(int argc, char **argv)
 {
+	signal(SIGXFSZ, SIG_IGN);
 	return pp_args_end_stdout("pinpipe-pack", pack_main(argc, argv));
 }

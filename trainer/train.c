@@ -647,7 +647,13 @@ static size_t table_width(void)
 }
 
 /* Output that did not all reach standard output is a failure too, said. */
+/*
+ * A write past RLIMIT_FSIZE (--csv, --jsonl, standard output into a file)
+ * fails with EFBIG and is said as any other failed write: SIGXFSZ, which
+ * would kill the program with no word, is ignored.
+ */
 int main(int argc, char **argv)
 {
+	signal(SIGXFSZ, SIG_IGN);
 	return pp_args_end_stdout("pinpipe-train", train_main(argc, argv));
 }
