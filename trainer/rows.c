@@ -112,15 +112,116 @@ static int write_row(FILE *f, bool *failed, bool shared, const char *option, con
 /*
  * Opens a file of rows: appended to by a resume, else emptied; written
  * through standard output's own where it is the same file (*shared_p).
- * NULL with the file named on stderr.
+ * A regular file there that holds something, and that a run which does
+ * not resume would empty, is kept until the run's first row is written
+ * (a full disk, a failure before it, lose nothing): the rows go to a
+ * temporary file beside the one the path's links lead to, of its mode,
+ * named in *staged_p and that one in *target_p (malloc'd), renamed over
+ * it by commit_staged().  NULL with the file named on stderr.
  */
-static FILE *rows_open(const char *option, const char *path, bool resume, bool *shared_p)
+static FILE *rows_open(const char *option, const char *path, bool resume, bool *shared_p,
+		       char **staged_p, char **target_p)
 {
-	FILE *f = pp_rows_fopen(path, resume ? "a+" : "w+", shared_p);
+	char target[PATH_MAX], tmp[PATH_MAX + 16];
+	struct stat st;
+	FILE *f;
+	int fd;
 
-	if (f == NULL)
-		fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path, strerror(errno));
+	*staged_p = *target_p = NULL;
+	if (resume || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0 ||
+	    !pp_rows_clash(path)) {
+		f = pp_rows_fopen(path, resume ? "a+" : "w+", shared_p);
+		if (f == NULL)
+			fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path,
+				strerror(errno));
+		return f;
+	}
+	*shared_p = false;
+	if (!pp_links_follow(path, target, sizeof(target)) ||
+	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) >= sizeof(tmp)) {
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot follow the path: %s\n", option, path,
+			strerror(errno ? errno : ENAMETOOLONG));
+		return NULL;
+	}
+	fd = mkstemp(tmp);
+	if (fd < 0 || fchmod(fd, st.st_mode & 07777) != 0 || (f = fdopen(fd, "w+")) == NULL) {
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot create %s beside it: %s\n", option,
+			path, tmp, strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		return NULL;
+	}
+	*staged_p = strdup(tmp);
+	*target_p = strdup(target);
+	if (*staged_p == NULL || *target_p == NULL) {
+		fprintf(stderr, "pinpipe-train: %s=%s: out of memory\n", option, path);
+		fclose(f);
+		unlink(tmp);
+		free(*staged_p);
+		free(*target_p);
+		*staged_p = *target_p = NULL;
+		return NULL;
+	}
 	return f;
+}
+
+/*
+ * Once a row is written to a staged file of rows (rows_open()): renames it
+ * over the file it replaces.  With 'drop', where no row came: removes it,
+ * the earlier file kept.  0, or -errno said (the file failed).
+ */
+static int commit_staged(const char *option, const char *path, char **staged, char **target,
+			 bool *failed, bool drop)
+{
+	int ret = 0;
+
+	if (*staged == NULL)
+		return 0;
+	if (drop) {
+		unlink(*staged);
+	} else if (rename(*staged, *target) != 0) {
+		ret = -errno;
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot rename %s into place: %s\n", option,
+			path, *staged, strerror(-ret));
+		unlink(*staged);
+		*failed = true;
+		tr_output_failed = true;
+	}
+	free(*staged);
+	free(*target);
+	*staged = *target = NULL;
+	return ret;
+}
+
+/*
+ * Writes a row to --jsonl then --csv (each that is open), committing a
+ * staged one; with 'skip_failed', a file that failed already is passed
+ * over (it said so), else the first failure ends it.  0, or -errno said.
+ */
+static int put_row(const struct tr_options *opt, struct tr_row_files *rf, const struct tr_row *row,
+		   bool skip_failed)
+{
+	int ret = 0;
+
+	if (rf->jsonl != NULL && !(skip_failed && (rf->jsonl_failed || ferror(rf->jsonl)))) {
+		ret = write_row(rf->jsonl, &rf->jsonl_failed, rf->jsonl_shared, "--jsonl", opt->jsonl,
+				row, tr_results_write_row_jsonl);
+		if (ret == 0)
+			ret = commit_staged("--jsonl", opt->jsonl, &rf->jsonl_staged,
+					    &rf->jsonl_target, &rf->jsonl_failed, false);
+	}
+	if (skip_failed)
+		ret = 0;
+	if (ret == 0 && rf->csv != NULL && !(skip_failed && (rf->csv_failed || ferror(rf->csv)))) {
+		ret = write_row(rf->csv, &rf->csv_failed, rf->csv_shared, "--csv", opt->csv, row,
+				tr_results_write_row_csv);
+		if (ret == 0)
+			ret = commit_staged("--csv", opt->csv, &rf->csv_staged, &rf->csv_target,
+					    &rf->csv_failed, false);
+	}
+	return ret;
 }
 
 /*
@@ -311,6 +412,7 @@ static char *rows_read(const char *option, const char *path, FILE *f, size_t *le
 static int rows_resume_one(const char *option, const char *path, FILE **f_p, bool shared,
 			   bool csv, unsigned epochs, off_t *base_p)
 {
+	char *staged, *target;
 	struct stat st;
 	size_t len, kept = 0, col = 0, at = 0, whole = 0, readable = 0;
 	char *text;
@@ -379,7 +481,7 @@ static int rows_resume_one(const char *option, const char *path, FILE **f_p, boo
 	if (ret < 0)
 		return ret;
 	fclose(*f_p);
-	*f_p = rows_open(option, path, true, &shared);
+	*f_p = rows_open(option, path, true, &shared, &staged, &target); /* none staged */
 	if (*f_p == NULL)
 		return -EIO;
 	if (base_p != NULL)
@@ -410,11 +512,13 @@ int tr_rows_start(const struct tr_options *opt, struct tr_row_files *rf)
 
 	memset(rf, 0, sizeof(*rf));
 	if (opt->jsonl[0] != '\0' &&
-	    (rf->jsonl = rows_open("--jsonl", opt->jsonl, opt->resume, &rf->jsonl_shared)) == NULL)
+	    (rf->jsonl = rows_open("--jsonl", opt->jsonl, opt->resume, &rf->jsonl_shared,
+				   &rf->jsonl_staged, &rf->jsonl_target)) == NULL)
 		return -EIO;
 	if (opt->csv[0] == '\0')
 		return 0;
-	rf->csv = rows_open("--csv", opt->csv, opt->resume, &rf->csv_shared);
+	rf->csv = rows_open("--csv", opt->csv, opt->resume, &rf->csv_shared, &rf->csv_staged,
+			    &rf->csv_target);
 	if (rf->csv == NULL)
 		return -EIO;
 	/* A file of rows resumed keeps its header; one on standard output gets its own. */
@@ -441,7 +545,12 @@ int tr_rows_finish(const struct tr_options *opt, struct tr_row_files *rf,
 	char *text;
 	int ret = 0;
 
-	if (rf->csv != NULL && res != NULL && !tr_output_failed && !rf->csv_shared &&
+	/* No row came (every run already complete, a failure before any): the file
+	 * there is kept, the staged one removed. */
+	commit_staged("--csv", opt->csv, &rf->csv_staged, &rf->csv_target, &rf->csv_failed, true);
+	commit_staged("--jsonl", opt->jsonl, &rf->jsonl_staged, &rf->jsonl_target,
+		      &rf->jsonl_failed, true);
+	if (rf->csv != NULL && res != NULL && res->n > 0 && !tr_output_failed && !rf->csv_shared &&
 	    fstat(fileno(rf->csv), &st) == 0 && S_ISREG(st.st_mode)) {
 		text = rows_read("--csv", opt->csv, rf->csv, &len);
 		ret = text == NULL ? -EIO
@@ -480,12 +589,7 @@ void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned
 	fprintf(stderr, "pinpipe-train: run %u (%s): %s\n", run, p->device, reason);
 	tr_results_add(res, &row);
 	/* A file that failed already said so. */
-	if (rf->jsonl && !ferror(rf->jsonl) && !rf->jsonl_failed)
-		write_row(rf->jsonl, &rf->jsonl_failed, rf->jsonl_shared, "--jsonl", opt->jsonl, &row,
-			  tr_results_write_row_jsonl);
-	if (rf->csv && !ferror(rf->csv) && !rf->csv_failed)
-		write_row(rf->csv, &rf->csv_failed, rf->csv_shared, "--csv", opt->csv, &row,
-			  tr_results_write_row_csv);
+	put_row(opt, rf, &row, true);
 }
 
 int tr_rows_report(const struct tr_options *opt, struct tr_row_files *rf, struct tr_results *res,
@@ -495,11 +599,7 @@ int tr_rows_report(const struct tr_options *opt, struct tr_row_files *rf, struct
 
 	tr_results_add(res, row);
 	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
-	ret = write_row(rf->jsonl, &rf->jsonl_failed, rf->jsonl_shared, "--jsonl", opt->jsonl, row,
-			tr_results_write_row_jsonl);
-	if (ret == 0)
-		ret = write_row(rf->csv, &rf->csv_failed, rf->csv_shared, "--csv", opt->csv, row,
-				tr_results_write_row_csv);
+	ret = put_row(opt, rf, row, false);
 	return ret;
 }
 

@@ -29,6 +29,12 @@ struct tr_row_files {
 	bool csv_shared;       /* the file standard output writes (pp_rows_fopen()): rows are
 				  added to it, never cut nor rewritten */
 	bool jsonl_shared;
+	char *csv_staged;      /* a file of rows there before a run that does not resume is
+				  replaced once the first row is written: until then the rows
+				  go to this temporary file beside it (NULL: none pending) */
+	char *jsonl_staged;
+	char *csv_target;      /* the file it replaces, the path's links followed */
+	char *jsonl_target;
 };
 
 /*
