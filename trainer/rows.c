@@ -144,6 +144,14 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 		return NULL;
 	}
 	fd = mkstemp(tmp);
+	/* A file that may be written in a folder that may not: written in place, as before. */
+	if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+		f = pp_rows_fopen(path, "w+", shared_p);
+		if (f == NULL)
+			fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path,
+				strerror(errno));
+		return f;
+	}
 	if (fd < 0 || fchmod(fd, st.st_mode & 07777) != 0 || (f = fdopen(fd, "w+")) == NULL) {
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot create %s beside it: %s\n", option,
 			path, tmp, strerror(errno));
