@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -37,6 +38,7 @@
 #include "common/args.h"
 #include "common/cpu.h"
 #include "common/hostload.h"
+#include "common/links.h"
 #include "common/size.h"
 #include "common/textout.h"
 #include "pinpipe/pinpipe.h"
@@ -431,7 +433,9 @@ static int table_open(const char *opt, const char *path, FILE **f, bool *shared)
  */
 static int table_write(const struct table *t, FILE *f, bool shared, const char *path, bool json)
 {
-	int err;
+	char target[PATH_MAX], tmp[PATH_MAX + 16] = "";
+	struct stat st;
+	int err, fd;
 
 	if (f == NULL)
 		return 0;
@@ -439,10 +443,34 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 		fclose(f);
 		return 0;
 	}
-	/* A regular file's old rows go (a pipe or a terminal has none: EINVAL). */
+	/* A regular file is replaced whole: the rows go to a temporary file beside the
+	 * one its links lead to, of its mode, renamed over it once all are written, so
+	 * that a full disk leaves the earlier rows (in place where the folder takes no
+	 * new file). */
+	if (!shared && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
+	    pp_links_follow(path, target, sizeof(target)) &&
+	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) < sizeof(tmp)) {
+		FILE *staged = NULL;
+
+		fd = mkstemp(tmp);
+		if (fd >= 0 && (fchmod(fd, st.st_mode & 07777) != 0 ||
+				(staged = fdopen(fd, "w")) == NULL)) {
+			close(fd);
+			unlink(tmp);
+		}
+		if (staged != NULL) {
+			fclose(f);
+			f = staged;
+		} else {
+			tmp[0] = '\0';
+		}
+	} else {
+		tmp[0] = '\0';
+	}
+	/* In place: a regular file's old rows go (a pipe or a terminal has none: EINVAL). */
 	if (shared)
 		fflush(stdout);
-	else if (ftruncate(fileno(f), 0) != 0 && errno != EINVAL) {
+	else if (tmp[0] == '\0' && ftruncate(fileno(f), 0) != 0 && errno != EINVAL) {
 		fprintf(stderr, "pinpipe-bench: %s: cannot truncate: %s\n", path, strerror(errno));
 		fclose(f);
 		return 1;
@@ -479,6 +507,10 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 	err = ferror(f) ? EIO : 0;
 	if (fclose(f) != 0)
 		err = errno;
+	if (tmp[0] != '\0' && err == 0 && rename(tmp, target) != 0)
+		err = errno;
+	if (tmp[0] != '\0' && err != 0)
+		unlink(tmp);
 	if (err != 0) {
 		fprintf(stderr, "pinpipe-bench: %s: write failed: %s\n", path, strerror(err));
 		return 1;
