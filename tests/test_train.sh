@@ -97,6 +97,15 @@ for k in ("train_loss", "train_acc", "test_loss", "test_acc"):
 '
 check den "$tmp/denk.csv"
 
+# 3d. Data from PINPIPE_DATA that is not there: said to be the variable's
+# (the message named a path the command line does not hold); one too long
+# for the path is refused (it was cut short and another path read); --data
+# is taken over it.
+expect 1 "the data was PINPIPE_DATA's \($tmp/none\)" env PINPIPE_DATA="$tmp/none" "$train" -e 1
+expect 2 "PINPIPE_DATA: 5000 bytes, too long" env PINPIPE_DATA="$(printf '%5000s' x)" "$train" -e 1
+expect 0 "train_loss" env PINPIPE_DATA="$tmp/none" "$train" --data=synthetic:300 -d cpu -m mlp -e 1 \
+	--no-eval -q
+
 # 3c. --graph=on (each step captured once, launched as one call; on cpu and
 # sim the recorded step is a host function) gives the results of --graph=off,
 # through the transfer stage, with evaluation and a partial last batch.

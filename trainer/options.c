@@ -514,7 +514,16 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	int c, ret = 0;
 
 	memset(opt, 0, sizeof(*opt));
-	snprintf(opt->data, sizeof(opt->data), "%s", env && env[0] ? env : DEFAULT_DATA);
+	snprintf(opt->data, sizeof(opt->data), "%s", DEFAULT_DATA);
+	if (env != NULL && env[0] != '\0') {
+		if (strlen(env) >= sizeof(opt->data)) {
+			fprintf(stderr, "pinpipe-train: PINPIPE_DATA: %zu bytes, too long (under %zu)\n",
+				strlen(env), sizeof(opt->data));
+			return 2;
+		}
+		snprintf(opt->data, sizeof(opt->data), "%s", env);
+		opt->data_from_env = true;
+	}
 	opt->epochs = 3;
 	opt->seed = 1;
 	opt->prefetch = 4;
@@ -544,6 +553,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		case 'o': ret = add_values(&opt->optimizer, c, name, optarg); break;
 		case OPT_DATA:
 			ret = copy_path(opt->data, sizeof(opt->data), name, optarg);
+			opt->data_from_env = false;
 			if (ret == 0 && strncmp(optarg, "synthetic", 9) == 0 && optarg[9] != '\0' &&
 			    (optarg[9] != ':' || parse_u64(optarg + 10, 6, 1ull << 32, &u) < 0))
 				ret = bad(name, optarg, "not synthetic:COUNT (COUNT from 6 to 2^32)");

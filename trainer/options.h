@@ -30,6 +30,7 @@ struct tr_axis {
 struct tr_options {
 	struct tr_axis device, batch_size, workers, pin_memory, lr, model, optimizer, threads;
 	char data[4096];          /* dataset directory, or "synthetic[:COUNT]" */
+	bool data_from_env;       /* data is $PINPIPE_DATA's (no --data given) */
 	unsigned epochs;
 	uint64_t seed;
 	double momentum;

@@ -102,8 +102,12 @@ static int train_main(int argc, char **argv)
 	if (tr_dist_open(&opt, &dist) < 0)
 		return 1;
 	ranks_setup(&opt, &dist);
-	if (tr_data_open(&opt, (unsigned)dist.size, &d) < 0)
+	if (tr_data_open(&opt, (unsigned)dist.size, &d) < 0) {
+		if (opt.data_from_env)
+			fprintf(stderr, "pinpipe-train: the data was PINPIPE_DATA's (%s): --data=DIR "
+				"gives another\n", opt.data);
 		return rank_failed(&dist);
+	}
 	if (tr_rows_start(&opt, &rf) < 0) {
 		tr_rows_finish(&opt, &rf, NULL);
 		tr_data_free(&d);
