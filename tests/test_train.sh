@@ -468,12 +468,14 @@ fi
 for sig in INT TERM; do
 	want=130
 	[ $sig = TERM ] && want=143
-	rm -f "$tmp/int.csv" "$tmp/int.ckpt"
+	# the last run's output gone first: its progress would send the signal at once
+	rm -f "$tmp/int.csv" "$tmp/int.ckpt" "$tmp/int.out"
 	"$train" --data=synthetic:60000 --device=cpu --model=cnn --epochs=50 --progress --no-eval \
 		--csv="$tmp/int.csv" --checkpoint="$tmp/int.ckpt" >"$tmp/int.out" 2>&1 &
 	pid=$!
 	i=0
-	while ! grep -q 'samples/s' "$tmp/int.out" && [ $i -lt 3000 ] && kill -0 $pid 2>/dev/null; do
+	while ! grep -q 'samples/s' "$tmp/int.out" 2>/dev/null && [ $i -lt 3000 ] &&
+		kill -0 $pid 2>/dev/null; do
 		sleep 0.1
 		i=$((i + 1))
 	done
