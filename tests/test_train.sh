@@ -103,8 +103,32 @@ check den "$tmp/denk.csv"
 # is taken over it.
 expect 1 "the data was PINPIPE_DATA's \($tmp/none\)" env PINPIPE_DATA="$tmp/none" "$train" -e 1
 expect 2 "PINPIPE_DATA: 5000 bytes, too long" env PINPIPE_DATA="$(printf '%5000s' x)" "$train" -e 1
+expect 0 "train_loss" env PINPIPE_DATA="$(printf '%5000s' x)" "$train" --data=synthetic:300 -d cpu \
+	-m mlp -e 1 --no-eval -q
 expect 0 "train_loss" env PINPIPE_DATA="$tmp/none" "$train" --data=synthetic:300 -d cpu -m mlp -e 1 \
 	--no-eval -q
+
+# 3e. Files of rows of an earlier run are replaced once a run's row is in
+# them: a run that fails before its first epoch (a model spec that does not
+# fit the data) leaves them as they were; a grid whose next run trains
+# replaces them with both runs' rows.
+"$train" --data=synthetic:600 -d cpu -m mlp -e 1 -q --no-eval --csv="$tmp/e.csv" \
+	--jsonl="$tmp/e.jsonl" >/dev/null 2>"$tmp/err" || { echo "FAIL: rows:"; cat "$tmp/err"; fail=1; }
+cp "$tmp/e.csv" "$tmp/e0.csv"
+cp "$tmp/e.jsonl" "$tmp/e0.jsonl"
+expect 1 "kernel 40 does not fit" "$train" --data=synthetic:600 -d cpu -m conv:4:40,flatten,fc:10 -e 1 \
+	-q --no-eval --csv="$tmp/e.csv" --jsonl="$tmp/e.jsonl"
+cmp -s "$tmp/e.csv" "$tmp/e0.csv" && cmp -s "$tmp/e.jsonl" "$tmp/e0.jsonl" ||
+	{ echo "FAIL: a run that trained no epoch replaced the earlier rows"; fail=1; }
+[ -z "$(find "$tmp" -name 'e.*.tmp-*')" ] || { echo "FAIL: a staged file of rows left"; fail=1; }
+expect 1 "kernel 40 does not fit" "$train" --data=synthetic:600 -d cpu -m conv:4:40,flatten,fc:10 -m mlp \
+	-e 1 -q --no-eval --csv="$tmp/e.csv" --jsonl="$tmp/e.jsonl"
+CHECK='
+import json
+assert sorted((r["run"], r["epoch"]) for r in rows) == [("1", "0"), ("2", "1")], rows
+assert [(r["run"], r["epoch"]) for r in map(json.loads, open(sys.argv[2]))] == [(1, 0), (2, 1)]
+'
+check e "$tmp/e.jsonl"
 
 # 3c. --graph=on (each step captured once, launched as one call; on cpu and
 # sim the recorded step is a host function) gives the results of --graph=off,

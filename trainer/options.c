@@ -516,11 +516,6 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	memset(opt, 0, sizeof(*opt));
 	snprintf(opt->data, sizeof(opt->data), "%s", DEFAULT_DATA);
 	if (env != NULL && env[0] != '\0') {
-		if (strlen(env) >= sizeof(opt->data)) {
-			fprintf(stderr, "pinpipe-train: PINPIPE_DATA: %zu bytes, too long (under %zu)\n",
-				strlen(env), sizeof(opt->data));
-			return 2;
-		}
 		snprintf(opt->data, sizeof(opt->data), "%s", env);
 		opt->data_from_env = true;
 	}
@@ -697,6 +692,12 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 		return ret;
 	if (optind < argc) {
 		fprintf(stderr, "pinpipe-train: unexpected argument '%s' (try --help)\n", argv[optind]);
+		return 2;
+	}
+	/* The data as PINPIPE_DATA gives it, where no --data replaced it: whole, or refused. */
+	if (opt->data_from_env && strlen(env) >= sizeof(opt->data)) {
+		fprintf(stderr, "pinpipe-train: PINPIPE_DATA: %zu bytes, too long (under %zu)\n",
+			strlen(env), sizeof(opt->data));
 		return 2;
 	}
 	if (opt->resume && opt->checkpoint[0] == '\0') {

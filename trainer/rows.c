@@ -128,8 +128,10 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 	int fd;
 
 	*staged_p = *target_p = NULL;
+	/* Renamed over, a file of another owner would become this process's, and one
+	 * of several names lose the others: those are written in place, as before. */
 	if (resume || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0 ||
-	    !pp_rows_clash(path)) {
+	    st.st_uid != geteuid() || st.st_nlink != 1 || !pp_rows_clash(path)) {
 		f = pp_rows_fopen(path, resume ? "a+" : "w+", shared_p);
 		if (f == NULL)
 			fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path,
@@ -137,10 +139,13 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 		return f;
 	}
 	*shared_p = false;
-	if (!pp_links_follow(path, target, sizeof(target)) ||
-	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) >= sizeof(tmp)) {
+	if (!pp_links_follow(path, target, sizeof(target))) {
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot follow the path: %s\n", option, path,
-			strerror(errno ? errno : ENAMETOOLONG));
+			strerror(errno));
+		return NULL;
+	}
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) >= sizeof(tmp)) {
+		fprintf(stderr, "pinpipe-train: %s=%s: the path is too long\n", option, path);
 		return NULL;
 	}
 	fd = mkstemp(tmp);
@@ -176,12 +181,13 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 }
 
 /*
- * Once a row is written to a staged file of rows (rows_open()): renames it
- * over the file it replaces.  With 'drop', where no row came: removes it,
- * the earlier file kept.  0, or -errno said (the file failed).
+ * Once a row is written to the staged file of rows f (rows_open()):
+ * renames it over the file it replaces, its rows on disk first.  With
+ * 'drop', where no row came: removes it, the earlier file kept.  0, or
+ * -errno said (the file failed).
  */
-static int commit_staged(const char *option, const char *path, char **staged, char **target,
-			 bool *failed, bool drop)
+static int commit_staged(FILE *f, const char *option, const char *path, char **staged,
+			 char **target, bool *failed, bool drop)
 {
 	int ret = 0;
 
@@ -189,7 +195,7 @@ static int commit_staged(const char *option, const char *path, char **staged, ch
 		return 0;
 	if (drop) {
 		unlink(*staged);
-	} else if (rename(*staged, *target) != 0) {
+	} else if (fflush(f) != 0 || fsync(fileno(f)) != 0 || rename(*staged, *target) != 0) {
 		ret = -errno;
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot rename %s into place: %s\n", option,
 			path, *staged, strerror(-ret));
@@ -204,31 +210,32 @@ static int commit_staged(const char *option, const char *path, char **staged, ch
 }
 
 /*
- * Writes a row to --jsonl then --csv (each that is open), committing a
- * staged one; with 'skip_failed', a file that failed already is passed
- * over (it said so), else the first failure ends it.  0, or -errno said.
+ * Writes a row to --jsonl then --csv (each that is open); with
+ * 'skip_failed', a file that failed already is passed over (it said so),
+ * else the first failure ends it.  Staged files (rows_open()) are renamed
+ * into place once a run's row is in both, not for a failed run's row
+ * ('skip_failed'): a run that trains no epoch leaves the earlier files.
+ * 0, or -errno said.
  */
 static int put_row(const struct tr_options *opt, struct tr_row_files *rf, const struct tr_row *row,
 		   bool skip_failed)
 {
 	int ret = 0;
 
-	if (rf->jsonl != NULL && !(skip_failed && (rf->jsonl_failed || ferror(rf->jsonl)))) {
+	if (rf->jsonl != NULL && !(skip_failed && (rf->jsonl_failed || ferror(rf->jsonl))))
 		ret = write_row(rf->jsonl, &rf->jsonl_failed, rf->jsonl_shared, "--jsonl", opt->jsonl,
 				row, tr_results_write_row_jsonl);
-		if (ret == 0)
-			ret = commit_staged("--jsonl", opt->jsonl, &rf->jsonl_staged,
-					    &rf->jsonl_target, &rf->jsonl_failed, false);
-	}
-	if (skip_failed)
-		ret = 0;
-	if (ret == 0 && rf->csv != NULL && !(skip_failed && (rf->csv_failed || ferror(rf->csv)))) {
+	if (rf->csv != NULL && (skip_failed ? !rf->csv_failed && !ferror(rf->csv) : ret == 0))
 		ret = write_row(rf->csv, &rf->csv_failed, rf->csv_shared, "--csv", opt->csv, row,
 				tr_results_write_row_csv);
-		if (ret == 0)
-			ret = commit_staged("--csv", opt->csv, &rf->csv_staged, &rf->csv_target,
-					    &rf->csv_failed, false);
-	}
+	if (skip_failed)
+		return 0;
+	if (ret == 0)
+		ret = commit_staged(rf->jsonl, "--jsonl", opt->jsonl, &rf->jsonl_staged,
+				    &rf->jsonl_target, &rf->jsonl_failed, false);
+	if (ret == 0)
+		ret = commit_staged(rf->csv, "--csv", opt->csv, &rf->csv_staged, &rf->csv_target,
+				    &rf->csv_failed, false);
 	return ret;
 }
 
@@ -548,18 +555,20 @@ int tr_rows_start(const struct tr_options *opt, struct tr_row_files *rf)
 int tr_rows_finish(const struct tr_options *opt, struct tr_row_files *rf,
 		   const struct tr_results *res)
 {
+	const bool kept = rf->csv_staged != NULL;
 	struct stat st;
 	size_t len;
 	char *text;
 	int ret = 0;
 
-	/* No row came (every run already complete, a failure before any): the file
-	 * there is kept, the staged one removed. */
-	commit_staged("--csv", opt->csv, &rf->csv_staged, &rf->csv_target, &rf->csv_failed, true);
-	commit_staged("--jsonl", opt->jsonl, &rf->jsonl_staged, &rf->jsonl_target,
+	/* No run's row came (every run already complete, stopped or failed before
+	 * one): the file there is kept, the staged one removed, and not sorted. */
+	commit_staged(rf->csv, "--csv", opt->csv, &rf->csv_staged, &rf->csv_target, &rf->csv_failed,
+		      true);
+	commit_staged(rf->jsonl, "--jsonl", opt->jsonl, &rf->jsonl_staged, &rf->jsonl_target,
 		      &rf->jsonl_failed, true);
-	if (rf->csv != NULL && res != NULL && res->n > 0 && !tr_output_failed && !rf->csv_shared &&
-	    fstat(fileno(rf->csv), &st) == 0 && S_ISREG(st.st_mode)) {
+	if (rf->csv != NULL && res != NULL && res->n > 0 && !kept && !tr_output_failed &&
+	    !rf->csv_shared && fstat(fileno(rf->csv), &st) == 0 && S_ISREG(st.st_mode)) {
 		text = rows_read("--csv", opt->csv, rf->csv, &len);
 		ret = text == NULL ? -EIO
 		      : rows_replace("--csv", opt->csv, fileno(rf->csv), text,

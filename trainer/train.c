@@ -133,6 +133,8 @@ static int train_main(int argc, char **argv)
 		/* A run that ended whole before the grid failed: its row after the reason. */
 		if (late.run != 0)
 			tr_rows_print(&opt, &late);
+		/* The files of rows closed (a staged one removed) before the job ends. */
+		tr_rows_finish(&opt, &rf, NULL);
 		tr_data_free(&d);
 		return rank_failed(&dist);
 	}
@@ -596,13 +598,13 @@ static void ranks_setup(struct tr_options *opt, const struct tr_dist *dist)
 	/* SIGTERM stops as Ctrl-C does: mpirun's on Ctrl-C, and a job's end of time
 	 * (timeout, a batch system), which would otherwise lose the epoch's rows and
 	 * checkpoint.  One process restarts what it interrupts, as Ctrl-C's handler
-	 * does; ranks do not: on Ctrl-C mpirun stops reading the ranks' output,
+	 * does; ranks do not (a launcher's, -np 1 too): on Ctrl-C mpirun stops reading the ranks' output,
 	 * seconds before its SIGTERM, so rank 0 may be blocked writing a progress
 	 * line to a full pipe; the signal must end that write (the line is lost)
 	 * for the rank to stop and write its rows and checkpoint before mpirun's
 	 * SIGKILL. */
-	struct sigaction sa = { .sa_handler = on_sigint,
-				.sa_flags = dist->size > 1 ? 0 : SA_RESTART };
+	const bool launched = dist->size > 1 || strcmp(pp_comm_backend(dist->comm), "local") != 0;
+	struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = launched ? 0 : SA_RESTART };
 
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
