@@ -443,20 +443,33 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 		fclose(f);
 		return 0;
 	}
-	/* A regular file is replaced whole: the rows go to a temporary file beside the
-	 * one its links lead to, of its mode, renamed over it once all are written, so
-	 * that a full disk leaves the earlier rows (in place where the folder takes no
-	 * new file). */
+	/* A regular file of this user's, of one name, is replaced whole: the rows go to
+	 * a temporary file beside the one its links lead to, of its mode, renamed over
+	 * it once all are written, so that a full disk leaves the earlier rows.  In
+	 * place where the folder takes no new file, and for another's file or one of
+	 * several names (renamed over, it would become this user's, or lose a name). */
 	if (!shared && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
+	    st.st_uid == geteuid() && st.st_nlink == 1 &&
 	    pp_links_follow(path, target, sizeof(target)) &&
 	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) < sizeof(tmp)) {
 		FILE *staged = NULL;
 
 		fd = mkstemp(tmp);
+		if (fd < 0 && errno != EACCES && errno != EPERM && errno != EROFS) {
+			/* a full disk, no inode left: the earlier file stays as it is */
+			fprintf(stderr, "pinpipe-bench: %s: cannot create %s beside it: %s\n", path,
+				tmp, strerror(errno));
+			fclose(f);
+			return 1;
+		}
 		if (fd >= 0 && (fchmod(fd, st.st_mode & 07777) != 0 ||
 				(staged = fdopen(fd, "w")) == NULL)) {
+			fprintf(stderr, "pinpipe-bench: %s: cannot write %s beside it: %s\n", path,
+				tmp, strerror(errno));
 			close(fd);
 			unlink(tmp);
+			fclose(f);
+			return 1;
 		}
 		if (staged != NULL) {
 			fclose(f);
@@ -505,7 +518,9 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 			}
 	}
 	err = ferror(f) ? EIO : 0;
-	if (fclose(f) != 0)
+	if (tmp[0] != '\0' && err == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+		err = errno;
+	if (fclose(f) != 0 && err == 0)
 		err = errno;
 	if (tmp[0] != '\0' && err == 0 && rename(tmp, target) != 0)
 		err = errno;
