@@ -99,6 +99,16 @@ static int train_main(int argc, char **argv)
 	if (ret != 0)
 		return ret == 1 ? 0 : 2;
 	signal(SIGINT, on_sigint);
+	/* OpenBLAS opened while this is the process's one thread, where a run may use
+	 * it: the library sets its environment around the load, which the threads of
+	 * MPI and of the loaders' workers would read meanwhile. */
+	for (size_t i = 0; i < opt.device.n; i++)
+		if (strncmp(opt.device.values[i], "cuda", 4) != 0) {
+			struct pp_blas_info info;
+
+			pp_blas_get_info(&info);
+			break;
+		}
 	if (tr_dist_open(&opt, &dist) < 0)
 		return 1;
 	ranks_setup(&opt, &dist);
