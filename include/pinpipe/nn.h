@@ -477,7 +477,11 @@ struct pp_blas_info {
  * that the user chose is taken as meant.  A trainer says the warning
  * once, at start, as pinpipe-train and pinpipe-bench do (pinpipe-train
  * records the core in its rows too).  When OpenBLAS cannot be loaded,
- * only the warning is set, saying why.  Never fails.
+ * only the warning is set, saying why.  Never fails.  The load sets
+ * OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS (one thread: pinpipe runs it
+ * on one) for its length, where the user's environment has neither: a
+ * program that reads its environment on other threads calls this first,
+ * while it has one thread, as pinpipe-train does.
  */
 PP_API void pp_blas_get_info(struct pp_blas_info *info);
 
