@@ -1487,6 +1487,57 @@ START_TEST(test_stream_windows)
 }
 END_TEST
 
+/*
+ * Streamed with more workers than windows: under a memory budget that one
+ * window per worker would exceed, the loader takes two windows (found by
+ * lowering the budget below what the loader takes without one, in steps
+ * of less than a window), so the workers take turns at them, each waiting
+ * for a window that the last batch of its segment frees.  Every sample
+ * comes once in each of 3 epochs.  Fails if no budget below that works
+ * (the windows not cut to two), by a hang if a freed window does not wake
+ * the workers that wait for it, or if a window is taken while needed.
+ */
+START_TEST(test_stream_two_windows)
+{
+	struct pp_loader_config cfg = { .batch_size = 7, .shuffle = true, .seed = 2, .workers = 4,
+					.cache = PP_LOADER_CACHE_STREAM, .window_chunks = 8,
+					.prefetch = 2 };
+	struct pp_loader_stats st;
+	struct pp_loader *l = make_loader(T_CHUNKS, 1200, 50, &cfg, NULL);
+	uint64_t ids[1300], n;
+	uint8_t pad[1300];
+	size_t full;
+	int ret = -ENOMEM;
+
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	full = st.memory_bytes;
+	pp_loader_destroy(l);
+	/* a window holds 8 x 50 records of 16 bytes and their tables: over 6400 bytes */
+	for (cfg.memory_budget = full - 1; ret < 0 && cfg.memory_budget > full / 2;
+	     cfg.memory_budget -= 1024) {
+		struct pp_loader_source src = tsource_make(T_CHUNKS, 1200, 50, NULL);
+		ret = pp_loader_create_source(&cfg, &src, &l);
+		if (ret < 0)
+			ck_assert_int_eq(ret, -ENOMEM);
+	}
+	ck_assert_msg(ret == 0, "no budget below %zu bytes takes fewer windows", full);
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	ck_assert_uint_lt(st.memory_bytes, full);
+	for (uint64_t e = 0; e < 3; e++) {
+		bool seen[1200] = { false };
+
+		n = 0;
+		run_epoch(l, e, &cfg, ids, pad, &n, true);
+		ck_assert_uint_eq(n, 1200);
+		for (uint64_t k = 0; k < n; k++) {
+			ck_assert_msg(!seen[ids[k]], "sample %llu twice", (unsigned long long)ids[k]);
+			seen[ids[k]] = true;
+		}
+	}
+	pp_loader_destroy(l);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("loader");
@@ -1505,6 +1556,7 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(tc, test_resume_settings, 0, 2);
 	tcase_add_test(tc, test_shuffle_every_order);
 	tcase_add_test(tc, test_stream_windows);
+	tcase_add_test(tc, test_stream_two_windows);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(te, 30);
 	tcase_add_loop_test(te, test_corrupt_chunk, 0, 3);
