@@ -993,6 +993,44 @@ START_TEST(test_bad_files)
 }
 END_TEST
 
+/*
+ * The resize's weights are the real ones to the nearest 1/256, rounded
+ * once: a step from 0 to 255 between two pixels, stretched over 199
+ * columns (torchvision's coordinates: (o + 0.5) x 2 / 199 - 0.5, clamped
+ * to the two pixels), is within one value of 255 x that coordinate's
+ * fraction everywhere (a weight off by under 1/512 moves it by under 0.5,
+ * the rounding by 0.5 more), flipped or not.  Fails if a weight is
+ * truncated (off by up to 1/256), or the columns' places or order are.
+ */
+START_TEST(test_resize_weights)
+{
+	const uint32_t s = 199;
+	const uint8_t pix[2] = { 0, 255 };
+	uint8_t *out = malloc((size_t)s * s);
+	struct pp_jpeg_resize r;
+
+	ck_assert_ptr_nonnull(out);
+	ck_assert_int_eq(pp_jpeg_resize_init(&r, s, 1), 0);
+	for (int flip = 0; flip < 2; flip++) {
+		struct pp_jpeg_crop c = { .x = 0, .y = 0, .w = 2, .h = 1, .flip = flip, .scale8 = 8 };
+		ck_assert_int_eq(pp_jpeg_resize_plan(&r, 2, 1, 2, 1, &c), 0);
+		pp_jpeg_resize_run(&r, pix, 2, 0, 0, out);
+		for (uint32_t oy = 0; oy < s; oy++) {
+			for (uint32_t ox = 0; ox < s; ox++) {
+				uint32_t o = flip ? s - 1 - ox : ox;
+				double sc = (o + 0.5) * 2.0 / s - 0.5;
+				double want = 255.0 * (sc < 0 ? 0 : sc > 1 ? 1 : sc);
+				int got = out[(size_t)oy * s + ox];
+				ck_assert_msg(fabs(got - want) < 1.0, "flip %d (%u, %u): %d, want %.3f",
+					      flip, ox, oy, got, want);
+			}
+		}
+	}
+	pp_jpeg_resize_free(&r);
+	free(out);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("images");
@@ -1003,6 +1041,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_reference_equals_pillow);
 	tcase_add_test(tc, test_crop_and_flip);
 	tcase_add_test(tc, test_resize_bounded);
+	tcase_add_test(tc, test_resize_weights);
 	tcase_add_test(tc, test_region_equals_whole);
 	tcase_add_test(tc, test_train_plan);
 	suite_add_tcase(s, tc);
