@@ -484,6 +484,55 @@ START_TEST(test_train_plan)
 }
 END_TEST
 
+/*
+ * RandomResizedCrop's draws as torchvision makes them: a try's crop may
+ * be as wide or as tall as the image, and its corner is drawn from every
+ * place that holds it, the last one included (torch.randint(0, H - h + 1));
+ * the aspect ratio is log-uniform, so that on a square image as many
+ * crops are wider than tall as taller than wide (20000 plans: a
+ * difference within 5 standard deviations, sqrt(20000) each); and
+ * CenterCrop's offset is Python's round() of half the difference, halves
+ * to even (a 36 x 37 image to 32: 2.5 rows, so 2).  Fails if a try
+ * refuses a crop of the image's full width, a corner never reaches the
+ * far edge, the ratio is drawn uniform (1/4 more wide crops than tall),
+ * or halves round away from zero.
+ */
+START_TEST(test_train_plan_draws)
+{
+	struct pp_jpeg_config jc = { .size = 4, .channels = 3, .mode = PP_JPEG_TRAIN };
+	struct pp_jpeg_config ec = { .size = 32, .channels = 3, .mode = PP_JPEG_EVAL };
+	bool full_w = false, full_h = false, right = false, bottom = false;
+	int64_t wide = 0, tall = 0;
+	struct pp_rng rng;
+	struct pp_jpeg_crop c;
+
+	for (uint64_t i = 0; i < 500; i++) {
+		pp_rng_init(&rng, 4, 0, i);
+		pp_jpeg_plan(&jc, 8, 8, &rng, &c);
+		full_w |= c.w == 8 && c.h < 8;
+		full_h |= c.h == 8 && c.w < 8;
+		right |= c.w < 8 && c.x + c.w == 8;
+		bottom |= c.h < 8 && c.y + c.h == 8;
+	}
+	ck_assert_msg(full_w && full_h, "no try of the full width (%d) or height (%d)", full_w, full_h);
+	ck_assert_msg(right && bottom, "no crop at the right (%d) or bottom (%d) edge", right, bottom);
+	for (uint64_t i = 0; i < 20000; i++) {
+		pp_rng_init(&rng, 5, 0, i);
+		pp_jpeg_plan(&jc, 3000, 3000, &rng, &c);
+		wide += c.w > c.h;
+		tall += c.w < c.h;
+	}
+	ck_assert_msg(llabs(wide - tall) < 5 * 142, "%lld wider than tall, %lld taller than wide",
+		      (long long)wide, (long long)tall);
+	pp_jpeg_plan(&ec, 36, 37, NULL, &c);
+	ck_assert_msg(c.x == 2 && c.y == 2 && c.w == 32 && c.h == 32, "%g, %g, %g x %g", c.x, c.y,
+		      c.w, c.h);
+	pp_jpeg_plan(&ec, 37, 36, NULL, &c);
+	ck_assert_msg(c.x == 2 && c.y == 2 && c.w == 32 && c.h == 32, "%g, %g, %g x %g", c.x, c.y,
+		      c.w, c.h);
+}
+END_TEST
+
 /* Writes a JPEG file; returns its bytes (malloc'd) and length. */
 static uint8_t *write_jpeg(const char *path, uint32_t w, uint32_t h, uint64_t seed, size_t *len_p)
 {
@@ -1044,6 +1093,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_resize_weights);
 	tcase_add_test(tc, test_region_equals_whole);
 	tcase_add_test(tc, test_train_plan);
+	tcase_add_test(tc, test_train_plan_draws);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("loader");
 	tcase_set_timeout(tc, 120);
