@@ -1913,8 +1913,9 @@ static void assert_says(const char *what, const char *a, const char *b)
  * so that the checks behind them are reached), or its message does not name
  * the file and the place: an END that goes back, one over the bound, a last
  * END short of the records, a raw size over the bound, a bad field in the
- * layout, a bad decoder name length or byte, a version 2 field in version
- * 1's dtype, a chunk count the records cannot make.
+ * layout (a normalize flag of 2 among them), a bad decoder name length or
+ * byte, a version 2 field in version 1's dtype, a chunk count the records
+ * cannot make, a last chunk that leaves some of the header's records out.
  */
 START_TEST(test_shard_records_damage)
 {
@@ -2026,7 +2027,18 @@ START_TEST(test_shard_records_damage)
 		pp_put_le32(t + io + PP_SI_RECORDS, 17);
 		ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
 		assert_says("index records", "chunk 0 index entry", "records 0..+17, expected 0..+(1..16)");
+		/* the last chunk one record short of the header's 40: the rest unheld */
+		memcpy(t, buf, len);
+		pp_put_le32(t + io + 2 * PP_SI_SIZE + PP_SI_RECORDS, 7);
+		ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+		assert_says("last chunk records", "chunk 2 index entry",
+			    "records 32..+7, expected 32..+(1..8), the rest of the shard");
 	}
+	/* A field's normalize flag neither 0 nor 1. */
+	memcpy(t, buf, len);
+	pp_put_le32(f0 + PP_SF_NORMALIZE, 2);
+	ck_assert_int_eq(damaged(p, t, len), -EBADMSG);
+	assert_says("normalize 2", "offset 168: field 0: normalize 2 and reserved 0", NULL);
 	ck_assert_ptr_null(NULL);
 	free(t);
 	free(buf);

@@ -484,6 +484,55 @@ START_TEST(test_train_plan)
 }
 END_TEST
 
+/*
+ * RandomResizedCrop's draws as torchvision makes them: a try's crop may
+ * be as wide or as tall as the image, and its corner is drawn from every
+ * place that holds it, the last one included (torch.randint(0, H - h + 1));
+ * the aspect ratio is log-uniform, so that on a square image as many
+ * crops are wider than tall as taller than wide (20000 plans: a
+ * difference within 5 standard deviations, sqrt(20000) each); and
+ * CenterCrop's offset is Python's round() of half the difference, halves
+ * to even (a 36 x 37 image to 32: 2.5 rows, so 2).  Fails if a try
+ * refuses a crop of the image's full width, a corner never reaches the
+ * far edge, the ratio is drawn uniform (1/4 more wide crops than tall),
+ * or halves round away from zero.
+ */
+START_TEST(test_train_plan_draws)
+{
+	struct pp_jpeg_config jc = { .size = 4, .channels = 3, .mode = PP_JPEG_TRAIN };
+	struct pp_jpeg_config ec = { .size = 32, .channels = 3, .mode = PP_JPEG_EVAL };
+	bool full_w = false, full_h = false, right = false, bottom = false;
+	int64_t wide = 0, tall = 0;
+	struct pp_rng rng;
+	struct pp_jpeg_crop c;
+
+	for (uint64_t i = 0; i < 500; i++) {
+		pp_rng_init(&rng, 4, 0, i);
+		pp_jpeg_plan(&jc, 8, 8, &rng, &c);
+		full_w |= c.w == 8 && c.h < 8;
+		full_h |= c.h == 8 && c.w < 8;
+		right |= c.w < 8 && c.x + c.w == 8;
+		bottom |= c.h < 8 && c.y + c.h == 8;
+	}
+	ck_assert_msg(full_w && full_h, "no try of the full width (%d) or height (%d)", full_w, full_h);
+	ck_assert_msg(right && bottom, "no crop at the right (%d) or bottom (%d) edge", right, bottom);
+	for (uint64_t i = 0; i < 20000; i++) {
+		pp_rng_init(&rng, 5, 0, i);
+		pp_jpeg_plan(&jc, 3000, 3000, &rng, &c);
+		wide += c.w > c.h;
+		tall += c.w < c.h;
+	}
+	ck_assert_msg(llabs(wide - tall) < 5 * 142, "%lld wider than tall, %lld taller than wide",
+		      (long long)wide, (long long)tall);
+	pp_jpeg_plan(&ec, 36, 37, NULL, &c);
+	ck_assert_msg(c.x == 2 && c.y == 2 && c.w == 32 && c.h == 32, "%g, %g, %g x %g", c.x, c.y,
+		      c.w, c.h);
+	pp_jpeg_plan(&ec, 37, 36, NULL, &c);
+	ck_assert_msg(c.x == 2 && c.y == 2 && c.w == 32 && c.h == 32, "%g, %g, %g x %g", c.x, c.y,
+		      c.w, c.h);
+}
+END_TEST
+
 /* Writes a JPEG file; returns its bytes (malloc'd) and length. */
 static uint8_t *write_jpeg(const char *path, uint32_t w, uint32_t h, uint64_t seed, size_t *len_p)
 {
@@ -993,6 +1042,44 @@ START_TEST(test_bad_files)
 }
 END_TEST
 
+/*
+ * The resize's weights are the real ones to the nearest 1/256, rounded
+ * once: a step from 0 to 255 between two pixels, stretched over 199
+ * columns (torchvision's coordinates: (o + 0.5) x 2 / 199 - 0.5, clamped
+ * to the two pixels), is within one value of 255 x that coordinate's
+ * fraction everywhere (a weight off by under 1/512 moves it by under 0.5,
+ * the rounding by 0.5 more), flipped or not.  Fails if a weight is
+ * truncated (off by up to 1/256), or the columns' places or order are.
+ */
+START_TEST(test_resize_weights)
+{
+	const uint32_t s = 199;
+	const uint8_t pix[2] = { 0, 255 };
+	uint8_t *out = malloc((size_t)s * s);
+	struct pp_jpeg_resize r;
+
+	ck_assert_ptr_nonnull(out);
+	ck_assert_int_eq(pp_jpeg_resize_init(&r, s, 1), 0);
+	for (int flip = 0; flip < 2; flip++) {
+		struct pp_jpeg_crop c = { .x = 0, .y = 0, .w = 2, .h = 1, .flip = flip, .scale8 = 8 };
+		ck_assert_int_eq(pp_jpeg_resize_plan(&r, 2, 1, 2, 1, &c), 0);
+		pp_jpeg_resize_run(&r, pix, 2, 0, 0, out);
+		for (uint32_t oy = 0; oy < s; oy++) {
+			for (uint32_t ox = 0; ox < s; ox++) {
+				uint32_t o = flip ? s - 1 - ox : ox;
+				double sc = (o + 0.5) * 2.0 / s - 0.5;
+				double want = 255.0 * (sc < 0 ? 0 : sc > 1 ? 1 : sc);
+				int got = out[(size_t)oy * s + ox];
+				ck_assert_msg(fabs(got - want) < 1.0, "flip %d (%u, %u): %d, want %.3f",
+					      flip, ox, oy, got, want);
+			}
+		}
+	}
+	pp_jpeg_resize_free(&r);
+	free(out);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("images");
@@ -1003,8 +1090,10 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_reference_equals_pillow);
 	tcase_add_test(tc, test_crop_and_flip);
 	tcase_add_test(tc, test_resize_bounded);
+	tcase_add_test(tc, test_resize_weights);
 	tcase_add_test(tc, test_region_equals_whole);
 	tcase_add_test(tc, test_train_plan);
+	tcase_add_test(tc, test_train_plan_draws);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("loader");
 	tcase_set_timeout(tc, 120);

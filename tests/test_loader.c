@@ -1367,6 +1367,185 @@ START_TEST(test_rank_padding_memory)
 }
 END_TEST
 
+/*
+ * Every setting the header names as deciding the order makes a saved
+ * position another loader's: a resume by a loader that differs from the
+ * saver in one of them alone is refused, and one that differs only in
+ * what does not decide the order (workers, prefetch) is taken.  Likewise
+ * pp_loader_resume_samples() refuses a position of another seed or source
+ * size.  Fails if the plan's key leaves out any of those settings.
+ */
+START_TEST(test_resume_settings)
+{
+	enum { S_SEED, S_SHUFFLE, S_BATCH, S_WORLD, S_RANK, S_DROP, S_RANK_DROP, S_WINDOW,
+	       S_COUNT, S_SLICES, S_NONE };
+	bool streamed = _i == 1;
+	struct pp_loader_config base = { .batch_size = 8, .shuffle = true, .seed = 5, .workers = 1,
+					 .world_size = 2, .rank = 0, .window_chunks = 2,
+					 .cache = streamed ? PP_LOADER_CACHE_STREAM
+							   : PP_LOADER_CACHE_MEMORY };
+	enum tkind kind = streamed ? T_CHUNKS : T_ARRAY;
+	struct pp_loader_position pos, other;
+	struct pp_loader *l = make_loader(kind, 600, 20, &base, NULL);
+
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 1), 0);
+	ck_assert_int_eq(pp_loader_get_position(l, &pos), 0);
+	pp_loader_destroy(l);
+	pos.batch = 2;
+	pos.samples = 2 * 8 * 2;
+	for (int s = S_SEED; s <= S_NONE; s++) {
+		struct pp_loader_config cfg = base;
+		uint64_t n = 600;
+
+		if ((s == S_WINDOW && !streamed) || (s == S_SLICES && streamed))
+			continue;
+		switch (s) {
+		case S_SEED: cfg.seed = 6; break;
+		case S_SHUFFLE: cfg.shuffle = false; break;
+		case S_BATCH: cfg.batch_size = 10; break;
+		case S_WORLD: cfg.world_size = 3; break;
+		case S_RANK: cfg.rank = 1; break;
+		case S_DROP: cfg.drop_last = true; break;
+		case S_RANK_DROP: cfg.rank_drop = true; break;
+		case S_WINDOW: cfg.window_chunks = 3; break;
+		case S_COUNT: n = 620; break;
+		case S_SLICES: cfg.rank_slices = true; break;
+		default: cfg.workers = 3; cfg.prefetch = 5; break;
+		}
+		l = make_loader(kind, n, 20, &cfg, NULL);
+		ck_assert_msg(pp_loader_resume(l, &pos) == (s == S_NONE ? 0 : -EINVAL),
+			      "setting %d changed, streamed %d: resume returned otherwise", s,
+			      streamed);
+		if (!streamed && (s == S_SEED || s == S_COUNT || s == S_SHUFFLE)) {
+			ck_assert_msg(pp_loader_resume_samples(l, &pos) == -EINVAL,
+				      "setting %d changed: resume_samples accepted", s);
+			ck_assert_int_eq(pp_loader_get_position(l, &other), 0);
+			ck_assert_uint_ne(other.order_key, pos.order_key);
+		}
+		pp_loader_destroy(l);
+	}
+}
+END_TEST
+
+/*
+ * A shuffle draws every order: across 64 epochs, the 3 samples of a
+ * dataset come in each of their 6 orders (the plan is a function of the
+ * epoch, so this holds or fails for good).  Fails if the Fisher-Yates
+ * shuffle skips a step, which leaves half the orders out.
+ */
+START_TEST(test_shuffle_every_order)
+{
+	struct pp_plan_params p = { .seed = 11, .shuffle = true, .world_size = 1, .batch_size = 3 };
+	struct pp_plan plan;
+	bool seen[9] = { false };
+
+	ck_assert_int_eq(pp_plan_alloc_memory(&plan, &p, 3), 0);
+	for (uint64_t e = 0; e < 64; e++) {
+		pp_plan_make_memory(&plan, &p, 3, e);
+		ck_assert_uint_eq(plan.len, 3);
+		ck_assert_uint_ne(plan.order[0], plan.order[1]);
+		ck_assert_uint_ne(plan.order[0], plan.order[2]);
+		ck_assert_uint_ne(plan.order[1], plan.order[2]);
+		seen[plan.order[0] * 3 + plan.order[1]] = true;
+	}
+	for (int a = 0; a < 3; a++)
+		for (int b = 0; b < 3; b++)
+			ck_assert_msg(a == b || seen[a * 3 + b], "order %d %d never drawn", a, b);
+	pp_plan_free(&plan);
+}
+END_TEST
+
+/*
+ * Streamed, the chunks are permuted anew each epoch (keyed with the
+ * epoch), and each window's samples get their own shuffle: with windows of
+ * one chunk, the first window is not the same chunk in all of 8 epochs,
+ * and not every window of an epoch has its samples in the same relative
+ * order.  Fails if the chunk order ignores the epoch or the windows share
+ * one shuffle.
+ */
+START_TEST(test_stream_windows)
+{
+	struct pp_plan_params p = { .seed = 3, .shuffle = true, .world_size = 1, .batch_size = 10,
+				    .window_chunks = 1 };
+	struct pp_plan_chunk chunks[20];
+	struct pp_plan plan;
+	uint64_t first_chunk[8];
+	bool epochs_differ = false, windows_differ = false;
+
+	for (uint32_t c = 0; c < 20; c++)
+		chunks[c] = (struct pp_plan_chunk){ .index = c, .first_id = c * 10, .records = 10 };
+	ck_assert_int_eq(pp_plan_alloc_stream(&plan, &p, chunks, 20), 0);
+	for (uint64_t e = 0; e < 8; e++) {
+		ck_assert_int_eq(pp_plan_make_stream(&plan, &p, chunks, 20, e), 0);
+		ck_assert_uint_eq(plan.len, 200);
+		first_chunk[e] = plan.order[0] / 10;
+		epochs_differ |= first_chunk[e] != first_chunk[0];
+		for (uint64_t w = 1; w < 20; w++) {
+			for (uint64_t k = 0; k < 10; k++) {
+				/* each window is one chunk's ten samples */
+				ck_assert_uint_eq(plan.order[w * 10 + k] / 10, plan.order[w * 10] / 10);
+				windows_differ |= plan.order[w * 10 + k] % 10 != plan.order[k] % 10;
+			}
+		}
+	}
+	ck_assert_msg(epochs_differ, "chunk %llu first in every epoch",
+		      (unsigned long long)first_chunk[0]);
+	ck_assert_msg(windows_differ, "every window has one relative order");
+	pp_plan_free(&plan);
+}
+END_TEST
+
+/*
+ * Streamed with more workers than windows: under a memory budget that one
+ * window per worker would exceed, the loader takes two windows (found by
+ * lowering the budget below what the loader takes without one, in steps
+ * of less than a window), so the workers take turns at them, each waiting
+ * for a window that the last batch of its segment frees.  Every sample
+ * comes once in each of 3 epochs.  Fails if no budget below that works
+ * (the windows not cut to two), by a hang if a freed window does not wake
+ * the workers that wait for it, or if a window is taken while needed.
+ */
+START_TEST(test_stream_two_windows)
+{
+	struct pp_loader_config cfg = { .batch_size = 7, .shuffle = true, .seed = 2, .workers = 4,
+					.cache = PP_LOADER_CACHE_STREAM, .window_chunks = 8,
+					.prefetch = 2 };
+	struct pp_loader_stats st;
+	struct pp_loader *l = make_loader(T_CHUNKS, 1200, 50, &cfg, NULL);
+	uint64_t ids[1300], n;
+	uint8_t pad[1300];
+	size_t full;
+	int ret = -ENOMEM;
+
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	full = st.memory_bytes;
+	pp_loader_destroy(l);
+	/* a window holds 8 x 50 records of 16 bytes and their tables: over 6400 bytes */
+	for (cfg.memory_budget = full - 1; ret < 0 && cfg.memory_budget > full / 2;
+	     cfg.memory_budget -= 1024) {
+		struct pp_loader_source src = tsource_make(T_CHUNKS, 1200, 50, NULL);
+		ret = pp_loader_create_source(&cfg, &src, &l);
+		if (ret < 0)
+			ck_assert_int_eq(ret, -ENOMEM);
+	}
+	ck_assert_msg(ret == 0, "no budget below %zu bytes takes fewer windows", full);
+	ck_assert_int_eq(pp_loader_get_stats(l, &st), 0);
+	ck_assert_uint_lt(st.memory_bytes, full);
+	for (uint64_t e = 0; e < 3; e++) {
+		bool seen[1200] = { false };
+
+		n = 0;
+		run_epoch(l, e, &cfg, ids, pad, &n, true);
+		ck_assert_uint_eq(n, 1200);
+		for (uint64_t k = 0; k < n; k++) {
+			ck_assert_msg(!seen[ids[k]], "sample %llu twice", (unsigned long long)ids[k]);
+			seen[ids[k]] = true;
+		}
+	}
+	pp_loader_destroy(l);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("loader");
@@ -1382,6 +1561,10 @@ Suite *pp_test_suite(void)
 	tcase_add_loop_test(tc, test_order_deterministic, 0, 3);
 	tcase_add_loop_test(tc, test_resume, 0, 2);
 	tcase_add_test(tc, test_rank_padding_memory);
+	tcase_add_loop_test(tc, test_resume_settings, 0, 2);
+	tcase_add_test(tc, test_shuffle_every_order);
+	tcase_add_test(tc, test_stream_windows);
+	tcase_add_test(tc, test_stream_two_windows);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(te, 30);
 	tcase_add_loop_test(te, test_corrupt_chunk, 0, 3);

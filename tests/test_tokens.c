@@ -392,6 +392,10 @@ START_TEST(test_headers)
 					"(1024 + 41 x 2), the file has 1104");
 	h[2] = 40;
 	refused(f, sizeof(f) - 1, -EBADMSG, "the file has 1103");
+	h[2] = 39;
+	refused(f, sizeof(f), -EBADMSG, "token count 39 needs a file of 1102 bytes "
+					"(1024 + 39 x 2), the file has 1104");
+	h[2] = 40;
 	h[0] = PP_TOKENS_MAGIC_LLAMA3, h[1] = 7;
 	refused(f, sizeof(f), -EBADMSG, "token count 40 needs a file of 1184 bytes");
 	h[0] = PP_TOKENS_MAGIC_GPT2, h[1] = 1, h[2] = 10;
@@ -469,9 +473,62 @@ START_TEST(test_read_errors)
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "big.bin: offset 1044: token 2155905152 "
 						       "does not fit the int32"));
 	pp_loader_destroy(l);
+	/* the same as the window's last token, a target alone */
+	memset(big + 1024 + 4 * 5, 0, 4);
+	memset(big + 1024 + 4 * T, 0x80, 4);
+	pp_test_write_file(path, big, sizeof(big));
+	ck_assert_int_eq(pp_loader_create(&cfg, &l), 0);
+	ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+	ck_assert_int_eq(pp_loader_next(l, &b), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "big.bin: offset 1088: token 2155905152 "
+						       "does not fit the int32"));
+	pp_loader_destroy(l);
 	pp_tokens_close(tk);
 	pp_test_rmtree(dir);
 	free(dir);
+}
+END_TEST
+
+/*
+ * Windows of a length that is no multiple of 8 (5 tokens), widened from
+ * either token size: every input and target is the token at its place.
+ * Fails if the widening drops or misplaces a token after the last whole
+ * block of 8.
+ */
+START_TEST(test_widen_odd_length)
+{
+	for (uint32_t tb = 2; tb <= 4; tb += 2) {
+		char *dir = pp_test_tmpdir(), path[512];
+		struct pp_tokens_config tc = { .seq_len = 5, .widen = true,
+					       .io = pp_test_io_pread() ? PP_LOADER_IO_PREAD : 0 };
+		struct pp_tokens *tk;
+		struct pp_loader *l;
+		struct pp_batch *b;
+
+		snprintf(path, sizeof(path), "%s/odd_000.bin", dir);
+		pp_test_write_tokens(path, 0, 5 * 3 + 1, tb, tok);
+		ck_assert_msg(pp_tokens_open(path, &tc, &tk) == 0, "%s", pp_last_error());
+		ck_assert_uint_eq(pp_tokens_get_info(tk)->windows, 3);
+		struct pp_loader_config cfg = { .source = pp_tokens_source(tk), .batch_size = 3 };
+		ck_assert_int_eq(pp_loader_create(&cfg, &l), 0);
+		ck_assert_int_eq(pp_loader_begin_epoch(l, 0), 0);
+		ck_assert_int_eq(pp_loader_next(l, &b), 1);
+		ck_assert_uint_eq(b->size, 3);
+		for (uint32_t k = 0; k < 3; k++) {
+			for (uint32_t j = 0; j < 5; j++) {
+				uint64_t at = b->ids[k] * 5 + j;
+				ck_assert_uint_eq((uint32_t)((int32_t *)b->fields[0])[k * 5 + j],
+						  tok(0, at, tb));
+				ck_assert_uint_eq((uint32_t)((int32_t *)b->fields[1])[k * 5 + j],
+						  tok(0, at + 1, tb));
+			}
+		}
+		ck_assert_int_eq(pp_loader_release(l, b), 0);
+		pp_loader_destroy(l);
+		pp_tokens_close(tk);
+		pp_test_rmtree(dir);
+		free(dir);
+	}
 }
 END_TEST
 
@@ -487,6 +544,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_ranks);
 	tcase_add_test(tc, test_resume);
 	tcase_add_test(tc, test_read_errors);
+	tcase_add_test(tc, test_widen_odd_length);
 	suite_add_tcase(s, tc);
 	return s;
 }

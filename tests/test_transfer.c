@@ -327,9 +327,10 @@ END_TEST
 
 /*
  * The stage's position is the trainer's: after k batches handed out it is
- * batch k of the epoch, while the loader's runs ahead by the copies in
- * flight.  Fails if it is not, if it does not follow a resume, or if
- * resuming from it does not hand out exactly batch k and those after it.
+ * batch k of the epoch, and k global batches of samples, while the
+ * loader's runs ahead by the copies in flight.  Fails if it is not, if it
+ * does not follow a resume, or if resuming from it does not hand out
+ * exactly batch k and those after it.
  */
 START_TEST(test_position)
 {
@@ -352,6 +353,9 @@ START_TEST(test_position)
 	ck_assert_uint_eq(pos.batch, 5);
 	ck_assert_uint_eq(pos.plan_key, lpos.plan_key);
 	ck_assert_uint_ge(lpos.batch, pos.batch); /* copies ahead, when the loader had them ready */
+	/* the samples of the trainer's 5 batches, not of the loader's copies ahead */
+	ck_assert_uint_eq(pos.samples, 5 * 16);
+	ck_assert_uint_eq(pos.order_key, lpos.order_key);
 	c = pp_tcheck_create(&f);
 	pp_tcheck_epoch(c, 2);
 	pp_tcheck_skip(c, 5);
@@ -366,6 +370,7 @@ START_TEST(test_position)
 	ck_assert_uint_eq(pp_tcheck_finish(c), 4);
 	ck_assert_int_eq(pp_transfer_get_position(f.t, &pos), 0);
 	ck_assert_uint_eq(pos.batch, 9);
+	ck_assert_uint_eq(pos.samples, 9 * 16);
 	while ((ret = pp_transfer_next(f.t, f.compute, &b)) == 1)
 		ck_assert_int_eq(pp_transfer_release(f.t, b, f.compute), 0);
 	ck_assert_int_eq(ret, 0);
