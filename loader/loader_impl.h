@@ -384,6 +384,8 @@ int pp_loader_budget_add(struct pp_loader *l, const struct pp_loader_config *cfg
 
 /* ring.c: allocates the ring of l->depth slots and points each slot's batch into it; 0 or -errno. */
 int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg);
+/* The ring's bytes (l->slot_bytes set too), as pp_loader_ring_setup() takes them: 0, or -ENOMEM said. */
+int pp_loader_ring_bytes(struct pp_loader *l, size_t *bytes_p);
 
 /* ring.c: wakes every worker waiting for a slot (the epoch ends, the loader stops or failed).  Caller holds mu. */
 void pp_loader_wake_slots(struct pp_loader *l);

@@ -22,12 +22,11 @@
  * as pinpipe/loader.h promises the transfer stage), then the ids; each slot
  * 4096-aligned.
  */
-int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
+int pp_loader_ring_bytes(struct pp_loader *l, size_t *bytes_p)
 {
 	const struct pp_layout *out = &l->out;
-	size_t fields_bytes = 0, ring_bytes;
+	size_t fields_bytes = 0;
 	uint32_t b = l->batch_size;
-	int ret;
 
 	for (uint32_t f = 0; f < out->nfields; f++) {
 		size_t bytes;
@@ -40,9 +39,21 @@ int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg
 	if (!pp_add_size(fields_bytes, (size_t)b * sizeof(uint64_t), &l->slot_bytes))
 		return pp_error(-ENOMEM, "loader: a batch of %u samples is too large", b);
 	l->slot_bytes = pp_round_up(l->slot_bytes, PP_LOADER_IO_ALIGN);
-	if (!pp_mul_size(l->slot_bytes, l->depth, &ring_bytes))
+	if (!pp_mul_size(l->slot_bytes, l->depth, bytes_p))
 		return pp_error(-ENOMEM, "loader: a ring of %u slots of %zu bytes is too large",
 				l->depth, l->slot_bytes);
+	return 0;
+}
+
+int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
+{
+	const struct pp_layout *out = &l->out;
+	uint32_t b = l->batch_size;
+	size_t ring_bytes;
+	int ret;
+
+	if ((ret = pp_loader_ring_bytes(l, &ring_bytes)) < 0)
+		return ret;
 	if ((ret = pp_loader_budget_add(l, cfg, ring_bytes, "the ring of slots")) < 0)
 		return ret;
 	if (cfg->device != NULL) {

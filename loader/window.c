@@ -161,12 +161,12 @@ void pp_loader_window_release(struct pp_loader *l, struct pp_loader_window *w)
 	pthread_mutex_unlock(&l->mu);
 }
 
-/* Allocates the window buffers: one more than the workers, two when the budget is short. */
+/* Allocates the window buffers: one more than the workers, two when the budget (with the ring) is short. */
 int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
 {
 	uint32_t wc = l->params.window_chunks;
 	uint32_t max_rec = 0;
-	size_t max_raw = 0, per;
+	size_t max_raw = 0, per, ring;
 	int ret;
 
 	for (size_t i = 0; i < l->src.nchunks; i++) {
@@ -180,7 +180,12 @@ int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *
 	per = l->window_raw + l->window_records * (sizeof(uint8_t *) + sizeof(int32_t) +
 	      (l->src.records ? sizeof(uint32_t) : 0)) + wc * sizeof(size_t);
 	l->nwindows = PP_MAX(2u, l->nworkers + 1);
-	if (cfg->memory_budget != 0 && l->memory_bytes + per * l->nwindows > cfg->memory_budget)
+	/* The ring comes after the windows (ring.c): a budget it would pass with one
+	 * window per worker takes two. */
+	if ((ret = pp_loader_ring_bytes(l, &ring)) < 0)
+		return ret;
+	if (cfg->memory_budget != 0 &&
+	    l->memory_bytes + per * l->nwindows + ring > cfg->memory_budget)
 		l->nwindows = 2;
 	if ((ret = pp_loader_budget_add(l, cfg, per * l->nwindows, "the chunk windows")) < 0)
 		return ret;
