@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -51,6 +52,25 @@ bool pp_rows_clash(const char *path)
 	if (stat(path, &st) != 0)
 		return true;
 	return S_ISREG(st.st_mode) && std_fd_of(&st) == 0;
+}
+
+FILE *pp_rows_tmp_open(const char *target, mode_t mode, const char *fmode, char *tmp, size_t len)
+{
+	FILE *f;
+	int fd, err;
+
+	if ((size_t)snprintf(tmp, len, "%s.tmp-XXXXXX", target) >= len)
+		return errno = ENAMETOOLONG, NULL;
+	fd = mkstemp(tmp);
+	if (fd < 0)
+		return NULL;
+	if (fchmod(fd, mode & 07777) == 0 && (f = fdopen(fd, fmode)) != NULL)
+		return f;
+	err = errno;
+	close(fd);
+	unlink(tmp);
+	errno = err;
+	return NULL;
 }
 
 void pp_csv_cell(FILE *out, const char *s)

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* Writes s as one CSV cell. */
 void pp_csv_cell(FILE *out, const char *s);
@@ -41,5 +42,13 @@ FILE *pp_rows_fopen(const char *path, const char *mode, bool *shared_p);
  * terminal, a pipe or a FIFO takes the two in turn.
  */
 bool pp_rows_clash(const char *path);
+
+/*
+ * Opens TARGET.tmp-XXXXXX (mkstemp) beside 'target', a file renamed over it
+ * once written: of 'mode' (the file it replaces, not mkstemp's 0600), with
+ * fopen's 'fmode'.  Its name in tmp[0..len).  NULL with errno set
+ * (ENAMETOOLONG where the name does not fit) and nothing left behind.
+ */
+FILE *pp_rows_tmp_open(const char *target, mode_t mode, const char *fmode, char *tmp, size_t len);
 
 #endif

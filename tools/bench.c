@@ -435,7 +435,7 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 {
 	char target[PATH_MAX], tmp[PATH_MAX + 16] = "";
 	struct stat st;
-	int err, fd;
+	int err;
 
 	if (f == NULL)
 		return 0;
@@ -450,24 +450,14 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 	 * several names (renamed over, it would become this user's, or lose a name). */
 	if (!shared && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
 	    st.st_uid == geteuid() && st.st_nlink == 1 &&
-	    pp_links_follow(path, target, sizeof(target)) &&
-	    (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) < sizeof(tmp)) {
-		FILE *staged = NULL;
+	    pp_links_follow(path, target, sizeof(target))) {
+		FILE *staged = pp_rows_tmp_open(target, st.st_mode, "w", tmp, sizeof(tmp));
 
-		fd = mkstemp(tmp);
-		if (fd < 0 && errno != EACCES && errno != EPERM && errno != EROFS) {
+		if (staged == NULL && errno != EACCES && errno != EPERM && errno != EROFS &&
+		    errno != ENAMETOOLONG) {
 			/* a full disk, no inode left: the earlier file stays as it is */
 			fprintf(stderr, "pinpipe-bench: %s: cannot create %s beside it: %s\n", path,
 				tmp, strerror(errno));
-			fclose(f);
-			return 1;
-		}
-		if (fd >= 0 && (fchmod(fd, st.st_mode & 07777) != 0 ||
-				(staged = fdopen(fd, "w")) == NULL)) {
-			fprintf(stderr, "pinpipe-bench: %s: cannot write %s beside it: %s\n", path,
-				tmp, strerror(errno));
-			close(fd);
-			unlink(tmp);
 			fclose(f);
 			return 1;
 		}

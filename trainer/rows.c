@@ -125,7 +125,6 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 	char target[PATH_MAX], tmp[PATH_MAX + 16];
 	struct stat st;
 	FILE *f;
-	int fd;
 
 	*staged_p = *target_p = NULL;
 	/* Renamed over, a file of another owner would become this process's, and one
@@ -144,26 +143,18 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 			strerror(errno));
 		return NULL;
 	}
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) >= sizeof(tmp)) {
-		fprintf(stderr, "pinpipe-train: %s=%s: the path is too long\n", option, path);
-		return NULL;
-	}
-	fd = mkstemp(tmp);
+	f = pp_rows_tmp_open(target, st.st_mode, "w+", tmp, sizeof(tmp));
 	/* A file that may be written in a folder that may not: written in place, as before. */
-	if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+	if (f == NULL && (errno == EACCES || errno == EPERM || errno == EROFS)) {
 		f = pp_rows_fopen(path, "w+", shared_p);
 		if (f == NULL)
 			fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path,
 				strerror(errno));
 		return f;
 	}
-	if (fd < 0 || fchmod(fd, st.st_mode & 07777) != 0 || (f = fdopen(fd, "w+")) == NULL) {
+	if (f == NULL) {
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot create %s beside it: %s\n", option,
 			path, tmp, strerror(errno));
-		if (fd >= 0) {
-			close(fd);
-			unlink(tmp);
-		}
 		return NULL;
 	}
 	*staged_p = strdup(tmp);
@@ -345,30 +336,16 @@ static int rows_replace(const char *option, const char *path, int open_fd, const
 			option, path, target);
 		return -EINVAL;
 	}
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", target) >= (int)sizeof(tmp)) {
-		fprintf(stderr, "pinpipe-train: %s=%s: the path is too long\n", option, path);
-		return -ENAMETOOLONG;
-	}
-	fd = mkstemp(tmp);
-	if (fd < 0 || (f = fdopen(fd, "w")) == NULL) {
+	/* The file's own mode, not mkstemp's 0600. */
+	f = pp_rows_tmp_open(target, fstat(open_fd, &st) == 0 ? st.st_mode : 0600, "w", tmp,
+			     sizeof(tmp));
+	if (f == NULL) {
 		ret = -errno;
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot create %s: %s\n", option, path, tmp,
-			strerror(errno));
-		if (fd >= 0) {
-			close(fd);
-			unlink(tmp);
-		}
+			strerror(-ret));
 		return ret;
 	}
-	/* The file's own mode, not mkstemp's 0600. */
-	if (fstat(open_fd, &st) == 0 && fchmod(fd, st.st_mode & 07777) != 0) {
-		ret = -errno;
-		fprintf(stderr, "pinpipe-train: %s=%s: cannot set the mode of %s: %s\n", option, path,
-			tmp, strerror(-ret));
-		fclose(f);
-		unlink(tmp);
-		return ret;
-	}
+	fd = fileno(f);
 	errno = 0;
 	fwrite(text, 1, len, f);
 	for (size_t i = 0; res != NULL && i < res->n; i++)
