@@ -351,9 +351,17 @@ PP_API int pp_loader_release(struct pp_loader *l, struct pp_batch *batch)
 		ret = pp_error(-EINVAL, "loader: release of a batch that is not held");
 	} else {
 		l->slots[batch->slot].state = PP_SLOT_FREE;
-		pthread_cond_broadcast(&l->slots[batch->slot].freed);
 	}
 	pthread_mutex_unlock(&l->mu);
+	/*
+	 * The waiting worker woken after the unlock: woken under the mutex, it
+	 * would find the mutex held and sleep again on it, and the unlock would
+	 * then be a second system call of the consumer's (the transfer stage's
+	 * host time).  It looks at the slot's state under the mutex, so a
+	 * wake-up after the unlock is never lost.
+	 */
+	if (ret == 0)
+		pthread_cond_broadcast(&l->slots[batch->slot].freed);
 	return ret;
 }
 
