@@ -8,7 +8,8 @@
  *   - pp_jpeg_decode on one thread, eval (Resize + CenterCrop) and train
  *     (RandomResizedCrop + flip), from memory;
  *   - the loader over the ImageFolder source (files read by the workers,
- *     page cache warm), both modes, at each worker count given.
+ *     page cache warm), both modes, at each worker count given: one loader
+ *     a worker count, its rounds epochs of it, as a trainer's.
  * Each figure is the best of ROUNDS, in images per second of the wall
  * clock and per second of CPU time (the thread's for one thread, the
  * process's for the loader: its workers and the waiting consumer), the
@@ -66,23 +67,34 @@ static uint8_t *slurp(const char *path, size_t *len_p)
 	return b;
 }
 
-/* One epoch of the loader over the folder into *r. */
-static void loader_epoch(const struct pp_source *src, unsigned workers, uint64_t epoch,
-			 struct rate *r)
+/*
+ * The loader over the folder, made once for a worker count and kept for its
+ * rounds, as a trainer keeps its loader for its epochs: the ring's memory,
+ * its first touch and the threads' start are no part of an epoch's rate.
+ */
+static struct pp_loader *loader_make(const struct pp_source *src, unsigned workers)
 {
 	struct pp_loader_config cfg = { .source = src, .batch_size = 64, .shuffle = true, .seed = 1,
 					.workers = workers };
 	struct pp_loader *l;
+
+	if (pp_loader_create(&cfg, &l) < 0)
+		exit((fprintf(stderr, "bench_jpeg: %s\n", pp_last_error()), 1));
+	return l;
+}
+
+/* One epoch of the loader into *r. */
+static void loader_epoch(struct pp_loader *l, uint64_t epoch, struct rate *r)
+{
 	struct pp_batch *b;
 	uint64_t n = 0;
 	double t0, c0;
 	int ret;
 
-	if (pp_loader_create(&cfg, &l) < 0)
-		exit((fprintf(stderr, "bench_jpeg: %s\n", pp_last_error()), 1));
 	t0 = now_s();
 	c0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
-	pp_loader_begin_epoch(l, epoch);
+	if (pp_loader_begin_epoch(l, epoch) < 0)
+		exit((fprintf(stderr, "bench_jpeg: %s\n", pp_last_error()), 1));
 	while ((ret = pp_loader_next(l, &b)) == 1) {
 		n += b->size - b->padding;
 		pp_loader_release(l, b);
@@ -90,7 +102,6 @@ static void loader_epoch(const struct pp_source *src, unsigned workers, uint64_t
 	if (ret < 0)
 		exit((fprintf(stderr, "bench_jpeg: %s\n", pp_last_error()), 1));
 	rate_update(r, n, now_s() - t0, cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0);
-	pp_loader_destroy(l);
 }
 
 int main(int argc, char **argv)
@@ -171,8 +182,11 @@ int main(int argc, char **argv)
 		for (char *t = strtok_r(ws, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
 			unsigned w = (unsigned)atoi(t);
 			struct rate b3 = { 0 };
+			struct pp_loader *l = loader_make(pp_image_folder_source(g), w);
+
 			for (int r = 0; r < rounds; r++)
-				loader_epoch(pp_image_folder_source(g), w, (uint64_t)r, &b3);
+				loader_epoch(l, (uint64_t)r, &b3);
+			pp_loader_destroy(l);
 			printf("loader, ImageFolder, %s, %u workers: %.0f images/s (%.0f%% of %u x "
 			       "libjpeg-turbo's one-thread whole decode), %.0f per CPU second (%.0f%% "
 			       "of its)\n",

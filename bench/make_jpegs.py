@@ -2,8 +2,11 @@
 """bench/make_jpegs.py: JPEGs for bench/bench_jpeg: photo-like images (a
 gradient, shapes, noise) of about 500 x 375 at quality 90, as ImageNet's
 validation set is, in a folder per class (torchvision's ImageFolder).
+Image i's size, colours and shapes come from its own seed (i), whatever
+JOBS (processes); its noise from Pillow's own generator, which is not
+seeded, so that the bytes of a file differ from one run to another.
 
-    /usr/bin/python3 bench/make_jpegs.py OUT [COUNT] [CLASSES]   (2000, 10)
+    /usr/bin/python3 bench/make_jpegs.py OUT [COUNT] [CLASSES] [JOBS]   (2000, 10, 1)
 """
 import os
 import random
@@ -33,18 +36,31 @@ def image(rng, w, h):
     return Image.blend(im, noise, 0.12)
 
 
+def make(args):
+    out, i, classes = args
+    rng = random.Random(i)
+    c = f"{out}/c{i % classes:02d}"
+    w, h = (500, 375) if rng.random() < 0.7 else (375, 500)
+    w += rng.randrange(-40, 41)
+    h += rng.randrange(-30, 31)
+    image(rng, w, h).save(f"{c}/{i:06d}.jpg", quality=90)
+
+
 def main():
     out = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
     classes = int(sys.argv[3]) if len(sys.argv) > 3 else 10
-    rng = random.Random(1)
-    for i in range(count):
-        c = f"{out}/c{i % classes:02d}"
-        os.makedirs(c, exist_ok=True)
-        w, h = (500, 375) if rng.random() < 0.7 else (375, 500)
-        w += rng.randrange(-40, 41)
-        h += rng.randrange(-30, 31)
-        image(rng, w, h).save(f"{c}/{i:06d}.jpg", quality=90)
+    jobs = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    for k in range(min(classes, count)):
+        os.makedirs(f"{out}/c{k:02d}", exist_ok=True)
+    work = [(out, i, classes) for i in range(count)]
+    if jobs > 1:
+        import multiprocessing
+        with multiprocessing.Pool(jobs) as pool:
+            pool.map(make, work, chunksize=16)
+    else:
+        for w in work:
+            make(w)
 
 
 if __name__ == "__main__":
