@@ -5,7 +5,9 @@
 
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "nn/cuda/small_gemm.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"
 
@@ -90,4 +92,27 @@ float *pp_test_eval_train(const char *spec, struct pp_device *dev,
 	pp_tensor_destroy(logits);
 	pp_model_destroy(m);
 	return params;
+}
+
+void pp_test_small_gemm(const struct pp_cuda_gemm *g)
+{
+	for (int j = 0; j < g->n; j++)
+		for (int i = 0; i < g->m; i++) {
+			float part[PP_SGEMM_PARTS], lane[PP_SGEMM_LANES], next[PP_SGEMM_LANES];
+
+			if (!g->ta) {
+				for (int q = 0; q < PP_SGEMM_PARTS; q++)
+					part[q] = pp_sgemm_part(g, i, j, q, PP_SGEMM_PARTS);
+				pp_sgemm_store(g, i, j, pp_sgemm_add_parts(part));
+				continue;
+			}
+			for (int l = 0; l < PP_SGEMM_LANES; l++)
+				lane[l] = pp_sgemm_part(g, i, j, l, PP_SGEMM_LANES);
+			for (int off = PP_SGEMM_LANES / 2; off > 0; off /= 2) {
+				for (int l = 0; l < PP_SGEMM_LANES; l++)
+					next[l] = pp_sgemm_butterfly(lane[l], lane[l ^ off]);
+				memcpy(lane, next, sizeof(lane));
+			}
+			pp_sgemm_store(g, i, j, lane[0]);
+		}
 }

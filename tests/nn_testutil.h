@@ -1,7 +1,8 @@
 /*
  * tests/nn_testutil.h: what the nn test programs (test_nn_layers,
- * test_nn_model, test_nn_checkpoint, test_nn_cuda) share: a repeatable random stream and
- * small models trained on synthetic batches.
+ * test_nn_model, test_nn_checkpoint, test_nn_gpu_math, test_nn_cuda) share: a repeatable
+ * random stream, small models trained on synthetic batches, and the small GEMM kernels
+ * emulated on the CPU.
  */
 #ifndef PP_TESTS_NN_TESTUTIL_H
 #define PP_TESTS_NN_TESTUTIL_H
@@ -41,5 +42,15 @@ void pp_test_train(struct pp_model *m, int steps, uint64_t first);
 float *pp_test_eval_train(const char *spec, struct pp_device *dev,
 			  const struct pp_model_config *cfg, struct pp_tensor *x,
 			  const int32_t *labels, size_t batch, int steps, float *z, size_t *n_p);
+
+struct pp_cuda_gemm;
+
+/*
+ * The kernel of nn/cuda/small_gemm.h that pp_cuda_sgemm() launches for g
+ * (g->ta: a warp per element; else blocks of rows and parts), every
+ * thread's arithmetic in the kernel's order, on host memory: C's bits as
+ * the GPU writes them.
+ */
+void pp_test_small_gemm(const struct pp_cuda_gemm *g);
 
 #endif

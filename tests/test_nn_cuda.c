@@ -6,7 +6,8 @@
  * forward, backward and in whole training steps, compared with a
  * tolerance on cuda:0; and the kernels of nn/cuda/fused.cu one by one
  * (conv + ReLU + max-pool forward and backward, the sums, the loss)
- * against the CPU layers, each run twice for the same bits.  CUDA does not survive
+ * against the CPU layers, each run twice for the same bits, and the small
+ * GEMM kernels against their threads emulated.  CUDA does not survive
  * fork(), so this program runs its tests without forking, and it has its
  * own main: with no usable GPU it says why and exits 77 (SKIP).
  */
@@ -23,6 +24,7 @@
 #include "nn/cuda/cuda_impl.h"
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
+#include "nn/cuda/small_gemm.h"
 #include "pinpipe/device.h"
 #include "pinpipe/nn.h"
 #include "tests/nn_testutil.h"
@@ -728,6 +730,90 @@ START_TEST(test_sums_and_loss_match_cpu)
 }
 END_TEST
 
+/*
+ * pp_cuda_sgemm()'s small kernels (nn/cuda/small_gemm.h) against their
+ * threads emulated on the CPU (pp_test_small_gemm()), bit for bit, twice:
+ * the three GEMMs of the MLP's layers at batch 100 and odd shapes (rows
+ * not a block's, k under the parts, leading dimensions past the matrix,
+ * beta 0 on C of NaN); and a product past the rule (cuBLAS's) against the
+ * emulation within a tolerance, C's padding left as it was.
+ */
+START_TEST(test_small_gemm_kernels)
+{
+	static const struct { bool ta, tb; int m, n, k, pad; float beta; } gemms[] = {
+		{ true, false, 32, 100, 784, 0, 1.0f },  { false, true, 784, 32, 100, 0, 1.0f },
+		{ false, false, 32, 100, 10, 0, 0.0f },  { true, false, 10, 100, 32, 0, 1.0f },
+		{ false, true, 33, 7, 5, 3, 0.0f },      { true, false, 3, 5, 33, 2, 1.0f },
+		{ false, false, 65, 3, 17, 1, 1.0f },    { true, false, 1, 1, 70, 5, 0.0f },
+		{ true, false, 32, 1000, 784, 1, 1.0f }, /* past the rule: cuBLAS */
+	};
+	struct pp_device *gpu;
+	struct pp_stream *st;
+	void *blas;
+
+	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
+	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
+	ck_assert_int_eq(pp_cuda_blas_create(pp_nn_cuda_stream(st), &blas), 0);
+	for (size_t c = 0; c < sizeof(gemms) / sizeof(gemms[0]); c++) {
+		const int m = gemms[c].m, n = gemms[c].n, k = gemms[c].k, pad = gemms[c].pad;
+		const bool ta = gemms[c].ta, tb = gemms[c].tb;
+		const int lda = (ta ? k : m) + pad, ldb = (tb ? n : k) + pad, ldc = m + pad;
+		const size_t na = (size_t)lda * (ta ? m : k), nb = (size_t)ldb * (tb ? k : n);
+		const size_t nc = (size_t)ldc * n;
+		float *a = host_floats(na, 50 + c), *b = host_floats(nb, 60 + c), *c0 = host_floats(nc, 70 + c);
+		float *want = malloc(nc * sizeof(float)), *got[2];
+		struct pp_cuda_gemm g = { .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .b = b,
+					  .c = want, .lda = lda, .ldb = ldb, .ldc = ldc,
+					  .beta = gemms[c].beta };
+		const bool fits = pp_small_gemm_fits(&g);
+		void *da = dev_put(gpu, st, a, na * sizeof(float)), *db = dev_put(gpu, st, b, nb * sizeof(float));
+
+		ck_assert_ptr_nonnull(want);
+		ck_assert_msg(fits == (c + 1 < sizeof(gemms) / sizeof(gemms[0])), "case %zu: the rule", c);
+		for (size_t e = 0; e < nc; e++)
+			if (gemms[c].beta == 0.0f)
+				c0[e] = NAN;
+		memcpy(want, c0, nc * sizeof(float));
+		pp_test_small_gemm(&g);
+		for (int run = 0; run < 2; run++) {
+			void *dc = dev_put(gpu, st, c0, nc * sizeof(float));
+			struct pp_cuda_gemm dg = g;
+
+			dg.a = da;
+			dg.b = db;
+			dg.c = dc;
+			got[run] = malloc(nc * sizeof(float));
+			ck_assert_ptr_nonnull(got[run]);
+			ck_assert_int_eq(pp_cuda_sgemm(blas, &dg), 0);
+			dev_get(got[run], dc, nc * sizeof(float), st);
+			pp_device_free(gpu, dc);
+		}
+		if (fits) {
+			ck_assert_msg(memcmp(got[0], want, nc * sizeof(float)) == 0,
+				      "case %zu: the kernel's bits differ from its threads emulated", c);
+			ck_assert_mem_eq(got[0], got[1], nc * sizeof(float));
+		} else {
+			for (size_t e = 0; e < nc; e++)
+				ck_assert_msg(e % ldc >= (size_t)m ? got[0][e] == c0[e]
+								   : fabsf(got[0][e] - want[e]) <= 1e-3f,
+					      "case %zu: cuBLAS's C[%zu] = %g, emulated %g", c, e,
+					      (double)got[0][e], (double)want[e]);
+		}
+		pp_device_free(gpu, da);
+		pp_device_free(gpu, db);
+		free(a);
+		free(b);
+		free(c0);
+		free(want);
+		free(got[0]);
+		free(got[1]);
+	}
+	pp_cuda_blas_destroy(blas);
+	pp_stream_destroy(st);
+	pp_device_close(gpu);
+}
+END_TEST
+
 int main(void)
 {
 	const char *const *gpu_names;
@@ -745,6 +831,7 @@ int main(void)
 	tcase_add_test(tc, test_steps_deterministic);
 	tcase_add_test(tc, test_fused_kernels_match_cpu);
 	tcase_add_test(tc, test_sums_and_loss_match_cpu);
+	tcase_add_test(tc, test_small_gemm_kernels);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
 	return pp_test_run_nofork(s);

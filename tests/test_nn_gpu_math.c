@@ -12,7 +12,8 @@
  * pp_nn_maxpool_backward(), the deterministic sums with plain sums,
  * the softmax cross-entropy with pp_nn_softmax_xent(); and the
  * optimizers' per-element arithmetic (nn/nn_math.h) with the CPU's
- * portable optimizers, bit for bit.  Shapes: the CNN's
+ * portable optimizers, bit for bit; the small GEMM kernels
+ * (nn/cuda/small_gemm.h) against the product in double.  Shapes: the CNN's
  * two convolutions, batch 1, odd sizes, padding, stride 2, pools that
  * leave rows out or leave gaps, windows of more than one group, sums over
  * more and fewer terms than a block has lanes.  Runs without a GPU; the
@@ -29,6 +30,7 @@
 #include "common/common_impl.h"
 #include "nn/cpu/cpu_impl.h"
 #include "nn/cuda/fused.h"
+#include "nn/cuda/small_gemm.h"
 #include "nn/nn_math.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"
@@ -971,6 +973,81 @@ START_TEST(test_optim_math)
 }
 END_TEST
 
+/*
+ * The small GEMM kernels (nn/cuda/small_gemm.h), every thread emulated
+ * (pp_test_small_gemm()), against the product in double: the three GEMMs
+ * of a Linear layer (forward op(A) transposed, weight gradient op(B)
+ * transposed and added to, input gradient plain) at the MLP's shapes, and
+ * odd shapes: rows not a block's, k shorter than the parts, leading
+ * dimensions past the matrix, C of NaN where beta is 0 (not read).  Fails
+ * on an index of A, B or C swapped, a term left out or taken twice, beta
+ * not applied or C read where it is 0.  And the rule of which products
+ * take them: the MLP's at batch 100, not its first layer's at batch 1000,
+ * not op(A) transposed with k under a warp, not both transposed.
+ */
+START_TEST(test_small_gemm)
+{
+	static const struct { bool ta, tb; int m, n, k, pad; float beta; } cases[] = {
+		{ true, false, 32, 100, 784, 0, 1.0f },  { false, true, 784, 32, 100, 0, 1.0f },
+		{ false, false, 32, 100, 10, 0, 0.0f },  { true, false, 10, 100, 32, 0, 1.0f },
+		{ false, true, 32, 10, 100, 0, 1.0f },   { false, false, 33, 7, 5, 3, 0.0f },
+		{ true, false, 3, 5, 33, 2, 1.0f },      { false, true, 1, 1, 1, 0, 0.0f },
+		{ false, false, 65, 3, 17, 1, 1.0f },    { true, false, 1, 1, 70, 5, 0.0f },
+	};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		const int m = cases[c].m, n = cases[c].n, k = cases[c].k, pad = cases[c].pad;
+		const bool ta = cases[c].ta, tb = cases[c].tb;
+		const int lda = (ta ? k : m) + pad, ldb = (tb ? n : k) + pad, ldc = m + pad;
+		float *a = pp_test_rand_floats((size_t)lda * (ta ? m : k));
+		float *b = pp_test_rand_floats((size_t)ldb * (tb ? k : n));
+		float *c0 = pp_test_rand_floats((size_t)ldc * n), *got = pp_test_zero_floats((size_t)ldc * n);
+		struct pp_cuda_gemm g = { .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .b = b,
+					  .c = got, .lda = lda, .ldb = ldb, .ldc = ldc,
+					  .beta = cases[c].beta };
+
+		ck_assert_msg(pp_small_gemm_fits(&g), "case %zu: not taken by the small kernels", c);
+		for (size_t e = 0; e < (size_t)ldc * n; e++)
+			got[e] = cases[c].beta != 0.0f ? c0[e] : NAN;
+		pp_test_small_gemm(&g);
+		for (int j = 0; j < n; j++)
+			for (int i = 0; i < ldc; i++) {
+				double want = 0.0, mag = 0.0;
+				const float v = got[(size_t)i + (size_t)j * ldc];
+
+				if (i >= m) { /* past the matrix: untouched */
+					ck_assert_msg(cases[c].beta != 0.0f ? v == c0[(size_t)i + (size_t)j * ldc]
+									 : isnan(v),
+						      "case %zu: C's padding (%d, %d) written", c, i, j);
+					continue;
+				}
+				for (int p = 0; p < k; p++) {
+					const double t = (double)pp_sgemm_a(&g, i, p) * pp_sgemm_b(&g, p, j);
+
+					want += t;
+					mag += fabs(t);
+				}
+				want += (double)cases[c].beta * (cases[c].beta != 0.0f ? c0[(size_t)i + (size_t)j * ldc] : 0.0);
+				ck_assert_msg(fabs(v - want) <= 1e-5 * (1.0 + mag),
+					      "case %zu: C(%d, %d) = %.9g, expected %.9g", c, i, j, (double)v, want);
+			}
+		free(a);
+		free(b);
+		free(c0);
+		free(got);
+	}
+	{
+		const struct pp_cuda_gemm mlp1000 = { .ta = true, .m = 32, .n = 1000, .k = 784 };
+		const struct pp_cuda_gemm short_k = { .ta = true, .m = 6, .n = 640, .k = 25 };
+		const struct pp_cuda_gemm both = { .ta = true, .tb = true, .m = 8, .n = 8, .k = 64 };
+
+		ck_assert(!pp_small_gemm_fits(&mlp1000));
+		ck_assert(!pp_small_gemm_fits(&short_k));
+		ck_assert(!pp_small_gemm_fits(&both));
+	}
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_gpu_math");
@@ -983,6 +1060,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_red_parts);
 	tcase_add_test(tc, test_xent);
 	tcase_add_test(tc, test_optim_math);
+	tcase_add_test(tc, test_small_gemm);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;

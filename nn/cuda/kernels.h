@@ -95,6 +95,10 @@ int pp_cuda_sync(void *stream);
 int pp_cuda_blas_create(void *stream, void **handle_p);
 int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p);
 void pp_cuda_blas_destroy(void *handle);
+/*
+ * C = op(A) op(B) + beta C on the handle's stream: by a kernel of
+ * nn/cuda/small_gemm.h where pp_small_gemm_fits(), else by cuBLAS.
+ */
 int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
 
 /* The step's prologue (struct pp_cuda_prologue, above), in one launch. */

@@ -20,6 +20,7 @@
 #include "nn/cuda/launch.h"
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
+#include "nn/cuda/small_gemm.h"
 
 
 /* cuBLAS's workspace: its own default on Hopper (32 MiB; 4 MiB on older GPUs). */
@@ -42,6 +43,7 @@ struct pp_cuda_blas {
 	void *lib;          /* dlopen() handle of cuBLAS */
 	cublasHandle_t h;
 	void *workspace;    /* PP_CUBLAS_WORKSPACE bytes of device memory, the handle's own */
+	cudaStream_t stream; /* the handle's stream, which the small GEMMs' kernels take too */
 	decltype(&cublasCreate_v2) create;
 	decltype(&cublasDestroy_v2) destroy;
 	decltype(&cublasSetStream_v2) set_stream;
@@ -98,6 +100,7 @@ extern "C" int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p)
 		ret = pp_error(-EIO, "cublasCreate: %s", b->status_string(st));
 		goto fail_close;
 	}
+	b->stream = (cudaStream_t)stream;
 	st = b->set_stream(b->h, (cudaStream_t)stream);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		ret = pp_error(-EIO, "cublasSetStream: %s", b->status_string(st));
@@ -116,6 +119,31 @@ extern "C" int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p)
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		ret = pp_error(-EIO, "cublasSetWorkspace: %s", b->status_string(st));
 		goto fail_free_workspace;
+	}
+	/*
+	 * cuBLAS sets itself up at a process's first GEMM, not at cublasCreate:
+	 * 144 ms on an H200 host (a probe of the calls alone), where a GEMM then
+	 * takes microseconds.  One GEMM of 1 x 1 x 1 here, on operands in the
+	 * workspace's first bytes (zeroed; its result read by nothing), moves
+	 * that from a model's first step, and its first epoch, to its creation.
+	 */
+	{
+		const float one = 1, zero = 0;
+		float *w = (float *)b->workspace;
+
+		err = cudaMemsetAsync(w, 0, 3 * sizeof(float), (cudaStream_t)stream);
+		st = err == cudaSuccess ? b->sgemm(b->h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, w, 1,
+						   w + 1, 1, &zero, w + 2, 1)
+					: CUBLAS_STATUS_SUCCESS;
+		if (err == cudaSuccess && st == CUBLAS_STATUS_SUCCESS)
+			err = cudaStreamSynchronize((cudaStream_t)stream);
+		if (st != CUBLAS_STATUS_SUCCESS || err != cudaSuccess) {
+			cudaGetLastError();
+			ret = pp_error(-EIO, "cuBLAS: its first GEMM: %s",
+				       st != CUBLAS_STATUS_SUCCESS ? b->status_string(st)
+								   : cudaGetErrorString(err));
+			goto fail_free_workspace;
+		}
 	}
 	*handle_p = b;
 	return 0;
@@ -153,14 +181,54 @@ extern "C" void pp_cuda_blas_destroy(void *handle)
 	free(b);
 }
 
+/* The small GEMMs, op(A) untransposed (nn/cuda/small_gemm.h): a block per PP_SGEMM_ROWS rows of a column. */
+static __global__ void small_gemm_n_kernel(struct pp_cuda_gemm g)
+{
+	__shared__ float part[PP_SGEMM_ROWS][PP_SGEMM_PARTS + 1];
+	const int i = (int)blockIdx.x * PP_SGEMM_ROWS + (int)threadIdx.x, j = (int)blockIdx.y;
+
+	part[threadIdx.x][threadIdx.y] =
+		i < g.m ? pp_sgemm_part(&g, i, j, (int)threadIdx.y, PP_SGEMM_PARTS) : 0.0f;
+	__syncthreads();
+	if (threadIdx.y == 0 && i < g.m)
+		pp_sgemm_store(&g, i, j, pp_sgemm_add_parts(part[threadIdx.x]));
+}
+
+/* The small GEMMs, op(A) transposed and op(B) not: a warp per element of C. */
+static __global__ void small_gemm_t_kernel(struct pp_cuda_gemm g)
+{
+	const long e = (long)blockIdx.x * PP_SGEMM_WARPS + (long)(threadIdx.x / PP_SGEMM_LANES);
+	const int lane = (int)(threadIdx.x % PP_SGEMM_LANES);
+	float sum;
+
+	if (e >= (long)g.m * g.n)
+		return;
+	sum = pp_sgemm_part(&g, (int)(e % g.m), (int)(e / g.m), lane, PP_SGEMM_LANES);
+	for (int off = PP_SGEMM_LANES / 2; off > 0; off /= 2)
+		sum = pp_sgemm_butterfly(sum, __shfl_xor_sync(0xffffffffu, sum, off));
+	if (lane == 0)
+		pp_sgemm_store(&g, (int)(e % g.m), (int)(e / g.m), sum);
+}
+
 extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
 {
 	struct pp_cuda_blas *b = (struct pp_cuda_blas *)handle;
 	const float one = 1.0f;
-	cublasStatus_t st = b->sgemm(b->h, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-				     g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &one, g->a,
-				     g->lda, g->b, g->ldb, &g->beta, g->c, g->ldc);
+	cublasStatus_t st;
 
+	if (pp_small_gemm_fits(g)) {
+		if (!g->ta) {
+			dim3 grid((unsigned)((g->m + PP_SGEMM_ROWS - 1) / PP_SGEMM_ROWS), (unsigned)g->n);
+
+			small_gemm_n_kernel<<<grid, dim3(PP_SGEMM_ROWS, PP_SGEMM_PARTS), 0, b->stream>>>(*g);
+			return pp_cuda_launched("small_gemm_n");
+		}
+		small_gemm_t_kernel<<<(unsigned)(((long)g->m * g->n + PP_SGEMM_WARPS - 1) / PP_SGEMM_WARPS),
+				      PP_SGEMM_WARPS * PP_SGEMM_LANES, 0, b->stream>>>(*g);
+		return pp_cuda_launched("small_gemm_t");
+	}
+	st = b->sgemm(b->h, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N, g->tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+		      g->m, g->n, g->k, &one, g->a, g->lda, g->b, g->ldb, &g->beta, g->c, g->ldc);
 	if (st != CUBLAS_STATUS_SUCCESS)
 		return pp_error(-EIO, "cublasSgemm %dx%dx%d: %s", g->m, g->n, g->k,
 				b->status_string(st));
