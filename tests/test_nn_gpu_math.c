@@ -982,8 +982,9 @@ END_TEST
  * dimensions past the matrix, C of NaN where beta is 0 (not read).  Fails
  * on an index of A, B or C swapped, a term left out or taken twice, beta
  * not applied or C read where it is 0.  And the rule of which products
- * take them: the MLP's at batch 100, not its first layer's at batch 1000,
- * not op(A) transposed with k under a warp, not both transposed.
+ * take them: the MLP's and the CNN's Linear layers at batch 100, not the
+ * CNN's at batch 1000 nor the MLP's first, not sums of k past a thread's
+ * share, not op(A) transposed with k under a warp, not both transposed.
  */
 START_TEST(test_small_gemm)
 {
@@ -1040,10 +1041,22 @@ START_TEST(test_small_gemm)
 		const struct pp_cuda_gemm mlp1000 = { .ta = true, .m = 32, .n = 1000, .k = 784 };
 		const struct pp_cuda_gemm short_k = { .ta = true, .m = 6, .n = 640, .k = 25 };
 		const struct pp_cuda_gemm both = { .ta = true, .tb = true, .m = 8, .n = 8, .k = 64 };
+		/* the CNN's second Linear layer at batch 1000, forward; the MLP's last, weight gradient */
+		const struct pp_cuda_gemm cnn1000 = { .ta = true, .m = 60, .n = 1000, .k = 120 };
+		const struct pp_cuda_gemm long_k = { .tb = true, .m = 32, .n = 10, .k = 1000 };
+		const struct pp_cuda_gemm long_dot = { .ta = true, .m = 2, .n = 2, .k = 1025 };
+		/* the CNN's first Linear layer at batch 100: input gradient, forward */
+		const struct pp_cuda_gemm cnn100 = { .m = 192, .n = 100, .k = 120 };
+		const struct pp_cuda_gemm cnn100_t = { .ta = true, .m = 120, .n = 100, .k = 192 };
 
 		ck_assert(!pp_small_gemm_fits(&mlp1000));
 		ck_assert(!pp_small_gemm_fits(&short_k));
 		ck_assert(!pp_small_gemm_fits(&both));
+		ck_assert(!pp_small_gemm_fits(&cnn1000));
+		ck_assert(!pp_small_gemm_fits(&long_k));
+		ck_assert(!pp_small_gemm_fits(&long_dot));
+		ck_assert(pp_small_gemm_fits(&cnn100));
+		ck_assert(pp_small_gemm_fits(&cnn100_t));
 	}
 }
 END_TEST

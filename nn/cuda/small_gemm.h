@@ -42,16 +42,31 @@
 #define PP_SGEMM_LANES 32
 /* Warps a block of the transposed kernel: C's elements a block. */
 #define PP_SGEMM_WARPS 8
-/* Multiply-adds of a product these kernels take, at most (m n k). */
-#define PP_SGEMM_MAX_WORK (1L << 23)
+/*
+ * Multiply-adds of a product these kernels take, at most (m n k): they
+ * read A and B again for every element of C (no tiles), so their time
+ * grows with m n k where cuBLAS's stays near its floor of some 8 us: on an
+ * H200, 6-7 us at 2.5 million (the MLP's and the CNN's Linear layers at
+ * batch 100), 12-25 us at 7 million (the CNN's at batch 1000, which
+ * cuBLAS takes in 9-11 us).
+ */
+#define PP_SGEMM_MAX_WORK (3L << 20)
+/*
+ * Terms of a sum, at most: a thread's serial multiply-adds are k / parts
+ * (8 untransposed, 32 transposed); k = 1000 over 8 parts took 18 us on an
+ * H200 for 320 elements, where the whole product is a third of a million.
+ */
+#define PP_SGEMM_MAX_K_N 256
+#define PP_SGEMM_MAX_K_T 1024
 /* Columns of C, at most, for the untransposed kernel (a grid's y). */
 #define PP_SGEMM_MAX_COLS 65535
 
 /*
  * Whether pp_cuda_sgemm() runs 'g' with these kernels rather than cuBLAS:
- * at most PP_SGEMM_MAX_WORK multiply-adds; op(A) untransposed, or op(A)
- * transposed, op(B) not, with k of a warp's lanes at least (shorter dot
- * products would leave most lanes idle: cuBLAS's).
+ * at most PP_SGEMM_MAX_WORK multiply-adds; op(A) untransposed with k at
+ * most PP_SGEMM_MAX_K_N, or op(A) transposed, op(B) not, with k from a
+ * warp's lanes (shorter dot products would leave most lanes idle) to
+ * PP_SGEMM_MAX_K_T.
  */
 PP_HD static inline bool pp_small_gemm_fits(const struct pp_cuda_gemm *g)
 {
@@ -60,8 +75,8 @@ PP_HD static inline bool pp_small_gemm_fits(const struct pp_cuda_gemm *g)
 	if (g->m < 1 || g->n < 1 || g->k < 1 || work > (double)PP_SGEMM_MAX_WORK)
 		return false;
 	if (!g->ta)
-		return g->n <= PP_SGEMM_MAX_COLS;
-	return !g->tb && g->k >= PP_SGEMM_LANES;
+		return g->n <= PP_SGEMM_MAX_COLS && g->k <= PP_SGEMM_MAX_K_N;
+	return !g->tb && g->k >= PP_SGEMM_LANES && g->k <= PP_SGEMM_MAX_K_T;
 }
 
 /* op(A)(i, p) */
