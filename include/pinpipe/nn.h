@@ -247,7 +247,10 @@ struct pp_model;
  * not yet (pp_blas_get_info() says how its kernels were chosen) and calls
  * its openblas_set_num_threads(1), which is process-wide where the
  * program links the same OpenBLAS.  On cuda, cfg->stream (a stream of 'dev') is
- * required and all the model's work goes on it.
+ * required and all the model's work goes on it; creation loads cuBLAS and
+ * makes its first GEMM there, waiting for it and for the stream's work
+ * before it (cuBLAS sets itself up at a process's first GEMM, some 0.1 s,
+ * which a first training step would otherwise carry).
  *
  * Returns 0 and the model in *model_p, or -EINVAL (a bad spec or config;
  * the message names the layer and what was expected; no stream on cuda),
