@@ -2,12 +2,16 @@
 """bench/make_jpegs.py: JPEGs for bench/bench_jpeg: photo-like images (a
 gradient, shapes, noise) of about 500 x 375 at quality 90, as ImageNet's
 validation set is, in a folder per class (torchvision's ImageFolder).
-Image i's size, colours and shapes come from its own seed (i), whatever
-JOBS (processes); its noise from Pillow's own generator, which is not
-seeded, so that the bytes of a file differ from one run to another.
+Image i comes from its own seed (i), whatever JOBS (processes): its size,
+colours and shapes from Python's generator, its noise from the C library's
+rand(), which Pillow's effect_noise() draws from and which is seeded with
+i before it (unseeded, rand() gives the same sequence in every process, so
+forked JOBS would give their images each other's noise, and which image
+got which would depend on the pool's scheduling).  The same files every run.
 
     /usr/bin/python3 bench/make_jpegs.py OUT [COUNT] [CLASSES] [JOBS]   (2000, 10, 1)
 """
+import ctypes
 import os
 import random
 import sys
@@ -36,6 +40,10 @@ def image(rng, w, h):
     return Image.blend(im, noise, 0.12)
 
 
+# the C library's rand(), which Pillow's effect_noise() calls
+LIBC = ctypes.CDLL(None)
+
+
 def make(args):
     out, i, classes = args
     rng = random.Random(i)
@@ -43,6 +51,7 @@ def make(args):
     w, h = (500, 375) if rng.random() < 0.7 else (375, 500)
     w += rng.randrange(-40, 41)
     h += rng.randrange(-30, 31)
+    LIBC.srand(i)
     image(rng, w, h).save(f"{c}/{i:06d}.jpg", quality=90)
 
 
