@@ -139,7 +139,9 @@ extern "C" int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p)
 			err = cudaStreamSynchronize((cudaStream_t)stream);
 		if (st != CUBLAS_STATUS_SUCCESS || err != cudaSuccess) {
 			cudaGetLastError();
-			ret = pp_error(-EIO, "cuBLAS: its first GEMM: %s",
+			/* the wait is for the stream's earlier work too: its error may be theirs */
+			ret = pp_error(-EIO, "cuBLAS: its first GEMM%s: %s",
+				       st != CUBLAS_STATUS_SUCCESS ? "" : " (or the stream's work before it)",
 				       st != CUBLAS_STATUS_SUCCESS ? b->status_string(st)
 								   : cudaGetErrorString(err));
 			goto fail_free_workspace;
