@@ -92,8 +92,10 @@ PP_API void pp_loader_destroy(struct pp_loader *l)
 		free(l->windows);
 	}
 	pp_plan_free(&l->plan);
-	for (uint32_t i = 0; l->slots != NULL && i < l->depth; i++)
+	for (uint32_t i = 0; l->slots != NULL && i < l->depth; i++) {
 		pthread_cond_destroy(&l->slots[i].freed);
+		pthread_cond_destroy(&l->slots[i].helped);
+	}
 	free(l->slots);
 	if (l->device != NULL)
 		pp_host_free(l->device, l->ring);

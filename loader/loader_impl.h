@@ -281,6 +281,20 @@ struct pp_loader_slot {
 	                          epoch ends (one per slot, so that a release wakes only
 	                          those waiting for its slot) */
 	struct pp_batch batch; /* points into the ring */
+	/*
+	 * A fill that idle workers join at the epoch's end (pp_loader_batch_fill()
+	 * sample by sample, without streaming): the next sample to fill, taken by
+	 * whichever worker gets it (atomic), the batch's samples and whether
+	 * helpers may join (mu), the helpers at work (mu), the first helper's
+	 * failure and its message (mu), and the filler waiting for its helpers.
+	 */
+	uint32_t next_sample;
+	uint32_t nsamples;
+	bool shared;
+	uint32_t helpers;
+	int help_ret;
+	char help_msg[512];
+	pthread_cond_t helped;
 };
 
 /* A buffer of decoded chunks: one window of the streaming plan. */

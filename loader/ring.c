@@ -74,6 +74,7 @@ int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg
 	for (uint32_t i = 0; i < l->depth; i++) {
 		struct pp_batch *bt = &l->slots[i].batch;
 		pthread_cond_init(&l->slots[i].freed, NULL);
+		pthread_cond_init(&l->slots[i].helped, NULL);
 		uint8_t *p = l->ring + (size_t)i * l->slot_bytes;
 		bt->nfields = out->nfields;
 		for (uint32_t f = 0; f < out->nfields; f++) {

@@ -227,6 +227,114 @@ static int fill_per_sample(struct pp_loader *l, struct pp_loader_worker *wk, str
 	return ret;
 }
 
+/*
+ * Whether batch fills are shared: sample by sample from a source's reads
+ * (images, records, a user's source), without streaming windows or whole
+ * batches read at once, by two workers or more.  A sample's bytes depend
+ * on its index, epoch and the seed alone (its generator, one_sample()),
+ * so whichever worker fills it, the batch is the same.
+ */
+static bool fills_shared(const struct pp_loader *l)
+{
+	return l->per_sample && !l->streaming && l->nworkers > 1 &&
+	       !(l->src.ops != NULL && l->src.ops->read_batch != NULL);
+}
+
+/*
+ * Fills the samples of sl's batch that its cursor gives, until none is left
+ * or one fails: the filler's and each helper's loop.  Returns 0 or the
+ * failure, its message said; a failure ends the cursor, for the others.
+ */
+static int fill_from_cursor(struct pp_loader *l, struct pp_loader_worker *wk,
+			    struct pp_loader_slot *sl, uint32_t n)
+{
+	uint64_t t0 = pp_now_ns();
+	uint32_t i;
+	int ret = 0;
+
+	while (ret == 0 && (i = __atomic_fetch_add(&sl->next_sample, 1, __ATOMIC_RELAXED)) < n)
+		ret = one_sample(l, wk, &sl->batch, i, NULL, NULL, 0);
+	if (ret < 0)
+		__atomic_store_n(&sl->next_sample, n, __ATOMIC_RELAXED);
+	wk->fill_ns += pp_now_ns() - t0;
+	return ret;
+}
+
+/*
+ * A shared fill (fills_shared()): the batch's samples are taken one by one
+ * from the slot's cursor, by this worker and by the workers that have no
+ * batch left to claim at the epoch's end (pp_loader_help()), so that the
+ * epoch's last batches are filled by every worker rather than each by one
+ * while the others wait.  Returns once every sample is in, or with the
+ * first failure (the filler's own, else a helper's, with its message).
+ */
+static int fill_shared(struct pp_loader *l, struct pp_loader_worker *wk, struct pp_loader_slot *sl,
+		       uint32_t n)
+{
+	int ret;
+
+	pthread_mutex_lock(&l->mu);
+	sl->nsamples = n;
+	sl->help_ret = 0;
+	sl->help_msg[0] = '\0';
+	__atomic_store_n(&sl->next_sample, 0, __ATOMIC_RELAXED);
+	sl->shared = true;
+	/* Waiting there are only the workers with no batch left to claim. */
+	pthread_cond_broadcast(&l->cond_work);
+	pthread_mutex_unlock(&l->mu);
+	ret = fill_from_cursor(l, wk, sl, n);
+	pthread_mutex_lock(&l->mu);
+	sl->shared = false;
+	while (sl->helpers > 0)
+		pthread_cond_wait(&sl->helped, &l->mu);
+	if (ret == 0 && sl->help_ret < 0)
+		ret = pp_error_set(sl->help_ret, sl->help_msg);
+	pthread_mutex_unlock(&l->mu);
+	return ret;
+}
+
+/*
+ * The slot of the oldest shared fill that has samples left, or NULL: what
+ * a worker with no batch to claim may help with.  Caller holds mu.
+ */
+static struct pp_loader_slot *help_wanted(struct pp_loader *l)
+{
+	struct pp_loader_slot *best = NULL;
+
+	for (uint32_t k = 0; k < l->depth; k++) {
+		struct pp_loader_slot *sl = &l->slots[k];
+
+		if (sl->state == PP_SLOT_FILLING && sl->shared &&
+		    __atomic_load_n(&sl->next_sample, __ATOMIC_RELAXED) < sl->nsamples &&
+		    (best == NULL || sl->batch.index < best->batch.index))
+			best = sl;
+	}
+	return best;
+}
+
+/*
+ * Helps sl's shared fill: its samples from its cursor, then the counters
+ * collected and a failure kept for the filler, who waits for its helpers
+ * before it publishes.  Called and returns with mu held.
+ */
+static void help(struct pp_loader *l, struct pp_loader_worker *wk, struct pp_loader_slot *sl)
+{
+	const uint32_t n = sl->nsamples;
+	int ret;
+
+	sl->helpers++;
+	pthread_mutex_unlock(&l->mu);
+	ret = fill_from_cursor(l, wk, sl, n);
+	pthread_mutex_lock(&l->mu);
+	pp_loader_work_collect(l, wk);
+	if (ret < 0 && sl->help_ret == 0) {
+		sl->help_ret = ret;
+		snprintf(sl->help_msg, sizeof(sl->help_msg), "%s", pp_last_error());
+	}
+	if (--sl->helpers == 0)
+		pthread_cond_broadcast(&sl->helped);
+}
+
 /* ------------------------------------------------------------------ a batch */
 
 /* Fills batch b into slot sl.  Returns 0, -ECANCELED when the epoch ended, or an error with its message. */
@@ -247,6 +355,8 @@ int pp_loader_batch_fill(struct pp_loader *l, struct pp_loader_worker *wk, uint6
 	bt->padding = (uint32_t)(first + n > plan->real ? first + n - PP_MAX(first, plan->real) : 0);
 	memcpy(bt->ids, plan->order + first, n * sizeof(uint64_t));
 
+	if (fills_shared(l))
+		return fill_shared(l, wk, sl, n);
 	if (l->per_sample)
 		return fill_per_sample(l, wk, bt, first, n);
 	if (l->streaming) {
@@ -325,7 +435,11 @@ void pp_loader_work_collect(struct pp_loader *l, struct pp_loader_worker *wk)
 	wk->slot_wait_ns = 0;
 }
 
-/* A worker thread: claims the next batch, waits for its slot, fills it, publishes it. */
+/*
+ * A worker thread: claims the next batch, waits for its slot, fills it,
+ * publishes it; with no batch left to claim, helps the fills still going
+ * where they are shared (help_wanted()).
+ */
 static void *worker_main(void *arg)
 {
 	struct pp_loader_worker *wk = arg;
@@ -338,8 +452,14 @@ static void *worker_main(void *arg)
 		int ret;
 
 		while (!l->stop && (l->err != 0 || !l->active || l->cancel ||
-				    l->next_claim >= l->plan.batches))
+				    l->next_claim >= l->plan.batches)) {
+			/* No batch left to claim: the epoch's last fills, shared where they may be. */
+			if (l->err == 0 && l->active && !l->cancel && (sl = help_wanted(l)) != NULL) {
+				help(l, wk, sl);
+				continue;
+			}
 			pthread_cond_wait(&l->cond_work, &l->mu);
+		}
 		if (l->stop)
 			break;
 		b = l->next_claim++;

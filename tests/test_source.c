@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -619,6 +620,92 @@ START_TEST(test_errors)
 END_TEST
 
 /* Fails if a bad source description, a layout over the budget or two sources are accepted. */
+/* ------------------------------------------------------------------ shared fills */
+
+/* A source whose reads take a while and say which thread made each sample. */
+struct slow_src {
+	uint64_t fail_at;                 /* read fails on this index (UINT64_MAX: never) */
+	_Atomic unsigned long thread_of[64]; /* the thread that read sample i */
+};
+
+static int slow_read(void *ctx, void *wctx, const struct pp_sample *s)
+{
+	struct slow_src *t = ctx;
+
+	(void)wctx;
+	atomic_store(&t->thread_of[s->index % 64], (unsigned long)pthread_self());
+	usleep(1000);
+	if (s->index == t->fail_at)
+		return pp_set_error(-EIO, "slow disk gave up at %llu", (unsigned long long)s->index);
+	fill_one(s->index, s->fields, 0);
+	return 0;
+}
+
+/*
+ * The epoch's last batch shared by the workers with none left to claim
+ * (loader/worker.c, fill_shared()): one batch of 64 slow samples an epoch
+ * on 4 workers is read by more than one thread, and gives the batch of 1
+ * worker (which reads it alone), sample for sample; a sample that fails,
+ * whichever thread read it, fails the batch with the source's message, and
+ * the loader says so again and is destroyed (no hang).  Fails if the idle
+ * workers do not help, if a helper's sample lands elsewhere or is left out,
+ * or if a helper's failure is lost or hangs the filler.
+ */
+START_TEST(test_shared_fills)
+{
+	static const struct pp_source_ops ops = { .read = slow_read };
+	struct slow_src t;
+	struct pp_source_desc d = { .name = "slow", .count = 64, .layout = &layout4,
+				    .num_classes = 7, .ops = &ops, .ctx = &t };
+	struct pp_source *src = NULL;
+	uint64_t h[2];
+
+	memset(&t, 0, sizeof(t));
+	t.fail_at = UINT64_MAX;
+	ck_assert_msg(pp_source_create(&d, &src) == 0, "%s", pp_last_error());
+	for (int k = 0; k < 2; k++) {
+		struct pp_loader_config cfg = { .source = src, .batch_size = 64, .shuffle = true,
+						.seed = 5, .workers = k ? 4 : 1 };
+		uint32_t seen[COUNT] = { 0 };
+		unsigned long threads[64];
+		int distinct = 0;
+
+		for (int i = 0; i < 64; i++)
+			atomic_store(&t.thread_of[i], 0ul);
+		h[k] = run_epoch(&cfg, 2, 0, seen);
+		for (int i = 0; i < 64; i++) {
+			unsigned long th = atomic_load(&t.thread_of[i]);
+			bool known = false;
+
+			ck_assert_uint_eq(seen[i], 1);
+			ck_assert_uint_ne(th, 0);
+			for (int j = 0; j < distinct; j++)
+				known = known || threads[j] == th;
+			if (!known)
+				threads[distinct++] = th;
+		}
+		if (k == 0)
+			ck_assert_int_eq(distinct, 1);
+		else
+			ck_assert_msg(distinct >= 2, "4 workers: the batch was read by %d thread(s)",
+				      distinct);
+	}
+	ck_assert_msg(h[0] == h[1], "the shared batch differs from one worker's");
+	for (uint64_t bad = 0; bad < 64; bad += 21) {
+		struct pp_loader_config cfg = { .source = src, .batch_size = 64, .shuffle = true,
+						.seed = 5, .workers = 4 };
+		char want[64];
+
+		t.fail_at = bad;
+		snprintf(want, sizeof(want), "slow disk gave up at %llu", (unsigned long long)bad);
+		ck_assert_int_eq(first_error(&cfg), -EIO);
+		ck_assert_msg(strstr(pp_last_error(), want) != NULL, "sample %llu: %s",
+			      (unsigned long long)bad, pp_last_error());
+	}
+	pp_source_destroy(src);
+}
+END_TEST
+
 START_TEST(test_refused)
 {
 	struct tsrc t = { .fail_at = UINT64_MAX };
@@ -1104,6 +1191,7 @@ Suite *pp_test_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_refused);
+	tcase_add_test(tc, test_shared_fills);
 	tcase_add_test(tc, test_records_errors);
 	suite_add_tcase(s, tc);
 	return s;

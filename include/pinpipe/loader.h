@@ -16,7 +16,11 @@
  * first field and to the int32 scalar field named "labels" or "label".
  * Every sample goes through the decoder of its shard set (version 2), then
  * the configuration's transforms, then the conversion to the output dtype,
- * on the worker that fills its batch.
+ * on the worker that fills its batch; where batches are filled sample by
+ * sample and not streamed (a source's read, records, transforms), the
+ * epoch's last ones are shared, sample by sample, with the workers that
+ * have no batch left to claim.  A sample's bytes are the same whichever
+ * worker made them.
  *
  * Use:
  *	pp_loader_create(&cfg, &l);

@@ -152,7 +152,8 @@ PP_API int pp_set_error(int err, const char *fmt, ...)
  * What a source of the trainer's own does.  Contract: the functions are
  * called from the loader's worker threads (from the thread calling
  * pp_loader_next() with 0 workers), several at once from different workers
- * on different samples, each worker with its own 'wctx'; they may block on
+ * on different samples (also the samples of one batch, at an epoch's end),
+ * each worker with its own 'wctx'; they may block on
  * I/O, but must return (a read that never returns hangs the loader); they
  * must not call the loader or transfer stage that uses them; they return 0,
  * or -errno, optionally with a message set by pp_set_error(), which ends
