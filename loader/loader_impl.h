@@ -293,7 +293,8 @@ struct pp_loader_slot {
 	bool shared;
 	uint32_t helpers;
 	int help_ret;
-	char help_msg[512];
+	char help_msg[1024];   /* as long as pp_last_error()'s and errmsg: a helper's
+	                          message whole, as the filler's own would be */
 	pthread_cond_t helped;
 };
 

@@ -619,24 +619,43 @@ START_TEST(test_errors)
 }
 END_TEST
 
-/* Fails if a bad source description, a layout over the budget or two sources are accepted. */
 /* ------------------------------------------------------------------ shared fills */
 
 /* A source whose reads take a while and say which thread made each sample. */
 struct slow_src {
 	uint64_t fail_at;                 /* read fails on this index (UINT64_MAX: never) */
+	bool wait_helper;                 /* the first thread to read waits for a second */
+	_Atomic unsigned long first;      /* that first thread */
 	_Atomic unsigned long thread_of[64]; /* the thread that read sample i */
 };
+
+/* Whether a thread other than 'self' has read a sample. */
+static bool other_reader(struct slow_src *t, unsigned long self)
+{
+	for (int i = 0; i < 64; i++) {
+		unsigned long th = atomic_load(&t->thread_of[i]);
+		if (th != 0 && th != self)
+			return true;
+	}
+	return false;
+}
 
 static int slow_read(void *ctx, void *wctx, const struct pp_sample *s)
 {
 	struct slow_src *t = ctx;
+	unsigned long self = (unsigned long)pthread_self(), none = 0;
 
 	(void)wctx;
-	atomic_store(&t->thread_of[s->index % 64], (unsigned long)pthread_self());
+	atomic_store(&t->thread_of[s->index % 64], self);
 	usleep(1000);
+	/* However slow the machine, a helper that joins within 10 s is seen joining. */
+	if (t->wait_helper && atomic_compare_exchange_strong(&t->first, &none, self))
+		for (int ms = 0; ms < 10000 && !other_reader(t, self); ms++)
+			usleep(1000);
+	/* A message as long as a deep path's: a helper's is not cut short. */
 	if (s->index == t->fail_at)
-		return pp_set_error(-EIO, "slow disk gave up at %llu", (unsigned long long)s->index);
+		return pp_set_error(-EIO, "/data/%0600d/x.jpg: slow disk gave up at %llu", 0,
+				    (unsigned long long)s->index);
 	fill_one(s->index, s->fields, 0);
 	return 0;
 }
@@ -646,10 +665,11 @@ static int slow_read(void *ctx, void *wctx, const struct pp_sample *s)
  * (loader/worker.c, fill_shared()): one batch of 64 slow samples an epoch
  * on 4 workers is read by more than one thread, and gives the batch of 1
  * worker (which reads it alone), sample for sample; a sample that fails,
- * whichever thread read it, fails the batch with the source's message, and
- * the loader says so again and is destroyed (no hang).  Fails if the idle
- * workers do not help, if a helper's sample lands elsewhere or is left out,
- * or if a helper's failure is lost or hangs the filler.
+ * whichever thread read it, fails the batch with the source's message,
+ * whole (as long as a deep path's), and the loader says so again and is
+ * destroyed (no hang).  Fails if the idle workers do not help, if a
+ * helper's sample lands elsewhere or is left out, or if a helper's failure
+ * is lost, cut short or hangs the filler.
  */
 START_TEST(test_shared_fills)
 {
@@ -672,6 +692,8 @@ START_TEST(test_shared_fills)
 
 		for (int i = 0; i < 64; i++)
 			atomic_store(&t.thread_of[i], 0ul);
+		atomic_store(&t.first, 0ul);
+		t.wait_helper = k == 1;
 		h[k] = run_epoch(&cfg, 2, 0, seen);
 		for (int i = 0; i < 64; i++) {
 			unsigned long th = atomic_load(&t.thread_of[i]);
@@ -691,6 +713,7 @@ START_TEST(test_shared_fills)
 				      distinct);
 	}
 	ck_assert_msg(h[0] == h[1], "the shared batch differs from one worker's");
+	t.wait_helper = false;
 	for (uint64_t bad = 0; bad < 64; bad += 21) {
 		struct pp_loader_config cfg = { .source = src, .batch_size = 64, .shuffle = true,
 						.seed = 5, .workers = 4 };
@@ -706,6 +729,7 @@ START_TEST(test_shared_fills)
 }
 END_TEST
 
+/* Fails if a bad source description, a layout over the budget or two sources are accepted. */
 START_TEST(test_refused)
 {
 	struct tsrc t = { .fail_at = UINT64_MAX };
