@@ -263,7 +263,7 @@ static int fill_from_cursor(struct pp_loader *l, struct pp_loader_worker *wk,
 /*
  * A shared fill (fills_shared()): the batch's samples are taken one by one
  * from the slot's cursor, by this worker and by the workers that have no
- * batch left to claim at the epoch's end (pp_loader_help()), so that the
+ * batch left to claim at the epoch's end (help()), so that the
  * epoch's last batches are filled by every worker rather than each by one
  * while the others wait.  Returns once every sample is in, or with the
  * first failure (the filler's own, else a helper's, with its message).
