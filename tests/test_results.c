@@ -86,14 +86,16 @@ END_TEST
 /*
  * Fails if the default order ("") puts one run's epochs out of order, or
  * does not put a grid's runs fastest first by mean epoch_s (not by their
- * fastest epoch), each in epoch order, with a failed run last.
+ * fastest epoch), each in epoch order, with a failed run last and a run's
+ * failure row (epoch 0) after its epochs.
  */
 START_TEST(test_sort_default)
 {
 	struct tr_results res = { 0 };
 	struct tr_row r;
 	static const unsigned want_one[][2] = { { 1, 1 }, { 1, 2 }, { 1, 3 } };
-	static const unsigned want_grid[][2] = { { 3, 1 }, { 3, 2 }, { 1, 1 }, { 1, 2 }, { 2, 0 } };
+	static const unsigned want_grid[][2] = { { 3, 1 }, { 3, 2 }, { 3, 0 }, { 1, 1 }, { 1, 2 },
+						 { 2, 0 } };
 
 	/* One run whose epochs got faster: 1, 2, 3 all the same. */
 	r = row(1, 1, 3.0, "cnn");
@@ -109,19 +111,23 @@ START_TEST(test_sort_default)
 	}
 	tr_results_free(&res);
 
-	/* Run 1: mean 2.0 with the fastest epoch of all; run 3: mean 1.5; run 2 failed. */
+	/* Run 1: mean 2.0 with the fastest epoch of all; run 3: mean 1.5, then its checkpoint
+	 * could not be saved (its failure row, epoch 0, comes first: after its epochs); run 2
+	 * failed before an epoch. */
 	r = row(1, 1, 3.5, "cnn");
 	tr_results_add(&res, &r);
 	r = row(1, 2, 0.5, "cnn");
 	tr_results_add(&res, &r);
 	r = row(2, 0, NAN, "cnn");
 	tr_results_add(&res, &r);
+	r = row(3, 0, NAN, "mlp");
+	tr_results_add(&res, &r);
 	r = row(3, 1, 1.6, "mlp");
 	tr_results_add(&res, &r);
 	r = row(3, 2, 1.4, "mlp");
 	tr_results_add(&res, &r);
 	tr_results_sort(&res, "");
-	for (size_t i = 0; i < 5; i++) {
+	for (size_t i = 0; i < 6; i++) {
 		ck_assert_uint_eq(res.rows[i].run, want_grid[i][0]);
 		ck_assert_uint_eq(res.rows[i].epoch, want_grid[i][1]);
 	}

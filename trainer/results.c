@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -200,9 +201,16 @@ static double run_mean_epoch_s(const struct tr_results *res, size_t i)
 	return n ? sum / (double)n : NAN;
 }
 
-/* The default order: runs by their mean epoch_s (runs without one last), then run, then epoch. */
+/*
+ * The default order: runs by their mean epoch_s (runs without one last),
+ * then run, then epoch, a run's failure row (epoch 0) after its epochs: the
+ * epochs it trained, then how it ended (a checkpoint that could not be
+ * saved after them).
+ */
 static int compare_runs(const struct tr_row *a, double mean_a, const struct tr_row *b, double mean_b)
 {
+	const unsigned ea = a->epoch ? a->epoch : UINT_MAX, eb = b->epoch ? b->epoch : UINT_MAX;
+
 	if (isnan(mean_a) || isnan(mean_b)) {
 		if (isnan(mean_a) != isnan(mean_b))
 			return isnan(mean_a) - isnan(mean_b);
@@ -211,7 +219,7 @@ static int compare_runs(const struct tr_row *a, double mean_a, const struct tr_r
 	}
 	if (a->run != b->run)
 		return (a->run > b->run) - (a->run < b->run);
-	return (a->epoch > b->epoch) - (a->epoch < b->epoch);
+	return (ea > eb) - (ea < eb);
 }
 
 static void sort_runs(struct tr_results *res)

@@ -31,7 +31,8 @@ struct tr_params {
 /* One row: a run's epoch, or a run that failed (epoch 0, status says why). */
 struct tr_row {
 	unsigned run;          /* 1-based run number */
-	unsigned epoch;        /* 1-based; 0 for a run that could not start */
+	unsigned epoch;        /* 1-based; 0 for a run's failure row (it could not start, or
+	                          failed after its epochs: a checkpoint not saved) */
 	double train_loss;     /* mean over the epoch's batches; NaN when unknown */
 	double train_acc;      /* fraction 0..1 */
 	double val_loss;       /* on the held-out validation samples; NaN without --val-split */
