@@ -54,6 +54,16 @@ bool pp_rows_clash(const char *path)
 	return S_ISREG(st.st_mode) && std_fd_of(&st) == 0;
 }
 
+bool pp_rows_replaceable(const struct stat *st)
+{
+	return S_ISREG(st->st_mode) && st->st_uid == geteuid() && st->st_nlink == 1;
+}
+
+bool pp_rows_tmp_refused(int err)
+{
+	return err == EACCES || err == EPERM || err == EROFS;
+}
+
 FILE *pp_rows_tmp_open(const char *target, mode_t mode, const char *fmode, char *tmp, size_t len)
 {
 	FILE *f;

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* Writes s as one CSV cell. */
@@ -42,6 +43,21 @@ FILE *pp_rows_fopen(const char *path, const char *mode, bool *shared_p);
  * terminal, a pipe or a FIFO takes the two in turn.
  */
 bool pp_rows_clash(const char *path);
+
+/*
+ * Whether a file of rows 'st' may be replaced by renaming a temporary file
+ * over it (pp_rows_tmp_open()): a regular file of this user's with one
+ * name.  Renamed over, another's file would become this user's, and one of
+ * several names would lose the others: those are written in place.
+ */
+bool pp_rows_replaceable(const struct stat *st);
+
+/*
+ * Whether pp_rows_tmp_open() failed for 'err' because the folder takes no
+ * new file (EACCES, EPERM, EROFS), where the file itself may still be
+ * written in place.
+ */
+bool pp_rows_tmp_refused(int err);
 
 /*
  * Opens TARGET.tmp-XXXXXX (mkstemp) beside 'target', a file renamed over it

@@ -448,13 +448,11 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 	 * it once all are written, so that a full disk leaves the earlier rows.  In
 	 * place where the folder takes no new file, and for another's file or one of
 	 * several names (renamed over, it would become this user's, or lose a name). */
-	if (!shared && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
-	    st.st_uid == geteuid() && st.st_nlink == 1 &&
+	if (!shared && fstat(fileno(f), &st) == 0 && pp_rows_replaceable(&st) &&
 	    pp_links_follow(path, target, sizeof(target))) {
 		FILE *staged = pp_rows_tmp_open(target, st.st_mode, "w", tmp, sizeof(tmp));
 
-		if (staged == NULL && errno != EACCES && errno != EPERM && errno != EROFS &&
-		    errno != ENAMETOOLONG) {
+		if (staged == NULL && !pp_rows_tmp_refused(errno) && errno != ENAMETOOLONG) {
 			/* a full disk, no inode left: the earlier file stays as it is */
 			fprintf(stderr, "pinpipe-bench: %s: cannot create %s beside it: %s\n", path,
 				tmp, strerror(errno));

@@ -127,10 +127,9 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 	FILE *f;
 
 	*staged_p = *target_p = NULL;
-	/* Renamed over, a file of another owner would become this process's, and one
-	 * of several names lose the others: those are written in place, as before. */
-	if (resume || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0 ||
-	    st.st_uid != geteuid() || st.st_nlink != 1 || !pp_rows_clash(path)) {
+	/* Another's file, one of several names, an empty one: written in place, as before. */
+	if (resume || stat(path, &st) != 0 || !pp_rows_replaceable(&st) || st.st_size == 0 ||
+	    !pp_rows_clash(path)) {
 		f = pp_rows_fopen(path, resume ? "a+" : "w+", shared_p);
 		if (f == NULL)
 			fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path,
@@ -145,7 +144,7 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 	}
 	f = pp_rows_tmp_open(target, st.st_mode, "w+", tmp, sizeof(tmp));
 	/* A file that may be written in a folder that may not: written in place, as before. */
-	if (f == NULL && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+	if (f == NULL && pp_rows_tmp_refused(errno)) {
 		f = pp_rows_fopen(path, "w+", shared_p);
 		if (f == NULL)
 			fprintf(stderr, "pinpipe-train: %s=%s: cannot open: %s\n", option, path,
@@ -589,12 +588,9 @@ void tr_rows_fail(const struct tr_options *opt, struct tr_results *res, unsigned
 int tr_rows_report(const struct tr_options *opt, struct tr_row_files *rf, struct tr_results *res,
 		   const struct tr_row *row)
 {
-	int ret;
-
 	tr_results_add(res, row);
 	/* Each row on disk as it is made: mpirun kills ranks that take long to stop. */
-	ret = put_row(opt, rf, row, false);
-	return ret;
+	return put_row(opt, rf, row, false);
 }
 
 void tr_rows_print(const struct tr_options *opt, const struct tr_row *row)
