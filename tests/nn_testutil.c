@@ -94,6 +94,30 @@ float *pp_test_eval_train(const char *spec, struct pp_device *dev,
 	return params;
 }
 
+const struct pp_test_gemm_case pp_test_gemm_cases[] = {
+	{ true, false, 32, 100, 784, 0, 1.0f },  { false, true, 784, 32, 100, 0, 1.0f },
+	{ false, false, 32, 100, 10, 0, 0.0f },  { true, false, 10, 100, 32, 0, 1.0f },
+	{ false, true, 32, 10, 100, 0, 1.0f },   { false, false, 33, 7, 5, 3, 0.0f },
+	{ false, true, 33, 7, 5, 3, 0.0f },      { true, false, 3, 5, 33, 2, 1.0f },
+	{ false, true, 1, 1, 1, 0, 0.0f },       { false, false, 65, 3, 17, 1, 1.0f },
+	{ true, false, 1, 1, 70, 5, 0.0f },
+};
+const size_t pp_test_gemm_ncases = sizeof(pp_test_gemm_cases) / sizeof(pp_test_gemm_cases[0]);
+
+struct pp_cuda_gemm pp_test_gemm_of(const struct pp_test_gemm_case *t, const float *a,
+				    const float *b, float *c, size_t *na, size_t *nb, size_t *nc)
+{
+	const int lda = (t->ta ? t->k : t->m) + t->pad, ldb = (t->tb ? t->n : t->k) + t->pad;
+	const int ldc = t->m + t->pad;
+
+	*na = (size_t)lda * (size_t)(t->ta ? t->m : t->k);
+	*nb = (size_t)ldb * (size_t)(t->tb ? t->k : t->n);
+	*nc = (size_t)ldc * (size_t)t->n;
+	return (struct pp_cuda_gemm){ .ta = t->ta, .tb = t->tb, .m = t->m, .n = t->n, .k = t->k,
+				      .a = a, .b = b, .c = c, .lda = lda, .ldb = ldb, .ldc = ldc,
+				      .beta = t->beta };
+}
+
 void pp_test_small_gemm(const struct pp_cuda_gemm *g)
 {
 	for (int j = 0; j < g->n; j++)

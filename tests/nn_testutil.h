@@ -7,6 +7,7 @@
 #ifndef PP_TESTS_NN_TESTUTIL_H
 #define PP_TESTS_NN_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,7 +44,32 @@ float *pp_test_eval_train(const char *spec, struct pp_device *dev,
 			  const struct pp_model_config *cfg, struct pp_tensor *x,
 			  const int32_t *labels, size_t batch, int steps, float *z, size_t *n_p);
 
-struct pp_cuda_gemm;
+#include "nn/cuda/kernels.h"
+
+/* A GEMM the small kernels are tested on: C (m x n) = op(A) op(B) + beta C, op(A) m x k. */
+struct pp_test_gemm_case {
+	bool ta, tb;
+	int m, n, k;
+	int pad;     /* the leading dimensions this far past the matrices */
+	float beta;
+};
+
+/*
+ * The cases test_nn_gpu_math (emulated) and test_nn_cuda (on the GPU)
+ * both run, each within pp_small_gemm_fits(): the MLP's GEMMs at batch
+ * 100 (forward op(A) transposed, weight gradient op(B) transposed and
+ * added to, input gradient plain), and odd shapes: rows not a block's, k
+ * shorter than the parts, leading dimensions past the matrix, beta 0.
+ */
+extern const struct pp_test_gemm_case pp_test_gemm_cases[];
+extern const size_t pp_test_gemm_ncases;
+
+/*
+ * The product of case t on matrices a, b and c (its leading dimensions);
+ * the floats of A, B and C, leading dimensions included, in *na, *nb, *nc.
+ */
+struct pp_cuda_gemm pp_test_gemm_of(const struct pp_test_gemm_case *t, const float *a,
+				    const float *b, float *c, size_t *na, size_t *nb, size_t *nc);
 
 /*
  * The kernel of nn/cuda/small_gemm.h that pp_cuda_sgemm() launches for g

@@ -732,21 +732,15 @@ END_TEST
 
 /*
  * pp_cuda_sgemm()'s small kernels (nn/cuda/small_gemm.h) against their
- * threads emulated on the CPU (pp_test_small_gemm()), bit for bit, twice:
- * the three GEMMs of the MLP's layers at batch 100 and odd shapes (rows
- * not a block's, k under the parts, leading dimensions past the matrix,
- * beta 0 on C of NaN); and a product past the rule (cuBLAS's) against the
+ * threads emulated on the CPU (pp_test_small_gemm()), bit for bit, twice,
+ * on pp_test_gemm_cases (the MLP's GEMMs at batch 100, odd shapes; beta 0
+ * on C of NaN); and a product past the rule (cuBLAS's) against the
  * emulation within a tolerance, C's padding left as it was.
  */
 START_TEST(test_small_gemm_kernels)
 {
-	static const struct { bool ta, tb; int m, n, k, pad; float beta; } gemms[] = {
-		{ true, false, 32, 100, 784, 0, 1.0f },  { false, true, 784, 32, 100, 0, 1.0f },
-		{ false, false, 32, 100, 10, 0, 0.0f },  { true, false, 10, 100, 32, 0, 1.0f },
-		{ false, true, 33, 7, 5, 3, 0.0f },      { true, false, 3, 5, 33, 2, 1.0f },
-		{ false, false, 65, 3, 17, 1, 1.0f },    { true, false, 1, 1, 70, 5, 0.0f },
-		{ true, false, 32, 1000, 784, 1, 1.0f }, /* past the rule: cuBLAS */
-	};
+	/* past the rule: cuBLAS's */
+	static const struct pp_test_gemm_case cublas_case = { true, false, 32, 1000, 784, 1, 1.0f };
 	struct pp_device *gpu;
 	struct pp_stream *st;
 	void *blas;
@@ -754,24 +748,25 @@ START_TEST(test_small_gemm_kernels)
 	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
 	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
 	ck_assert_int_eq(pp_cuda_blas_create(pp_nn_cuda_stream(st), &blas), 0);
-	for (size_t c = 0; c < sizeof(gemms) / sizeof(gemms[0]); c++) {
-		const int m = gemms[c].m, n = gemms[c].n, k = gemms[c].k, pad = gemms[c].pad;
-		const bool ta = gemms[c].ta, tb = gemms[c].tb;
-		const int lda = (ta ? k : m) + pad, ldb = (tb ? n : k) + pad, ldc = m + pad;
-		const size_t na = (size_t)lda * (ta ? m : k), nb = (size_t)ldb * (tb ? k : n);
-		const size_t nc = (size_t)ldc * n;
+	for (size_t c = 0; c <= pp_test_gemm_ncases; c++) {
+		const struct pp_test_gemm_case *t =
+			c < pp_test_gemm_ncases ? &pp_test_gemm_cases[c] : &cublas_case;
+		size_t na, nb, nc;
+		struct pp_cuda_gemm g = pp_test_gemm_of(t, NULL, NULL, NULL, &na, &nb, &nc);
+		const int m = g.m, ldc = g.ldc;
 		float *a = host_floats(na, 50 + c), *b = host_floats(nb, 60 + c), *c0 = host_floats(nc, 70 + c);
 		float *want = malloc(nc * sizeof(float)), *got[2];
-		struct pp_cuda_gemm g = { .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .b = b,
-					  .c = want, .lda = lda, .ldb = ldb, .ldc = ldc,
-					  .beta = gemms[c].beta };
-		const bool fits = pp_small_gemm_fits(&g);
+		bool fits;
 		void *da = dev_put(gpu, st, a, na * sizeof(float)), *db = dev_put(gpu, st, b, nb * sizeof(float));
 
 		ck_assert_ptr_nonnull(want);
-		ck_assert_msg(fits == (c + 1 < sizeof(gemms) / sizeof(gemms[0])), "case %zu: the rule", c);
+		g.a = a;
+		g.b = b;
+		g.c = want;
+		fits = pp_small_gemm_fits(&g);
+		ck_assert_msg(fits == (t != &cublas_case), "case %zu: the rule", c);
 		for (size_t e = 0; e < nc; e++)
-			if (gemms[c].beta == 0.0f)
+			if (t->beta == 0.0f)
 				c0[e] = NAN;
 		memcpy(want, c0, nc * sizeof(float));
 		pp_test_small_gemm(&g);

@@ -975,11 +975,9 @@ END_TEST
 
 /*
  * The small GEMM kernels (nn/cuda/small_gemm.h), every thread emulated
- * (pp_test_small_gemm()), against the product in double: the three GEMMs
- * of a Linear layer (forward op(A) transposed, weight gradient op(B)
- * transposed and added to, input gradient plain) at the MLP's shapes, and
- * odd shapes: rows not a block's, k shorter than the parts, leading
- * dimensions past the matrix, C of NaN where beta is 0 (not read).  Fails
+ * (pp_test_small_gemm()), against the product in double, on
+ * pp_test_gemm_cases (the MLP's GEMMs at batch 100, odd shapes), C of NaN
+ * where beta is 0 (not read).  Fails
  * on an index of A, B or C swapped, a term left out or taken twice, beta
  * not applied or C read where it is 0.  And the rule of which products
  * take them: the MLP's and the CNN's Linear layers at batch 100, not the
@@ -988,28 +986,20 @@ END_TEST
  */
 START_TEST(test_small_gemm)
 {
-	static const struct { bool ta, tb; int m, n, k, pad; float beta; } cases[] = {
-		{ true, false, 32, 100, 784, 0, 1.0f },  { false, true, 784, 32, 100, 0, 1.0f },
-		{ false, false, 32, 100, 10, 0, 0.0f },  { true, false, 10, 100, 32, 0, 1.0f },
-		{ false, true, 32, 10, 100, 0, 1.0f },   { false, false, 33, 7, 5, 3, 0.0f },
-		{ true, false, 3, 5, 33, 2, 1.0f },      { false, true, 1, 1, 1, 0, 0.0f },
-		{ false, false, 65, 3, 17, 1, 1.0f },    { true, false, 1, 1, 70, 5, 0.0f },
-	};
+	for (size_t c = 0; c < pp_test_gemm_ncases; c++) {
+		const struct pp_test_gemm_case *t = &pp_test_gemm_cases[c];
+		size_t na, nb, nc;
+		struct pp_cuda_gemm g = pp_test_gemm_of(t, NULL, NULL, NULL, &na, &nb, &nc);
+		const int m = g.m, n = g.n, k = g.k, ldc = g.ldc;
+		float *a = pp_test_rand_floats(na), *b = pp_test_rand_floats(nb);
+		float *c0 = pp_test_rand_floats(nc), *got = pp_test_zero_floats(nc);
 
-	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-		const int m = cases[c].m, n = cases[c].n, k = cases[c].k, pad = cases[c].pad;
-		const bool ta = cases[c].ta, tb = cases[c].tb;
-		const int lda = (ta ? k : m) + pad, ldb = (tb ? n : k) + pad, ldc = m + pad;
-		float *a = pp_test_rand_floats((size_t)lda * (ta ? m : k));
-		float *b = pp_test_rand_floats((size_t)ldb * (tb ? k : n));
-		float *c0 = pp_test_rand_floats((size_t)ldc * n), *got = pp_test_zero_floats((size_t)ldc * n);
-		struct pp_cuda_gemm g = { .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .b = b,
-					  .c = got, .lda = lda, .ldb = ldb, .ldc = ldc,
-					  .beta = cases[c].beta };
-
+		g.a = a;
+		g.b = b;
+		g.c = got;
 		ck_assert_msg(pp_small_gemm_fits(&g), "case %zu: not taken by the small kernels", c);
-		for (size_t e = 0; e < (size_t)ldc * n; e++)
-			got[e] = cases[c].beta != 0.0f ? c0[e] : NAN;
+		for (size_t e = 0; e < nc; e++)
+			got[e] = t->beta != 0.0f ? c0[e] : NAN;
 		pp_test_small_gemm(&g);
 		for (int j = 0; j < n; j++)
 			for (int i = 0; i < ldc; i++) {
@@ -1017,18 +1007,18 @@ START_TEST(test_small_gemm)
 				const float v = got[(size_t)i + (size_t)j * ldc];
 
 				if (i >= m) { /* past the matrix: untouched */
-					ck_assert_msg(cases[c].beta != 0.0f ? v == c0[(size_t)i + (size_t)j * ldc]
-									 : isnan(v),
+					ck_assert_msg(t->beta != 0.0f ? v == c0[(size_t)i + (size_t)j * ldc]
+								   : isnan(v),
 						      "case %zu: C's padding (%d, %d) written", c, i, j);
 					continue;
 				}
 				for (int p = 0; p < k; p++) {
-					const double t = (double)pp_sgemm_a(&g, i, p) * pp_sgemm_b(&g, p, j);
+					const double term = (double)pp_sgemm_a(&g, i, p) * pp_sgemm_b(&g, p, j);
 
-					want += t;
-					mag += fabs(t);
+					want += term;
+					mag += fabs(term);
 				}
-				want += (double)cases[c].beta * (cases[c].beta != 0.0f ? c0[(size_t)i + (size_t)j * ldc] : 0.0);
+				want += (double)t->beta * (t->beta != 0.0f ? c0[(size_t)i + (size_t)j * ldc] : 0.0);
 				ck_assert_msg(fabs(v - want) <= 1e-5 * (1.0 + mag),
 					      "case %zu: C(%d, %d) = %.9g, expected %.9g", c, i, j, (double)v, want);
 			}
