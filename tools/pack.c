@@ -1219,8 +1219,10 @@ static int pack_main(int argc, char **argv)
 	return pack(&opt, argv + optind, argc - optind);
 }
 
-/* Output that did not all reach standard output is a failure too, said. */
-/* Past RLIMIT_FSIZE a write fails with EFBIG, said: SIGXFSZ would kill with no word. */
+/*
+ * Output that did not all reach standard output is a failure too, said.
+ * Past RLIMIT_FSIZE a write fails with EFBIG, said: SIGXFSZ would kill with no word.
+ */
 int main(int argc, char **argv)
 {
 	signal(SIGXFSZ, SIG_IGN);

@@ -662,8 +662,8 @@ static size_t table_width(void)
 	return 100;
 }
 
-/* Output that did not all reach standard output is a failure too, said. */
 /*
+ * Output that did not all reach standard output is a failure too, said.
  * A write past RLIMIT_FSIZE (--csv, --jsonl, standard output into a file)
  * fails with EFBIG and is said as any other failed write: SIGXFSZ, which
  * would kill the program with no word, is ignored.
