@@ -83,6 +83,8 @@ int main(int argc, char **argv)
 	check(pp_grad_sync_attach(gs, &mc), "attach");
 	check(pp_model_create("mlp", dev, &mc, &model), "model");
 	check(pp_grad_sync_start(gs, model), "start"); /* rank 0's parameters on every rank */
+	/* Room and kernels for steps of BATCH before the first epoch: no setting up inside it. */
+	check(pp_model_prepare(model, BATCH), "prepare");
 
 	for (int epoch = 0; epoch < epochs; epoch++) {
 		struct pp_model_metrics m;

@@ -96,6 +96,8 @@ struct nn_job {
 	const float *in_f32;  /* (batch, in_size) or NULL */
 	const int32_t *labels; /* (batch) */
 	float *logits;        /* (batch, classes) on the model's device, or NULL */
+	bool warm;            /* train's kernels without their effects: no hook, no update, no
+			       * step counted (nn_backend.warm) */
 };
 
 /*
@@ -124,6 +126,10 @@ struct nn_backend {
 	/* Queued backends: the host's bookkeeping of a step launched as a graph, which
 	 * run() left undone while m->capturing (steps taken, samples).  (optional) */
 	void (*account)(struct pp_model *m, const struct nn_job *job);
+	/* Queued backends: launches once, on scratch, what a training step of 'batch'
+	 * samples launches (pp_model_prepare()), leaving every state as it was and the
+	 * hooks uncalled; waits for it.  (optional) */
+	int (*warm)(struct pp_model *m, size_t batch);
 };
 
 extern const struct nn_backend pp_nn_backend_cpu;

@@ -7,7 +7,8 @@
  * tolerance on cuda:0; and the kernels of nn/cuda/fused.cu one by one
  * (conv + ReLU + max-pool forward and backward, the sums, the loss)
  * against the CPU layers, each run twice for the same bits, and the small
- * GEMM kernels against their threads emulated.  CUDA does not survive
+ * GEMM kernels against their threads emulated; pp_model_prepare()
+ * changing nothing a caller sees.  CUDA does not survive
  * fork(), so this program runs its tests without forking, and it has its
  * own main: with no usable GPU it says why and exits 77 (SKIP).
  */
@@ -266,6 +267,115 @@ START_TEST(test_steps_deterministic)
 		free(pc);
 		free(p1);
 		free(p2);
+	}
+}
+END_TEST
+
+/* The GPU model's parameters, gradient and running totals (not reset), read into the host. */
+struct gpu_state {
+	float *params, *grads;
+	struct pp_model_metrics mt;
+	uint64_t steps;
+};
+
+static void state_read(struct pair *p, struct gpu_state *st)
+{
+	st->params = malloc(p->n * sizeof(float));
+	st->grads = malloc(p->n * sizeof(float));
+	ck_assert(st->params && st->grads);
+	ck_assert_int_eq(pp_model_params_read(p->gpu_model, st->params, p->n), 0);
+	ck_assert_int_eq(pp_model_grads_read(p->gpu_model, st->grads, p->n), 0);
+	ck_assert_int_eq(pp_model_metrics(p->gpu_model, false, &st->mt), 0);
+	st->steps = pp_model_steps(p->gpu_model);
+}
+
+static void state_expect_eq(const struct gpu_state *a, const struct gpu_state *b, size_t n,
+			    const char *what)
+{
+	ck_assert_msg(memcmp(a->params, b->params, n * sizeof(float)) == 0, "%s: parameters", what);
+	ck_assert_msg(memcmp(a->grads, b->grads, n * sizeof(float)) == 0, "%s: gradient", what);
+	ck_assert_msg(memcmp(&a->mt.loss_sum, &b->mt.loss_sum, sizeof(a->mt.loss_sum)) == 0 &&
+		      a->mt.correct == b->mt.correct && a->mt.samples == b->mt.samples,
+		      "%s: running totals", what);
+	ck_assert_msg(a->steps == b->steps, "%s: steps %llu and %llu", what,
+		      (unsigned long long)a->steps, (unsigned long long)b->steps);
+}
+
+static void state_free(struct gpu_state *st)
+{
+	free(st->params);
+	free(st->grads);
+}
+
+/* A gradient hook that counts its calls. */
+static int count_hook(void *arg, float *grads, size_t offset, size_t count, struct pp_stream *s)
+{
+	(void)grads, (void)offset, (void)count, (void)s;
+	++*(int *)arg;
+	return 0;
+}
+
+/*
+ * Fails if pp_model_prepare() on cuda (a training step's kernels and GEMMs
+ * launched on scratch) changes what a caller sees: the parameters, the
+ * gradient of the last step, the running totals or the step count, right
+ * after it (preparing for a larger batch than any before, then a smaller
+ * one), or the bits of the steps after it, against a model never prepared;
+ * or if it calls the gradient hook.
+ */
+START_TEST(test_prepare_changes_nothing)
+{
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		struct gpu_state before, after, plain;
+		struct pair p, q;
+		struct pp_model_config cfg;
+		int calls = 0, calls_before;
+
+		pair_open(&p, ci, PP_OPTIM_ADAM);
+		pair_open(&q, ci, PP_OPTIM_ADAM);
+		/* p's model again, with a hook that counts its calls */
+		pp_model_destroy(p.gpu_model);
+		pp_model_config_init(&cfg);
+		cfg.in_channels = cases[ci].c;
+		cfg.in_height = cases[ci].h;
+		cfg.in_width = cases[ci].w;
+		cfg.seed = 11;
+		cfg.optim.lr = 0.01f;
+		cfg.optim.eps = 1e-3f;
+		cfg.stream = p.stream;
+		cfg.grad_hook = count_hook;
+		cfg.grad_hook_arg = &calls;
+		ck_assert_int_eq(pp_model_create(cases[ci].spec, p.gpu, &cfg, &p.gpu_model), 0);
+		pp_model_destroy(q.gpu_model);
+		cfg.stream = q.stream;
+		cfg.grad_hook_arg = &calls;
+		ck_assert_int_eq(pp_model_create(cases[ci].spec, q.gpu, &cfg, &q.gpu_model), 0);
+
+		ck_assert_int_eq(pp_model_train_step(p.gpu_model, p.x_gpu, p.labels_gpu), 0);
+		ck_assert_int_eq(pp_model_train_step(q.gpu_model, q.x_gpu, q.labels_gpu), 0);
+		state_read(&p, &before);
+		calls_before = calls;
+		ck_assert_msg(pp_model_prepare(p.gpu_model, 2 * BATCH) == 0, "%s: %s", cases[ci].spec,
+			      pp_last_error());
+		ck_assert_int_eq(pp_model_prepare(p.gpu_model, 7), 0);
+		ck_assert_int_eq(calls, calls_before);
+		state_read(&p, &after);
+		state_expect_eq(&before, &after, p.n, cases[ci].spec);
+		state_free(&after);
+
+		/* the steps after it: the bits of q's, never prepared */
+		for (int s = 0; s < 2; s++) {
+			ck_assert_int_eq(pp_model_train_step(p.gpu_model, p.x_gpu, p.labels_gpu), 0);
+			ck_assert_int_eq(pp_model_train_step(q.gpu_model, q.x_gpu, q.labels_gpu), 0);
+		}
+		state_read(&p, &after);
+		state_read(&q, &plain);
+		state_expect_eq(&plain, &after, p.n, cases[ci].spec);
+		state_free(&before);
+		state_free(&after);
+		state_free(&plain);
+		pair_close(&p);
+		pair_close(&q);
 	}
 }
 END_TEST
@@ -827,6 +937,7 @@ int main(void)
 	tcase_add_test(tc, test_fused_kernels_match_cpu);
 	tcase_add_test(tc, test_sums_and_loss_match_cpu);
 	tcase_add_test(tc, test_small_gemm_kernels);
+	tcase_add_test(tc, test_prepare_changes_nothing);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
 	return pp_test_run_nofork(s);

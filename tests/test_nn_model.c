@@ -1539,6 +1539,111 @@ START_TEST(test_reserve_failure_recovers)
 }
 END_TEST
 
+/*
+ * Fails if pp_model_prepare() changes what a caller sees (parameters, the
+ * gradient, the step count, the running totals, the steps after it, which
+ * must equal an unprepared model's bit for bit on sim and cpu), if it does
+ * not make room for its batch (a step of that batch, or a smaller one, must
+ * then allocate nothing: every allocation of the sim device fails after
+ * it), if it drops the graphs where it makes no room, or if it takes a
+ * batch of 0 or one too large to address.
+ */
+START_TEST(test_prepare)
+{
+	static const char *const names[2] = { "cpu", "sim" };
+	struct pp_device *dev;
+	struct pp_stream *stream;
+	struct graph_bufs b;
+	struct pp_model *m[2];
+	struct pp_model_metrics mt[2];
+	struct pp_model_graph_stats gs;
+	float *p[2], *g[2];
+	size_t n;
+
+	ck_assert_int_eq(pp_device_open(names[_i], &dev), 0);
+	ck_assert_int_eq(pp_stream_create(dev, &stream), 0);
+	graph_bufs_init(&b, dev);
+	for (int k = 0; k < 2; k++) {
+		struct pp_model_config cfg;
+
+		pp_model_config_init(&cfg);
+		cfg.seed = 5;
+		cfg.threads = 2;
+		cfg.stream = stream;
+		cfg.graph = PP_MODEL_GRAPH_ON;
+		ck_assert_int_eq(pp_model_create("cnn", dev, &cfg, &m[k]), 0);
+	}
+	n = pp_model_param_count(m[0]);
+
+	ck_assert_int_eq(pp_model_prepare(m[1], 0), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "batch of 0"));
+	ck_assert_int_eq(pp_model_prepare(m[1], (size_t)1 << 40), -EOVERFLOW);
+	ck_assert_ptr_nonnull(strstr(pp_last_error(), "too large"));
+
+	/* a step on each, then the second prepared for 32: nothing it shows moves */
+	graph_fill(b.x[0], b.lab[0], 1);
+	for (int k = 0; k < 2; k++)
+		ck_assert_int_eq(pp_model_train_step(m[k], b.x[0], b.lab[0]), 0);
+	p[0] = pp_test_read_params(m[1]);
+	g[0] = malloc(n * sizeof(float));
+	ck_assert_ptr_nonnull(g[0]);
+	ck_assert_int_eq(pp_model_grads_read(m[1], g[0], n), 0);
+	ck_assert_int_eq(pp_model_metrics(m[1], false, &mt[0]), 0);
+	ck_assert_int_eq(pp_model_prepare(m[1], 32), 0);
+	p[1] = pp_test_read_params(m[1]);
+	g[1] = malloc(n * sizeof(float));
+	ck_assert_ptr_nonnull(g[1]);
+	ck_assert_int_eq(pp_model_grads_read(m[1], g[1], n), 0);
+	ck_assert_int_eq(pp_model_metrics(m[1], false, &mt[1]), 0);
+	ck_assert_mem_eq(p[0], p[1], n * sizeof(float));
+	ck_assert_mem_eq(g[0], g[1], n * sizeof(float));
+	ck_assert(mt[0].loss_sum == mt[1].loss_sum);
+	ck_assert_uint_eq(mt[0].correct, mt[1].correct);
+	ck_assert_uint_eq(mt[0].samples, mt[1].samples);
+	ck_assert_uint_eq(pp_model_steps(m[1]), 1);
+	for (int k = 0; k < 2; k++) {
+		free(p[k]);
+		free(g[k]);
+	}
+
+	/* the room is made: steps of 32 and of 16 allocate nothing (sim counts them) */
+	if (_i == 1)
+		ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_ALLOC, 0), 0);
+	graph_fill(b.large, b.lab_large, 2);
+	graph_fill(b.x[1], b.lab[1], 3);
+	for (int k = 1; k >= 0; k--) {
+		ck_assert_msg(pp_model_train_step(m[k], b.large, b.lab_large) == 0, "%s",
+			      pp_last_error());
+		ck_assert_int_eq(pp_model_train_step(m[k], b.x[1], b.lab[1]), 0);
+		if (k == 1 && _i == 1)
+			ck_assert_int_eq(pp_device_sim_inject(dev, PP_SIM_FAIL_ALLOC, -1), 0);
+	}
+	/* ...and a smaller prepare keeps the graphs: slot 1's key, seen, is captured next */
+	ck_assert_int_eq(pp_model_prepare(m[1], 16), 0);
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(pp_model_train_step(m[k], b.x[1], b.lab[1]), 0);
+		ck_assert_int_eq(pp_model_metrics(m[k], false, &mt[k]), 0);
+		p[k] = pp_test_read_params(m[k]);
+	}
+	/* one drop: prepare(32)'s new buffers */
+	pp_model_get_graph_stats(m[1], &gs);
+	ck_assert_uint_eq(gs.drops, 1);
+	ck_assert_uint_eq(gs.captures, 1);
+	ck_assert_mem_eq(p[0], p[1], n * sizeof(float));
+	ck_assert(mt[0].loss_sum == mt[1].loss_sum);
+	ck_assert_uint_eq(mt[0].correct, mt[1].correct);
+	ck_assert_uint_eq(mt[0].samples, mt[1].samples);
+	ck_assert_uint_eq(pp_model_steps(m[0]), pp_model_steps(m[1]));
+	for (int k = 0; k < 2; k++) {
+		free(p[k]);
+		pp_model_destroy(m[k]);
+	}
+	graph_bufs_fini(&b, dev);
+	pp_stream_destroy(stream);
+	pp_device_close(dev);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_model");
@@ -1567,6 +1672,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(model, test_graph_one_offs_keep_graphs);
 	tcase_add_test(model, test_threads_follow_caller_rounding);
 	tcase_add_test(model, test_reserve_failure_recovers);
+	tcase_add_loop_test(model, test_prepare, 0, 2);
 	tcase_set_timeout(model, 30);
 	suite_add_tcase(s, ref);
 	suite_add_tcase(s, model);

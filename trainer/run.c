@@ -33,6 +33,28 @@ static void name_device(struct tr_params *p, const struct pp_device *dev)
 		snprintf(p->device, sizeof(p->device), "%s", name);
 }
 
+/*
+ * The model readied for the run's steps before its first epoch
+ * (pp_model_prepare()): the batch size and, in a world of one, each
+ * split's shorter last batch, so that no epoch carries the allocation of
+ * its buffers or the first launches of its kernels (cuBLAS picks its
+ * kernels by shape).
+ */
+static int prepare_model(const struct tr_options *opt, const struct tr_params *p,
+			 const struct tr_run *r)
+{
+	struct pp_loader *const loaders[3] = { r->train_loader, r->val_loader, r->test_loader };
+	int ret = pp_model_prepare(r->model, p->batch_size);
+
+	for (int i = 0; i < 3 && ret == 0 && r->dist->size == 1; i++) {
+		uint64_t tail = loaders[i] ? pp_loader_info(loaders[i])->count % p->batch_size : 0;
+
+		if (tail != 0 && !(i == 0 && opt->drop_last))
+			ret = pp_model_prepare(r->model, tail);
+	}
+	return ret;
+}
+
 int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
 		const struct tr_data *d, struct tr_dist *dist, struct tr_run *r)
 {
@@ -106,6 +128,8 @@ int tr_run_open(const struct tr_options *opt, struct tr_params *p, unsigned run,
 	}
 	if (ret == 0)
 		ret = tr_dist_start_model(dist, r->model);
+	if (ret == 0)
+		ret = prepare_model(opt, p, r);
 	return ret;
 }
 

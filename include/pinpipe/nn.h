@@ -351,6 +351,25 @@ PP_API int pp_model_evaluate(struct pp_model *model, const struct pp_tensor *inp
 			     const int32_t *labels, struct pp_tensor *logits);
 
 /*
+ * Readies the model for steps of 'batch' samples before the first of them,
+ * so that a first epoch carries no setting up (optional): makes room for
+ * them (otherwise the first step of a batch larger than any before
+ * allocates its activations, and drops the graphs captured with the old
+ * ones), and on cuda launches once, on scratch, every kernel and GEMM a
+ * training step of exactly 'batch' samples launches but the optimizer's,
+ * waiting for them.  A CUDA kernel loads at its first launch: cuBLAS's
+ * took some 17 ms a kernel family on an H200 host, where a whole epoch at
+ * batch 1000 takes 15 ms.  cuBLAS picks its kernels by shape, so a
+ * trainer whose epochs end with a shorter batch calls it for that size
+ * too.  Changes nothing a caller can see: the parameters, the gradient,
+ * the optimizer's state and step count and the running totals stay as
+ * they were, and the gradient hook is not called.  Returns 0, or -EINVAL
+ * (a batch of 0), -EOVERFLOW (a batch too large to address), -ENOMEM,
+ * -EIO (a CUDA call failed).
+ */
+PP_API int pp_model_prepare(struct pp_model *model, size_t batch);
+
+/*
  * Sets the optimizer's learning rate (> 0, finite) for the next steps, as a
  * scheduler would; a new rate drops the graphs captured with the old one
  * (each key is then captured again on its second step), so a schedule

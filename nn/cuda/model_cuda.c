@@ -317,8 +317,11 @@ static int forward(struct pp_model *m, const float *x, int n)
 	return ret;
 }
 
-/* Queues the backward pass; returns 0, PP_MODEL_GRAD_KEEP (the gradient hook asked for no update) or -errno. */
-static int backward(struct pp_model *m, const float *input, int n)
+/*
+ * Queues the backward pass; returns 0, PP_MODEL_GRAD_KEEP (the gradient
+ * hook asked for no update) or -errno.  'warm' (cuda_warm()): no hook.
+ */
+static int backward(struct pp_model *m, const float *input, int n, bool warm)
 {
 	struct nn_cuda *cu = m->ctx;
 	bool keep = false;
@@ -363,13 +366,13 @@ static int backward(struct pp_model *m, const float *input, int n)
 			ret = linear_backward_cuda(m, l, dx, dy, x, n);
 			break;
 		}
-		if (!ret && l->n_w) {
+		if (!ret && l->n_w && !warm) {
 			ret = pp_nn_model_grads_ready(m, l->w_off, l->n_w + l->n_b);
 			keep |= ret == PP_MODEL_GRAD_KEEP;
 			ret = ret < 0 ? ret : 0;
 		}
 	}
-	if (!ret) {
+	if (!ret && !warm) {
 		/* the hook's work in flight ended, in the stream's order, before the update */
 		ret = pp_nn_model_grads_sync(m);
 		keep |= ret == PP_MODEL_GRAD_KEEP;
@@ -486,9 +489,11 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 		ret = pp_cuda_copy(job->logits, output_of(m, m->n_layers - 1, x),
 				   job->batch * last->out_size * sizeof(float), cu->stream);
 	if (!ret && job->train)
-		ret = backward(m, x, n);
-	if (!ret && job->train)
+		ret = backward(m, x, n, job->warm);
+	if (!ret && job->train && !job->warm)
 		ret = update(m);
+	if (job->warm)
+		return ret < 0 ? ret : 0;
 	if (ret == PP_MODEL_GRAD_KEEP && !m->capturing)
 		m->metrics.samples += job->batch; /* the hook kept the gradient: no step taken */
 	else if (!ret && !m->capturing)
@@ -497,6 +502,51 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
 	if (ret < 0 && job->train && !m->capturing)
 		m->optim_t_set = true;
 	return ret < 0 ? ret : 0;
+}
+
+/*
+ * pp_model_prepare(): a training step of 'batch' samples on zeros, but for
+ * the hooks and the update, so that each of its kernels and GEMMs has been
+ * launched once (a kernel loads at its first launch: cuBLAS's take some
+ * 17 ms each).  What the step writes that a caller sees, the gradient and
+ * the running totals, is kept aside first and put back after it, in the
+ * stream's order; the activations and the input buffer are the steps'
+ * scratch.  Waits for it all.
+ */
+static int cuda_warm(struct pp_model *m, size_t batch)
+{
+	struct nn_cuda *cu = m->ctx;
+	const size_t grads = m->n_params * sizeof(float);
+	struct nn_job job = { .train = true, .batch = batch, .in_f32 = m->input, .warm = true };
+	unsigned char *keep = NULL;
+	int32_t *labels = NULL;
+	int ret, ret2;
+
+	ret = pp_nn_mem_alloc(m->dev, grads + sizeof(*cu->acc), (void **)&keep);
+	if (!ret)
+		ret = pp_nn_mem_alloc(m->dev, batch * sizeof(*labels), (void **)&labels);
+	if (!ret)
+		ret = pp_cuda_zero(labels, batch * sizeof(*labels), cu->stream);
+	if (!ret)
+		ret = pp_cuda_zero(m->input, batch * m->layers[0].in_size * sizeof(float), cu->stream);
+	if (!ret)
+		ret = pp_cuda_copy(keep, m->grads, grads, cu->stream);
+	if (!ret)
+		ret = pp_cuda_copy(keep + grads, cu->acc, sizeof(*cu->acc), cu->stream);
+	if (!ret) {
+		job.labels = labels;
+		ret = cuda_run(m, &job);
+		/* put back whatever the step did */
+		ret2 = pp_cuda_copy(m->grads, keep, grads, cu->stream);
+		if (!ret2)
+			ret2 = pp_cuda_copy(cu->acc, keep + grads, sizeof(*cu->acc), cu->stream);
+		ret = ret ? ret : ret2;
+	}
+	ret2 = pp_cuda_sync(cu->stream);
+	ret = ret ? ret : ret2;
+	pp_nn_mem_free(m->dev, labels);
+	pp_nn_mem_free(m->dev, keep);
+	return ret;
 }
 
 static int cuda_metrics(struct pp_model *m, bool reset, struct pp_model_metrics *metrics_p)
@@ -532,4 +582,5 @@ const struct nn_backend pp_nn_backend_cuda = {
 	.queued = true,
 	.prepare = cuda_prepare,
 	.account = cuda_account,
+	.warm = cuda_warm,
 };
