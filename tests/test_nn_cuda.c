@@ -7,7 +7,8 @@
  * tolerance on cuda:0; and the kernels of nn/cuda/fused.cu one by one
  * (conv + ReLU + max-pool forward and backward, the sums, the loss)
  * against the CPU layers, each run twice for the same bits, and the small
- * GEMM kernels against their threads emulated; pp_model_prepare()
+ * GEMM kernels against their threads emulated, the ReLU they take
+ * included; pp_model_prepare()
  * changing nothing a caller sees.  CUDA does not survive
  * fork(), so this program runs its tests without forking, and it has its
  * own main: with no usable GPU it says why and exits 77 (SKIP).
@@ -919,6 +920,114 @@ START_TEST(test_small_gemm_kernels)
 }
 END_TEST
 
+/*
+ * The ReLU taken with a GEMM (struct pp_cuda_gemm's relu and mask) on the
+ * GPU: by the small kernels, bit for bit against their threads emulated;
+ * after cuBLAS (a product past the rule), by the ReLU's kernels: C zero
+ * where the mask is not > 0, the ReLU's output exactly max(C, 0) of the C
+ * written, C within a tolerance of the emulation.  And refused, naming
+ * why, where C is not contiguous.
+ */
+START_TEST(test_gemm_relu_kernels)
+{
+	/* the MLP's forward and input gradient at batch 100 (small), then past the rule */
+	static const struct pp_test_gemm_case gemms[] = {
+		{ true, false, 32, 100, 784, 0, 1.0f }, { false, false, 32, 100, 10, 0, 0.0f },
+		{ true, false, 32, 1000, 784, 0, 1.0f }, { false, false, 300, 1000, 60, 0, 0.0f },
+	};
+	struct pp_device *gpu;
+	struct pp_stream *st;
+	void *blas;
+
+	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
+	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
+	ck_assert_int_eq(pp_cuda_blas_create(pp_nn_cuda_stream(st), &blas), 0);
+	for (size_t c = 0; c < sizeof(gemms) / sizeof(gemms[0]); c++) {
+		const struct pp_test_gemm_case *t = &gemms[c];
+		size_t na, nb, nc;
+		struct pp_cuda_gemm g = pp_test_gemm_of(t, NULL, NULL, NULL, &na, &nb, &nc);
+		float *a = host_floats(na, 80 + c), *b = host_floats(nb, 90 + c);
+		float *c0 = host_floats(nc, 100 + c), *mask = host_floats(nc, 110 + c);
+		float *want = malloc(nc * sizeof(float)), *wrelu = malloc(nc * sizeof(float));
+		float *got = malloc(nc * sizeof(float)), *grelu = malloc(nc * sizeof(float));
+		void *da = dev_put(gpu, st, a, na * sizeof(float)), *db = dev_put(gpu, st, b, nb * sizeof(float));
+		void *dm = dev_put(gpu, st, mask, nc * sizeof(float));
+		const bool fits = c < 2;
+
+		ck_assert(want && wrelu && got && grelu);
+		g.a = a;
+		g.b = b;
+		ck_assert_msg(pp_small_gemm_fits(&g) == fits, "case %zu: the rule", c);
+		for (int kind = 0; kind < 2; kind++) {
+			void *dc = dev_put(gpu, st, c0, nc * sizeof(float));
+			void *dr = dev_put(gpu, st, NULL, nc * sizeof(float));
+			struct pp_cuda_gemm dg = g;
+
+			/* kind 0: the ReLU's forward after the product; 1: its backward on it */
+			memcpy(want, c0, nc * sizeof(float));
+			g.c = want;
+			g.relu = kind == 0 ? wrelu : NULL;
+			g.mask = kind == 1 ? mask : NULL;
+			pp_test_small_gemm(&g);
+			dg.a = da;
+			dg.b = db;
+			dg.c = dc;
+			dg.relu = kind == 0 ? dr : NULL;
+			dg.mask = kind == 1 ? dm : NULL;
+			ck_assert_msg(pp_cuda_sgemm(blas, &dg) == 0, "case %zu: %s", c, pp_last_error());
+			dev_get(got, dc, nc * sizeof(float), st);
+			if (kind == 0)
+				dev_get(grelu, dr, nc * sizeof(float), st);
+			for (size_t e = 0; e < nc; e++) {
+				if (fits)
+					ck_assert_msg(memcmp(&got[e], &want[e], sizeof(float)) == 0 &&
+						      (kind == 1 || memcmp(&grelu[e], &wrelu[e], sizeof(float)) == 0),
+						      "case %zu, kind %d: C[%zu] %g / %g, emulated %g / %g", c,
+						      kind, e, (double)got[e], (double)grelu[e], (double)want[e],
+						      (double)wrelu[e]);
+				else
+					ck_assert_msg(fabsf(got[e] - want[e]) <= 1e-3f &&
+						      (kind == 0 ? grelu[e] == (got[e] > 0.0f ? got[e] : 0.0f)
+								 : mask[e] > 0.0f || got[e] == 0.0f),
+						      "case %zu, kind %d: C[%zu] %g / %g, emulated %g", c, kind,
+						      e, (double)got[e], (double)grelu[e], (double)want[e]);
+			}
+			g.relu = NULL;
+			g.mask = NULL;
+			pp_device_free(gpu, dc);
+			pp_device_free(gpu, dr);
+		}
+		/* C with a leading dimension past its rows: refused */
+		{
+			struct pp_cuda_gemm dg = g;
+
+			dg.a = da;
+			dg.b = db;
+			dg.c = dm;
+			dg.ldc = g.m + 1;
+			dg.n = 1;
+			dg.relu = dm;
+			ck_assert_int_eq(pp_cuda_sgemm(blas, &dg), -EINVAL);
+			ck_assert_ptr_nonnull(strstr(pp_last_error(), "contiguous"));
+		}
+		pp_device_free(gpu, da);
+		pp_device_free(gpu, db);
+		pp_device_free(gpu, dm);
+		free(a);
+		free(b);
+		free(c0);
+		free(mask);
+		free(want);
+		free(wrelu);
+		free(got);
+		free(grelu);
+	}
+	pp_cuda_blas_destroy(blas);
+	pp_stream_destroy(st);
+	pp_device_close(gpu);
+}
+END_TEST
+
 int main(void)
 {
 	const char *const *gpu_names;
@@ -938,6 +1047,7 @@ int main(void)
 	tcase_add_test(tc, test_sums_and_loss_match_cpu);
 	tcase_add_test(tc, test_small_gemm_kernels);
 	tcase_add_test(tc, test_prepare_changes_nothing);
+	tcase_add_test(tc, test_gemm_relu_kernels);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
 	return pp_test_run_nofork(s);

@@ -1051,6 +1051,76 @@ START_TEST(test_small_gemm)
 }
 END_TEST
 
+/*
+ * The ReLU the small GEMM kernels take as they store C (struct
+ * pp_cuda_gemm's relu and mask), every thread emulated, on the cases whose
+ * C is contiguous: with 'mask', C is the plain product's where the mask is
+ * > 0 and 0 elsewhere (NaN included: the ReLU backward's rule); with
+ * 'relu', C is the plain product's and 'relu' its max with 0; both
+ * together, the masked C and its max with 0.  Fails on an index of the
+ * mask or of the ReLU's output other than C's, the mask applied after
+ * beta is left out of it, or a ReLU that passes negatives.
+ */
+START_TEST(test_small_gemm_relu)
+{
+	int tried = 0;
+
+	for (size_t c = 0; c < pp_test_gemm_ncases; c++) {
+		const struct pp_test_gemm_case *t = &pp_test_gemm_cases[c];
+		size_t na, nb, nc;
+		struct pp_cuda_gemm g = pp_test_gemm_of(t, NULL, NULL, NULL, &na, &nb, &nc);
+		float *a, *b, *c0, *plain, *got, *relu, *mask;
+
+		if (t->pad != 0)
+			continue;
+		tried++;
+		a = pp_test_rand_floats(na);
+		b = pp_test_rand_floats(nb);
+		c0 = pp_test_rand_floats(nc);
+		mask = pp_test_rand_floats(nc); /* about half of it not > 0 */
+		mask[nc / 2] = NAN;
+		plain = pp_test_zero_floats(nc);
+		got = pp_test_zero_floats(nc);
+		relu = pp_test_zero_floats(nc);
+		g.a = a;
+		g.b = b;
+		memcpy(plain, c0, nc * sizeof(float));
+		g.c = plain;
+		pp_test_small_gemm(&g);
+		for (int kind = 0; kind < 3; kind++) {
+			struct pp_cuda_gemm e = g;
+
+			memcpy(got, c0, nc * sizeof(float));
+			for (size_t i = 0; i < nc; i++)
+				relu[i] = -7.0f;
+			e.c = got;
+			e.mask = kind != 1 ? mask : NULL;
+			e.relu = kind != 0 ? relu : NULL;
+			pp_test_small_gemm(&e);
+			for (size_t i = 0; i < nc; i++) {
+				const float want = kind != 1 && !(mask[i] > 0.0f) ? 0.0f : plain[i];
+
+				ck_assert_msg(memcmp(&got[i], &want, sizeof(float)) == 0,
+					      "case %zu, kind %d: C[%zu] = %g, expected %g", c, kind, i,
+					      (double)got[i], (double)want);
+				ck_assert_msg(kind == 0 ? relu[i] == -7.0f
+							: relu[i] == (want > 0.0f ? want : 0.0f),
+					      "case %zu, kind %d: ReLU[%zu] = %g for C %g", c, kind, i,
+					      (double)relu[i], (double)want);
+			}
+		}
+		free(a);
+		free(b);
+		free(c0);
+		free(mask);
+		free(plain);
+		free(got);
+		free(relu);
+	}
+	ck_assert_int_ge(tried, 4);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_gpu_math");
@@ -1064,6 +1134,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_xent);
 	tcase_add_test(tc, test_optim_math);
 	tcase_add_test(tc, test_small_gemm);
+	tcase_add_test(tc, test_small_gemm_relu);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;

@@ -47,6 +47,17 @@ struct pp_cuda_gemm {
 	float *c;
 	int lda, ldb, ldc;
 	float beta;       /* C = op(A) op(B) + beta C */
+	/*
+	 * The ReLU next to a Linear layer, taken with its GEMM (ldc must then
+	 * be m: C contiguous): 'relu', when not NULL, receives max(C, 0) too,
+	 * at C's indices (the ReLU's forward after the layer's); 'mask', when
+	 * not NULL, zeroes C where it is not > 0, at C's indices (the ReLU's
+	 * backward, mask its output, on the input gradient of the layer above
+	 * it).  The small kernels apply them as they store C; after cuBLAS,
+	 * the ReLU's own kernels do (nn/cuda/small_gemm.h).
+	 */
+	float *relu;
+	const float *mask;
 };
 
 /* Arrays a step's prologue fills with rows of a bias, at most. */

@@ -11,8 +11,10 @@
  * indices from the convolution's input, and the backward passes gradients
  * only where the pool selected, without im2col columns; the ReLU's and
  * pool's own kernels are not run, the convolution's and ReLU's outputs
- * not written.  Other convolutions take im2col and cuBLAS.  Every
- * reduction of a step is deterministic (nn/cuda/fused.h).
+ * not written.  Other convolutions take im2col and cuBLAS.  A ReLU next
+ * to a Linear layer is taken by that layer's GEMMs, forward and backward
+ * (relu_in_forward_gemm(), relu_in_backward_gemm()).  Every reduction of
+ * a step is deterministic (nn/cuda/fused.h).
  *
  * cuBLAS is column-major.  A row-major matrix X (r x c) is the column-major
  * matrix X^T (c x r) with the same leading dimension c, so each row-major
@@ -213,8 +215,9 @@ static int conv_backward(struct pp_model *m, const struct nn_layer *l, float *dx
 	return ret;
 }
 
+/* A Linear layer's forward; 'relu' not NULL: the ReLU after it too, its output there. */
 static int linear_forward_cuda(struct pp_model *m, const struct nn_layer *l, float *y,
-			       const float *x, int n)
+			       const float *x, int n, float *relu)
 {
 	struct nn_cuda *cu = m->ctx;
 	const int ic = (int)l->in_size, oc = l->out_c;
@@ -222,14 +225,18 @@ static int linear_forward_cuda(struct pp_model *m, const struct nn_layer *l, flo
 	const struct pp_cuda_gemm mm = {
 		.ta = true, .tb = false, .m = oc, .n = n, .k = ic,
 		.a = m->params + l->w_off, .lda = ic, .b = x, .ldb = ic,
-		.c = y, .ldc = oc, .beta = 1.0f,
+		.c = y, .ldc = oc, .beta = 1.0f, .relu = relu,
 	};
 	/* y holds the bias already (prologue()) */
 	return pp_cuda_sgemm(cu->blas, &mm);
 }
 
+/*
+ * A Linear layer's backward; 'mask' not NULL: the ReLU below it too (its
+ * output), 'dx' then the gradient of the ReLU's input.
+ */
 static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, float *dx,
-				const float *dy, const float *x, int n)
+				const float *mask, const float *dy, const float *x, int n)
 {
 	struct nn_cuda *cu = m->ctx;
 	const int ic = (int)l->in_size, oc = l->out_c;
@@ -243,7 +250,7 @@ static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, fl
 	const struct pp_cuda_gemm dd = {
 		.ta = false, .tb = false, .m = ic, .n = n, .k = oc,
 		.a = m->params + l->w_off, .lda = ic, .b = dy, .ldb = oc,
-		.c = dx, .ldc = ic, .beta = 0.0f,
+		.c = dx, .ldc = ic, .beta = 0.0f, .mask = mask,
 	};
 	int ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, oc, 1, cu->red, cu->stream);
 
@@ -271,6 +278,41 @@ static float *grad_of(const struct pp_model *m, size_t i)
 {
 	i = pp_nn_past_flattens(m, i);
 	return i == SIZE_MAX ? NULL : m->dacts[i];
+}
+
+/*
+ * A ReLU next to a Linear layer is taken by the layer's GEMMs (struct
+ * pp_cuda_gemm's relu and mask: one launch fewer for each pass): its
+ * forward by the Linear layer just below it, which stores the ReLU's
+ * output as it stores its own; its backward by the Linear layer above it
+ * (past Flattens), whose input gradient is then masked by the ReLU's
+ * output and written where the ReLU's input gradient goes.
+ */
+static bool relu_in_forward_gemm(const struct pp_model *m, size_t i)
+{
+	return m->layers[i].kind == NN_RELU && i > 0 && m->layers[i - 1].kind == NN_LINEAR;
+}
+
+/* The ReLU whose backward Linear layer i's input gradient takes; SIZE_MAX: none. */
+static size_t relu_in_backward_gemm(const struct pp_model *m, size_t i)
+{
+	const size_t r = i == 0 ? SIZE_MAX : pp_nn_past_flattens(m, i - 1);
+
+	if (r == SIZE_MAX || m->layers[r].kind != NN_RELU || !m->layers[r].need_din ||
+	    pp_nn_behind_pooled_conv(m, r) || grad_of(m, r - 1) == NULL)
+		return SIZE_MAX;
+	return r;
+}
+
+/* Whether ReLU r's backward is taken by the Linear layer above it. */
+static bool relu_taken_backward(const struct pp_model *m, size_t r)
+{
+	size_t j = r + 1;
+
+	while (j < m->n_layers && m->layers[j].kind == NN_FLATTEN)
+		j++;
+	return j < m->n_layers && m->layers[j].kind == NN_LINEAR && m->layers[j].need_din &&
+	       relu_in_backward_gemm(m, j) == r;
 }
 
 static int forward(struct pp_model *m, const float *x, int n)
@@ -304,12 +346,15 @@ static int forward(struct pp_model *m, const float *x, int n)
 			ret = pp_cuda_maxpool_forward(y, m->pool_idx[i], x, n, &g, cu->stream);
 			break;
 		case NN_RELU:
-			ret = pp_cuda_relu_forward(y, x, (size_t)n * l->out_size, cu->stream);
+			if (!relu_in_forward_gemm(m, i)) /* else written with the Linear layer's */
+				ret = pp_cuda_relu_forward(y, x, (size_t)n * l->out_size, cu->stream);
 			break;
 		case NN_FLATTEN:
 			continue; /* x stays its output (output_of()) */
 		case NN_LINEAR:
-			ret = linear_forward_cuda(m, l, y, x, n);
+			ret = linear_forward_cuda(m, l, y, x, n,
+						  i + 1 < m->n_layers && relu_in_forward_gemm(m, i + 1)
+							  ? m->acts[i + 1] : NULL);
 			break;
 		}
 		x = y;
@@ -356,15 +401,20 @@ static int backward(struct pp_model *m, const float *input, int n, bool warm)
 				ret = pp_cuda_maxpool_backward(dx, dy, m->pool_idx[i], n, &g, cu->stream);
 			break;
 		case NN_RELU:
-			if (dx)
+			if (dx && !relu_taken_backward(m, i)) /* else taken by the layer above's */
 				ret = pp_cuda_relu_backward(dx, dy, m->acts[i], (size_t)n * l->out_size,
 							    cu->stream);
 			break;
 		case NN_FLATTEN:
 			continue; /* the layer above wrote the gradient of its input (grad_of()) */
-		case NN_LINEAR:
-			ret = linear_backward_cuda(m, l, dx, dy, x, n);
+		case NN_LINEAR: {
+			const size_t r = dx ? relu_in_backward_gemm(m, i) : SIZE_MAX;
+
+			ret = r == SIZE_MAX ? linear_backward_cuda(m, l, dx, NULL, dy, x, n)
+					    : linear_backward_cuda(m, l, grad_of(m, r - 1), m->acts[r],
+								   dy, x, n);
 			break;
+		}
 		}
 		if (!ret && l->n_w && !warm) {
 			ret = pp_nn_model_grads_ready(m, l->w_off, l->n_w + l->n_b);

@@ -218,6 +218,9 @@ extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
 	const float one = 1.0f;
 	cublasStatus_t st;
 
+	if ((g->relu || g->mask) && g->ldc != g->m)
+		return pp_error(-EINVAL, "GEMM %dx%dx%d: a ReLU taken with it needs C contiguous "
+				"(ldc %d, m %d)", g->m, g->n, g->k, g->ldc, g->m);
 	if (pp_small_gemm_fits(g)) {
 		if (!g->ta) {
 			dim3 grid((unsigned)((g->m + PP_SGEMM_ROWS - 1) / PP_SGEMM_ROWS), (unsigned)g->n);
@@ -234,7 +237,15 @@ extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
 	if (st != CUBLAS_STATUS_SUCCESS)
 		return pp_error(-EIO, "cublasSgemm %dx%dx%d: %s", g->m, g->n, g->k,
 				b->status_string(st));
-	return 0;
+	/* the ReLU taken with the product: its own kernels, as the small ones store it */
+	{
+		const size_t count = (size_t)g->m * (size_t)g->n;
+		int ret = g->mask ? pp_cuda_relu_backward(g->c, g->c, g->mask, count, b->stream) : 0;
+
+		if (ret == 0 && g->relu)
+			ret = pp_cuda_relu_forward(g->relu, g->c, count, b->stream);
+		return ret;
+	}
 }
 
 /* ------------------------------------------------------------------ rows and columns */

@@ -22,7 +22,9 @@
  *    with the same bits: a + b = b + a).
  * Every sum in a fixed order, fused multiply-adds (fmaf) on both sides:
  * the same bits on every run, and in the CPU tests.  C = op(A) op(B) +
- * beta C, C not read where beta is 0 (as cuBLAS).
+ * beta C, C not read where beta is 0 (as cuBLAS); a ReLU next to the
+ * layer taken as C is stored (struct pp_cuda_gemm's relu and mask): one
+ * launch a step fewer for each.
  */
 #ifndef PP_NN_CUDA_SMALL_GEMM_H
 #define PP_NN_CUDA_SMALL_GEMM_H
@@ -120,12 +122,22 @@ PP_HD static inline float pp_sgemm_butterfly(float mine, float other)
 	return mine + other;
 }
 
-/* Stores C(i, j) = sum + beta C(i, j); C is not read where beta is 0. */
+/*
+ * Stores C(i, j) = sum + beta C(i, j), C not read where beta is 0; zero
+ * where g->mask is not > 0 there, and max(C(i, j), 0) into g->relu too
+ * (the ReLU's arithmetic of nn/cuda/ops.cu's kernels, which take these
+ * where cuBLAS ran the product).
+ */
 PP_HD static inline void pp_sgemm_store(const struct pp_cuda_gemm *g, int i, int j, float sum)
 {
-	float *c = &g->c[(size_t)i + (size_t)j * (size_t)g->ldc];
+	const size_t e = (size_t)i + (size_t)j * (size_t)g->ldc;
+	float v = g->beta != 0.0f ? fmaf(g->beta, g->c[e], sum) : sum;
 
-	*c = g->beta != 0.0f ? fmaf(g->beta, *c, sum) : sum;
+	if (g->mask)
+		v = g->mask[e] > 0.0f ? v : 0.0f;
+	g->c[e] = v;
+	if (g->relu)
+		g->relu[e] = v > 0.0f ? v : 0.0f;
 }
 
 #endif
