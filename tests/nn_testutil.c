@@ -121,9 +121,15 @@ struct pp_cuda_gemm pp_test_gemm_of(const struct pp_test_gemm_case *t, const flo
 void pp_test_small_gemm(const struct pp_cuda_gemm *g)
 {
 	for (int j = 0; j < g->n; j++)
-		for (int i = 0; i < g->m; i++) {
+		for (int i = 0; i < (g->ta ? g->m : pp_sgemm_rows(g)); i++) {
 			float part[PP_SGEMM_PARTS], lane[PP_SGEMM_LANES], next[PP_SGEMM_LANES];
 
+			if (!g->ta && i == g->m) { /* the bias's row */
+				for (int q = 0; q < PP_SGEMM_PARTS; q++)
+					part[q] = pp_sgemm_bias_part(g, j, q, PP_SGEMM_PARTS);
+				pp_sgemm_store_bias(g, j, pp_sgemm_add_parts(part));
+				continue;
+			}
 			if (!g->ta) {
 				for (int q = 0; q < PP_SGEMM_PARTS; q++)
 					part[q] = pp_sgemm_part(g, i, j, q, PP_SGEMM_PARTS);

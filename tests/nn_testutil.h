@@ -74,8 +74,9 @@ struct pp_cuda_gemm pp_test_gemm_of(const struct pp_test_gemm_case *t, const flo
 /*
  * The kernel of nn/cuda/small_gemm.h that pp_cuda_sgemm() launches for g
  * (g->ta: a warp per element; else blocks of rows and parts), every
- * thread's arithmetic in the kernel's order, on host memory: C's bits as
- * the GPU writes them.
+ * thread's arithmetic in the kernel's order, on host memory: C's bits
+ * (and g->bias's, the untransposed kernel's row more) as the GPU writes
+ * them.
  */
 void pp_test_small_gemm(const struct pp_cuda_gemm *g);
 

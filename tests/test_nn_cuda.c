@@ -7,8 +7,8 @@
  * tolerance on cuda:0; and the kernels of nn/cuda/fused.cu one by one
  * (conv + ReLU + max-pool forward and backward, the sums, the loss)
  * against the CPU layers, each run twice for the same bits, and the small
- * GEMM kernels against their threads emulated, the ReLU they take
- * included; pp_model_prepare()
+ * GEMM kernels against their threads emulated, the ReLU and the bias
+ * gradient they take included; pp_model_prepare()
  * changing nothing a caller sees.  CUDA does not survive
  * fork(), so this program runs its tests without forking, and it has its
  * own main: with no usable GPU it says why and exits 77 (SKIP).
@@ -1028,6 +1028,105 @@ START_TEST(test_gemm_relu_kernels)
 }
 END_TEST
 
+/*
+ * The bias's row of the untransposed small kernel on the GPU (struct
+ * pp_cuda_gemm's bias, the sums of op(B)'s columns), on the cases of
+ * pp_test_gemm_cases with op(A) untransposed: C and the sums bit for bit
+ * against the threads emulated, twice.  And refused, naming why, with
+ * op(A) transposed and for a product the small kernels do not take.
+ */
+START_TEST(test_gemm_bias_kernels)
+{
+	static const struct pp_test_gemm_case refused[] = {
+		{ true, false, 32, 100, 784, 0, 1.0f }, { false, true, 32, 10, 1000, 0, 1.0f },
+	};
+	struct pp_device *gpu;
+	struct pp_stream *st;
+	void *blas;
+
+	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
+	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
+	ck_assert_int_eq(pp_cuda_blas_create(pp_nn_cuda_stream(st), &blas), 0);
+	for (size_t c = 0; c < pp_test_gemm_ncases + 2; c++) {
+		const struct pp_test_gemm_case *t =
+			c < pp_test_gemm_ncases ? &pp_test_gemm_cases[c] : &refused[c - pp_test_gemm_ncases];
+		size_t na, nb, nc;
+		struct pp_cuda_gemm g = pp_test_gemm_of(t, NULL, NULL, NULL, &na, &nb, &nc);
+		const size_t nbias = (size_t)g.n;
+		float *a, *b, *c0, *b0, *want, *wbias;
+		void *da, *db;
+
+		if (t->ta && c < pp_test_gemm_ncases)
+			continue;
+		a = host_floats(na, 120 + c);
+		b = host_floats(nb, 130 + c);
+		c0 = host_floats(nc, 140 + c);
+		b0 = host_floats(nbias, 150 + c);
+		want = malloc(nc * sizeof(float));
+		wbias = malloc(nbias * sizeof(float));
+		ck_assert(want && wbias);
+		da = dev_put(gpu, st, a, na * sizeof(float));
+		db = dev_put(gpu, st, b, nb * sizeof(float));
+		if (c >= pp_test_gemm_ncases) {
+			struct pp_cuda_gemm dg = g;
+			void *dc = dev_put(gpu, st, c0, nc * sizeof(float));
+			void *dbias = dev_put(gpu, st, b0, nbias * sizeof(float));
+
+			dg.a = da;
+			dg.b = db;
+			dg.c = dc;
+			dg.bias = dbias;
+			ck_assert_int_eq(pp_cuda_sgemm(blas, &dg), -EINVAL);
+			ck_assert_ptr_nonnull(strstr(pp_last_error(), "small kernels alone"));
+			pp_device_free(gpu, dc);
+			pp_device_free(gpu, dbias);
+		} else {
+			memcpy(want, c0, nc * sizeof(float));
+			memcpy(wbias, b0, nbias * sizeof(float));
+			g.a = a;
+			g.b = b;
+			g.c = want;
+			g.bias = wbias;
+			pp_test_small_gemm(&g);
+			for (int run = 0; run < 2; run++) {
+				struct pp_cuda_gemm dg = g;
+				void *dc = dev_put(gpu, st, c0, nc * sizeof(float));
+				void *dbias = dev_put(gpu, st, b0, nbias * sizeof(float));
+				float *got = malloc(nc * sizeof(float)), *gbias = malloc(nbias * sizeof(float));
+
+				ck_assert(got && gbias);
+				dg.a = da;
+				dg.b = db;
+				dg.c = dc;
+				dg.bias = dbias;
+				ck_assert_msg(pp_cuda_sgemm(blas, &dg) == 0, "case %zu: %s", c, pp_last_error());
+				dev_get(got, dc, nc * sizeof(float), st);
+				dev_get(gbias, dbias, nbias * sizeof(float), st);
+				ck_assert_msg(memcmp(got, want, nc * sizeof(float)) == 0 &&
+					      memcmp(gbias, wbias, nbias * sizeof(float)) == 0,
+					      "case %zu, run %d: the kernel's bits differ from its threads emulated",
+					      c, run);
+				free(got);
+				free(gbias);
+				pp_device_free(gpu, dc);
+				pp_device_free(gpu, dbias);
+			}
+		}
+		pp_device_free(gpu, da);
+		pp_device_free(gpu, db);
+		free(a);
+		free(b);
+		free(c0);
+		free(b0);
+		free(want);
+		free(wbias);
+	}
+	pp_cuda_blas_destroy(blas);
+	pp_stream_destroy(st);
+	pp_device_close(gpu);
+}
+END_TEST
+
 int main(void)
 {
 	const char *const *gpu_names;
@@ -1048,6 +1147,7 @@ int main(void)
 	tcase_add_test(tc, test_small_gemm_kernels);
 	tcase_add_test(tc, test_prepare_changes_nothing);
 	tcase_add_test(tc, test_gemm_relu_kernels);
+	tcase_add_test(tc, test_gemm_bias_kernels);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
 	return pp_test_run_nofork(s);

@@ -1121,6 +1121,70 @@ START_TEST(test_small_gemm_relu)
 }
 END_TEST
 
+/*
+ * The bias's row of the untransposed small kernel (struct pp_cuda_gemm's
+ * bias: the sums of op(B)'s columns), every thread emulated, on the cases
+ * with op(A) untransposed: against the sums in double (plus beta times
+ * what was there; NaN there where beta is 0, not read), C's bits those of
+ * the product without it, nothing written past bias[n - 1].  Fails on a
+ * term left out or taken twice, op(B)'s index swapped, beta not applied,
+ * or the row written into C.
+ */
+START_TEST(test_small_gemm_bias)
+{
+	int tried = 0;
+
+	for (size_t c = 0; c < pp_test_gemm_ncases; c++) {
+		const struct pp_test_gemm_case *t = &pp_test_gemm_cases[c];
+		size_t na, nb, nc;
+		struct pp_cuda_gemm g = pp_test_gemm_of(t, NULL, NULL, NULL, &na, &nb, &nc);
+		float *a, *b, *c0, *plain, *got, *bias, *b0;
+
+		if (t->ta)
+			continue;
+		tried++;
+		a = pp_test_rand_floats(na);
+		b = pp_test_rand_floats(nb);
+		c0 = pp_test_rand_floats(nc);
+		b0 = pp_test_rand_floats((size_t)g.n + 1);
+		plain = pp_test_zero_floats(nc);
+		got = pp_test_zero_floats(nc);
+		bias = pp_test_zero_floats((size_t)g.n + 1);
+		for (int j = 0; j <= g.n; j++)
+			bias[j] = t->beta != 0.0f || j == g.n ? b0[j] : NAN;
+		g.a = a;
+		g.b = b;
+		memcpy(plain, c0, nc * sizeof(float));
+		g.c = plain;
+		pp_test_small_gemm(&g);
+		memcpy(got, c0, nc * sizeof(float));
+		g.c = got;
+		g.bias = bias;
+		pp_test_small_gemm(&g);
+		ck_assert_msg(memcmp(got, plain, nc * sizeof(float)) == 0, "case %zu: C changed", c);
+		for (int j = 0; j < g.n; j++) {
+			double want = t->beta != 0.0f ? (double)t->beta * b0[j] : 0.0, mag = 0.0;
+
+			for (int p = 0; p < g.k; p++) {
+				want += pp_sgemm_b(&g, p, j);
+				mag += fabs((double)pp_sgemm_b(&g, p, j));
+			}
+			ck_assert_msg(fabs(bias[j] - want) <= 1e-5 * (1.0 + mag),
+				      "case %zu: bias[%d] = %.9g, expected %.9g", c, j, (double)bias[j], want);
+		}
+		ck_assert_msg(bias[g.n] == b0[g.n], "case %zu: written past the bias", c);
+		free(a);
+		free(b);
+		free(c0);
+		free(b0);
+		free(plain);
+		free(got);
+		free(bias);
+	}
+	ck_assert_int_ge(tried, 4);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("nn_gpu_math");
@@ -1135,6 +1199,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_optim_math);
 	tcase_add_test(tc, test_small_gemm);
 	tcase_add_test(tc, test_small_gemm_relu);
+	tcase_add_test(tc, test_small_gemm_bias);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;

@@ -58,6 +58,13 @@ struct pp_cuda_gemm {
 	 */
 	float *relu;
 	const float *mask;
+	/*
+	 * When not NULL (op(A) untransposed, and a product the small kernels
+	 * take: pp_small_gemm_fits()): bias[j] = sum over p of op(B)(p, j) +
+	 * beta bias[j] too, the product's row m had op(A) a row of ones: the
+	 * bias gradient of a Linear layer with its weight gradient, one launch.
+	 */
+	float *bias;
 };
 
 /* Arrays a step's prologue fills with rows of a bias, at most. */

@@ -13,7 +13,9 @@
  * pool's own kernels are not run, the convolution's and ReLU's outputs
  * not written.  Other convolutions take im2col and cuBLAS.  A ReLU next
  * to a Linear layer is taken by that layer's GEMMs, forward and backward
- * (relu_in_forward_gemm(), relu_in_backward_gemm()).  Every reduction of
+ * (relu_in_forward_gemm(), relu_in_backward_gemm()), and its bias
+ * gradient by its weight gradient's where the small kernels take that
+ * (struct pp_cuda_gemm's bias).  Every reduction of
  * a step is deterministic (nn/cuda/fused.h).
  *
  * cuBLAS is column-major.  A row-major matrix X (r x c) is the column-major
@@ -32,6 +34,7 @@
 #include "nn/cuda/fused.h"
 #include "nn/cuda/kernels.h"
 #include "nn/cuda/optim.h"
+#include "nn/cuda/small_gemm.h"
 
 static struct pp_cuda_geom geom_of(const struct nn_layer *l)
 {
@@ -241,7 +244,7 @@ static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, fl
 	struct nn_cuda *cu = m->ctx;
 	const int ic = (int)l->in_size, oc = l->out_c;
 	/* dW (OC, IC) += dy^T (OC, n) x (n, IC): column-major dW^T = x^T(N) dy(T) */
-	const struct pp_cuda_gemm dw = {
+	struct pp_cuda_gemm dw = {
 		.ta = false, .tb = true, .m = ic, .n = oc, .k = n,
 		.a = x, .lda = ic, .b = dy, .ldb = oc,
 		.c = m->grads + l->w_off, .ldc = ic, .beta = 1.0f,
@@ -252,8 +255,13 @@ static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, fl
 		.a = m->params + l->w_off, .lda = ic, .b = dy, .ldb = oc,
 		.c = dx, .ldc = ic, .beta = 0.0f, .mask = mask,
 	};
-	int ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, oc, 1, cu->red, cu->stream);
+	int ret = 0;
 
+	/* db (OC) = the sums of dy's columns: with dW where the small kernels take it */
+	if (pp_small_gemm_fits(&dw))
+		dw.bias = m->grads + l->b_off;
+	else
+		ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, oc, 1, cu->red, cu->stream);
 	if (!ret)
 		ret = pp_cuda_sgemm(cu->blas, &dw);
 	if (!ret && dx)

@@ -190,10 +190,14 @@ static __global__ void small_gemm_n_kernel(struct pp_cuda_gemm g)
 	const int i = (int)blockIdx.x * PP_SGEMM_ROWS + (int)threadIdx.x, j = (int)blockIdx.y;
 
 	part[threadIdx.x][threadIdx.y] =
-		i < g.m ? pp_sgemm_part(&g, i, j, (int)threadIdx.y, PP_SGEMM_PARTS) : 0.0f;
+		i < g.m ? pp_sgemm_part(&g, i, j, (int)threadIdx.y, PP_SGEMM_PARTS)
+		: i == g.m && g.bias ? pp_sgemm_bias_part(&g, j, (int)threadIdx.y, PP_SGEMM_PARTS)
+				     : 0.0f;
 	__syncthreads();
 	if (threadIdx.y == 0 && i < g.m)
 		pp_sgemm_store(&g, i, j, pp_sgemm_add_parts(part[threadIdx.x]));
+	else if (threadIdx.y == 0 && i == g.m && g.bias)
+		pp_sgemm_store_bias(&g, j, pp_sgemm_add_parts(part[threadIdx.x]));
 }
 
 /* The small GEMMs, op(A) transposed and op(B) not: a warp per element of C. */
@@ -221,9 +225,13 @@ extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
 	if ((g->relu || g->mask) && g->ldc != g->m)
 		return pp_error(-EINVAL, "GEMM %dx%dx%d: a ReLU taken with it needs C contiguous "
 				"(ldc %d, m %d)", g->m, g->n, g->k, g->ldc, g->m);
+	if (g->bias && (g->ta || !pp_small_gemm_fits(g)))
+		return pp_error(-EINVAL, "GEMM %dx%dx%d: the sums of op(B)'s columns are taken by "
+				"the small kernels alone, op(A) untransposed", g->m, g->n, g->k);
 	if (pp_small_gemm_fits(g)) {
 		if (!g->ta) {
-			dim3 grid((unsigned)((g->m + PP_SGEMM_ROWS - 1) / PP_SGEMM_ROWS), (unsigned)g->n);
+			dim3 grid((unsigned)((pp_sgemm_rows(g) + PP_SGEMM_ROWS - 1) / PP_SGEMM_ROWS),
+				  (unsigned)g->n);
 
 			small_gemm_n_kernel<<<grid, dim3(PP_SGEMM_ROWS, PP_SGEMM_PARTS), 0, b->stream>>>(*g);
 			return pp_cuda_launched("small_gemm_n");

@@ -23,8 +23,9 @@
  * Every sum in a fixed order, fused multiply-adds (fmaf) on both sides:
  * the same bits on every run, and in the CPU tests.  C = op(A) op(B) +
  * beta C, C not read where beta is 0 (as cuBLAS); a ReLU next to the
- * layer taken as C is stored (struct pp_cuda_gemm's relu and mask): one
- * launch a step fewer for each.
+ * layer taken as C is stored (struct pp_cuda_gemm's relu and mask), and
+ * the bias gradient with the weight gradient as a row more of the
+ * untransposed kernel (its bias): one launch a step fewer for each.
  */
 #ifndef PP_NN_CUDA_SMALL_GEMM_H
 #define PP_NN_CUDA_SMALL_GEMM_H
@@ -106,6 +107,26 @@ PP_HD static inline float pp_sgemm_part(const struct pp_cuda_gemm *g, int i, int
 	return acc;
 }
 
+/*
+ * Part q of 'parts' of bias[j]'s sum (struct pp_cuda_gemm's bias): op(B)(p,
+ * j) for p = q, q + parts, ... in order, as row m of the product with
+ * op(A)'s row of ones.
+ */
+PP_HD static inline float pp_sgemm_bias_part(const struct pp_cuda_gemm *g, int j, int q, int parts)
+{
+	float acc = 0.0f;
+
+	for (int p = q; p < g->k; p += parts)
+		acc += pp_sgemm_b(g, p, j);
+	return acc;
+}
+
+/* Rows of the untransposed kernel's grid: C's, and the bias's row where it is asked for. */
+PP_HD static inline int pp_sgemm_rows(const struct pp_cuda_gemm *g)
+{
+	return g->m + (g->bias != NULL ? 1 : 0);
+}
+
 /* The untransposed kernel's sum of the PP_SGEMM_PARTS parts of one element, in order. */
 PP_HD static inline float pp_sgemm_add_parts(const float *part)
 {
@@ -138,6 +159,12 @@ PP_HD static inline void pp_sgemm_store(const struct pp_cuda_gemm *g, int i, int
 	g->c[e] = v;
 	if (g->relu)
 		g->relu[e] = v > 0.0f ? v : 0.0f;
+}
+
+/* Stores bias[j] = sum + beta bias[j]; not read where beta is 0. */
+PP_HD static inline void pp_sgemm_store_bias(const struct pp_cuda_gemm *g, int j, float sum)
+{
+	g->bias[j] = g->beta != 0.0f ? fmaf(g->beta, g->bias[j], sum) : sum;
 }
 
 #endif
