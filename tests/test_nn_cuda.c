@@ -54,6 +54,13 @@ static const struct {
 	/* ten Linear layers: their biases filled by two launches (pp_cuda_prologue() takes 8) */
 	{ "fc:12,relu,fc:11,relu,fc:12,relu,fc:13,fc:12,relu,fc:12,fc:9,relu,fc:12,relu,fc:12,fc:10",
 	  1, 4, 4 },
+	/* ReLUs next to Linear layers, taken by their GEMMs: an input gradient past the small
+	 * kernels' rule (k 300: cuBLAS, then the mask), a ReLU last, two ReLUs in a row, a ReLU
+	 * after a convolution not pooled */
+	{ "fc:8,relu,fc:300,relu,fc:10", 1, 4, 4 },
+	{ "fc:10,relu", 1, 4, 4 },
+	{ "fc:8,relu,relu,fc:10", 1, 4, 4 },
+	{ "conv:3:3,relu,fc:10", 2, 5, 5 },
 };
 
 struct pair {
