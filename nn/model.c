@@ -542,15 +542,10 @@ PP_API int pp_model_evaluate(struct pp_model *m, const struct pp_tensor *inputs,
 
 PP_API int pp_model_prepare(struct pp_model *m, size_t batch)
 {
-	const struct nn_layer *last = &m->layers[m->n_layers - 1];
 	int ret;
 
 	if (batch == 0)
 		return pp_error(-EINVAL, "model: preparing for a batch of 0 samples");
-	/* the backends index a batch's elements with int (cuda_run()) */
-	if (batch > INT32_MAX / PP_MAX(last->out_size, m->layers[0].in_size))
-		return pp_error(-EOVERFLOW, "model on %s: a batch of %zu is too large",
-				pp_nn_device_name(m->dev), batch);
 	ret = pp_nn_model_reserve(m, batch);
 	if (!ret && m->backend->warm)
 		ret = m->backend->warm(m, batch);

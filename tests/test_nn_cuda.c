@@ -327,55 +327,70 @@ static int count_hook(void *arg, float *grads, size_t offset, size_t count, stru
  * Fails if pp_model_prepare() on cuda (a training step's kernels and GEMMs
  * launched on scratch) changes what a caller sees: the parameters, the
  * gradient of the last step, the running totals or the step count, right
- * after it (preparing for a larger batch than any before, then a smaller
- * one), or the bits of the steps after it, against a model never prepared;
- * or if it calls the gradient hook.
+ * after it (preparing for a larger batch than any before, which drops the
+ * graphs, then for a smaller one, which keeps them); or the bits of the
+ * steps after it, graphed, against a model never prepared; or if it calls
+ * the gradient hook (a third model's, which takes no graphs).
  */
 START_TEST(test_prepare_changes_nothing)
 {
 	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
 		struct gpu_state before, after, plain;
-		struct pair p, q;
+		struct pair p, q, h;
 		struct pp_model_config cfg;
+		struct pp_model_graph_stats gs;
 		int calls = 0, calls_before;
 
 		pair_open(&p, ci, PP_OPTIM_ADAM);
 		pair_open(&q, ci, PP_OPTIM_ADAM);
-		/* p's model again, with a hook that counts its calls */
-		pp_model_destroy(p.gpu_model);
+		pair_open(&h, ci, PP_OPTIM_ADAM);
+		/* h's model again, with a hook that counts its calls */
+		pp_model_destroy(h.gpu_model);
 		pp_model_config_init(&cfg);
 		cfg.in_channels = cases[ci].c;
 		cfg.in_height = cases[ci].h;
 		cfg.in_width = cases[ci].w;
-		cfg.seed = 11;
-		cfg.optim.lr = 0.01f;
-		cfg.optim.eps = 1e-3f;
-		cfg.stream = p.stream;
+		cfg.stream = h.stream;
 		cfg.grad_hook = count_hook;
 		cfg.grad_hook_arg = &calls;
-		ck_assert_int_eq(pp_model_create(cases[ci].spec, p.gpu, &cfg, &p.gpu_model), 0);
-		pp_model_destroy(q.gpu_model);
-		cfg.stream = q.stream;
-		cfg.grad_hook_arg = &calls;
-		ck_assert_int_eq(pp_model_create(cases[ci].spec, q.gpu, &cfg, &q.gpu_model), 0);
-
-		ck_assert_int_eq(pp_model_train_step(p.gpu_model, p.x_gpu, p.labels_gpu), 0);
-		ck_assert_int_eq(pp_model_train_step(q.gpu_model, q.x_gpu, q.labels_gpu), 0);
-		state_read(&p, &before);
+		ck_assert_int_eq(pp_model_create(cases[ci].spec, h.gpu, &cfg, &h.gpu_model), 0);
+		ck_assert_int_eq(pp_model_train_step(h.gpu_model, h.x_gpu, h.labels_gpu), 0);
 		calls_before = calls;
-		ck_assert_msg(pp_model_prepare(p.gpu_model, 2 * BATCH) == 0, "%s: %s", cases[ci].spec,
-			      pp_last_error());
-		ck_assert_int_eq(pp_model_prepare(p.gpu_model, 7), 0);
+		ck_assert_int_gt(calls_before, 0);
+		ck_assert_int_eq(pp_model_prepare(h.gpu_model, 2 * BATCH), 0);
 		ck_assert_int_eq(calls, calls_before);
-		state_read(&p, &after);
-		state_expect_eq(&before, &after, p.n, cases[ci].spec);
-		state_free(&after);
 
-		/* the steps after it: the bits of q's, never prepared */
+		/* two steps each: the second captured as a graph */
 		for (int s = 0; s < 2; s++) {
 			ck_assert_int_eq(pp_model_train_step(p.gpu_model, p.x_gpu, p.labels_gpu), 0);
 			ck_assert_int_eq(pp_model_train_step(q.gpu_model, q.x_gpu, q.labels_gpu), 0);
 		}
+		state_read(&p, &before);
+		ck_assert_msg(pp_model_prepare(p.gpu_model, 2 * BATCH) == 0, "%s: %s", cases[ci].spec,
+			      pp_last_error());
+		state_read(&p, &after);
+		state_expect_eq(&before, &after, p.n, cases[ci].spec);
+		state_free(&after);
+		/* captured again at its second step after the drop, then kept by a smaller prepare */
+		for (int s = 0; s < 2; s++)
+			ck_assert_int_eq(pp_model_train_step(p.gpu_model, p.x_gpu, p.labels_gpu), 0);
+		ck_assert_int_eq(pp_model_prepare(p.gpu_model, 7), 0);
+		pp_model_get_graph_stats(p.gpu_model, &gs);
+		ck_assert_msg(gs.drops == 1 && gs.captures == 2, "%s: %llu drops, %llu captures",
+			      cases[ci].spec, (unsigned long long)gs.drops,
+			      (unsigned long long)gs.captures);
+
+		/* the steps after it: the bits of q's, never prepared */
+		for (int s = 0; s < 2; s++)
+			ck_assert_int_eq(pp_model_train_step(q.gpu_model, q.x_gpu, q.labels_gpu), 0);
+		for (int s = 0; s < 2; s++) {
+			ck_assert_int_eq(pp_model_train_step(p.gpu_model, p.x_gpu, p.labels_gpu), 0);
+			ck_assert_int_eq(pp_model_train_step(q.gpu_model, q.x_gpu, q.labels_gpu), 0);
+		}
+		pp_model_get_graph_stats(p.gpu_model, &gs);
+		/* launched: each capturing step and the last two, captured before prepare(7) */
+		ck_assert_msg(gs.launches == 4 && gs.drops == 1, "%s: %llu launches", cases[ci].spec,
+			      (unsigned long long)gs.launches);
 		state_read(&p, &after);
 		state_read(&q, &plain);
 		state_expect_eq(&plain, &after, p.n, cases[ci].spec);
@@ -384,6 +399,7 @@ START_TEST(test_prepare_changes_nothing)
 		state_free(&plain);
 		pair_close(&p);
 		pair_close(&q);
+		pair_close(&h);
 	}
 }
 END_TEST

@@ -1577,7 +1577,7 @@ START_TEST(test_prepare)
 
 	ck_assert_int_eq(pp_model_prepare(m[1], 0), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "batch of 0"));
-	ck_assert_int_eq(pp_model_prepare(m[1], (size_t)1 << 40), -EOVERFLOW);
+	ck_assert_int_eq(pp_model_prepare(m[1], (size_t)1 << 62), -EOVERFLOW);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "too large"));
 
 	/* a step on each, then the second prepared for 32: nothing it shows moves */

@@ -35,22 +35,29 @@ static void name_device(struct tr_params *p, const struct pp_device *dev)
 
 /*
  * The model readied for the run's steps before its first epoch
- * (pp_model_prepare()): the batch size and, in a world of one, each
- * split's shorter last batch, so that no epoch carries the allocation of
- * its buffers or the first launches of its kernels (cuBLAS picks its
- * kernels by shape).
+ * (pp_model_prepare()), so that no epoch carries the allocation of its
+ * buffers or the first launches of its kernels (cuBLAS picks its kernels
+ * by shape): for each split, the batch size or its samples where they are
+ * fewer (a rank's share of them), and in a world of one its shorter last
+ * batch too.  Not with --deterministic, whose training steps are
+ * micro-batches (on the CPU, which loads no kernels).
  */
 static int prepare_model(const struct tr_options *opt, const struct tr_params *p,
 			 const struct tr_run *r)
 {
 	struct pp_loader *const loaders[3] = { r->train_loader, r->val_loader, r->test_loader };
-	int ret = pp_model_prepare(r->model, p->batch_size);
+	const uint64_t batch = p->batch_size, ranks = (uint64_t)r->dist->size;
+	int ret = 0;
 
-	for (int i = 0; i < 3 && ret == 0 && r->dist->size == 1; i++) {
-		uint64_t tail = loaders[i] ? pp_loader_info(loaders[i])->count % p->batch_size : 0;
+	for (int i = 0; i < 3 && ret == 0 && !opt->deterministic; i++) {
+		const bool drop = i == 0 && opt->drop_last;
+		uint64_t count = loaders[i] ? pp_loader_info(loaders[i])->count / ranks : 0;
 
-		if (tail != 0 && !(i == 0 && opt->drop_last))
-			ret = pp_model_prepare(r->model, tail);
+		if (count == 0 || (drop && count < batch))
+			continue; /* no step of it: no split, or no whole batch (refused later) */
+		ret = pp_model_prepare(r->model, (size_t)(count < batch ? count : batch));
+		if (ret == 0 && ranks == 1 && count > batch && count % batch != 0 && !drop)
+			ret = pp_model_prepare(r->model, (size_t)(count % batch));
 	}
 	return ret;
 }

@@ -363,9 +363,10 @@ PP_API int pp_model_evaluate(struct pp_model *model, const struct pp_tensor *inp
  * trainer whose epochs end with a shorter batch calls it for that size
  * too.  Changes nothing a caller can see: the parameters, the gradient,
  * the optimizer's state and step count and the running totals stay as
- * they were, and the gradient hook is not called.  Returns 0, or -EINVAL
- * (a batch of 0), -EOVERFLOW (a batch too large to address), -ENOMEM,
- * -EIO (a CUDA call failed).
+ * they were (unless a CUDA call fails), and the gradient hook is not
+ * called.  Returns 0, or -EINVAL (a batch of 0; on cuda, a batch past
+ * what a step takes, as pp_model_train_step() says), -EOVERFLOW (a batch
+ * too large to address), -ENOMEM, -EIO (a CUDA call failed).
  */
 PP_API int pp_model_prepare(struct pp_model *model, size_t batch);
 

@@ -569,7 +569,8 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
  * 17 ms each).  What the step writes that a caller sees, the gradient and
  * the running totals, is kept aside first and put back after it, in the
  * stream's order; the activations and the input buffer are the steps'
- * scratch.  Waits for it all.
+ * scratch.  Waits for it all.  A failure of the stream's work leaves them
+ * as the failure did (a CUDA error is the stream's from then on).
  */
 static int cuda_warm(struct pp_model *m, size_t batch)
 {
@@ -581,10 +582,8 @@ static int cuda_warm(struct pp_model *m, size_t batch)
 	int ret, ret2;
 
 	ret = pp_nn_mem_alloc(m->dev, grads + sizeof(*cu->acc), (void **)&keep);
-	if (!ret)
+	if (!ret) /* zeroed: class 0, in range */
 		ret = pp_nn_mem_alloc(m->dev, batch * sizeof(*labels), (void **)&labels);
-	if (!ret)
-		ret = pp_cuda_zero(labels, batch * sizeof(*labels), cu->stream);
 	if (!ret)
 		ret = pp_cuda_zero(m->input, batch * m->layers[0].in_size * sizeof(float), cu->stream);
 	if (!ret)
