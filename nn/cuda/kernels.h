@@ -61,8 +61,9 @@ struct pp_cuda_gemm {
 	/*
 	 * When not NULL (op(A) untransposed, and a product the small kernels
 	 * take: pp_small_gemm_fits()): bias[j] = sum over p of op(B)(p, j) +
-	 * beta bias[j] too, the product's row m had op(A) a row of ones: the
-	 * bias gradient of a Linear layer with its weight gradient, one launch.
+	 * beta bias[j] too, what row m of C would be were op(A)'s row m all
+	 * ones: a Linear layer's bias gradient with its weight gradient, in
+	 * one launch.
 	 */
 	float *bias;
 };

@@ -13,10 +13,10 @@
  * pool's own kernels are not run, the convolution's and ReLU's outputs
  * not written.  Other convolutions take im2col and cuBLAS.  A ReLU next
  * to a Linear layer is taken by that layer's GEMMs, forward and backward
- * (relu_in_forward_gemm(), relu_in_backward_gemm()), and its bias
- * gradient by its weight gradient's where the small kernels take that
- * (struct pp_cuda_gemm's bias).  Every reduction of
- * a step is deterministic (nn/cuda/fused.h).
+ * (relu_in_forward_gemm(), relu_in_backward_gemm()), and a Linear
+ * layer's bias gradient by its weight gradient's GEMM where the small
+ * kernels take that (struct pp_cuda_gemm's bias).  Every reduction of a
+ * step is deterministic (nn/cuda/fused.h).
  *
  * cuBLAS is column-major.  A row-major matrix X (r x c) is the column-major
  * matrix X^T (c x r) with the same leading dimension c, so each row-major
