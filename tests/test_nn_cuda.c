@@ -864,6 +864,24 @@ START_TEST(test_sums_and_loss_match_cpu)
 }
 END_TEST
 
+/* cuda:0, a stream on it and a cuBLAS handle on the stream, for the GEMM tests; and their end. */
+static void *blas_open(struct pp_device **gpu_p, struct pp_stream **st_p)
+{
+	void *blas;
+
+	ck_assert_int_eq(pp_device_open("cuda:0", gpu_p), 0);
+	ck_assert_int_eq(pp_stream_create(*gpu_p, st_p), 0);
+	ck_assert_int_eq(pp_cuda_blas_create(pp_nn_cuda_stream(*st_p), &blas), 0);
+	return blas;
+}
+
+static void blas_close(struct pp_device *gpu, struct pp_stream *st, void *blas)
+{
+	pp_cuda_blas_destroy(blas);
+	pp_stream_destroy(st);
+	pp_device_close(gpu);
+}
+
 /*
  * pp_cuda_sgemm()'s small kernels (nn/cuda/small_gemm.h) against their
  * threads emulated on the CPU (pp_test_small_gemm()), bit for bit, twice,
@@ -877,11 +895,7 @@ START_TEST(test_small_gemm_kernels)
 	static const struct pp_test_gemm_case cublas_case = { true, false, 32, 1000, 784, 1, 1.0f };
 	struct pp_device *gpu;
 	struct pp_stream *st;
-	void *blas;
-
-	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
-	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
-	ck_assert_int_eq(pp_cuda_blas_create(pp_nn_cuda_stream(st), &blas), 0);
+	void *blas = blas_open(&gpu, &st);
 	for (size_t c = 0; c <= pp_test_gemm_ncases; c++) {
 		const struct pp_test_gemm_case *t =
 			c < pp_test_gemm_ncases ? &pp_test_gemm_cases[c] : &cublas_case;
@@ -937,9 +951,7 @@ START_TEST(test_small_gemm_kernels)
 		free(got[0]);
 		free(got[1]);
 	}
-	pp_cuda_blas_destroy(blas);
-	pp_stream_destroy(st);
-	pp_device_close(gpu);
+	blas_close(gpu, st, blas);
 }
 END_TEST
 
@@ -960,11 +972,7 @@ START_TEST(test_gemm_relu_kernels)
 	};
 	struct pp_device *gpu;
 	struct pp_stream *st;
-	void *blas;
-
-	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
-	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
-	ck_assert_int_eq(pp_cuda_blas_create(pp_nn_cuda_stream(st), &blas), 0);
+	void *blas = blas_open(&gpu, &st);
 	for (size_t c = 0; c < sizeof(gemms) / sizeof(gemms[0]); c++) {
 		const struct pp_test_gemm_case *t = &gemms[c];
 		size_t na, nb, nc;
@@ -1045,9 +1053,7 @@ START_TEST(test_gemm_relu_kernels)
 		free(got);
 		free(grelu);
 	}
-	pp_cuda_blas_destroy(blas);
-	pp_stream_destroy(st);
-	pp_device_close(gpu);
+	blas_close(gpu, st, blas);
 }
 END_TEST
 
@@ -1065,11 +1071,7 @@ START_TEST(test_gemm_bias_kernels)
 	};
 	struct pp_device *gpu;
 	struct pp_stream *st;
-	void *blas;
-
-	ck_assert_int_eq(pp_device_open("cuda:0", &gpu), 0);
-	ck_assert_int_eq(pp_stream_create(gpu, &st), 0);
-	ck_assert_int_eq(pp_cuda_blas_create(pp_nn_cuda_stream(st), &blas), 0);
+	void *blas = blas_open(&gpu, &st);
 	for (size_t c = 0; c < pp_test_gemm_ncases + 2; c++) {
 		const struct pp_test_gemm_case *t =
 			c < pp_test_gemm_ncases ? &pp_test_gemm_cases[c] : &refused[c - pp_test_gemm_ncases];
@@ -1144,9 +1146,7 @@ START_TEST(test_gemm_bias_kernels)
 		free(want);
 		free(wbias);
 	}
-	pp_cuda_blas_destroy(blas);
-	pp_stream_destroy(st);
-	pp_device_close(gpu);
+	blas_close(gpu, st, blas);
 }
 END_TEST
 
