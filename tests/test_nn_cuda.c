@@ -8,7 +8,8 @@
  * (conv + ReLU + max-pool forward and backward, the sums, the loss)
  * against the CPU layers, each run twice for the same bits, and the small
  * GEMM kernels against their threads emulated, the ReLU and the bias
- * gradient they take included; pp_model_prepare()
+ * gradient they take and two products a launch included;
+ * pp_model_prepare()
  * changing nothing a caller sees.  CUDA does not survive
  * fork(), so this program runs its tests without forking, and it has its
  * own main: with no usable GPU it says why and exits 77 (SKIP).
@@ -1150,6 +1151,102 @@ START_TEST(test_gemm_bias_kernels)
 }
 END_TEST
 
+/* A product of case t on the host (emulated into want) and on the GPU, for test_gemm_pair_kernels. */
+struct gemm_run {
+	struct pp_cuda_gemm g, dg;  /* host, device */
+	float *a, *b, *c0, *want, *got;
+	size_t nc;
+};
+
+static void gemm_run_open(struct gemm_run *r, const struct pp_test_gemm_case *t, uint64_t seed,
+			  struct pp_device *gpu, struct pp_stream *st)
+{
+	size_t na, nb;
+
+	r->g = pp_test_gemm_of(t, NULL, NULL, NULL, &na, &nb, &r->nc);
+	r->a = host_floats(na, seed);
+	r->b = host_floats(nb, seed + 1);
+	r->c0 = host_floats(r->nc, seed + 2);
+	r->want = malloc(r->nc * sizeof(float));
+	r->got = malloc(r->nc * sizeof(float));
+	ck_assert(r->want && r->got);
+	memcpy(r->want, r->c0, r->nc * sizeof(float));
+	r->g.a = r->a;
+	r->g.b = r->b;
+	r->g.c = r->want;
+	pp_test_small_gemm(&r->g);
+	r->dg = r->g;
+	r->dg.a = dev_put(gpu, st, r->a, na * sizeof(float));
+	r->dg.b = dev_put(gpu, st, r->b, nb * sizeof(float));
+	r->dg.c = dev_put(gpu, st, r->c0, r->nc * sizeof(float));
+}
+
+static void gemm_run_close(struct gemm_run *r, struct pp_device *gpu)
+{
+	pp_device_free(gpu, (void *)r->dg.a);
+	pp_device_free(gpu, (void *)r->dg.b);
+	pp_device_free(gpu, r->dg.c);
+	free(r->a);
+	free(r->b);
+	free(r->c0);
+	free(r->want);
+	free(r->got);
+}
+
+/*
+ * Two products in one launch (pp_cuda_sgemm2(), a Linear layer's weight
+ * and input gradients): each C bit for bit its threads emulated, for
+ * pairs of other shapes (the larger grid's blocks past the smaller
+ * product must write nothing of it); a pair with a product the small
+ * kernels do not take (two calls, cuBLAS's within a tolerance); and a
+ * refused product refused in a pair too.
+ */
+START_TEST(test_gemm_pair_kernels)
+{
+	static const struct pp_test_gemm_case pairs[][2] = {
+		/* the MLP's last layer: weight gradient, input gradient */
+		{ { false, true, 32, 10, 100, 0, 1.0f }, { false, false, 32, 100, 10, 0, 0.0f } },
+		/* the CNN's first Linear layer at batch 100; odd shapes, padded */
+		{ { false, true, 192, 120, 100, 0, 1.0f }, { false, false, 192, 100, 120, 0, 0.0f } },
+		{ { false, false, 65, 3, 17, 1, 1.0f }, { false, true, 33, 7, 5, 3, 0.0f } },
+		/* past the rule: cuBLAS for the first */
+		{ { false, true, 32, 10, 1000, 0, 1.0f }, { false, false, 32, 100, 10, 0, 0.0f } },
+	};
+	struct pp_device *gpu;
+	struct pp_stream *st;
+	void *blas = blas_open(&gpu, &st);
+
+	for (size_t c = 0; c < sizeof(pairs) / sizeof(pairs[0]); c++) {
+		struct gemm_run r[2];
+
+		for (int k = 0; k < 2; k++)
+			gemm_run_open(&r[k], &pairs[c][k], 200 + 10 * c + 3 * (uint64_t)k, gpu, st);
+		ck_assert_msg(pp_cuda_sgemm2(blas, &r[0].dg, &r[1].dg) == 0, "pair %zu: %s", c,
+			      pp_last_error());
+		for (int k = 0; k < 2; k++) {
+			dev_get(r[k].got, r[k].dg.c, r[k].nc * sizeof(float), st);
+			if (pp_small_gemm_fits(&r[k].g))
+				ck_assert_msg(memcmp(r[k].got, r[k].want, r[k].nc * sizeof(float)) == 0,
+					      "pair %zu, product %d: bits other than emulated", c, k);
+			else
+				for (size_t e = 0; e < r[k].nc; e++)
+					ck_assert_msg(fabsf(r[k].got[e] - r[k].want[e]) <= 1e-3f,
+						      "pair %zu, product %d: C[%zu] %g, emulated %g", c, k,
+						      e, (double)r[k].got[e], (double)r[k].want[e]);
+		}
+		/* a ReLU on a C not contiguous: refused in the pair as alone */
+		if (pairs[c][1].pad != 0) {
+			r[1].dg.relu = r[1].dg.c;
+			ck_assert_int_eq(pp_cuda_sgemm2(blas, &r[0].dg, &r[1].dg), -EINVAL);
+			ck_assert_ptr_nonnull(strstr(pp_last_error(), "contiguous"));
+		}
+		for (int k = 0; k < 2; k++)
+			gemm_run_close(&r[k], gpu);
+	}
+	blas_close(gpu, st, blas);
+}
+END_TEST
+
 int main(void)
 {
 	const char *const *gpu_names;
@@ -1171,6 +1268,7 @@ int main(void)
 	tcase_add_test(tc, test_prepare_changes_nothing);
 	tcase_add_test(tc, test_gemm_relu_kernels);
 	tcase_add_test(tc, test_gemm_bias_kernels);
+	tcase_add_test(tc, test_gemm_pair_kernels);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
 	return pp_test_run_nofork(s);

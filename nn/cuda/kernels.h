@@ -119,6 +119,13 @@ void pp_cuda_blas_destroy(void *handle);
  * nn/cuda/small_gemm.h where pp_small_gemm_fits(), else by cuBLAS.
  */
 int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g);
+/*
+ * Two independent products (neither reads what the other writes), as
+ * pp_cuda_sgemm() each: in one launch where the untransposed small kernel
+ * takes both (a Linear layer's weight and input gradients), the same bits
+ * as two.
+ */
+int pp_cuda_sgemm2(void *handle, const struct pp_cuda_gemm *g0, const struct pp_cuda_gemm *g1);
 
 /* The step's prologue (struct pp_cuda_prologue, above), in one launch. */
 int pp_cuda_prologue(const struct pp_cuda_prologue *p, void *stream);
@@ -199,6 +206,8 @@ static inline int pp_cuda_blas_create(void *stream, void **handle_p) PP_CUDA_STU
 static inline int pp_cuda_blas_open(const char *lib, void *stream, void **handle_p) PP_CUDA_STUB
 static inline void pp_cuda_blas_destroy(void *handle) {}
 static inline int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g) PP_CUDA_STUB
+static inline int pp_cuda_sgemm2(void *handle, const struct pp_cuda_gemm *g0,
+				 const struct pp_cuda_gemm *g1) PP_CUDA_STUB
 static inline int pp_cuda_prologue(const struct pp_cuda_prologue *p, void *stream) PP_CUDA_STUB
 static inline int pp_cuda_sum_channels(float *out, const float *d, int s, int j, int p,
 				       float *scratch, void *stream) PP_CUDA_STUB

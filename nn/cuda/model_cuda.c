@@ -209,10 +209,10 @@ static int conv_backward(struct pp_model *m, const struct nn_layer *l, float *dx
 					   cu->red, cu->stream);
 	if (!ret)
 		ret = pp_cuda_im2col(x, cu->col_all, n, &g, cu->stream);
-	if (!ret)
-		ret = pp_cuda_sgemm(cu->blas, &dw);
 	if (!ret && dx)
-		ret = pp_cuda_sgemm(cu->blas, &dc);
+		ret = pp_cuda_sgemm2(cu->blas, &dw, &dc);
+	else if (!ret)
+		ret = pp_cuda_sgemm(cu->blas, &dw);
 	if (!ret && dx)
 		ret = pp_cuda_col2im(cu->dcol_all, dx, n, &g, cu->stream);
 	return ret;
@@ -262,10 +262,10 @@ static int linear_backward_cuda(struct pp_model *m, const struct nn_layer *l, fl
 		dw.bias = m->grads + l->b_off;
 	else
 		ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, oc, 1, cu->red, cu->stream);
-	if (!ret)
+	if (!ret && dx) /* one launch where the small kernel takes both */
+		ret = pp_cuda_sgemm2(cu->blas, &dw, &dd);
+	else if (!ret)
 		ret = pp_cuda_sgemm(cu->blas, &dw);
-	if (!ret && dx)
-		ret = pp_cuda_sgemm(cu->blas, &dd);
 	return ret;
 }
 

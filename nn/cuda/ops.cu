@@ -184,20 +184,41 @@ extern "C" void pp_cuda_blas_destroy(void *handle)
 }
 
 /* The small GEMMs, op(A) untransposed (nn/cuda/small_gemm.h): a block per PP_SGEMM_ROWS rows of a column. */
-static __global__ void small_gemm_n_kernel(struct pp_cuda_gemm g)
+static __device__ void small_gemm_n_block(const struct pp_cuda_gemm *g)
 {
 	__shared__ float part[PP_SGEMM_ROWS][PP_SGEMM_PARTS + 1];
 	const int i = (int)blockIdx.x * PP_SGEMM_ROWS + (int)threadIdx.x, j = (int)blockIdx.y;
 
 	part[threadIdx.x][threadIdx.y] =
-		i < g.m ? pp_sgemm_part(&g, i, j, (int)threadIdx.y, PP_SGEMM_PARTS)
-		: i == g.m && g.bias ? pp_sgemm_bias_part(&g, j, (int)threadIdx.y, PP_SGEMM_PARTS)
-				     : 0.0f;
+		i < g->m ? pp_sgemm_part(g, i, j, (int)threadIdx.y, PP_SGEMM_PARTS)
+		: i == g->m && g->bias ? pp_sgemm_bias_part(g, j, (int)threadIdx.y, PP_SGEMM_PARTS)
+				       : 0.0f;
 	__syncthreads();
-	if (threadIdx.y == 0 && i < g.m)
-		pp_sgemm_store(&g, i, j, pp_sgemm_add_parts(part[threadIdx.x]));
-	else if (threadIdx.y == 0 && i == g.m && g.bias)
-		pp_sgemm_store_bias(&g, j, pp_sgemm_add_parts(part[threadIdx.x]));
+	if (threadIdx.y == 0 && i < g->m)
+		pp_sgemm_store(g, i, j, pp_sgemm_add_parts(part[threadIdx.x]));
+	else if (threadIdx.y == 0 && i == g->m && g->bias)
+		pp_sgemm_store_bias(g, j, pp_sgemm_add_parts(part[threadIdx.x]));
+}
+
+static __global__ void small_gemm_n_kernel(struct pp_cuda_gemm g)
+{
+	small_gemm_n_block(&g);
+}
+
+/* Two products in one grid: blockIdx.z picks the product; the blocks past its size end at once. */
+static __global__ void small_gemm_n2_kernel(struct pp_cuda_gemm g0, struct pp_cuda_gemm g1)
+{
+	const struct pp_cuda_gemm g = blockIdx.z == 0 ? g0 : g1;
+
+	if ((int)blockIdx.y >= g.n || (int)blockIdx.x * PP_SGEMM_ROWS >= pp_sgemm_rows(&g))
+		return; /* the whole block: no thread is left at its barrier */
+	small_gemm_n_block(&g);
+}
+
+/* The grid of the untransposed kernel: blocks of rows, a column each. */
+static dim3 small_gemm_n_grid(const struct pp_cuda_gemm *g)
+{
+	return dim3((unsigned)((pp_sgemm_rows(g) + PP_SGEMM_ROWS - 1) / PP_SGEMM_ROWS), (unsigned)g->n);
 }
 
 /* The small GEMMs, op(A) transposed and op(B) not: a warp per element of C. */
@@ -216,24 +237,31 @@ static __global__ void small_gemm_t_kernel(struct pp_cuda_gemm g)
 		pp_sgemm_store(&g, (int)(e % g.m), (int)(e / g.m), sum);
 }
 
-extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
+/* What a product may not ask: a ReLU with C not contiguous, the sums of op(B) past the small kernel. */
+static int gemm_check(const struct pp_cuda_gemm *g)
 {
-	struct pp_cuda_blas *b = (struct pp_cuda_blas *)handle;
-	const float one = 1.0f;
-	cublasStatus_t st;
-
 	if ((g->relu || g->mask) && g->ldc != g->m)
 		return pp_error(-EINVAL, "GEMM %dx%dx%d: a ReLU taken with it needs C contiguous "
 				"(ldc %d, m %d)", g->m, g->n, g->k, g->ldc, g->m);
 	if (g->bias && (g->ta || !pp_small_gemm_fits(g)))
 		return pp_error(-EINVAL, "GEMM %dx%dx%d: the sums of op(B)'s columns are taken by "
 				"the small kernels alone, op(A) untransposed", g->m, g->n, g->k);
+	return 0;
+}
+
+extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
+{
+	struct pp_cuda_blas *b = (struct pp_cuda_blas *)handle;
+	const float one = 1.0f;
+	cublasStatus_t st;
+	int ret = gemm_check(g);
+
+	if (ret)
+		return ret;
 	if (pp_small_gemm_fits(g)) {
 		if (!g->ta) {
-			dim3 grid((unsigned)((pp_sgemm_rows(g) + PP_SGEMM_ROWS - 1) / PP_SGEMM_ROWS),
-				  (unsigned)g->n);
-
-			small_gemm_n_kernel<<<grid, dim3(PP_SGEMM_ROWS, PP_SGEMM_PARTS), 0, b->stream>>>(*g);
+			small_gemm_n_kernel<<<small_gemm_n_grid(g), dim3(PP_SGEMM_ROWS, PP_SGEMM_PARTS), 0,
+					      b->stream>>>(*g);
 			return pp_cuda_launched("small_gemm_n");
 		}
 		small_gemm_t_kernel<<<(unsigned)(((long)g->m * g->n + PP_SGEMM_WARPS - 1) / PP_SGEMM_WARPS),
@@ -248,12 +276,33 @@ extern "C" int pp_cuda_sgemm(void *handle, const struct pp_cuda_gemm *g)
 	/* the ReLU taken with the product: its own kernels, as the small ones store it */
 	{
 		const size_t count = (size_t)g->m * (size_t)g->n;
-		int ret = g->mask ? pp_cuda_relu_backward(g->c, g->c, g->mask, count, b->stream) : 0;
 
+		ret = g->mask ? pp_cuda_relu_backward(g->c, g->c, g->mask, count, b->stream) : 0;
 		if (ret == 0 && g->relu)
 			ret = pp_cuda_relu_forward(g->relu, g->c, count, b->stream);
 		return ret;
 	}
+}
+
+extern "C" int pp_cuda_sgemm2(void *handle, const struct pp_cuda_gemm *g0, const struct pp_cuda_gemm *g1)
+{
+	struct pp_cuda_blas *b = (struct pp_cuda_blas *)handle;
+	int ret;
+
+	/* both checked before either runs */
+	if ((ret = gemm_check(g0)) || (ret = gemm_check(g1)))
+		return ret;
+	if (!pp_small_gemm_fits(g0) || !pp_small_gemm_fits(g1) || g0->ta || g1->ta) {
+		ret = pp_cuda_sgemm(handle, g0);
+		return ret ? ret : pp_cuda_sgemm(handle, g1);
+	}
+	{
+		const dim3 a = small_gemm_n_grid(g0), c = small_gemm_n_grid(g1);
+		const dim3 grid(a.x > c.x ? a.x : c.x, a.y > c.y ? a.y : c.y, 2);
+
+		small_gemm_n2_kernel<<<grid, dim3(PP_SGEMM_ROWS, PP_SGEMM_PARTS), 0, b->stream>>>(*g0, *g1);
+	}
+	return pp_cuda_launched("small_gemm_n2");
 }
 
 /* ------------------------------------------------------------------ rows and columns */
