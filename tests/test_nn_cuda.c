@@ -1088,6 +1088,13 @@ START_TEST(test_gemm_bias_kernels)
 		b = host_floats(nb, 130 + c);
 		c0 = host_floats(nc, 140 + c);
 		b0 = host_floats(nbias, 150 + c);
+		for (size_t e = 0; e < nc || e < nbias; e++) /* not read where beta is 0 */
+			if (t->beta == 0.0f) {
+				if (e < nc)
+					c0[e] = NAN;
+				if (e < nbias)
+					b0[e] = NAN;
+			}
 		want = malloc(nc * sizeof(float));
 		wbias = malloc(nbias * sizeof(float));
 		ck_assert(want && wbias);
@@ -1151,34 +1158,75 @@ START_TEST(test_gemm_bias_kernels)
 }
 END_TEST
 
-/* A product of case t on the host (emulated into want) and on the GPU, for test_gemm_pair_kernels. */
+/*
+ * A product of case t on the host (emulated into want, the bias into
+ * wbias) and on the GPU, for test_gemm_pair_kernels: with a bias row
+ * and a ReLU mask where asked, and C on the GPU followed by 'tail' floats
+ * of NaN, which no block of a pair may write.
+ */
 struct gemm_run {
 	struct pp_cuda_gemm g, dg;  /* host, device */
-	float *a, *b, *c0, *want, *got;
-	size_t nc;
+	float *a, *b, *c0, *want, *got, *mask, *bias0, *wbias, *gbias;
+	size_t nc, tail;
 };
 
 static void gemm_run_open(struct gemm_run *r, const struct pp_test_gemm_case *t, uint64_t seed,
-			  struct pp_device *gpu, struct pp_stream *st)
+			  bool bias, bool mask, size_t tail, struct pp_device *gpu,
+			  struct pp_stream *st)
 {
 	size_t na, nb;
+	float *c_dev;
 
+	memset(r, 0, sizeof(*r));
 	r->g = pp_test_gemm_of(t, NULL, NULL, NULL, &na, &nb, &r->nc);
+	r->tail = tail;
 	r->a = host_floats(na, seed);
 	r->b = host_floats(nb, seed + 1);
-	r->c0 = host_floats(r->nc, seed + 2);
+	r->c0 = host_floats(r->nc + tail, seed + 2);
+	for (size_t e = 0; e < r->nc + tail; e++)
+		if (t->beta == 0.0f || e >= r->nc)
+			r->c0[e] = NAN;
 	r->want = malloc(r->nc * sizeof(float));
-	r->got = malloc(r->nc * sizeof(float));
+	r->got = malloc((r->nc + tail) * sizeof(float));
 	ck_assert(r->want && r->got);
 	memcpy(r->want, r->c0, r->nc * sizeof(float));
 	r->g.a = r->a;
 	r->g.b = r->b;
 	r->g.c = r->want;
+	if (mask) {
+		r->mask = host_floats(r->nc, seed + 3);
+		r->g.mask = r->mask;
+	}
+	if (bias) {
+		r->bias0 = host_floats((size_t)r->g.n, seed + 4);
+		r->wbias = malloc((size_t)r->g.n * sizeof(float));
+		r->gbias = malloc((size_t)r->g.n * sizeof(float));
+		ck_assert(r->wbias && r->gbias);
+		memcpy(r->wbias, r->bias0, (size_t)r->g.n * sizeof(float));
+		r->g.bias = r->wbias;
+	}
 	pp_test_small_gemm(&r->g);
 	r->dg = r->g;
 	r->dg.a = dev_put(gpu, st, r->a, na * sizeof(float));
 	r->dg.b = dev_put(gpu, st, r->b, nb * sizeof(float));
-	r->dg.c = dev_put(gpu, st, r->c0, r->nc * sizeof(float));
+	c_dev = dev_put(gpu, st, r->c0, (r->nc + tail) * sizeof(float));
+	r->dg.c = c_dev;
+	r->dg.mask = mask ? dev_put(gpu, st, r->mask, r->nc * sizeof(float)) : NULL;
+	r->dg.bias = bias ? dev_put(gpu, st, r->bias0, (size_t)r->g.n * sizeof(float)) : NULL;
+}
+
+/* Fails unless C (and the bias) are the emulation's bits, and C's tail is untouched. */
+static void gemm_run_expect(struct gemm_run *r, struct pp_stream *st, const char *what)
+{
+	dev_get(r->got, r->dg.c, (r->nc + r->tail) * sizeof(float), st);
+	ck_assert_msg(memcmp(r->got, r->want, r->nc * sizeof(float)) == 0, "%s: C's bits", what);
+	for (size_t e = r->nc; e < r->nc + r->tail; e++)
+		ck_assert_msg(isnan(r->got[e]), "%s: written past C, at %zu", what, e);
+	if (r->dg.bias) {
+		dev_get(r->gbias, r->dg.bias, (size_t)r->g.n * sizeof(float), st);
+		ck_assert_msg(memcmp(r->gbias, r->wbias, (size_t)r->g.n * sizeof(float)) == 0,
+			      "%s: the bias's bits", what);
+	}
 }
 
 static void gemm_run_close(struct gemm_run *r, struct pp_device *gpu)
@@ -1186,59 +1234,84 @@ static void gemm_run_close(struct gemm_run *r, struct pp_device *gpu)
 	pp_device_free(gpu, (void *)r->dg.a);
 	pp_device_free(gpu, (void *)r->dg.b);
 	pp_device_free(gpu, r->dg.c);
+	pp_device_free(gpu, (void *)r->dg.mask);
+	pp_device_free(gpu, r->dg.bias);
 	free(r->a);
 	free(r->b);
 	free(r->c0);
 	free(r->want);
 	free(r->got);
+	free(r->mask);
+	free(r->bias0);
+	free(r->wbias);
+	free(r->gbias);
 }
 
 /*
  * Two products in one launch (pp_cuda_sgemm2(), a Linear layer's weight
- * and input gradients): each C bit for bit its threads emulated, for
- * pairs of other shapes (the larger grid's blocks past the smaller
- * product must write nothing of it); a pair with a product the small
- * kernels do not take (two calls, cuBLAS's within a tolerance); and a
- * refused product refused in a pair too.
+ * and input gradients): each C, and the weight gradient's bias row where
+ * it has one, bit for bit its threads emulated, for pairs of other shapes,
+ * nothing written past either C (the larger grid's blocks past the
+ * smaller product); the pair a layer launches, its weight gradient with
+ * the bias and its input gradient with a ReLU's mask; a pair with a
+ * product the small kernels do not take (two calls, cuBLAS's within a
+ * tolerance); and a refused product refused in a pair, before the other
+ * runs.
  */
 START_TEST(test_gemm_pair_kernels)
 {
-	static const struct pp_test_gemm_case pairs[][2] = {
-		/* the MLP's last layer: weight gradient, input gradient */
-		{ { false, true, 32, 10, 100, 0, 1.0f }, { false, false, 32, 100, 10, 0, 0.0f } },
-		/* the CNN's first Linear layer at batch 100; odd shapes, padded */
-		{ { false, true, 192, 120, 100, 0, 1.0f }, { false, false, 192, 100, 120, 0, 0.0f } },
-		{ { false, false, 65, 3, 17, 1, 1.0f }, { false, true, 33, 7, 5, 3, 0.0f } },
+	static const struct {
+		struct pp_test_gemm_case t[2];
+		bool bias_mask;  /* the first with a bias row, the second masked */
+	} pairs[] = {
+		/* the MLP's last layer: weight gradient, input gradient; then with bias and mask */
+		{ { { false, true, 32, 10, 100, 0, 1.0f }, { false, false, 32, 100, 10, 0, 0.0f } }, false },
+		{ { { false, true, 32, 10, 100, 0, 1.0f }, { false, false, 32, 100, 10, 0, 0.0f } }, true },
+		/* the CNN's first Linear layer at batch 100, with bias and mask; odd shapes, padded */
+		{ { { false, true, 192, 120, 100, 0, 1.0f }, { false, false, 192, 100, 120, 0, 0.0f } }, true },
+		{ { { false, false, 65, 3, 17, 1, 1.0f }, { false, true, 33, 7, 5, 3, 0.0f } }, false },
 		/* past the rule: cuBLAS for the first */
-		{ { false, true, 32, 10, 1000, 0, 1.0f }, { false, false, 32, 100, 10, 0, 0.0f } },
+		{ { { false, true, 32, 10, 1000, 0, 1.0f }, { false, false, 32, 100, 10, 0, 0.0f } }, false },
 	};
 	struct pp_device *gpu;
 	struct pp_stream *st;
 	void *blas = blas_open(&gpu, &st);
 
 	for (size_t c = 0; c < sizeof(pairs) / sizeof(pairs[0]); c++) {
+		const struct pp_test_gemm_case *t = pairs[c].t;
+		const bool bm = pairs[c].bias_mask;
 		struct gemm_run r[2];
+		char what[64];
 
-		for (int k = 0; k < 2; k++)
-			gemm_run_open(&r[k], &pairs[c][k], 200 + 10 * c + 3 * (uint64_t)k, gpu, st);
+		for (int k = 0; k < 2; k++) {
+			/* room for the columns of the other product past this one's */
+			const int more = t[1 - k].n > t[k].n ? t[1 - k].n - t[k].n : 0;
+
+			gemm_run_open(&r[k], &t[k], 200 + 10 * c + 5 * (uint64_t)k, bm && k == 0,
+				      bm && k == 1, (size_t)more * (size_t)(t[k].m + t[k].pad) + 64, gpu,
+				      st);
+		}
 		ck_assert_msg(pp_cuda_sgemm2(blas, &r[0].dg, &r[1].dg) == 0, "pair %zu: %s", c,
 			      pp_last_error());
 		for (int k = 0; k < 2; k++) {
+			snprintf(what, sizeof(what), "pair %zu, product %d", c, k);
+			if (pp_small_gemm_fits(&r[k].g)) {
+				gemm_run_expect(&r[k], st, what);
+				continue;
+			}
 			dev_get(r[k].got, r[k].dg.c, r[k].nc * sizeof(float), st);
-			if (pp_small_gemm_fits(&r[k].g))
-				ck_assert_msg(memcmp(r[k].got, r[k].want, r[k].nc * sizeof(float)) == 0,
-					      "pair %zu, product %d: bits other than emulated", c, k);
-			else
-				for (size_t e = 0; e < r[k].nc; e++)
-					ck_assert_msg(fabsf(r[k].got[e] - r[k].want[e]) <= 1e-3f,
-						      "pair %zu, product %d: C[%zu] %g, emulated %g", c, k,
-						      e, (double)r[k].got[e], (double)r[k].want[e]);
+			for (size_t e = 0; e < r[k].nc; e++)
+				ck_assert_msg(fabsf(r[k].got[e] - r[k].want[e]) <= 1e-3f,
+					      "%s: C[%zu] %g, emulated %g", what, e,
+					      (double)r[k].got[e], (double)r[k].want[e]);
 		}
-		/* a ReLU on a C not contiguous: refused in the pair as alone */
-		if (pairs[c][1].pad != 0) {
+		/* a ReLU on a C not contiguous: refused in the pair as alone, the first not run */
+		if (t[1].pad != 0) {
 			r[1].dg.relu = r[1].dg.c;
 			ck_assert_int_eq(pp_cuda_sgemm2(blas, &r[0].dg, &r[1].dg), -EINVAL);
 			ck_assert_ptr_nonnull(strstr(pp_last_error(), "contiguous"));
+			r[1].dg.relu = NULL;
+			gemm_run_expect(&r[0], st, "the first of a refused pair"); /* beta 1: run twice, it would differ */
 		}
 		for (int k = 0; k < 2; k++)
 			gemm_run_close(&r[k], gpu);
