@@ -191,7 +191,7 @@ static int conv_backward(struct pp_model *m, const struct nn_layer *l, float *dx
 	const struct pp_cuda_geom g = geom_of(l);
 	const int kk = l->in_c * l->k * l->k, bp = n * l->out_h * l->out_w;
 	/* dW (OC, KK) += dYp (OC, nP) col (nP, KK): column-major dW^T = col^T(N) dYp^T(N) */
-	const struct pp_cuda_gemm dw = {
+	struct pp_cuda_gemm dw = {
 		.ta = false, .tb = false, .m = kk, .n = l->out_c, .k = bp,
 		.a = cu->col_all, .lda = kk, .b = cu->perm, .ldb = bp,
 		.c = m->grads + l->w_off, .ldc = kk, .beta = 1.0f,
@@ -204,7 +204,10 @@ static int conv_backward(struct pp_model *m, const struct nn_layer *l, float *dx
 	};
 	int ret = pp_cuda_to_cbp(dy, cu->perm, n, l->out_c, l->out_h * l->out_w, cu->stream);
 
-	if (!ret)
+	/* db (OC) = the sums of dYp's rows, op(B)'s columns: with dW where the small kernel takes it */
+	if (pp_small_gemm_fits(&dw))
+		dw.bias = m->grads + l->b_off;
+	else if (!ret)
 		ret = pp_cuda_sum_channels(m->grads + l->b_off, dy, n, l->out_c, l->out_h * l->out_w,
 					   cu->red, cu->stream);
 	if (!ret)
