@@ -8,11 +8,10 @@
  * (conv + ReLU + max-pool forward and backward, the sums, the loss)
  * against the CPU layers, each run twice for the same bits, and the small
  * GEMM kernels against their threads emulated, the ReLU and the bias
- * gradient they take and two products a launch included;
- * pp_model_prepare()
- * changing nothing a caller sees.  CUDA does not survive
- * fork(), so this program runs its tests without forking, and it has its
- * own main: with no usable GPU it says why and exits 77 (SKIP).
+ * gradient they take and two products a launch included; and
+ * pp_model_prepare() changing nothing a caller sees.  CUDA does not
+ * survive fork(), so this program runs its tests without forking, and it
+ * has its own main: with no usable GPU it says why and exits 77 (SKIP).
  */
 #include "config.h"
 
