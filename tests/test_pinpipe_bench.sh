@@ -271,4 +271,12 @@ launch_bound() {
 with_retries "overlap --kernels=4" "$tmp/lb.csv" launch_bound
 expect_usage overlap --kernels=0
 expect_usage overlap --time-every=x
+expect_usage overlap --prefetch=0
+expect_usage bandwidth --prefetch=4
+# A ring of one batch under a stage that copies four ahead: the stage gives
+# the loader its batch back as its copy ends, and the run goes on.
+timeout 120 "$bench" overlap --device=sim --batches=40 --compute-us=0 --workers=2 --depth=4 \
+	--prefetch=1 > "$tmp/out" 2> "$tmp/err" || fail "overlap --prefetch=1: exit $?: $(cat "$tmp/err")"
+grep -q 'a ring of 1 batches' "$tmp/out" || fail "overlap --prefetch: not in the header: $(cat "$tmp/out")"
+grep -Eq '^sim +pinned +256 +f32 +40 ' "$tmp/out" || fail "overlap --prefetch=1: no row: $(cat "$tmp/out")"
 echo "pinpipe-bench: command line, CSV and JSON as expected"

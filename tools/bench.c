@@ -64,6 +64,7 @@ struct options {
 	uint32_t batches;       /* overlap: batches per run */
 	uint32_t workers;       /* overlap: loader threads */
 	uint32_t depth;         /* overlap: copies ahead */
+	uint32_t prefetch;      /* overlap: the loader's ring slots; 0: the loader's default */
 	enum pp_dtype dtype;    /* overlap: batch element type */
 	const char *data;       /* overlap: "synthetic" or a dataset directory */
 	uint32_t image_size;    /* overlap, a folder of JPEGs: the decoded side */
@@ -92,7 +93,7 @@ static void usage(FILE *f)
 	      "                               [--csv=FILE] [--jsonl=FILE]\n"
 	      "       pinpipe-bench overlap [--device=NAME] [--compute-us=N] [--kernels=N]\n"
 	      "                             [--batch-size=N] [--batches=N] [--workers=N]\n"
-	      "                             [--depth=N] [--time-every=N]\n"
+	      "                             [--depth=N] [--prefetch=N] [--time-every=N]\n"
 	      "                             [--dtype=u8|f32] [--data=synthetic|DIR]\n"
 	      "                             [--image-size=S] [--csv=FILE] [--jsonl=FILE]\n"
 	      "       pinpipe-bench --help | --version\n"
@@ -126,6 +127,9 @@ static void usage(FILE *f)
 	      "  --batches=N       batches per run (default 200)\n"
 	      "  --workers=N       loader threads (default 2)\n"
 	      "  --depth=N         batches copied ahead (default 2)\n"
+	      "  --prefetch=N      the loader's ring slots: batches filled ahead, the stage's\n"
+	      "                    included until their copies are known done (default: the\n"
+	      "                    loader's, 2 x workers + 2)\n"
 	      "  --dtype=u8|f32    batches as stored (u8) or converted to float32 (default f32)\n"
 	      "  --data=synthetic|DIR  synthetic (default): 60,000 1x28x28 u8 images in 10\n"
 	      "                    classes, each its class's fixed prototype plus noise,\n"
@@ -198,7 +202,7 @@ static int parse_sizes(const char *arg, struct options *o)
 
 enum {
 	OPT_DEVICE = 256, OPT_IMAGE_SIZE, OPT_SIZES, OPT_TOTAL, OPT_COMPUTE, OPT_BATCH, OPT_BATCHES, OPT_WORKERS,
-	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSONL, OPT_KERNELS, OPT_TIME_EVERY,
+	OPT_DEPTH, OPT_DTYPE, OPT_DATA, OPT_CSV, OPT_JSONL, OPT_KERNELS, OPT_TIME_EVERY, OPT_PREFETCH,
 };
 
 /* Whether option c is one that 'command' takes (its usage line lists them). */
@@ -209,6 +213,7 @@ static bool option_of(const char *command, int c)
 		return strcmp(command, "bandwidth") == 0;
 	case OPT_COMPUTE: case OPT_KERNELS: case OPT_TIME_EVERY: case OPT_BATCH: case OPT_BATCHES:
 	case OPT_WORKERS: case OPT_DEPTH: case OPT_DTYPE: case OPT_DATA: case OPT_IMAGE_SIZE:
+	case OPT_PREFETCH:
 		return strcmp(command, "overlap") == 0;
 	}
 	return true;
@@ -228,6 +233,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "batches", required_argument, NULL, OPT_BATCHES },
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "depth", required_argument, NULL, OPT_DEPTH },
+		{ "prefetch", required_argument, NULL, OPT_PREFETCH },
 		{ "dtype", required_argument, NULL, OPT_DTYPE },
 		{ "data", required_argument, NULL, OPT_DATA },
 		{ "image-size", required_argument, NULL, OPT_IMAGE_SIZE },
@@ -326,6 +332,10 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case OPT_DEPTH:
 			if (!parse_u32(optarg, 1, 64, &o->depth))
 				return bad_usage("--depth: not a number from 1 to 64: '%s'", optarg);
+			break;
+		case OPT_PREFETCH:
+			if (!parse_u32(optarg, 1, 1024, &o->prefetch))
+				return bad_usage("--prefetch: not a number from 1 to 1024: '%s'", optarg);
 			break;
 		case OPT_DTYPE:
 			if (strcmp(optarg, "u8") == 0)
@@ -695,7 +705,7 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 		       struct overlap_result *r)
 {
 	struct pp_loader_config lc = { .dataset = ds, .source = src, .batch_size = o->batch_size, .shuffle = true,
-				       .seed = 1, .workers = o->workers, .device = dev,
+				       .seed = 1, .workers = o->workers, .prefetch = o->prefetch, .device = dev,
 				       .pin_memory = pin, .dtype = o->dtype,
 				       .mean = { 0.2860f }, .std = { 0.3530f } };
 	struct pp_transfer_config tc = { .device = dev, .depth = o->depth,
@@ -840,9 +850,11 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 	       (unsigned long long)info->count, info->ndim ? info->shape[0] : 1);
 	for (uint32_t k = 1; k < info->ndim; k++)
 		printf("x%u", info->shape[k]);
-	printf(" %s as %s; batches of %u, %u loader workers, %u copied ahead\n",
-	       pp_dtype_name(info->dtype), pp_dtype_name(o->dtype), o->batch_size, o->workers,
-	       o->depth);
+	printf(" %s as %s; batches of %u, %u loader workers, %u copied ahead", pp_dtype_name(info->dtype),
+	       pp_dtype_name(o->dtype), o->batch_size, o->workers, o->depth);
+	if (o->prefetch)
+		printf(", a ring of %u batches", o->prefetch);
+	printf("\n");
 	printf("# compute: %.1f us a batch (%s) as %u kernel%s; one batch in %u timed\n",
 	       (double)compute_ns / 1e3, o->compute_us >= 0 ? "--compute-us" : "as long as a pinned copy",
 	       o->kernels, o->kernels == 1 ? "" : "s", o->time_every ? o->time_every : 16);
