@@ -63,7 +63,11 @@ struct pp_transfer_config {
 	                              run ahead while the trainer holds batches; each slot beyond
 	                              depth + 2, up to 3 more, lets one query of a release stand
 	                              for one more: fewer device calls a batch, for a batch of
-	                              device memory); 0: depth + 3 */
+	                              device memory); 0: depth + 3.  Each slot keeps its
+	                              batch of the loader's ring until an ordering proves its
+	                              copy done, and the loader fills its ring in order, so a
+	                              ring (pp_loader_config.prefetch) of fewer than workers +
+	                              slots batches leaves workers idle */
 	uint32_t time_every;       /* time one batch in this many (the first is): its copy time
 	                              and exposure, on the device's timeline (see struct
 	                              pp_transfer_stats); 1: every batch; 0: 16 */
