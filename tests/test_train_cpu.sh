@@ -72,4 +72,17 @@ EOPY
 then
 	echo "FAIL: thread grid rows:"; cat "$tmp/py"; fail=1
 fi
+
+# 3. The default ring grows with the workers (2 x 8 + 2 slots for 8), where a fixed
+# 4 left all but 4 workers waiting: a budget that holds a ring of 4 refuses it,
+# and holds the default of one worker.
+"$train" $small --model=mlp --device=cpu --workers=8 --memory-budget=1 >/dev/null 2>"$tmp/err" &&
+	{ echo "FAIL: 8 workers' default ring fit a 1 MiB budget (a ring of 4?)"; fail=1; }
+grep -q 'for the ring of slots' "$tmp/err" ||
+	{ echo "FAIL: 8 workers in 1 MiB: not the ring refused:"; cat "$tmp/err"; fail=1; }
+for more in "--workers=8 --prefetch=4" "--workers=1"; do
+	# shellcheck disable=SC2086
+	"$train" $small --model=mlp --device=cpu $more --memory-budget=1 >/dev/null 2>"$tmp/err" ||
+		{ echo "FAIL: $more in 1 MiB:"; cat "$tmp/err"; fail=1; }
+done
 exit $fail

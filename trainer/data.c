@@ -337,7 +337,10 @@ void tr_loader_config(const struct tr_options *opt, const struct tr_params *p,
 	lc.seed = opt->seed;
 	lc.drop_last = train && opt->drop_last;
 	lc.workers = p->workers;
-	lc.prefetch = opt->prefetch;
+	/* By default a ring the workers fill at once: the loader's (2 x workers + 2,
+	 * twice that streamed), where a fixed 4 left all but 4 of 16 workers waiting
+	 * for a slot (a worker fills batch b in slot b mod ring); 4 for one worker. */
+	lc.prefetch = opt->prefetch ? opt->prefetch : p->workers <= 1 ? 4 : 0;
 	lc.device = r->dev;
 	lc.pin_memory = p->pin_memory;
 	lc.rank = (uint32_t)r->dist->rank;

@@ -67,7 +67,8 @@ static const char usage[] =
 "      --momentum=X        SGD momentum                              [0]\n"
 "      --weight-decay=X    L2 weight decay                           [0]\n"
 "      --nesterov          Nesterov momentum (SGD)\n"
-"      --prefetch=N        ring slots of the loader                  [4]\n"
+"      --prefetch=N        ring slots of the loader  [4; 2 x workers + 2 past 1 worker,\n"
+"                          twice that streamed: a ring under the workers idles some]\n"
 "      --val-split=N       hold out N training samples for validation [0]\n"
 "      --stream[=CHUNKS]   stream the shards of --data (pinpipe-pack makes them)\n"
 "                          chunk by chunk as batches need them, instead of\n"
@@ -521,7 +522,7 @@ int tr_options_parse(int argc, char **argv, struct tr_options *opt)
 	}
 	opt->epochs = 3;
 	opt->seed = 1;
-	opt->prefetch = 4;
+	opt->prefetch = 0; /* tr_loader_config(): 4, or the loader's default past one worker */
 	opt->shuffle = true;
 	opt->eval = true;
 	opt->progress = isatty(2) ? 1 : 0;
