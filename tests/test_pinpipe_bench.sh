@@ -277,6 +277,7 @@ expect_usage bandwidth --prefetch=4
 # the loader its batch back as its copy ends, and the run goes on.
 timeout 120 "$bench" overlap --device=sim --batches=40 --compute-us=0 --workers=2 --depth=4 \
 	--prefetch=1 > "$tmp/out" 2> "$tmp/err" || fail "overlap --prefetch=1: exit $?: $(cat "$tmp/err")"
-grep -q 'a ring of 1 batches' "$tmp/out" || fail "overlap --prefetch: not in the header: $(cat "$tmp/out")"
+grep -q "^# the loader's ring: 1 batch (--prefetch)" "$tmp/out" ||
+	fail "overlap --prefetch=1: not the loader's ring: $(cat "$tmp/out")"
 grep -Eq '^sim +pinned +256 +f32 +40 ' "$tmp/out" || fail "overlap --prefetch=1: no row: $(cat "$tmp/out")"
 echo "pinpipe-bench: command line, CSV and JSON as expected"

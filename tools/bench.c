@@ -659,6 +659,7 @@ struct overlap_result {
 	double wall_s;      /* first counted next() to the last compute's end */
 	uint64_t calls;     /* device calls of the stage (the bench's own kernels not counted) */
 	double cpu_wait;    /* this process's threads waiting for a core, on average; NAN: unknown */
+	uint32_t ring;      /* the loader's ring slots */
 };
 
 /* Enqueues a batch's compute: 'kernels' spins that add up to compute_ns; counts their calls. */
@@ -771,6 +772,7 @@ static int overlap_run(const struct options *o, struct pp_device *dev, const str
 	r->calls = d1.calls - d0.calls - own;
 	pp_loader_get_stats(l, &ls);
 	r->pinned = ls.pinned;
+	r->ring = ls.slots;
 out:
 	pp_stream_destroy(compute);
 	pp_transfer_destroy(t);
@@ -850,11 +852,9 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 	       (unsigned long long)info->count, info->ndim ? info->shape[0] : 1);
 	for (uint32_t k = 1; k < info->ndim; k++)
 		printf("x%u", info->shape[k]);
-	printf(" %s as %s; batches of %u, %u loader workers, %u copied ahead", pp_dtype_name(info->dtype),
-	       pp_dtype_name(o->dtype), o->batch_size, o->workers, o->depth);
-	if (o->prefetch)
-		printf(", a ring of %u batches", o->prefetch);
-	printf("\n");
+	printf(" %s as %s; batches of %u, %u loader workers, %u copied ahead\n",
+	       pp_dtype_name(info->dtype), pp_dtype_name(o->dtype), o->batch_size, o->workers,
+	       o->depth);
 	printf("# compute: %.1f us a batch (%s) as %u kernel%s; one batch in %u timed\n",
 	       (double)compute_ns / 1e3, o->compute_us >= 0 ? "--compute-us" : "as long as a pinned copy",
 	       o->kernels, o->kernels == 1 ? "" : "s", o->time_every ? o->time_every : 16);
@@ -868,6 +868,9 @@ static int run_overlap(const struct options *o, struct pp_device *dev, struct ta
 			pp_image_folder_close(img);
 			return 1;
 		}
+		if (pin)
+			printf("# the loader's ring: %u batch%s (%s)\n", r.ring, r.ring == 1 ? "" : "es",
+			       o->prefetch ? "--prefetch" : "its default");
 		n = r.st.copies_timed ? r.st.copies_timed : 1;
 		snprintf(c[0], CELL, "%s", name);
 		snprintf(c[1], CELL, "%s", !pin ? "pageable" : r.pinned ? "pinned"

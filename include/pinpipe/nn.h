@@ -358,9 +358,10 @@ PP_API int pp_model_evaluate(struct pp_model *model, const struct pp_tensor *inp
  * ones), and on cuda launches once, on scratch, every kernel and GEMM a
  * training step of exactly 'batch' samples launches but the optimizer's,
  * waiting for them, and where the model takes graphs captures that step
- * once, never launched.  A CUDA kernel loads at its first launch: cuBLAS's
- * took some 17 ms a kernel family on an H200 host, and a process's first
- * capture 13 ms, where a whole epoch at batch 1000 takes 15 ms.  cuBLAS picks its kernels by shape, so a
+ * once, never launched.  A CUDA kernel loads at its first launch:
+ * cuBLAS's took some 17 ms a kernel family on an H200 host, and a
+ * process's first capture 13 ms, where a whole epoch at batch 1000 takes
+ * 15 ms.  cuBLAS picks its kernels by shape, so a
  * trainer whose epochs end with a shorter batch calls it for that size
  * too.  Changes nothing a caller can see: the parameters, the gradient,
  * the optimizer's state and step count and the running totals stay as

@@ -67,7 +67,7 @@ struct pp_transfer_config {
 	                              batch of the loader's ring until an ordering proves its
 	                              copy done, and the loader fills its ring in order, so a
 	                              ring (pp_loader_config.prefetch) of fewer than workers +
-	                              slots batches leaves workers idle */
+	                              slots batches can leave workers idle */
 	uint32_t time_every;       /* time one batch in this many (the first is): its copy time
 	                              and exposure, on the device's timeline (see struct
 	                              pp_transfer_stats); 1: every batch; 0: 16 */

@@ -569,22 +569,29 @@ static int cuda_run(struct pp_model *m, struct nn_job *job)
  * Where the model takes graphs: the same step captured once and dropped,
  * never launched, so that the first capture of a process (CUDA's graph
  * machinery set up: 13 ms on an H200 host, where later captures take
- * 0.1-0.2 ms) is not a first epoch's.  A failure here changes nothing:
- * the steps' own captures say theirs.
+ * 0.1-0.2 ms) is not a first epoch's.  A failure here changes nothing,
+ * pp_last_error() included: the steps' own captures say theirs.  (Its
+ * end of capture is one of the fault sites' PP_FAULT_GRAPH checks: a
+ * test that fails "the first capture" arms it after the prepare.)
  */
 static void prime_capture(struct pp_model *m, struct nn_job *job)
 {
 	struct pp_model_graph_stats gs;
 	struct pp_graph *graph = NULL;
+	struct pp_error_saved saved;
 
 	pp_model_get_graph_stats(m, &gs);
-	if (!gs.enabled || gs.fallback[0] != '\0' || pp_stream_begin_capture(m->cfg.stream) < 0)
+	if (!gs.enabled || gs.fallback[0] != '\0')
 		return;
-	m->capturing = true;
-	cuda_run(m, job);
-	m->capturing = false;
-	if (pp_stream_end_capture(m->cfg.stream, &graph) == 0)
-		pp_graph_destroy(graph);
+	pp_error_save(&saved);
+	if (pp_stream_begin_capture(m->cfg.stream) == 0) {
+		m->capturing = true;
+		cuda_run(m, job);
+		m->capturing = false;
+		if (pp_stream_end_capture(m->cfg.stream, &graph) == 0)
+			pp_graph_destroy(graph);
+	}
+	pp_error_restore(&saved);
 }
 
 /*
