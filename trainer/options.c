@@ -68,7 +68,7 @@ static const char usage[] =
 "      --weight-decay=X    L2 weight decay                           [0]\n"
 "      --nesterov          Nesterov momentum (SGD)\n"
 "      --prefetch=N        ring slots of the loader: 2 x workers + 2, twice that\n"
-"                          streamed (fewer leave workers idle) [4 for 0-1 workers]\n"
+"                          streamed (fewer idle some workers) [4 up to 1 worker]\n"
 "      --val-split=N       hold out N training samples for validation [0]\n"
 "      --stream[=CHUNKS]   stream the shards of --data (pinpipe-pack makes them)\n"
 "                          chunk by chunk as batches need them, instead of\n"
