@@ -47,17 +47,28 @@ static int prepare_model(const struct tr_options *opt, const struct tr_params *p
 {
 	struct pp_loader *const loaders[3] = { r->train_loader, r->val_loader, r->test_loader };
 	const uint64_t batch = p->batch_size, ranks = (uint64_t)r->dist->size;
+	uint64_t sizes[6];
+	size_t n = 0;
 	int ret = 0;
 
-	for (int i = 0; i < 3 && ret == 0 && !opt->deterministic; i++) {
+	for (int i = 0; i < 3 && !opt->deterministic; i++) {
 		const bool drop = i == 0 && opt->drop_last;
 		uint64_t count = loaders[i] ? pp_loader_info(loaders[i])->count / ranks : 0;
 
 		if (count == 0 || (drop && count < batch))
 			continue; /* no step of it: no split, or no whole batch (refused later) */
-		ret = pp_model_prepare(r->model, (size_t)(count < batch ? count : batch));
-		if (ret == 0 && ranks == 1 && count > batch && count % batch != 0 && !drop)
-			ret = pp_model_prepare(r->model, (size_t)(count % batch));
+		sizes[n++] = count < batch ? count : batch;
+		if (ranks == 1 && count > batch && count % batch != 0 && !drop)
+			sizes[n++] = count % batch;
+	}
+	/* each size once: the splits share the batch size, and a step's warming is a whole step */
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		bool seen = false;
+
+		for (size_t j = 0; j < i; j++)
+			seen = seen || sizes[j] == sizes[i];
+		if (!seen)
+			ret = pp_model_prepare(r->model, (size_t)sizes[i]);
 	}
 	return ret;
 }

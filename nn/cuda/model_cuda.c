@@ -309,8 +309,9 @@ static size_t relu_in_backward_gemm(const struct pp_model *m, size_t i)
 {
 	const size_t r = i == 0 ? SIZE_MAX : pp_nn_past_flattens(m, i - 1);
 
+	/* (a ReLU behind a pooled convolution has the pool above it, never a Linear layer) */
 	if (r == SIZE_MAX || m->layers[r].kind != NN_RELU || !m->layers[r].need_din ||
-	    pp_nn_behind_pooled_conv(m, r) || grad_of(m, r - 1) == NULL)
+	    grad_of(m, r - 1) == NULL)
 		return SIZE_MAX;
 	return r;
 }
