@@ -1203,6 +1203,22 @@ static void graph_fill(struct pp_tensor *x, int32_t *labels, uint64_t seed)
 	pp_tensor_destroy(h);
 }
 
+/* The CNN from 'seed' on dev, its steps on 'stream', graphs as 'graph' says (two threads). */
+static struct pp_model *graph_model(struct pp_device *dev, struct pp_stream *stream, uint64_t seed,
+				    enum pp_model_graph graph)
+{
+	struct pp_model_config cfg;
+	struct pp_model *m;
+
+	pp_model_config_init(&cfg);
+	cfg.seed = seed;
+	cfg.threads = 2;
+	cfg.stream = stream;
+	cfg.graph = graph;
+	ck_assert_int_eq(pp_model_create("cnn", dev, &cfg, &m), 0);
+	return m;
+}
+
 /*
  * The schedule of test_graph_steps: training on two slots in turn,
  * evaluations with logits, a new learning rate, a partial batch, a larger
@@ -1262,14 +1278,7 @@ START_TEST(test_graph_steps)
 	ck_assert_int_eq(pp_stream_create(dev, &stream), 0);
 	graph_bufs_init(&b, dev);
 	for (int g = 0; g < 2; g++) {
-		struct pp_model_config cfg;
-
-		pp_model_config_init(&cfg);
-		cfg.seed = 11;
-		cfg.threads = 2;
-		cfg.stream = stream;
-		cfg.graph = g ? PP_MODEL_GRAPH_ON : PP_MODEL_GRAPH_OFF;
-		ck_assert_int_eq(pp_model_create("cnn", dev, &cfg, &m[g]), 0);
+		m[g] = graph_model(dev, stream, 11, g ? PP_MODEL_GRAPH_ON : PP_MODEL_GRAPH_OFF);
 		graph_schedule(m[g], &b, z[g]);
 		ck_assert_int_eq(pp_model_metrics(m[g], false, &mt[g]), 0);
 		p[g] = pp_test_read_params(m[g]);
@@ -1563,16 +1572,8 @@ START_TEST(test_prepare)
 	ck_assert_int_eq(pp_device_open(names[_i], &dev), 0);
 	ck_assert_int_eq(pp_stream_create(dev, &stream), 0);
 	graph_bufs_init(&b, dev);
-	for (int k = 0; k < 2; k++) {
-		struct pp_model_config cfg;
-
-		pp_model_config_init(&cfg);
-		cfg.seed = 5;
-		cfg.threads = 2;
-		cfg.stream = stream;
-		cfg.graph = PP_MODEL_GRAPH_ON;
-		ck_assert_int_eq(pp_model_create("cnn", dev, &cfg, &m[k]), 0);
-	}
+	for (int k = 0; k < 2; k++)
+		m[k] = graph_model(dev, stream, 5, PP_MODEL_GRAPH_ON);
 	n = pp_model_param_count(m[0]);
 
 	ck_assert_int_eq(pp_model_prepare(m[1], 0), -EINVAL);
