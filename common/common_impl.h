@@ -184,6 +184,21 @@ struct pp_xfsz {
 void pp_xfsz_hold(struct pp_xfsz *h);
 void pp_xfsz_release(struct pp_xfsz *h);
 
+/*
+ * Writes buf[0..len) whole to fd: at offset 'off' (pwrite), or at the
+ * file's position where off is -1 (write).  A short write goes on from
+ * where it stopped, EINTR is retried, and SIGXFSZ is held (pp_xfsz_hold())
+ * for the calls alone.  'faults' (NULL: none) may fail or shorten a call
+ * at PP_FAULT_WRITE.  Returns 0, or -errno with *done_p (where not NULL)
+ * the bytes written before the failure; the caller names the file, with
+ * pp_write_hint(ret) after the reason.  common/thread.c.
+ */
+struct pp_fault_plan;
+int pp_write_full(int fd, const void *buf, size_t len, int64_t off, struct pp_fault_plan *faults,
+		  size_t *done_p);
+/* What to add to a failed write's reason: RLIMIT_FSIZE named for -EFBIG, else "". */
+const char *pp_write_hint(int err);
+
 /* Monotonic time in nanoseconds. */
 static inline uint64_t pp_now_ns(void)
 {

@@ -3,6 +3,9 @@
  * asynchronous signals blocked, so that a signal sent to the process is
  * handled on one of the application's threads, never on a loader worker, a
  * copy engine or a compute thread in the middle of the library's work.
+ * And the signal a thread's own write raises past RLIMIT_FSIZE, SIGXFSZ,
+ * held for the write (pp_xfsz_hold(), pp_write_full()): a failure to say,
+ * not the process killed.
  */
 #include "config.h"
 
@@ -10,8 +13,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/common_impl.h"
+#include "common/fault.h"
 
 /*
  * The signals a library thread keeps: those the kernel sends to the thread
@@ -85,4 +90,45 @@ void pp_xfsz_release(struct pp_xfsz *h)
 			;
 	pthread_sigmask(SIG_SETMASK, &h->caller, NULL);
 	h->held = false;
+}
+
+int pp_write_full(int fd, const void *buf, size_t len, int64_t off, struct pp_fault_plan *faults,
+		  size_t *done_p)
+{
+	const uint8_t *p = buf;
+	struct pp_xfsz xfsz;
+	size_t done = 0;
+	int ret = 0;
+
+	pp_xfsz_hold(&xfsz);
+	while (done < len) {
+		const int fault = pp_fault_check(faults, PP_FAULT_WRITE);
+		const size_t part = fault == PP_FAULT_SHORT ? (len - done + 1) / 2 : len - done;
+		ssize_t n;
+
+		if (fault < 0) {
+			errno = -fault;
+			n = -1;
+		} else if (off < 0) {
+			n = write(fd, p + done, part);
+		} else {
+			n = pwrite(fd, p + done, part, (off_t)off + (off_t)done);
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			break;
+		}
+		done += (size_t)n;
+	}
+	pp_xfsz_release(&xfsz);
+	if (done_p != NULL)
+		*done_p = done;
+	return ret;
+}
+
+const char *pp_write_hint(int err)
+{
+	return err == -EFBIG ? " (the process's file size limit, RLIMIT_FSIZE: ulimit -f)" : "";
 }

@@ -78,42 +78,16 @@ struct pp_shard_writer {
 	int error;                          /* first failure; later calls return it */
 };
 
+/* Past RLIMIT_FSIZE: -EFBIG, not the process killed by SIGXFSZ with the temporary file left. */
 static int write_full(struct pp_shard_writer *w, const void *buf, size_t len, uint64_t off)
 {
-	const uint8_t *p = buf;
-	struct pp_xfsz xfsz;
-	size_t done = 0;
-	int ret = 0;
+	size_t done;
+	int ret = pp_write_full(w->fd, buf, len, (int64_t)off, w->faults, &done);
 
-	/* past RLIMIT_FSIZE: -EFBIG, not the process killed by SIGXFSZ with the temporary file left */
-	pp_xfsz_hold(&xfsz);
-	while (done < len) {
-		int fault = pp_fault_check(w->faults, PP_FAULT_WRITE);
-		size_t part = fault == PP_FAULT_SHORT ? (len - done + 1) / 2 : len - done;
-		ssize_t n;
-
-		if (fault < 0) {
-			errno = -fault;
-			n = -1;
-		} else {
-			n = pwrite(w->fd, p + done, part, (off_t)(off + done));
-		}
-
-		if (n < 0) {
-			const int err = errno;
-
-			if (err == EINTR)
-				continue;
-			ret = pp_error(-err, "%s: write of %zu bytes at offset %llu (into %s) "
-				       "failed: %s%s", w->path, len - done,
-				       (unsigned long long)(off + done), w->tmp_path, strerror(err),
-				       err == EFBIG ? " (the process's file size limit, RLIMIT_FSIZE: "
-							"ulimit -f)" : "");
-			break;
-		}
-		done += (size_t)n;
-	}
-	pp_xfsz_release(&xfsz);
+	if (ret < 0)
+		ret = pp_error(ret, "%s: write of %zu bytes at offset %llu (into %s) failed: %s%s",
+			       w->path, len - done, (unsigned long long)(off + done), w->tmp_path,
+			       pp_strerror(ret), pp_write_hint(ret));
 	return ret;
 }
 

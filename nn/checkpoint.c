@@ -70,33 +70,6 @@ static int put_floats(struct pp_model *m, uint8_t *p, const float *src, size_t n
 	return ret;
 }
 
-/* Past RLIMIT_FSIZE, -EFBIG with the reason: the process is not killed by SIGXFSZ (pp_xfsz_hold()). */
-static int write_all(int fd, const uint8_t *buf, size_t len, const char *path)
-{
-	struct pp_xfsz xfsz;
-	int ret = 0;
-
-	pp_xfsz_hold(&xfsz);
-	while (len) {
-		ssize_t w = write(fd, buf, len);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0) {
-			const int err = errno;
-
-			ret = pp_error(-err, "%s: write: %s%s", path, strerror(err),
-				       err == EFBIG ? " (the process's file size limit, RLIMIT_FSIZE: "
-							"ulimit -f)" : "");
-			break;
-		}
-		buf += w;
-		len -= (size_t)w;
-	}
-	pp_xfsz_release(&xfsz);
-	return ret;
-}
-
 /* Makes a rename into the directory of 'path' durable (fsync of the directory). */
 static int sync_dir(const char *path)
 {
@@ -187,8 +160,9 @@ PP_API int pp_model_save(struct pp_model *m, const char *path)
 	}
 	if (fchmod(fd, 0644) != 0)
 		ret = pp_error(-errno, "%s: chmod: %s", tmp, strerror(errno));
-	if (!ret)
-		ret = write_all(fd, buf, size, tmp);
+	/* past RLIMIT_FSIZE: -EFBIG with the reason, not the process killed by SIGXFSZ */
+	if (!ret && (ret = pp_write_full(fd, buf, size, -1, NULL, NULL)) < 0)
+		ret = pp_error(ret, "%s: write: %s%s", tmp, pp_strerror(ret), pp_write_hint(ret));
 	if (!ret && fsync(fd))
 		ret = pp_error(-errno, "%s: fsync: %s", tmp, strerror(errno));
 	if (close(fd) && !ret)

@@ -35,10 +35,36 @@
 
 #define PP_TAG_MAX 512
 
+/*
+ * Records go into the writer's own buffer, and to the file when it holds
+ * PP_SUMMARY_BUFFER bytes or at a flush: a step's scalar is a memcpy, not a
+ * system call (nor the three of holding SIGXFSZ around one).  What a failed
+ * write left is kept, and goes first at the next try: the file never holds
+ * a record's part followed by another record.
+ */
+#define PP_SUMMARY_BUFFER (64 * 1024)
+
 struct pp_summary_writer {
-	FILE *file;
+	int fd;
 	char *path;
+	uint8_t *buf;      /* [cap]: records not yet in the file */
+	size_t len, cap;
 };
+
+/* Writes the buffer; what a failure left stays in it.  Returns 0 or -errno, named. */
+static int write_out(struct pp_summary_writer *w)
+{
+	size_t done = 0;
+	/* past RLIMIT_FSIZE: an error, not the process killed by SIGXFSZ */
+	int ret = pp_write_full(w->fd, w->buf, w->len, -1, NULL, &done);
+
+	memmove(w->buf, w->buf + done, w->len - done);
+	w->len -= done;
+	if (ret < 0)
+		ret = pp_error(ret, "%s: cannot write event records: %s%s", w->path,
+			       pp_strerror(ret), pp_write_hint(ret));
+	return ret;
+}
 
 static uint32_t masked_crc32c(const void *buf, size_t len)
 {
@@ -61,21 +87,32 @@ static size_t put_varint(uint8_t *p, uint64_t v)
 
 static int write_record(struct pp_summary_writer *w, const uint8_t *data, size_t len)
 {
-	uint8_t head[12];
-	uint8_t tail[4];
-	struct pp_xfsz xfsz;
-	int ret = 0;
+	const size_t need = 12 + len + 4;
+	int ret;
 
-	pp_put_le64(head, len);
-	pp_put_le32(head + 8, masked_crc32c(head, 8));
-	pp_put_le32(tail, masked_crc32c(data, len));
-	/* past RLIMIT_FSIZE: an error, not the process killed by SIGXFSZ */
-	pp_xfsz_hold(&xfsz);
-	if (fwrite(head, 1, sizeof(head), w->file) != sizeof(head) ||
-	    fwrite(data, 1, len, w->file) != len || fwrite(tail, 1, sizeof(tail), w->file) != sizeof(tail))
-		ret = pp_error(-EIO, "%s: cannot write event record: %s", w->path, strerror(errno));
-	pp_xfsz_release(&xfsz);
-	return ret;
+	/* A full buffer that a write left: no more, until it goes. */
+	if (w->len >= PP_SUMMARY_BUFFER && (ret = write_out(w)) < 0)
+		return ret;
+	if (need > w->cap - w->len) {
+		size_t cap = PP_MAX(w->cap, (size_t)PP_SUMMARY_BUFFER);
+		uint8_t *buf;
+
+		while (cap - w->len < need)
+			cap *= 2;
+		buf = realloc(w->buf, cap);
+		if (buf == NULL)
+			return pp_error(-ENOMEM, "%s: no memory for an event record of %zu bytes",
+					w->path, len);
+		w->buf = buf;
+		w->cap = cap;
+	}
+	pp_put_le64(w->buf + w->len, len);
+	pp_put_le32(w->buf + w->len + 8, masked_crc32c(w->buf + w->len, 8));
+	memcpy(w->buf + w->len + 12, data, len);
+	pp_put_le32(w->buf + w->len + 12 + len, masked_crc32c(data, len));
+	w->len += need;
+	/* The record is in: a write that fails now is said, and tried again later. */
+	return w->len >= PP_SUMMARY_BUFFER ? write_out(w) : 0;
 }
 
 /* Encodes the Event's wall_time and step fields; returns the bytes written. */
@@ -137,7 +174,8 @@ PP_API int pp_summary_writer_create(const char *dir, struct pp_summary_writer **
 		return pp_error(-ENOMEM, "summary writer: out of memory");
 	gethostname(host, sizeof(host) - 1);
 	/* A counter keeps two writers of one process in one second apart. */
-	for (unsigned k = 0; w->file == NULL; k++) {
+	w->fd = -1;
+	for (unsigned k = 0; w->fd < 0; k++) {
 		int fd;
 
 		free(w->path);
@@ -154,12 +192,7 @@ PP_API int pp_summary_writer_create(const char *dir, struct pp_summary_writer **
 			ret = pp_error(-errno, "%s: cannot create: %s", w->path, strerror(errno));
 			goto err_free;
 		}
-		w->file = fdopen(fd, "wb");
-		if (w->file == NULL) {
-			ret = pp_error(-errno, "%s: %s", w->path, strerror(errno));
-			close(fd);
-			goto err_free;
-		}
+		w->fd = fd;
 	}
 	n = put_event_head(event, wall_clock(), 0);
 	event[n++] = 0x1a; /* field 3, length-delimited */
@@ -173,15 +206,12 @@ PP_API int pp_summary_writer_create(const char *dir, struct pp_summary_writer **
 	return 0;
 
 err_free:
-	if (w->file != NULL) {
-		struct pp_xfsz xfsz;
-
-		pp_xfsz_hold(&xfsz);
-		fclose(w->file);
-		pp_xfsz_release(&xfsz);
+	if (w->fd >= 0) {
+		close(w->fd);
 		unlink(w->path);
 	}
 	free(w->path);
+	free(w->buf);
 	free(w);
 	return ret;
 }
@@ -506,16 +536,9 @@ PP_API int pp_summary_writer_add_histogram(struct pp_summary_writer *w, const ch
 
 PP_API int pp_summary_writer_flush(struct pp_summary_writer *w)
 {
-	struct pp_xfsz xfsz;
-	int ret = 0;
-
 	if (w == NULL)
 		return pp_error(-EINVAL, "summary writer: NULL writer");
-	pp_xfsz_hold(&xfsz);
-	if (fflush(w->file) != 0)
-		ret = pp_error(-EIO, "%s: cannot write: %s", w->path, strerror(errno));
-	pp_xfsz_release(&xfsz);
-	return ret;
+	return write_out(w);
 }
 
 PP_API const char *pp_summary_writer_path(const struct pp_summary_writer *w)
@@ -525,13 +548,16 @@ PP_API const char *pp_summary_writer_path(const struct pp_summary_writer *w)
 
 PP_API void pp_summary_writer_destroy(struct pp_summary_writer *w)
 {
-	struct pp_xfsz xfsz;
+	struct pp_error_saved saved;
 
 	if (w == NULL)
 		return;
-	pp_xfsz_hold(&xfsz);
-	fclose(w->file);
-	pp_xfsz_release(&xfsz);
+	/* Nothing to return a failure to: pp_last_error() stays the caller's. */
+	pp_error_save(&saved);
+	if (w->len > 0 && write_out(w) < 0)
+		pp_error_restore(&saved);
+	close(w->fd);
 	free(w->path);
+	free(w->buf);
 	free(w);
 }

@@ -12,6 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <zlib.h>
 
@@ -453,6 +457,106 @@ START_TEST(test_two_writers_and_errors)
 }
 END_TEST
 
+/*
+ * Scalars written in a child whose file size limit (RLIMIT_FSIZE) is
+ * below one buffer of records.  Fails if the child is killed by SIGXFSZ
+ * (the signal's default) instead of the write failing with -EFBIG and a
+ * message naming the limit; if records are refused before a buffer of
+ * them waits, or taken after; if SIGXFSZ is left blocked or pending; or
+ * if, the limit raised again, the flush does not complete the file: every
+ * record taken whole and in order, none lost and none twice.
+ */
+START_TEST(test_file_size_limit)
+{
+	char *dir = pp_test_tmpdir();
+	const size_t max = 4096;
+	struct event *evs = calloc(max, sizeof(*evs));
+	char path[4096];
+	size_t n, len;
+	int status;
+	pid_t pid;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(evs);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pp_summary_writer *w;
+		struct rlimit rl, low;
+		sigset_t mask, pending;
+		int64_t step = 0, first;
+		int ret;
+
+		if (getrlimit(RLIMIT_FSIZE, &rl) != 0)
+			_exit(10);
+		low = rl;
+		low.rlim_cur = 10000;
+		if (pp_summary_writer_create(dir, &w) != 0 || setrlimit(RLIMIT_FSIZE, &low) != 0)
+			_exit(11);
+		while ((ret = pp_summary_writer_add_scalar(w, "loss", step, (double)step)) == 0 &&
+		       step < (int64_t)max - 10)
+			step++;
+		if (ret != -EFBIG) {
+			fprintf(stderr, "step %lld: %d: %s\n", (long long)step, ret, pp_last_error());
+			_exit(12);
+		}
+		if (strstr(pp_last_error(), "File too large (the process's file size limit, "
+					    "RLIMIT_FSIZE") == NULL ||
+		    strstr(pp_last_error(), pp_summary_writer_path(w)) == NULL) {
+			fprintf(stderr, "message: %s\n", pp_last_error());
+			_exit(13);
+		}
+		/* What did not go is kept: records are taken until the buffer is full
+		 * again, the one that fills it included; then refused. */
+		first = step++;
+		while ((ret = pp_summary_writer_add_scalar(w, "loss", step, (double)step)) == 0 &&
+		       step < (int64_t)max - 10)
+			step++;
+		if (ret != -EFBIG || step == first + 1 ||
+		    pp_summary_writer_add_scalar(w, "loss", step + 1, 0.0) != -EFBIG ||
+		    pp_summary_writer_flush(w) != -EFBIG)
+			_exit(14);
+		if (pthread_sigmask(SIG_SETMASK, NULL, &mask) != 0 || sigismember(&mask, SIGXFSZ) ||
+		    sigpending(&pending) != 0 || sigismember(&pending, SIGXFSZ))
+			_exit(15);
+		if (setrlimit(RLIMIT_FSIZE, &rl) != 0 || pp_summary_writer_flush(w) != 0)
+			_exit(16);
+		snprintf(path, sizeof(path), "%s/path", dir);
+		f = fopen(path, "w");
+		if (f == NULL || fprintf(f, "%s %lld", pp_summary_writer_path(w), (long long)step) < 0 ||
+		    fclose(f) != 0)
+			_exit(17);
+		pp_summary_writer_destroy(w);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(!WIFSIGNALED(status), "the writing child was killed by signal %d%s",
+		      WTERMSIG(status), WTERMSIG(status) == SIGXFSZ ? " (SIGXFSZ)" : "");
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	{
+		char *text = pp_test_read_file(strcat(strcpy(path, dir), "/path"), &len);
+		long long last;
+
+		ck_assert_int_eq(sscanf(text, "%4095s %lld", path, &last), 2);
+		free(text);
+		free(pp_test_read_file(path, &len));
+		ck_assert_uint_gt(len, 10000);
+		n = read_events(path, evs, max);
+		/* the version, then steps 0..last: the one that met the limit kept */
+		ck_assert_uint_eq(n, (size_t)last + 2);
+		for (size_t i = 1; i < n; i++) {
+			ck_assert_str_eq(evs[i].tag, "loss");
+			ck_assert_int_eq(evs[i].step, (int64_t)i - 1);
+			ck_assert(evs[i].value == (float)(i - 1));
+		}
+	}
+	free_events(evs, n);
+	free(evs);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("summary");
@@ -463,6 +567,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_image_round_trip);
 	tcase_add_test(tc, test_histogram_round_trip);
 	tcase_add_test(tc, test_two_writers_and_errors);
+	tcase_add_test(tc, test_file_size_limit);
 	suite_add_tcase(s, tc);
 	return s;
 }

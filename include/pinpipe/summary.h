@@ -34,7 +34,9 @@ PP_API int pp_summary_writer_create(const char *dir, struct pp_summary_writer **
 /*
  * Appends the scalar 'value' under 'tag' (e.g. "loss/train") at 'step', at
  * the current wall-clock time.  Buffered: see pp_summary_writer_flush().
- * Returns 0 or -errno (-EIO with the file named when a write fails).
+ * Returns 0 or -errno: a failed write's, with the file named (-EFBIG past
+ * the process's RLIMIT_FSIZE, which does not kill it, -ENOSPC, -EIO).  The
+ * record that failed to go is kept, and goes before the next ones.
  */
 PP_API int pp_summary_writer_add_scalar(struct pp_summary_writer *w, const char *tag,
 					int64_t step, double value);
@@ -46,7 +48,8 @@ PP_API int pp_summary_writer_add_scalar(struct pp_summary_writer *w, const char 
  * Appends an image under 'tag' at 'step', encoded as PNG: 'pixels' holds
  * height x width x channels bytes, row by row, each pixel's channels
  * together (1: gray, 3: RGB, 4: RGBA).  Returns 0, -EINVAL (a bad tag, size
- * or channel count, named), -ENOMEM or -EIO.
+ * or channel count, named), -ENOMEM, or a failed write's -errno (as
+ * pp_summary_writer_add_scalar()).
  */
 PP_API int pp_summary_writer_add_image(struct pp_summary_writer *w, const char *tag, int64_t step,
 				       const uint8_t *pixels, uint32_t height, uint32_t width,
@@ -61,18 +64,26 @@ PP_API int pp_summary_writer_add_image(struct pp_summary_writer *w, const char *
  * equal width from min to max (one when all are equal), each named by its
  * right edge and holding the values above the edge before it.  Values that
  * are not finite are left out.  Returns 0, -EINVAL (a bad tag, or no finite
- * value), -ENOMEM or -EIO.
+ * value), -ENOMEM, or a failed write's -errno.
  */
 PP_API int pp_summary_writer_add_histogram(struct pp_summary_writer *w, const char *tag,
 					   int64_t step, const float *values, size_t n);
 
-/* Writes what is buffered to the file.  Returns 0 or -errno. */
+/*
+ * Writes what is buffered to the file (records go by themselves once 64 KiB
+ * wait).  Returns 0 or -errno, with the file named; what did not go is
+ * kept for the next try, so that the file never holds part of a record
+ * followed by another.
+ */
 PP_API int pp_summary_writer_flush(struct pp_summary_writer *w);
 
 /* Returns the path of the writer's event file. */
 PP_API const char *pp_summary_writer_path(const struct pp_summary_writer *w);
 
-/* Flushes, closes the file and frees the writer.  NULL is allowed. */
+/*
+ * Flushes, closes the file and frees the writer.  NULL is allowed.  Records
+ * a failed flush could not write are lost; flush first to know.
+ */
 PP_API void pp_summary_writer_destroy(struct pp_summary_writer *w);
 
 #ifdef __cplusplus
