@@ -440,8 +440,7 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 	}
 	if ((ret = pp_loader_ring_setup(l, cfg)) < 0)
 		goto err_destroy;
-	l->stats.io_path = src->io_path_now != NULL && *src->io_path_now != NULL ? *src->io_path_now
-		: src->io_path ? src->io_path : "none";
+	l->stats.io_path = src->io_path != NULL ? *src->io_path : "none";
 	l->stats.direct_io = src->direct_io;
 	l->stats.fixed_buffers = src->fixed_buffers != NULL && *src->fixed_buffers;
 	l->stats.memory_bytes = l->memory_bytes;

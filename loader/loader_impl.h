@@ -222,9 +222,10 @@ struct pp_loader_source {
 	void (*describe)(void *ctx, uint64_t id, char *buf, size_t len);
 	bool records;                  /* chunks: version 2 records, for 'decoder' */
 	struct pp_decoder decoder;     /* records: the set's decoder */
-	const char *io_path;           /* "io_uring", "pread" or "none", once set up */
-	const char *const *io_path_now; /* where set, io_path as the workers' readers made it (read
-	                                  once they are made: "pread" where one's io_uring was refused) */
+	/* where the source keeps what its reads go through, "io_uring" or "pread", which a
+	 * worker whose io_uring was refused turns to "pread" (read once they are made);
+	 * NULL: "none" */
+	const char *const *io_path;
 	bool direct_io;                /* O_DIRECT in use */
 	const bool *fixed_buffers;     /* chunks: true once every worker's read buffer is
 	                                  registered with its io_uring; NULL otherwise */

@@ -36,7 +36,6 @@ static void dataset_source(const struct pp_dataset *ds, struct pp_loader_source 
 	src->labels = pp_dataset_labels(ds);
 	if (src->samples == NULL)
 		src->gather = dataset_gather;
-	src->io_path = "none";
 	src->ctx = (void *)ds;
 	snprintf(src->name, sizeof(src->name), "dataset %s", pp_dataset_name(ds));
 }
@@ -298,7 +297,6 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 	set->io = cfg->io;
 	set->depth = cfg->io_depth ? cfg->io_depth : 4;
 	set->timeout_ms = cfg->io_timeout_ms ? cfg->io_timeout_ms : PP_LOADER_IO_TIMEOUT_MS;
-	src->io_path = "pread";
 	for (size_t i = 0; i < cfg->nshards; i++) {
 		const char *path = cfg->shard_paths[i];
 		const struct pp_sample_info *info;
@@ -358,8 +356,8 @@ static int shard_source(const struct pp_loader_config *cfg, struct pp_loader_sou
 	set->staging = (max_stored + PP_LOADER_IO_ALIGN - 1) / PP_LOADER_IO_ALIGN * PP_LOADER_IO_ALIGN;
 	if ((ret = pp_reader_init(&probe, cfg->io, set->depth, set->timeout_ms)) < 0)
 		goto err_destroy;
-	src->io_path = set->io_path = probe.uring ? "io_uring" : "pread";
-	src->io_path_now = &set->io_path;
+	set->io_path = probe.uring ? "io_uring" : "pread";
+	src->io_path = &set->io_path;
 	pp_reader_fini(&probe);
 	src->chunks = set->chunks;
 	src->nchunks = set->nchunks;
@@ -388,7 +386,7 @@ struct pp_source {
 	uint32_t num_classes;
 	const struct pp_source_ops *ops;
 	void *ctx;
-	const char *io_path;    /* what its reads go through, for the statistics, or NULL */
+	const char *io_path;    /* what its reads go through, for the statistics: "none" until told */
 };
 
 void pp_source_set_io_path(struct pp_source *src, const char *io_path)
@@ -422,6 +420,7 @@ PP_API int pp_source_create(const struct pp_source_desc *desc, struct pp_source 
 	src->num_classes = desc->num_classes;
 	src->ops = desc->ops;
 	src->ctx = desc->ctx;
+	src->io_path = "none";
 	*src_p = src;
 	return 0;
 }
@@ -448,8 +447,7 @@ static void user_source(const struct pp_source *user, struct pp_loader_source *s
 	src->worker_create = user->ops->worker_open;
 	src->worker_destroy = user->ops->worker_close;
 	src->ctx = user->ctx;
-	src->io_path = user->io_path ? user->io_path : "none";
-	src->io_path_now = &user->io_path;
+	src->io_path = &user->io_path;
 	src->info.count = user->count;
 	src->info.dtype = f0->dtype;
 	src->info.ndim = f0->ndim ? f0->ndim : 1;  /* a scalar is a sample of shape {1} */

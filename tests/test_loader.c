@@ -191,7 +191,6 @@ static struct pp_loader_source tsource_make(enum tkind kind, uint64_t n, uint32_
 		src.worker_create = tsource_worker_create;
 		src.worker_destroy = tsource_worker_destroy;
 		src.load_chunks = tsource_load;
-		src.io_path = "none";
 	}
 	if (t_p != NULL)
 		*t_p = t;
