@@ -2,7 +2,7 @@
  * images/folder.c: torchvision's ImageFolder as a source: ROOT/CLASS/.../FILE
  * listed once (classes sorted by name; in each, every folder under it in
  * the order of their paths, and in each folder its files by name, as
- * torchvision walks them), each sample's file read
+ * torchvision walks them, names in Python's order), each sample's file read
  * whole by the worker that loads it (pread) and decoded there with the
  * worker's own JPEG state.
  */
@@ -42,9 +42,70 @@ struct folder_worker {
 	size_t cap;
 };
 
+/*
+ * The next character of a name as Python sees it (os.fsdecode(): UTF-8,
+ * undecodable bytes escaped): a well-formed UTF-8 sequence is its code
+ * point; any other byte, one at a time, is U+DC00 + the byte (PEP 383's
+ * surrogateescape, which turns each byte of an ill-formed sequence alone).
+ * Moves *p past what it read.
+ */
+static uint32_t fs_char(const unsigned char **p)
+{
+	const unsigned char *s = *p;
+	uint32_t c = s[0], min;
+	unsigned more;
+
+	if (c < 0x80) {
+		*p = s + 1;
+		return c;
+	}
+	if (c >= 0xc2 && c <= 0xdf)
+		more = 1, c &= 0x1f, min = 0x80;
+	else if (c >= 0xe0 && c <= 0xef)
+		more = 2, c &= 0x0f, min = 0x800;
+	else if (c >= 0xf0 && c <= 0xf4)
+		more = 3, c &= 0x07, min = 0x10000;
+	else
+		goto escaped;
+	/* a NUL ends the loop as any byte that continues nothing does */
+	for (unsigned i = 1; i <= more; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			goto escaped;
+		c = c << 6 | (s[i] & 0x3f);
+	}
+	/* overlong, a surrogate, or past U+10FFFF: ill-formed */
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		goto escaped;
+	*p = s + 1 + more;
+	return c;
+escaped:
+	*p = s + 1;
+	return 0xdc00u + s[0];
+}
+
+/*
+ * Names in the order of Python's sorted() on them, which torchvision's
+ * ImageFolder uses for classes, folders and files: by code point.  For
+ * names that are UTF-8 this is strcmp()'s order; a byte that is not (a
+ * Latin-1 name) sorts after U+D7FF and before U+E000, where strcmp()
+ * would put it after every UTF-8 character.
+ */
+static int cmp_fsname(const char *a, const char *b)
+{
+	const unsigned char *pa = (const unsigned char *)a, *pb = (const unsigned char *)b;
+
+	while (*pa != 0 && *pb != 0) {
+		uint32_t ca = fs_char(&pa), cb = fs_char(&pb);
+
+		if (ca != cb)
+			return ca < cb ? -1 : 1;
+	}
+	return (*pa != 0) - (*pb != 0);
+}
+
 static int cmp_str(const void *a, const void *b)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	return cmp_fsname(*(char *const *)a, *(char *const *)b);
 }
 
 static bool is_jpeg_name(const char *name)

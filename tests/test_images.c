@@ -738,6 +738,63 @@ START_TEST(test_folder_same_classes)
 END_TEST
 
 /*
+ * Fails if classes whose names are not all UTF-8 are not in the order
+ * torchvision gives them (Python's sorted() of the names os.scandir()
+ * decodes, undecodable bytes as U+DC80..U+DCFF), which strcmp() would
+ * not: the list below is what Python 3.11 printed for these folders, and
+ * each label is its class's index in it.  Files are sorted the same way.
+ */
+START_TEST(test_folder_non_utf8_order)
+{
+	static const char *const want[] = {
+		"a", "\xc3\xa9", "\xe2\x82\xac", "\x80x", "\xe2\x82", "\xe9t\xe9",
+		"\xed\xa0\x80", "\xff", "\xee\x80\x80", "\xf0\x9f\x98\x80",
+	};
+	const size_t n = sizeof(want) / sizeof(want[0]);
+	char *dir = pp_test_tmpdir(), root[512], path[700];
+	struct pp_jpeg_config jc = { .size = 16, .mode = PP_JPEG_EVAL };
+	struct pp_image_folder *f;
+	size_t len;
+
+	snprintf(root, sizeof(root), "%s/train", dir);
+	ck_assert_int_eq(mkdir(root, 0755), 0);
+	/* made in reverse, and the files in the first class under the same names */
+	for (size_t i = n; i-- > 0;) {
+		snprintf(path, sizeof(path), "%s/%s", root, want[i]);
+		ck_assert_int_eq(mkdir(path, 0755), 0);
+	}
+	for (size_t i = n; i-- > 0;) {
+		snprintf(path, sizeof(path), "%s/%s/x.jpg", root, want[i]);
+		free(write_jpeg(path, 20, 20, (uint64_t)i, &len));
+		snprintf(path, sizeof(path), "%s/a/%s.jpg", root, want[i]);
+		if (i > 0)
+			free(write_jpeg(path, 20, 20, (uint64_t)(100 + i), &len));
+	}
+	ck_assert_msg(pp_image_folder_open(root, &jc, &f) == 0, "%s", pp_last_error());
+	ck_assert_uint_eq(pp_image_folder_classes(f), n);
+	ck_assert_uint_eq(pp_image_folder_count(f), 2 * n - 1);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(strcmp(pp_image_folder_class(f, (uint32_t)i), want[i]) == 0,
+			      "class %zu is not the %zu-th name", i, i);
+	/* class "a": its files by name the same way, x.jpg (U+0078) before U+00E9 */
+	for (size_t i = 0; i < n; i++) {
+		if (i == 0)
+			snprintf(path, sizeof(path), "%s/a/x.jpg", root);
+		else
+			snprintf(path, sizeof(path), "%s/a/%s.jpg", root, want[i]);
+		ck_assert_msg(strcmp(pp_image_folder_path(f, i), path) == 0, "file %zu: %s", i,
+			      pp_image_folder_path(f, i));
+		ck_assert_int_eq(pp_image_folder_label(f, i), 0);
+	}
+	for (size_t i = 1; i < n; i++)
+		ck_assert_int_eq(pp_image_folder_label(f, n - 1 + i), (int32_t)i);
+	pp_image_folder_close(f);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
+/*
  * Fails if a class's images in folders under it are not listed as
  * torchvision's ImageFolder lists them (every folder, in the order of the
  * folders' paths, then each folder's files by name: ant/zz.jpg before
@@ -1100,6 +1157,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_folder_loader);
 	tcase_add_test(tc, test_folder_same_classes);
 	tcase_add_test(tc, test_folder_nested);
+	tcase_add_test(tc, test_folder_non_utf8_order);
 	tcase_add_test(tc, test_shards);
 	tcase_add_test(tc, test_bad_files);
 	suite_add_tcase(s, tc);

@@ -26,9 +26,11 @@
  *
  * The folder source reads torchvision's ImageFolder layout: ROOT/CLASS/FILE
  * with FILE ending in .jpg or .jpeg (any case), in CLASS or in folders
- * below it, classes sorted by name (strcmp), labels their index; within a
- * class the folders in the order of their paths and each one's files by
- * name, as torchvision walks them.
+ * below it, classes sorted by name, labels their index; within a class the
+ * folders in the order of their paths and each one's files by name, as
+ * torchvision walks them.  Names sort as Python sorts them: by code point,
+ * strcmp()'s order for UTF-8, a byte that is no UTF-8 (a Latin-1 name) as
+ * U+DC80..U+DCFF, between U+D7FF and U+E000, as os.fsdecode() makes it.
  *
  *	struct pp_jpeg_config jc = { .size = 224, .channels = 3, .mode = PP_JPEG_TRAIN };
  *	struct pp_image_folder *f;
