@@ -1,6 +1,6 @@
 /*
  * device/device_impl.h: what a device backend implements (the ops table)
- * and what the dispatcher (device/device.c, with device/graph.c for
+ * and what the dispatcher (device/dispatch.c, with device/graph.c for
  * graphs) keeps for every device: its properties, its counters, and the
  * tables of the memory it handed out.  Not installed; the tests include it
  * to reach the sim's failure injection.
@@ -120,7 +120,7 @@ struct pp_mem_range {
 /*
  * Allocations sorted by address, for range lookups on every copy: one
  * table of device memory, one of host memory, kept and freed by the same
- * code in device.c.
+ * code in dispatch.c.
  */
 struct pp_mem_table {
 	struct pp_mem_range *v; /* [n], sorted by addr */
@@ -223,8 +223,40 @@ static inline bool pp_stream_recording(const struct pp_stream *stream)
 	return stream->capture != NULL && stream->dev->ops->graph_begin == NULL;
 }
 
+/* A graph: what a capture recorded (device/graph.c), launched by the dispatcher. */
+enum pp_graph_node_kind {
+	PP_GRAPH_HOST = 0, /* a host function */
+	PP_GRAPH_COPY = 1, /* a copy */
+};
+
+/* One call recorded during a capture. */
+struct pp_graph_node {
+	enum pp_graph_node_kind kind;
+	void (*fn)(void *arg);   /* PP_GRAPH_HOST */
+	void *arg;
+	void *dst;               /* PP_GRAPH_COPY */
+	const void *src;
+	size_t n;                /* bytes */
+	enum pp_copy_kind copy_kind;
+};
+
+struct pp_graph {
+	struct pp_device *dev;
+	void *ctx;               /* the backend's executable graph; NULL: the dispatcher's */
+	struct pp_graph_node *nodes; /* the calls made through pinpipe, in order: what the
+				   * dispatcher issues again, or (with a backend graph) what
+				   * the counters count at each launch */
+	size_t n, cap;           /* nodes used, allocated */
+	int err;                 /* the capture's first error, or 0 */
+	char msg[256];           /* its message */
+	/* while captured: */
+	struct pp_stream *stream; /* the stream capturing it */
+	pthread_t thread;        /* the thread that began the capture */
+	struct pp_graph *next_open; /* in graph.c's list of the captures open */
+};
+
 /*
- * device/graph.c's side of a capture, for the calls of device.c on a
+ * device/graph.c's side of a capture, for the dispatcher's calls on a
  * stream that captures (stream->capture set).  pp_graph_record_host and
  * pp_graph_record_copy add the call to the graph (which a backend without
  * graphs issues again at each launch; with graphs, the copies are counted

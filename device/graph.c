@@ -1,12 +1,13 @@
 /*
- * device/graph.c: graphs, the dispatcher's side.  A capture on a stream,
- * one per thread at a time; the calls made through pinpipe while it is
- * open (host functions and copies), which are what a backend without
- * graphs of its own gets again at each launch, issued in order as one
- * call, and what the counters count at each launch of a backend's own
- * graph (cuda's stream capture); the calls a capture cannot take, which
- * spoil it as CUDA's do.  device.c's streams and copies hand their calls
- * here while their stream captures (device_impl.h).
+ * device/graph.c: captures.  A capture on a stream, one per thread at a
+ * time; the calls made through pinpipe while it is open (host functions
+ * and copies), recorded in order: what a backend without graphs of its
+ * own gets again at each launch, and what the counters count at each
+ * launch of a backend's own graph (cuda's stream capture); the calls a
+ * capture cannot take, which spoil it as CUDA's do.  The dispatcher's
+ * streams and copies hand their calls here while their stream captures
+ * (device_impl.h), and launch what was recorded (dispatch.c): this file
+ * calls nothing of the dispatcher's.
  */
 #include "config.h"
 
@@ -18,37 +19,6 @@
 
 #include "common/fault.h"
 #include "device/device_impl.h"
-
-enum graph_node_kind {
-	GRAPH_HOST = 0, /* a host function */
-	GRAPH_COPY = 1, /* a copy */
-};
-
-/* One call recorded during a capture. */
-struct graph_node {
-	enum graph_node_kind kind;
-	void (*fn)(void *arg);   /* GRAPH_HOST */
-	void *arg;
-	void *dst;               /* GRAPH_COPY */
-	const void *src;
-	size_t n;                /* bytes */
-	enum pp_copy_kind copy_kind;
-};
-
-struct pp_graph {
-	struct pp_device *dev;
-	void *ctx;               /* the backend's executable graph; NULL: the dispatcher's */
-	struct graph_node *nodes; /* the calls made through pinpipe, in order: what the
-				   * dispatcher issues again, or (with a backend graph) what
-				   * the counters count at each launch */
-	size_t n, cap;           /* nodes used, allocated */
-	int err;                 /* the capture's first error, or 0 */
-	char msg[256];           /* its message */
-	/* while captured: */
-	struct pp_stream *stream; /* the stream capturing it */
-	pthread_t thread;        /* the thread that began the capture */
-	struct pp_graph *next_open; /* in open_captures */
-};
 
 /*
  * The captures open on every device, each with the thread that began it.
@@ -102,13 +72,13 @@ static void open_captures_remove(struct pp_graph *g)
 }
 
 /* Appends a node to the graph the stream is capturing; a failure spoils the capture. */
-static int graph_append(struct pp_stream *stream, const struct graph_node *node)
+static int graph_append(struct pp_stream *stream, const struct pp_graph_node *node)
 {
 	struct pp_graph *g = stream->capture;
 
 	if (g->n == g->cap) {
 		size_t cap = g->cap ? 2 * g->cap : 16;
-		struct graph_node *v = pp_realloc(g->nodes, cap * sizeof(*v));
+		struct pp_graph_node *v = pp_realloc(g->nodes, cap * sizeof(*v));
 
 		if (v == NULL) {
 			int ret = pp_error(-ENOMEM, "%s: stream %u: out of memory for a graph of %zu "
@@ -129,7 +99,7 @@ static int graph_append(struct pp_stream *stream, const struct graph_node *node)
 
 int pp_graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *arg)
 {
-	const struct graph_node node = { .kind = GRAPH_HOST, .fn = fn, .arg = arg };
+	const struct pp_graph_node node = { .kind = PP_GRAPH_HOST, .fn = fn, .arg = arg };
 
 	return graph_append(stream, &node);
 }
@@ -137,8 +107,8 @@ int pp_graph_record_host(struct pp_stream *stream, void (*fn)(void *arg), void *
 int pp_graph_record_copy(struct pp_stream *stream, void *dst, const void *src, size_t n,
 			 enum pp_copy_kind kind)
 {
-	const struct graph_node node = {
-		.kind = GRAPH_COPY, .dst = dst, .src = src, .n = n, .copy_kind = kind,
+	const struct pp_graph_node node = {
+		.kind = PP_GRAPH_COPY, .dst = dst, .src = src, .n = n, .copy_kind = kind,
 	};
 
 	return graph_append(stream, &node);
@@ -232,46 +202,6 @@ PP_API int pp_stream_end_capture(struct pp_stream *stream, struct pp_graph **gra
 	}
 	*graph_p = g;
 	return 0;
-}
-
-PP_API int pp_graph_launch(struct pp_graph *graph, struct pp_stream *stream)
-{
-	struct pp_device *dev;
-	int ret = 0;
-
-	if (graph == NULL || stream == NULL)
-		return pp_error(-EINVAL, "pp_graph_launch: graph and stream must not be NULL");
-	dev = stream->dev;
-	if (graph->dev != dev)
-		return pp_error(-EINVAL, "%s: stream %u cannot launch a graph captured on device %s",
-				dev->props.name, stream->id, graph->dev->props.name);
-	if (stream->capture != NULL)
-		return pp_error(-EBUSY, "%s: stream %u is capturing a graph: it cannot launch one",
-				dev->props.name, stream->id);
-	pp_device_count_call(dev);
-	if (graph->ctx != NULL) {
-		ret = dev->ops->graph_launch(graph->ctx, stream);
-		for (size_t i = 0; i < graph->n && ret == 0; i++) {
-			const struct graph_node *nd = &graph->nodes[i];
-
-			if (nd->kind == GRAPH_COPY)
-				pp_device_count_copy(dev, nd->n, nd->copy_kind);
-		}
-	} else {
-		stream->replaying = true;
-		for (size_t i = 0; i < graph->n && ret == 0; i++) {
-			const struct graph_node *nd = &graph->nodes[i];
-
-			if (nd->kind == GRAPH_HOST)
-				ret = pp_stream_launch_host(stream, nd->fn, nd->arg);
-			else
-				ret = pp_memcpy_async(nd->dst, nd->src, nd->n, nd->copy_kind, stream);
-		}
-		stream->replaying = false;
-	}
-	if (ret == 0)
-		atomic_fetch_add_explicit(&dev->stats.graph_launches, 1, memory_order_relaxed);
-	return ret;
 }
 
 PP_API size_t pp_graph_calls(const struct pp_graph *graph)

@@ -1,11 +1,12 @@
 /*
- * device/device.c: the device dispatcher.  Parses device names, checks
+ * device/dispatch.c: the device dispatcher.  Parses device names, checks
  * every call once, keeps the tables of device and host memory handed out
  * (so that a copy through a wrong pointer is an error, not a corruption),
  * allocates pinned host memory with its fallbacks, counts the statistics,
- * and does the work itself where a backend leaves an entry NULL.  Graphs
- * (captures, and their record and replay for a backend without graphs of
- * its own) are graph.c's.
+ * and does the work itself where a backend leaves an entry NULL.  Graphs:
+ * the captures and what they record are graph.c's; their launch, which
+ * for a backend without graphs of its own issues the recorded calls again
+ * through this file's, is here.
  */
 #include "config.h"
 
@@ -790,6 +791,53 @@ PP_API int pp_memcpy_async(void *dst, const void *src, size_t n, enum pp_copy_ki
 	if (kind != PP_COPY_D2D && !pinned)
 		atomic_fetch_add_explicit(&dev->stats.pageable_copies, 1, memory_order_relaxed);
 	return 0;
+}
+
+/* ------------------------------------------------------------------ graphs */
+
+/*
+ * A graph recorded by graph.c: the backend's own launched, its copies
+ * counted; or, for a backend without graphs, each call issued again
+ * through the calls above, checked as when it was captured.
+ */
+PP_API int pp_graph_launch(struct pp_graph *graph, struct pp_stream *stream)
+{
+	struct pp_device *dev;
+	int ret = 0;
+
+	if (graph == NULL || stream == NULL)
+		return pp_error(-EINVAL, "pp_graph_launch: graph and stream must not be NULL");
+	dev = stream->dev;
+	if (graph->dev != dev)
+		return pp_error(-EINVAL, "%s: stream %u cannot launch a graph captured on device %s",
+				dev->props.name, stream->id, graph->dev->props.name);
+	if (stream->capture != NULL)
+		return pp_error(-EBUSY, "%s: stream %u is capturing a graph: it cannot launch one",
+				dev->props.name, stream->id);
+	pp_device_count_call(dev);
+	if (graph->ctx != NULL) {
+		ret = dev->ops->graph_launch(graph->ctx, stream);
+		for (size_t i = 0; i < graph->n && ret == 0; i++) {
+			const struct pp_graph_node *nd = &graph->nodes[i];
+
+			if (nd->kind == PP_GRAPH_COPY)
+				pp_device_count_copy(dev, nd->n, nd->copy_kind);
+		}
+	} else {
+		stream->replaying = true;
+		for (size_t i = 0; i < graph->n && ret == 0; i++) {
+			const struct pp_graph_node *nd = &graph->nodes[i];
+
+			if (nd->kind == PP_GRAPH_HOST)
+				ret = pp_stream_launch_host(stream, nd->fn, nd->arg);
+			else
+				ret = pp_memcpy_async(nd->dst, nd->src, nd->n, nd->copy_kind, stream);
+		}
+		stream->replaying = false;
+	}
+	if (ret == 0)
+		atomic_fetch_add_explicit(&dev->stats.graph_launches, 1, memory_order_relaxed);
+	return ret;
 }
 
 /* ------------------------------------------------------------------ statistics */
