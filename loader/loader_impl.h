@@ -3,9 +3,11 @@
  * plan (plan.c), the file reader with its io_uring and pread paths (io.c),
  * the conversion of samples (convert.c), the sources (source.c), the
  * layouts of the built-in kinds (layout.c), and the loader itself: its
- * create and destroy (loader.c), the ring of slots and in-order delivery
+ * create and destroy (create.c), the ring of slots and in-order delivery
  * (ring.c), the worker threads (worker.c) and the chunk windows of
- * streaming (window.c), which share struct pp_loader.  Not exported.
+ * streaming (window.c), which share struct pp_loader, and what each of
+ * them does to it (state.c: the budget, the first error, wake-ups).
+ * Not exported.
  */
 #ifndef PP_LOADER_IMPL_H
 #define PP_LOADER_IMPL_H
@@ -394,7 +396,7 @@ struct pp_loader {
 	struct pp_loader_stats stats;
 };
 
-/* Adds 'bytes' to the loader's memory and checks the budget: 0, or -ENOMEM with a message naming 'what'. */
+/* state.c: adds 'bytes' to the loader's memory and checks the budget: 0, or -ENOMEM with a message naming 'what'. */
 int pp_loader_budget_add(struct pp_loader *l, const struct pp_loader_config *cfg, size_t bytes,
 			 const char *what);
 
@@ -403,7 +405,7 @@ int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg
 /* The ring's bytes (l->slot_bytes set too), as pp_loader_ring_setup() takes them: 0, or -ENOMEM said. */
 int pp_loader_ring_bytes(struct pp_loader *l, size_t *bytes_p);
 
-/* ring.c: wakes every worker waiting for a slot (the epoch ends, the loader stops or failed).  Caller holds mu. */
+/* state.c: wakes every worker waiting for a slot (the epoch ends, the loader stops or failed).  Caller holds mu. */
 void pp_loader_wake_slots(struct pp_loader *l);
 
 /* worker.c: allocates the state of each worker (one for the consumer with 0 workers); 0 or -errno. */
@@ -423,17 +425,21 @@ void pp_loader_workers_stop(struct pp_loader *l);
 int pp_loader_batch_fill(struct pp_loader *l, struct pp_loader_worker *wk, uint64_t b,
 			 struct pp_loader_slot *sl);
 
-/* worker.c: adds a worker's counters to the loader's and clears them.  Caller holds mu. */
+/* state.c: adds a worker's counters to the loader's and clears them.  Caller holds mu. */
 void pp_loader_work_collect(struct pp_loader *l, struct pp_loader_worker *wk);
 
-/* worker.c: records the first error of a worker and wakes every waiter.  Caller holds mu. */
+/* state.c: records the first error of a worker and wakes every waiter.  Caller holds mu. */
 void pp_loader_error_record(struct pp_loader *l, int err);
 
-/* worker.c: whether a fill should give up: the epoch ends, the loader stops, or a worker failed. Caller holds mu. */
+/* state.c: whether a fill should give up: the epoch ends, the loader stops, or a worker failed. Caller holds mu. */
 bool pp_loader_must_quit(const struct pp_loader *l);
 
-/* window.c: allocates the chunk windows of streaming within the budget; 0 or -errno. */
-int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *cfg);
+/*
+ * window.c: allocates the chunk windows of streaming within the budget, where
+ * a ring of 'ring_bytes' (pp_loader_ring_bytes()) is still to come; 0 or -errno.
+ */
+int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *cfg,
+			    size_t ring_bytes);
 
 /*
  * window.c: makes segment s available in its window, decoding its chunks

@@ -91,12 +91,6 @@ int pp_loader_ring_setup(struct pp_loader *l, const struct pp_loader_config *cfg
 	return 0;
 }
 
-void pp_loader_wake_slots(struct pp_loader *l)
-{
-	for (uint32_t i = 0; l->slots != NULL && i < l->depth; i++)
-		pthread_cond_broadcast(&l->slots[i].freed);
-}
-
 /* ------------------------------------------------------------------ epochs */
 
 /* Ends the current epoch (workers drop their batches) and starts 'epoch' at batch 'start'. */

@@ -162,11 +162,11 @@ void pp_loader_window_release(struct pp_loader *l, struct pp_loader_window *w)
 }
 
 /* Allocates the window buffers: one more than the workers, two when the budget (with the ring) is short. */
-int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *cfg)
+int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *cfg, size_t ring)
 {
 	uint32_t wc = l->params.window_chunks;
 	uint32_t max_rec = 0;
-	size_t max_raw = 0, per, ring;
+	size_t max_raw = 0, per;
 	int ret;
 
 	for (size_t i = 0; i < l->src.nchunks; i++) {
@@ -182,8 +182,6 @@ int pp_loader_windows_setup(struct pp_loader *l, const struct pp_loader_config *
 	l->nwindows = PP_MAX(2u, l->nworkers + 1);
 	/* The ring comes after the windows (ring.c): a budget it would pass with one
 	 * window per worker takes two. */
-	if ((ret = pp_loader_ring_bytes(l, &ring)) < 0)
-		return ret;
 	if (cfg->memory_budget != 0 &&
 	    l->memory_bytes + per * l->nwindows + ring > cfg->memory_budget)
 		l->nwindows = 2;

@@ -13,28 +13,6 @@
 #include "common/common_impl.h"
 #include "loader/loader_impl.h"
 
-/* ------------------------------------------------------------------ errors */
-
-/* Records the first error of a worker; the caller holds mu. */
-void pp_loader_error_record(struct pp_loader *l, int err)
-{
-	if (l->err == 0) {
-		l->err = err;
-		snprintf(l->errmsg, sizeof(l->errmsg), "%s", pp_last_error());
-		__atomic_store_n(&l->failed, 1, __ATOMIC_RELEASE);
-	}
-	pthread_cond_broadcast(&l->cond_ready);
-	pp_loader_wake_slots(l);
-	pthread_cond_broadcast(&l->cond_window);
-	pthread_cond_broadcast(&l->cond_work);
-}
-
-/* Whether a fill should give up: the epoch ends, the loader stops, or a worker failed. Caller holds mu. */
-bool pp_loader_must_quit(const struct pp_loader *l)
-{
-	return l->cancel || l->stop || l->err != 0;
-}
-
 /* ------------------------------------------------------------------ filling a batch */
 
 /*
@@ -419,20 +397,6 @@ int pp_loader_batch_fill(struct pp_loader *l, struct pp_loader_worker *wk, uint6
 	}
 	wk->fill_ns += pp_now_ns() - t0;
 	return 0;
-}
-
-/* Adds a worker's counters to the loader's and clears them.  Caller holds mu. */
-void pp_loader_work_collect(struct pp_loader *l, struct pp_loader_worker *wk)
-{
-	l->stats.read_ns += wk->work.read_ns;
-	l->stats.decode_ns += wk->work.decode_ns;
-	l->stats.bytes_read += wk->work.bytes_read;
-	l->stats.chunks_decoded += wk->work.chunks;
-	l->stats.fill_ns += wk->fill_ns;
-	l->stats.slot_wait_ns += wk->slot_wait_ns;
-	memset(&wk->work, 0, sizeof(wk->work));
-	wk->fill_ns = 0;
-	wk->slot_wait_ns = 0;
 }
 
 /*

@@ -1,10 +1,11 @@
 /*
- * loader/loader.c: the loader's create (over the source that source.c
- * opens) and destroy: the checks of the configuration, the memory budget,
- * each field's conversion set up (convert.c), and the decoding of every
- * chunk into memory (PP_LOADER_CACHE_MEMORY); the ring and delivery are in
- * ring.c, the worker threads in worker.c, the chunk windows of streaming
- * in window.c.
+ * loader/create.c: the loader's create (over the source that source.c
+ * opens) and destroy: the checks of the configuration, the memory each
+ * part takes, each field's conversion set up (convert.c), and the decoding
+ * of every chunk into memory (PP_LOADER_CACHE_MEMORY); the ring and
+ * delivery are in ring.c, the worker threads in worker.c, the chunk
+ * windows of streaming in window.c, and what they all do to the state
+ * they share (the budget, the first error) in state.c.
  *
  * One mutex guards all shared state; samples are written outside it, into
  * slots and windows that only their filler touches until it publishes them.
@@ -165,18 +166,6 @@ static int check_config(const struct pp_loader_config *cfg, const struct pp_samp
 		if (cfg->decoders[d].decode == NULL || cfg->decoders[d].name == NULL)
 			return pp_error(-EINVAL, "loader: decoder %zu has no name or no decode function",
 					d);
-	return 0;
-}
-
-/* Adds 'bytes' to the loader's memory and checks the budget. */
-int pp_loader_budget_add(struct pp_loader *l, const struct pp_loader_config *cfg, size_t bytes,
-			 const char *what)
-{
-	if (!pp_add_size(l->memory_bytes, bytes, &l->memory_bytes) ||
-	    (cfg->memory_budget != 0 && l->memory_bytes > cfg->memory_budget))
-		return pp_error(-ENOMEM, "loader: memory budget of %zu bytes exceeded: %zu bytes "
-				"needed so far, of which %zu for %s", cfg->memory_budget,
-				l->memory_bytes, bytes, what);
 	return 0;
 }
 
@@ -429,7 +418,10 @@ int pp_loader_create_source(const struct pp_loader_config *cfg, struct pp_loader
 		if ((ret = pp_loader_budget_add(l, cfg, l->plan.cap * 12 + src->nchunks * 8,
 						"the epoch plan")) < 0)
 			goto err_destroy;
-		if ((ret = pp_loader_windows_setup(l, cfg)) < 0)
+		size_t ring_bytes;
+
+		if ((ret = pp_loader_ring_bytes(l, &ring_bytes)) < 0 ||
+		    (ret = pp_loader_windows_setup(l, cfg, ring_bytes)) < 0)
 			goto err_destroy;
 	} else {
 		if ((ret = pp_plan_alloc_memory(&l->plan, &l->params, src->info.count)) < 0)
