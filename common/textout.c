@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/staged.h"
 #include "common/textout.h"
 
 /* 1 or 2 where 'st' is the file that standard output or error writes, else 0. */
@@ -69,9 +70,7 @@ FILE *pp_rows_tmp_open(const char *target, mode_t mode, const char *fmode, char 
 	FILE *f;
 	int fd, err;
 
-	if ((size_t)snprintf(tmp, len, "%s.tmp-XXXXXX", target) >= len)
-		return errno = ENAMETOOLONG, NULL;
-	fd = mkstemp(tmp);
+	fd = pp_staged_create(target, tmp, len);
 	if (fd < 0)
 		return NULL;
 	if (fchmod(fd, mode & 07777) == 0 && (f = fdopen(fd, fmode)) != NULL)

@@ -60,10 +60,12 @@ bool pp_rows_replaceable(const struct stat *st);
 bool pp_rows_tmp_refused(int err);
 
 /*
- * Opens TARGET.tmp-XXXXXX (mkstemp) beside 'target', a file renamed over it
- * once written: of 'mode' (the file it replaces, not mkstemp's 0600), with
- * fopen's 'fmode'.  Its name in tmp[0..len).  NULL with errno set
- * (ENAMETOOLONG where the name does not fit) and nothing left behind.
+ * Opens TARGET.tmp-XXXXXX beside 'target', a file renamed over it once
+ * written (pp_staged_create(): locked while open, and what killed writers
+ * of 'target' left removed first): of 'mode' (the file it replaces, not
+ * mkstemp's 0600), with fopen's 'fmode'.  Its name in tmp[0..len).  NULL
+ * with errno set (ENAMETOOLONG where the name does not fit) and nothing
+ * left behind.
  */
 FILE *pp_rows_tmp_open(const char *target, mode_t mode, const char *fmode, char *tmp, size_t len);
 

@@ -22,6 +22,7 @@
 
 #include "common/fault.h"
 #include "common/common_impl.h"
+#include "common/staged.h"
 #include "datasets/codec.h"
 #include "datasets/shard.h"
 #include "datasets/shard_format.h"
@@ -261,7 +262,7 @@ PP_API int pp_shard_writer_create(const char *path, const struct pp_shard_writer
 			       path, w->nslots, w->records_per_chunk, w->record_bytes);
 		goto err_free;
 	}
-	w->fd = mkstemp(w->tmp_path);
+	w->fd = pp_staged_create(w->target, w->tmp_path, strlen(w->tmp_path) + 1);
 	if (w->fd < 0) {
 		ret = pp_error(-errno, "%s: cannot create: %s", w->tmp_path, strerror(errno));
 		goto err_free;

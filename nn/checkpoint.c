@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "common/common_impl.h"
+#include "common/staged.h"
 #include "nn/nn_impl.h"
 
 #define CKPT_MAGIC "PPNNCKPT"
@@ -152,8 +153,7 @@ PP_API int pp_model_save(struct pp_model *m, const char *path)
 
 	/* A name of its own beside the target, created here (O_EXCL): never a
 	 * file or link planted under a fixed name, nor another run's. */
-	sprintf(tmp, "%s.tmp-XXXXXX", target);
-	fd = mkstemp(tmp);
+	fd = pp_staged_create(target, tmp, strlen(target) + 16);
 	if (fd < 0) {
 		ret = pp_error(-errno, "%s: cannot create: %s", tmp, strerror(errno));
 		goto err_free;

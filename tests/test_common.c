@@ -1,22 +1,26 @@
 /*
  * tests/test_common.c: errors, messages, CRC-32, the little-endian helpers,
- * the programs' size parser, and where a file renamed over a path goes.
+ * the programs' size parser, where a file renamed over a path goes, and
+ * the staged files killed writers leave beside it.
  */
 #include "config.h"
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "common/common_impl.h"
 #include "common/size.h"
+#include "common/staged.h"
 #include "tests/testutil.h"
 
 /*
@@ -237,6 +241,107 @@ START_TEST(test_replace_target)
 }
 END_TEST
 
+/* Makes dir/name holding "x"; returns its path (static). */
+static const char *staged_file(const char *dir, const char *name)
+{
+	static char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	pp_test_write_file(path, "x", 1);
+	return path;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return lstat(path, &st) == 0;
+}
+
+/*
+ * Fails if pp_staged_create() removes beside its target anything but what
+ * dead writers of that target left (TARGET.tmp-XXXXXX, a regular file of
+ * this user's with one link and no lock, not new): a live writer's
+ * (locked), one just made, another target's, a name of another shape, a
+ * link, a file of two names; or if it leaves a dead writer's; or if the
+ * file it makes is not new, empty, named TARGET.tmp-XXXXXX, and locked.
+ */
+START_TEST(test_staged_sweep)
+{
+	char *dir = pp_test_tmpdir();
+	char target[PATH_MAX], tmp[PATH_MAX], other[PATH_MAX];
+	int live, fd, probe;
+	struct stat st;
+
+	snprintf(target, sizeof(target), "%s/runs.csv", dir);
+	pp_test_write_file(target, "old\n", 4);
+	/* Status changes cannot be set back: a dead writer's file is one whose
+	 * status last changed PP_STAGED_STALE_S seconds ago, so the test waits
+	 * that long after making the old ones. */
+	staged_file(dir, "runs.csv.tmp-dead01");
+	staged_file(dir, "runs.csv.tmp-dead02");
+	staged_file(dir, "runs.csv.tmp-live01");
+	staged_file(dir, "other.csv.tmp-dead01");
+	staged_file(dir, "runs.csv.tmp-toolong1");
+	staged_file(dir, "runs.csv.tmp-short");
+	staged_file(dir, "kept-target");
+	snprintf(tmp, sizeof(tmp), "%s/runs.csv.tmp-link01", dir);
+	ck_assert_int_eq(symlink("kept-target", tmp), 0);
+	snprintf(other, sizeof(other), "%s/runs.csv.tmp-twice1", dir);
+	ck_assert_int_eq(link(staged_file(dir, "second-name"), other), 0);
+	snprintf(tmp, sizeof(tmp), "%s/runs.csv.tmp-live01", dir);
+	live = open(tmp, O_RDONLY);
+	ck_assert_int_ge(live, 0);
+	ck_assert_int_eq(flock(live, LOCK_EX | LOCK_NB), 0);
+	sleep(PP_STAGED_STALE_S + 1);
+	staged_file(dir, "runs.csv.tmp-new001");
+
+	fd = pp_staged_create(target, tmp, sizeof(tmp));
+	ck_assert_int_ge(fd, 0);
+	ck_assert(!exists(dir, "runs.csv.tmp-dead01"));
+	ck_assert(!exists(dir, "runs.csv.tmp-dead02"));
+	ck_assert(exists(dir, "runs.csv.tmp-live01"));
+	ck_assert(exists(dir, "runs.csv.tmp-new001"));
+	ck_assert(exists(dir, "other.csv.tmp-dead01"));
+	ck_assert(exists(dir, "runs.csv.tmp-toolong1"));
+	ck_assert(exists(dir, "runs.csv.tmp-short"));
+	ck_assert(exists(dir, "runs.csv.tmp-link01"));
+	ck_assert(exists(dir, "kept-target"));
+	ck_assert(exists(dir, "runs.csv.tmp-twice1"));
+	ck_assert(exists(dir, "runs.csv"));
+	/* the new one: its own name, empty, locked while open */
+	ck_assert_int_eq(strncmp(tmp, target, strlen(target)), 0);
+	ck_assert_int_eq(strncmp(tmp + strlen(target), ".tmp-", 5), 0);
+	ck_assert_uint_eq(strlen(tmp + strlen(target) + 5), 6);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert(S_ISREG(st.st_mode) && st.st_size == 0);
+	probe = open(tmp, O_RDONLY);
+	ck_assert_int_ge(probe, 0);
+	ck_assert_int_eq(flock(probe, LOCK_EX | LOCK_NB), -1);
+	ck_assert_int_eq(errno, EWOULDBLOCK);
+	close(probe);
+	/* its writer gone, and the time past, the next one removes it */
+	close(fd);
+	close(live);
+	sleep(PP_STAGED_STALE_S + 1);
+	snprintf(other, sizeof(other), "%s", tmp);
+	fd = pp_staged_create(target, tmp, sizeof(tmp));
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_ne(access(other, F_OK), 0);
+	ck_assert(!exists(dir, "runs.csv.tmp-live01"));
+	ck_assert(!exists(dir, "runs.csv.tmp-new001"));
+	close(fd);
+	unlink(tmp);
+	/* a name that does not fit */
+	ck_assert_int_eq(pp_staged_create(target, tmp, strlen(target) + 5), -1);
+	ck_assert_int_eq(errno, ENAMETOOLONG);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 Suite *pp_test_suite(void)
 {
 	Suite *s = suite_create("common");
@@ -249,6 +354,9 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_bytes_and_sizes);
 	tcase_add_test(tc, test_parse_size);
 	tcase_add_test(tc, test_replace_target);
+	tcase_add_test(tc, test_staged_sweep);
+	/* test_staged_sweep waits twice for its files to age */
+	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return s;
 }

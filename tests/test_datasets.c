@@ -18,6 +18,7 @@
 
 #include "common/fault.h"
 #include "common/common_impl.h"
+#include "common/staged.h"
 #include "datasets/codec.h"
 #include "datasets/shard.h"
 #include "datasets/shard_format.h"
@@ -846,8 +847,10 @@ START_TEST(test_shard_find)
 END_TEST
 
 /* Fails if the writer accepts bad labels or configurations, if an
- * abandoned or failed write leaves any file behind, if a FIFO at the path
- * is not refused, or if a link there is replaced rather than its file. */
+ * abandoned or failed write leaves any file behind, or does not remove
+ * what a killed writer of its path left (PATH.tmp-XXXXXX, stale, no lock),
+ * if a FIFO at the path is not refused, or if a link there is replaced
+ * rather than its file. */
 START_TEST(test_writer_errors)
 {
 	char *dir = pp_test_tmpdir(), *p = path_in(dir, "w.pps"), *nodir = path_in(dir, "no/w.pps");
@@ -862,8 +865,13 @@ START_TEST(test_writer_errors)
 	int32_t bad[3] = {0, 3, 1}, good[3] = {0, 2, 1};
 	char expect[512];
 	struct stat st;
+	char *dead = path_in(dir, "w.pps.tmp-Dead01");
 
+	pp_test_write_file(dead, "a killed writer's", 17);
+	sleep(PP_STAGED_STALE_S + 1);
 	ck_assert_int_eq(pp_shard_writer_create(p, &cfg, &w), 0);
+	ck_assert_int_ne(access(dead, F_OK), 0);
+	free(dead);
 	ck_assert_int_eq(pp_shard_writer_add(w, s, bad, 3), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(pp_last_error(), "label 3 of record 1"));
 	ck_assert_int_eq(pp_shard_writer_add(w, s, NULL, 3), -EINVAL);

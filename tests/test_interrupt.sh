@@ -23,6 +23,9 @@
 #     so; the rows end with that epoch's, "ok", and the checkpoint there.
 #     In a grid whose first run ends there, its row waits for the line
 #     that says which runs were not started.
+#  5. SIGKILL before the first epoch row, over an earlier file of rows: the
+#     earlier rows kept; the file the killed run staged beside them removed
+#     by the next run of that file (pp_staged_create()).
 # Each check fails the script with what went wrong; exit 77 only when the
 # tool was not built.  The random moments come from a seed printed first.
 set -u
@@ -304,6 +307,42 @@ held_at_epoch_end("one run", ["--epochs=1000", "--checkpoint=" + ckpt], steps_re
 held_at_epoch_end("a grid", ["--epochs=1", "--batch-size=100,50"],
                   r"interrupted after run 1: runs 2 to 2 not started", None,
                   lambda row, said: (row["run"], row["epoch"], row["status"]) == (1, 1, "ok"))
+
+# 5. SIGKILL before the first epoch row, over an earlier file of rows: the
+# earlier file kept, and the staged file that the killed run left (it can
+# say nothing) removed by the next run of that file once it is stale.
+table, err = tmp + "/k.csv", tmp + "/k.err"
+if subprocess.call([train] + sim + ["--epochs=1", "-q", "--csv=" + table],
+                   stdout=subprocess.DEVNULL) != 0:
+    fail("the run that writes the earlier rows failed")
+before = open(table, "rb").read()
+r, w = os.pipe()
+fill("/proc/self/fd/%d" % w)           # held at its first line, rows staged
+with open(err, "w") as e:
+    proc = subprocess.Popen([train] + sim + ["--epochs=1", "--csv=" + table], stdout=w, stderr=e)
+os.close(w)
+staged = []
+for i in range(3000):
+    staged = [f for f in os.listdir(tmp) if f.startswith("k.csv.tmp-")]
+    if staged or proc.poll() is not None:
+        break
+    time.sleep(0.01)
+proc.kill()
+proc.wait()
+os.close(r)
+if not staged:
+    fail("SIGKILL: the run staged no file of rows to leave behind:", err)
+elif open(table, "rb").read() != before:
+    fail("SIGKILL before the first row: the earlier rows were not kept")
+time.sleep(3)                          # PP_STAGED_STALE_S (common/staged.h) and a second
+if subprocess.call([train] + sim + ["--epochs=1", "-q", "--csv=" + table],
+                   stdout=subprocess.DEVNULL) != 0:
+    fail("the run after the SIGKILL failed")
+left = [f for f in os.listdir(tmp) if f.startswith("k.csv.tmp-")]
+if left:
+    fail("SIGKILL: the killed run's staged rows %s were left by the next run" % left)
+if len(rows(table)) != 1 or rows(table)[0]["status"] != "ok":
+    fail("the run after the SIGKILL: rows %s" % rows(table))
 
 sys.exit(1 if failed else 0)
 EOPY

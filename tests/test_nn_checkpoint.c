@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/common_impl.h"
+#include "common/staged.h"
 #include "nn/nn_impl.h"
 #include "tests/nn_testutil.h"
 #include "tests/testutil.h"
@@ -149,8 +150,10 @@ END_TEST
 /*
  * Fails if a save follows a link planted at the old fixed temporary name
  * "PATH.tmp" (the file it points to must stay as it was), leaves a
- * temporary file behind, or writes a checkpoint that does not load; and if
- * two models saving to the same path in turn collide.
+ * temporary file behind, or writes a checkpoint that does not load; if
+ * two models saving to the same path in turn collide; or if a save does
+ * not remove what a killed save left (PATH.tmp-XXXXXX, unlocked, stale),
+ * or removes a link of that name.
  */
 START_TEST(test_checkpoint_planted_link)
 {
@@ -168,6 +171,11 @@ START_TEST(test_checkpoint_planted_link)
 	snprintf(victim, sizeof(victim), "%s/victim", dir);
 	pp_test_write_file(victim, "precious", 8);
 	ck_assert_int_eq(symlink(victim, link), 0);
+	snprintf(link, sizeof(link), "%s/c.ckpt.tmp-Link01", dir);
+	ck_assert_int_eq(symlink(victim, link), 0);
+	snprintf(link, sizeof(link), "%s/c.ckpt.tmp-Dead01", dir);
+	pp_test_write_file(link, "a killed save's", 15);
+	sleep(PP_STAGED_STALE_S + 1);
 	pp_model_config_init(&cfg);
 	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m), 0);
 	ck_assert_int_eq(pp_model_create("mlp", NULL, &cfg, &m2), 0);
@@ -181,13 +189,14 @@ START_TEST(test_checkpoint_planted_link)
 	free(buf);
 	ck_assert_int_eq(pp_model_load(path, NULL, &cfg, &a), 0);
 	ck_assert_uint_eq(pp_model_steps(a), 1);
-	/* c.ckpt, the link and its victim: no temporary file left. */
+	/* c.ckpt, the two links and their victim: no temporary file left, the killed one's neither. */
+	ck_assert_int_ne(access(link, F_OK), 0);
 	d = opendir(dir);
 	ck_assert_ptr_nonnull(d);
 	while ((e = readdir(d)) != NULL)
 		files += e->d_name[0] != '.';
 	closedir(d);
-	ck_assert_uint_eq(files, 3);
+	ck_assert_uint_eq(files, 4);
 	pp_model_destroy(a);
 	pp_model_destroy(m2);
 	pp_model_destroy(m);

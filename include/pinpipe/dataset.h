@@ -312,7 +312,9 @@ struct pp_shard_writer_config {
  * beside it (path.tmp-XXXXXX), renamed to 'path' by pp_shard_writer_finish(),
  * so a failed or abandoned write never leaves a half-written shard; a
  * symbolic link at 'path' is followed (the file it names is replaced, and
- * the temporary file is beside that file).
+ * the temporary file is beside that file).  The temporary file is locked
+ * (flock) while written; one a killed writer left (no lock, its status 2
+ * seconds old or more, this user's) is removed by the next writer of 'path'.
  * Returns 0 and the writer in *w_p, or -EINVAL (bad shape, labels, level,
  * a chunk over 4 GiB, or a path that names a device, a FIFO or a directory,
  * which the rename would replace), -ENOMEM, or the -errno of creating the

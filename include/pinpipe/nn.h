@@ -430,8 +430,10 @@ PP_API uint64_t pp_model_tag(const struct pp_model *model);
  * half written.  A symbolic link at 'path' is followed (the file it names
  * is replaced, the link stays, and the temporary file is beside that file); a path that names anything but a regular
  * file or nothing (a device such as /dev/null, a FIFO, a directory) is
- * refused with -EINVAL, since the rename would replace it.  Returns 0 or
- * -errno with the path in the message.
+ * refused with -EINVAL, since the rename would replace it.  The temporary
+ * file is locked (flock) while written; one a killed save left (no lock,
+ * its status 2 seconds old or more, this user's) is removed by the next
+ * save to the same file.  Returns 0 or -errno with the path in the message.
  */
 PP_API int pp_model_save(struct pp_model *model, const char *path);
 
