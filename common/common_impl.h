@@ -196,7 +196,11 @@ void pp_xfsz_release(struct pp_xfsz *h);
 struct pp_fault_plan;
 int pp_write_full(int fd, const void *buf, size_t len, int64_t off, struct pp_fault_plan *faults,
 		  size_t *done_p);
-/* What to add to a failed write's reason: RLIMIT_FSIZE named for -EFBIG, else "". */
+/*
+ * What to add to a failed write's reason: for -EFBIG, RLIMIT_FSIZE named
+ * where the process has one, else the file system's largest file; "" for
+ * any other error.
+ */
 const char *pp_write_hint(int err);
 
 /* Monotonic time in nanoseconds. */

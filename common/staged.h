@@ -23,9 +23,11 @@
  * files of that name, not links, this user's, with one link, whose status
  * last changed PP_STAGED_STALE_S seconds ago or more (a writer locks its
  * file a moment after making it), and whose lock is free.  Where the file
- * system takes no lock, nothing is removed.  Returns the descriptor
- * (O_RDWR), or -1 with errno set (ENAMETOOLONG where the name does not
- * fit in tmp).
+ * system takes no lock, nothing is removed.  A writer keeps the file open,
+ * so locked, until it is renamed into place.  The writers of one target
+ * must see each other's locks: on NFS mounted with nolock or local_lock,
+ * writers on two hosts do not.  Returns the descriptor (O_RDWR), or -1
+ * with errno set (ENAMETOOLONG where the name does not fit in tmp).
  */
 int pp_staged_create(const char *target, char *tmp, size_t len);
 

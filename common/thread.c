@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,6 +121,11 @@ int pp_write_full(int fd, const void *buf, size_t len, int64_t off, struct pp_fa
 			ret = -errno;
 			break;
 		}
+		/* nothing taken, no reason given (a FUSE file system may): not forever */
+		if (n == 0) {
+			ret = -EIO;
+			break;
+		}
 		done += (size_t)n;
 	}
 	pp_xfsz_release(&xfsz);
@@ -130,5 +136,11 @@ int pp_write_full(int fd, const void *buf, size_t len, int64_t off, struct pp_fa
 
 const char *pp_write_hint(int err)
 {
-	return err == -EFBIG ? " (the process's file size limit, RLIMIT_FSIZE: ulimit -f)" : "";
+	struct rlimit rl;
+
+	if (err != -EFBIG)
+		return "";
+	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY)
+		return " (the largest file this file system takes)";
+	return " (the process's file size limit, RLIMIT_FSIZE: ulimit -f)";
 }

@@ -669,18 +669,16 @@ PP_API int pp_shard_writer_finish(struct pp_shard_writer *w)
 		ret = pp_error(-errno, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
 		goto err_mark_failed;
 	}
-	if (close(w->fd) != 0) {
-		w->fd = -1;
-		ret = pp_error(-errno, "%s: close failed: %s", w->tmp_path, strerror(errno));
-		goto err_mark_failed;
-	}
-	w->fd = -1;
+	/* renamed before its close: until then its lock says a writer lives (pp_staged_create()) */
 	if (rename(w->tmp_path, w->target) != 0) {
 		ret = pp_error(-errno, "%s: cannot rename %s into place: %s", w->path, w->tmp_path,
 			       strerror(errno));
 		goto err_mark_failed;
 	}
 	w->finished = true;
+	/* what it wrote is on disk (fsync), and in place */
+	close(w->fd);
+	w->fd = -1;
 	return 0;
 
 err_mark_failed:

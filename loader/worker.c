@@ -2,8 +2,8 @@
  * loader/worker.c: the worker threads of the loader: claiming batch numbers
  * in order, waiting for the slot each batch goes to, filling it (from an
  * array, a gather source or the chunk windows of streaming) and publishing
- * it; the first error of a worker, which ends the epoch for every thread;
- * the workers' per-thread state, and their start and stop.
+ * it, a worker's first error recorded (state.c), which ends the epoch for
+ * every thread; the workers' per-thread state, and their start and stop.
  */
 #include "config.h"
 

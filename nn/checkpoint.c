@@ -165,10 +165,11 @@ PP_API int pp_model_save(struct pp_model *m, const char *path)
 		ret = pp_error(ret, "%s: write: %s%s", tmp, pp_strerror(ret), pp_write_hint(ret));
 	if (!ret && fsync(fd))
 		ret = pp_error(-errno, "%s: fsync: %s", tmp, strerror(errno));
-	if (close(fd) && !ret)
-		ret = pp_error(-errno, "%s: close: %s", tmp, strerror(errno));
+	/* renamed before its close: until then its lock says a writer lives (pp_staged_create()) */
 	if (!ret && rename(tmp, target))
 		ret = pp_error(-errno, "%s: cannot rename to %s: %s", tmp, target, strerror(errno));
+	/* what it wrote is on disk (fsync): a close can lose nothing now */
+	close(fd);
 	if (ret)
 		unlink(tmp);
 	else

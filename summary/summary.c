@@ -60,6 +60,12 @@ static int write_out(struct pp_summary_writer *w)
 
 	memmove(w->buf, w->buf + done, w->len - done);
 	w->len -= done;
+	/* one large image's room given back once it has gone */
+	if (w->len == 0 && w->cap > 4 * (size_t)PP_SUMMARY_BUFFER) {
+		free(w->buf);
+		w->buf = NULL;
+		w->cap = 0;
+	}
 	if (ret < 0)
 		ret = pp_error(ret, "%s: cannot write event records: %s%s", w->path,
 			       pp_strerror(ret), pp_write_hint(ret));

@@ -14,11 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "common/common_impl.h"
+#include "common/fault.h"
 #include "common/size.h"
 #include "common/staged.h"
 #include "tests/testutil.h"
@@ -241,6 +243,59 @@ START_TEST(test_replace_target)
 }
 END_TEST
 
+/*
+ * Fails if a failed write's hint does not name RLIMIT_FSIZE for EFBIG
+ * where the process has that limit, and the file system where it has
+ * none, or if it adds anything to another error; or if pp_write_full()
+ * does not write a buffer whole through short writes, at an offset and at
+ * the file's position.
+ */
+START_TEST(test_write_full)
+{
+	char *dir = pp_test_tmpdir(), path[PATH_MAX], buf[10000], *back;
+	struct pp_fault_plan faults;
+	struct rlimit rl, set;
+	size_t done, len;
+	int fd;
+
+	ck_assert_str_eq(pp_write_hint(-ENOSPC), "");
+	ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &rl), 0);
+	set = rl;
+	set.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 40 : rl.rlim_max / 2;
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &set), 0);
+	ck_assert_ptr_nonnull(strstr(pp_write_hint(-EFBIG), "RLIMIT_FSIZE: ulimit -f"));
+	if (rl.rlim_max == RLIM_INFINITY) {
+		set.rlim_cur = RLIM_INFINITY;
+		ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &set), 0);
+		ck_assert_str_eq(pp_write_hint(-EFBIG), " (the largest file this file system takes)");
+	}
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (char)(i * 7);
+	snprintf(path, sizeof(path), "%s/w", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	/* every call moves half of what is left: a loop of short writes */
+	ck_assert_int_eq(pp_fault_init(&faults), 0);
+	pp_fault_arm(&faults, PP_FAULT_WRITE, PP_FAULT_SHORT, 0, 0);
+	ck_assert_int_eq(pp_write_full(fd, buf, 6000, -1, &faults, &done), 0);
+	ck_assert_uint_eq(done, 6000);
+	ck_assert_int_eq(pp_write_full(fd, buf + 6000, 4000, 6000, &faults, &done), 0);
+	pp_fault_fini(&faults);
+	/* a failure: the bytes before it counted */
+	ck_assert_int_eq(pp_write_full(-1, buf, 10, -1, NULL, &done), -EBADF);
+	ck_assert_uint_eq(done, 0);
+	close(fd);
+	back = pp_test_read_file(path, &len);
+	ck_assert_uint_eq(len, sizeof(buf));
+	ck_assert_int_eq(memcmp(back, buf, sizeof(buf)), 0);
+	free(back);
+	pp_test_rmtree(dir);
+	free(dir);
+}
+END_TEST
+
 /* Makes dir/name holding "x"; returns its path (static). */
 static const char *staged_file(const char *dir, const char *name)
 {
@@ -354,6 +409,7 @@ Suite *pp_test_suite(void)
 	tcase_add_test(tc, test_bytes_and_sizes);
 	tcase_add_test(tc, test_parse_size);
 	tcase_add_test(tc, test_replace_target);
+	tcase_add_test(tc, test_write_full);
 	tcase_add_test(tc, test_staged_sweep);
 	/* test_staged_sweep waits twice for its files to age */
 	tcase_set_timeout(tc, 30);

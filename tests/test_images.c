@@ -761,7 +761,14 @@ START_TEST(test_folder_non_utf8_order)
 	/* made in reverse, and the files in the first class under the same names */
 	for (size_t i = n; i-- > 0;) {
 		snprintf(path, sizeof(path), "%s/%s", root, want[i]);
-		ck_assert_int_eq(mkdir(path, 0755), 0);
+		if (mkdir(path, 0755) != 0 && errno == EILSEQ) {
+			fprintf(stderr, "test_folder_non_utf8_order: %s takes no name that is not "
+				"UTF-8: not checked\n", dir);
+			pp_test_rmtree(dir);
+			free(dir);
+			return;
+		}
+		ck_assert_msg(access(path, F_OK) == 0, "%s: %s", path, strerror(errno));
 	}
 	for (size_t i = n; i-- > 0;) {
 		snprintf(path, sizeof(path), "%s/%s/x.jpg", root, want[i]);

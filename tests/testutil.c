@@ -67,6 +67,7 @@ void *pp_test_read_file(const char *path, size_t *len_p)
 	ck_assert_ptr_nonnull(buf);
 	ck_assert_uint_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
 	fclose(f);
+	((char *)buf)[len] = '\0'; /* text read with string functions ends there */
 	*len_p = (size_t)len;
 	return buf;
 }

@@ -518,9 +518,10 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 	err = ferror(f) ? EIO : 0;
 	if (tmp[0] != '\0' && err == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
 		err = errno;
-	if (fclose(f) != 0 && err == 0)
-		err = errno;
+	/* renamed before its close: until then its lock says a writer lives */
 	if (tmp[0] != '\0' && err == 0 && rename(tmp, target) != 0)
+		err = errno;
+	if (fclose(f) != 0 && err == 0)
 		err = errno;
 	if (tmp[0] != '\0' && err != 0)
 		unlink(tmp);

@@ -351,9 +351,10 @@ static int rows_replace(const char *option, const char *path, int open_fd, const
 		tr_results_write_row_csv(&res->rows[i], f);
 	if (fflush(f) != 0 || ferror(f) || fsync(fd) != 0)
 		ret = -(errno ? errno : EIO);
-	if (fclose(f) != 0 && ret == 0)
-		ret = -errno;
+	/* renamed before its close: until then its lock says a writer lives */
 	if (ret == 0 && rename(tmp, target) != 0)
+		ret = -errno;
+	if (fclose(f) != 0 && ret == 0)
 		ret = -errno;
 	if (ret < 0) {
 		fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path, strerror(-ret));

@@ -30,7 +30,9 @@
  * folders in the order of their paths and each one's files by name, as
  * torchvision walks them.  Names sort as Python sorts them: by code point,
  * strcmp()'s order for UTF-8, a byte that is no UTF-8 (a Latin-1 name) as
- * U+DC80..U+DCFF, between U+D7FF and U+E000, as os.fsdecode() makes it.
+ * U+DC80..U+DCFF, between U+D7FF and U+E000, as os.fsdecode() makes it
+ * under a UTF-8 locale or C/POSIX (Python 3.7's default); under another,
+ * such as ISO-8859-1, Python's order of those names is strcmp()'s.
  *
  *	struct pp_jpeg_config jc = { .size = 224, .channels = 3, .mode = PP_JPEG_TRAIN };
  *	struct pp_image_folder *f;
