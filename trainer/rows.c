@@ -170,13 +170,45 @@ static FILE *rows_open(const char *option, const char *path, bool resume, bool *
 	return f;
 }
 
+static char *rows_read(const char *option, const char *path, FILE *f, size_t *len_p);
+
 /*
- * Once a row is written to the staged file of rows f (rows_open()):
- * renames it over the file it replaces, its rows on disk first.  With
+ * Writes text[0..len), then the CSV rows of 'res' (where not NULL), over
+ * the file 'target' from its start, in place, and cuts it there: for a
+ * file that a rename cannot replace (of several names, another user's, a
+ * file mounted there).  Nothing is cut before the new text is written.
+ * Returns the open file (its position at its end), or NULL with errno set.
+ */
+static FILE *rows_write_in_place(const char *target, const char *text, size_t len,
+				 const struct tr_results *res)
+{
+	FILE *f = fopen(target, "r+");
+	int err;
+
+	if (f == NULL)
+		return NULL;
+	errno = 0;
+	fwrite(text, 1, len, f);
+	for (size_t i = 0; res != NULL && i < res->n; i++)
+		tr_results_write_row_csv(&res->rows[i], f);
+	if (fflush(f) == 0 && !ferror(f) && ftruncate(fileno(f), ftello(f)) == 0 &&
+	    fsync(fileno(f)) == 0)
+		return f;
+	err = errno ? errno : EIO;
+	fclose(f);
+	errno = err;
+	return NULL;
+}
+
+/*
+ * Once a row is written to the staged file of rows *f_p (rows_open()):
+ * renames it over the file it replaces, its rows on disk first.  Where the
+ * rename is refused (the file is mounted there, EBUSY), its rows are
+ * written over that file in place, and *f_p becomes that file.  With
  * 'drop', where no row came: removes it, the earlier file kept.  0, or
  * -errno said (the file failed).
  */
-static int commit_staged(FILE *f, const char *option, const char *path, char **staged,
+static int commit_staged(FILE **f_p, const char *option, const char *path, char **staged,
 			 char **target, bool *failed, bool drop)
 {
 	int ret = 0;
@@ -185,13 +217,34 @@ static int commit_staged(FILE *f, const char *option, const char *path, char **s
 		return 0;
 	if (drop) {
 		unlink(*staged);
-	} else if (fflush(f) != 0 || fsync(fileno(f)) != 0 || rename(*staged, *target) != 0) {
+	} else if (fflush(*f_p) != 0 || fsync(fileno(*f_p)) != 0) {
 		ret = -errno;
-		fprintf(stderr, "pinpipe-train: %s=%s: cannot rename %s into place: %s\n", option,
-			path, *staged, strerror(-ret));
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot write %s: %s\n", option, path, *staged,
+			strerror(-ret));
 		unlink(*staged);
 		*failed = true;
 		tr_output_failed = true;
+	} else if (rename(*staged, *target) != 0) {
+		const int err = errno;
+		size_t len;
+		char *text = rows_read(option, path, *f_p, &len);
+		FILE *f = text != NULL ? rows_write_in_place(*target, text, len, NULL) : NULL;
+
+		free(text);
+		if (f != NULL) {
+			fprintf(stderr, "pinpipe-train: %s=%s: %s cannot be renamed over it (%s): its "
+				"rows are written in place\n", option, path, *staged, strerror(err));
+			fclose(*f_p);
+			*f_p = f;
+		} else {
+			ret = -err;
+			fprintf(stderr, "pinpipe-train: %s=%s: cannot rename %s into place: %s, nor "
+				"write over it: %s\n", option, path, *staged, strerror(err),
+				strerror(errno));
+			*failed = true;
+			tr_output_failed = true;
+		}
+		unlink(*staged);
 	}
 	free(*staged);
 	free(*target);
@@ -221,10 +274,10 @@ static int put_row(const struct tr_options *opt, struct tr_row_files *rf, const 
 	if (skip_failed)
 		return 0;
 	if (ret == 0)
-		ret = commit_staged(rf->jsonl, "--jsonl", opt->jsonl, &rf->jsonl_staged,
+		ret = commit_staged(&rf->jsonl, "--jsonl", opt->jsonl, &rf->jsonl_staged,
 				    &rf->jsonl_target, &rf->jsonl_failed, false);
 	if (ret == 0)
-		ret = commit_staged(rf->csv, "--csv", opt->csv, &rf->csv_staged, &rf->csv_target,
+		ret = commit_staged(&rf->csv, "--csv", opt->csv, &rf->csv_staged, &rf->csv_target,
 				    &rf->csv_failed, false);
 	return ret;
 }
@@ -305,13 +358,31 @@ static long record_epoch(const char *s, size_t len, bool csv, size_t col)
 	return n ? (long)strtoul(buf, NULL, 10) : -1;
 }
 
+/* rows_write_in_place() for rows_replace(): 0, or -errno with the file named on stderr. */
+static int rows_rewrite_in_place(const char *option, const char *path, const char *target,
+				 const char *text, size_t len, const struct tr_results *res)
+{
+	FILE *f = rows_write_in_place(target, text, len, res);
+
+	if (f == NULL || fclose(f) != 0) {
+		const int err = errno ? errno : EIO;
+
+		fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path,
+			strerror(err));
+		return -err;
+	}
+	return 0;
+}
+
 /*
  * Replaces 'path' with text[0..len) followed by the CSV rows of 'res' (when
  * not NULL), through a temporary file beside it that is renamed over it:
  * a SIGKILL leaves the old file or the new one.  A symbolic link is
  * followed: the file it names is replaced, and it stays a link.  The new
- * file takes the mode of open_fd's.  Returns 0, or -errno with the file
- * named on stderr.
+ * file takes the mode of open_fd's.  A file that a rename must not or
+ * cannot replace (of several names, another user's, mounted there) is
+ * written over in place.  Returns 0, or -errno with the file named on
+ * stderr.
  */
 static int rows_replace(const char *option, const char *path, int open_fd, const char *text,
 			size_t len, const struct tr_results *res)
@@ -335,6 +406,10 @@ static int rows_replace(const char *option, const char *path, int open_fd, const
 			option, path, target);
 		return -EINVAL;
 	}
+	/* Renamed over, a file of several names would lose the others, and
+	 * another user's would become this one's: written in place, as its rows were. */
+	if (stat(target, &st) == 0 && !pp_rows_replaceable(&st))
+		return rows_rewrite_in_place(option, path, target, text, len, res);
 	/* The file's own mode, not mkstemp's 0600. */
 	f = pp_rows_tmp_open(target, fstat(open_fd, &st) == 0 ? st.st_mode : 0600, "w", tmp,
 			     sizeof(tmp));
@@ -352,8 +427,12 @@ static int rows_replace(const char *option, const char *path, int open_fd, const
 	if (fflush(f) != 0 || ferror(f) || fsync(fd) != 0)
 		ret = -(errno ? errno : EIO);
 	/* renamed before its close: until then its lock says a writer lives */
-	if (ret == 0 && rename(tmp, target) != 0)
-		ret = -errno;
+	if (ret == 0 && rename(tmp, target) != 0) {
+		/* refused (a file mounted there, EBUSY): written in place */
+		fclose(f);
+		unlink(tmp);
+		return rows_rewrite_in_place(option, path, target, text, len, res);
+	}
 	if (fclose(f) != 0 && ret == 0)
 		ret = -errno;
 	if (ret < 0) {
@@ -540,9 +619,9 @@ int tr_rows_finish(const struct tr_options *opt, struct tr_row_files *rf,
 
 	/* No run's row came (every run already complete, stopped or failed before
 	 * one): the file there is kept, the staged one removed, and not sorted. */
-	commit_staged(rf->csv, "--csv", opt->csv, &rf->csv_staged, &rf->csv_target, &rf->csv_failed,
+	commit_staged(&rf->csv, "--csv", opt->csv, &rf->csv_staged, &rf->csv_target, &rf->csv_failed,
 		      true);
-	commit_staged(rf->jsonl, "--jsonl", opt->jsonl, &rf->jsonl_staged, &rf->jsonl_target,
+	commit_staged(&rf->jsonl, "--jsonl", opt->jsonl, &rf->jsonl_staged, &rf->jsonl_target,
 		      &rf->jsonl_failed, true);
 	if (rf->csv != NULL && res != NULL && res->n > 0 && !kept && !tr_output_failed &&
 	    !rf->csv_shared && fstat(fileno(rf->csv), &st) == 0 && S_ISREG(st.st_mode)) {
