@@ -4,7 +4,8 @@
 # not exit 0, if a --csv or --jsonl that cannot be written is not refused
 # before anything is measured, if a benchmark failing half-way does not
 # keep the rows it made, if a standard output that cannot be written is not
-# a failure, if --csv and --jsonl on one file are not refused,
+# a failure, if rows at a mounted file are not written over it in place,
+# if --csv and --jsonl on one file are not refused,
 # if rows given standard output's own file do not follow its table there,
 # or if a short overlap run on sim does not write CSV and JSON
 # lines with the expected columns and header, one pinned and one pageable
@@ -95,6 +96,24 @@ grep -q "^pinpipe-bench: device memory: .*out of device memory" "$tmp/err" ||
 [ "$(grep -c ',4096,' "$tmp/half.csv")" -eq 4 ] && [ "$(wc -l < "$tmp/half.csv")" -eq 5 ] &&
 	[ "$(wc -l < "$tmp/half.json")" -eq 4 ] ||
 	fail "a benchmark failing half-way: the rows it made not kept: $(cat "$tmp/half.csv" "$tmp/half.json")"
+# A file mounted at --csv and --jsonl (a container's volume of one file):
+# no rename can replace it (EBUSY), so the rows are written over it in
+# place, said; they were lost with exit 1.  Needs a mount namespace of one's own.
+if command -v unshare >/dev/null && unshare -rm true 2>/dev/null; then
+	mkdir "$tmp/mnt"
+	for f in at.csv at.json vol.csv vol.json; do echo "rows of before" > "$tmp/mnt/$f"; done
+	unshare -rm sh -c 'mount --bind "$1/vol.csv" "$1/at.csv" && mount --bind "$1/vol.json" "$1/at.json" &&
+		shift && exec "$@"' sh "$tmp/mnt" "$bench" bandwidth --device=sim --sizes=4K --total=64K \
+		--csv="$tmp/mnt/at.csv" --jsonl="$tmp/mnt/at.json" > "$tmp/out" 2> "$tmp/err" ||
+		fail "rows at a mounted file: exit $?: $(cat "$tmp/err")"
+	[ "$(grep -c 'cannot be renamed over it (Device or resource busy): its rows are written in place' \
+		"$tmp/err")" -eq 2 ] && [ "$(grep -c ',4096,' "$tmp/mnt/vol.csv")" -eq 4 ] &&
+		[ "$(wc -l < "$tmp/mnt/vol.csv")" -eq 5 ] && [ "$(wc -l < "$tmp/mnt/vol.json")" -eq 4 ] &&
+		[ "$(ls "$tmp/mnt" | tr '\n' ' ')" = "at.csv at.json vol.csv vol.json " ] ||
+		fail "rows at a mounted file: $(cat "$tmp/err" "$tmp/mnt/vol.csv"; ls "$tmp/mnt")"
+else
+	echo "test_pinpipe_bench: no mount namespace of our own (unshare -rm): rows at a mounted file not checked"
+fi
 # A standard output that does not take the table: said, exit 1 (it was 0).
 "$bench" bandwidth --device=sim --sizes=4K --total=64K > /dev/full 2> "$tmp/err"
 rc=$?

@@ -437,6 +437,40 @@ static int table_open(const char *opt, const char *path, FILE **f, bool *shared)
 	return 0;
 }
 
+/* The rows of t into f: JSON lines, or CSV with its header. */
+static void table_put(const struct table *t, FILE *f, bool json)
+{
+	if (json) {
+		for (int r = 0; r < t->nrows; r++) {
+			fputs("{", f);
+			for (int c = 0; c < t->ncols; c++) {
+				const char *v = t->cells[r][c];
+				bool dash = strcmp(v, "-") == 0;
+
+				fputs(c ? ", " : "", f);
+				pp_json_string(f, t->cols[c]);
+				fputs(": ", f);
+				if (t->numeric[c] && !dash)
+					fputs(v, f);
+				else
+					pp_json_string(f, dash ? "" : v);
+			}
+			fputs("}\n", f);
+		}
+	} else {
+		for (int c = 0; c < t->ncols; c++) {
+			fputs(c ? "," : "", f);
+			pp_csv_cell(f, t->cols[c]);
+		}
+		fputc('\n', f);
+		for (int r = 0; r < t->nrows; r++)
+			for (int c = 0; c < t->ncols; c++) {
+				pp_csv_cell(f, t->cells[r][c]);
+				fputc(c + 1 < t->ncols ? ',' : '\n', f);
+			}
+	}
+}
+
 /*
  * Writes the rows so far into f (NULL: nothing) in place of what it held,
  * or after what standard output wrote there (shared), and closes it.
@@ -486,41 +520,34 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 		fclose(f);
 		return 1;
 	}
-	if (json) {
-		for (int r = 0; r < t->nrows; r++) {
-			fputs("{", f);
-			for (int c = 0; c < t->ncols; c++) {
-				const char *v = t->cells[r][c];
-				bool dash = strcmp(v, "-") == 0;
-
-				fputs(c ? ", " : "", f);
-				pp_json_string(f, t->cols[c]);
-				fputs(": ", f);
-				if (t->numeric[c] && !dash)
-					fputs(v, f);
-				else
-					pp_json_string(f, dash ? "" : v);
-			}
-			fputs("}\n", f);
-		}
-	} else {
-		for (int c = 0; c < t->ncols; c++) {
-			fputs(c ? "," : "", f);
-			pp_csv_cell(f, t->cols[c]);
-		}
-		fputc('\n', f);
-		for (int r = 0; r < t->nrows; r++)
-			for (int c = 0; c < t->ncols; c++) {
-				pp_csv_cell(f, t->cells[r][c]);
-				fputc(c + 1 < t->ncols ? ',' : '\n', f);
-			}
-	}
+	table_put(t, f, json);
 	err = ferror(f) ? EIO : 0;
 	if (tmp[0] != '\0' && err == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
 		err = errno;
 	/* renamed before its close: until then its lock says a writer lives */
-	if (tmp[0] != '\0' && err == 0 && rename(tmp, target) != 0)
-		err = errno;
+	if (tmp[0] != '\0' && err == 0 && rename(tmp, target) != 0) {
+		/* refused (a file mounted there, EBUSY): the rows written over it in place */
+		FILE *g = fopen(target, "r+");
+		const int why = errno;
+
+		err = why;
+		if (g != NULL) {
+			table_put(t, g, json);
+			if (fflush(g) == 0 && !ferror(g) && ftruncate(fileno(g), ftello(g)) == 0 &&
+			    fsync(fileno(g)) == 0) {
+				fprintf(stderr, "pinpipe-bench: %s: %s cannot be renamed over it (%s): "
+					"its rows are written in place\n", path, tmp, strerror(why));
+				err = 0;
+			}
+			if (fclose(g) != 0 && err == 0)
+				err = errno;
+		}
+		if (err == 0) {
+			fclose(f);
+			unlink(tmp);
+			return 0;
+		}
+	}
 	if (fclose(f) != 0 && err == 0)
 		err = errno;
 	if (tmp[0] != '\0' && err != 0)
