@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -80,6 +82,53 @@ FILE *pp_rows_tmp_open(const char *target, mode_t mode, const char *fmode, char 
 	unlink(tmp);
 	errno = err;
 	return NULL;
+}
+
+int pp_rows_write_over(const char *target, const void *buf, size_t len, bool *touched_p)
+{
+	const char *p = buf;
+	size_t done = 0;
+	int fd, err;
+
+	*touched_p = false;
+	fd = open(target, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	/* A file system that allocates no room ahead (EOPNOTSUPP, EINVAL) is written anyway. */
+	err = len > 0 ? posix_fallocate(fd, 0, (off_t)len) : 0;
+	if (err != 0 && err != EOPNOTSUPP && err != EINVAL)
+		goto fail;
+	err = 0;
+	while (done < len) {
+		ssize_t n = write(fd, p + done, len - done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			err = n < 0 ? errno : EIO;
+			break;
+		}
+		*touched_p = true;
+		done += (size_t)n;
+	}
+	if (err == 0 && (ftruncate(fd, (off_t)len) != 0 || fsync(fd) != 0))
+		err = errno;
+	if (err == 0)
+		return fd;
+fail:
+	close(fd);
+	errno = err;
+	return -1;
+}
+
+int pp_rows_keep(const char *tmp, char *kept, size_t klen)
+{
+	const char *mark = strrchr(tmp, '.');
+
+	if (mark == NULL || strncmp(mark, ".tmp-", 5) != 0 ||
+	    (size_t)snprintf(kept, klen, "%.*s.kept-%s", (int)(mark - tmp), tmp, mark + 5) >= klen)
+		return errno = EINVAL, -1;
+	return rename(tmp, kept);
 }
 
 void pp_csv_cell(FILE *out, const char *s)

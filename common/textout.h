@@ -69,4 +69,22 @@ bool pp_rows_tmp_refused(int err);
  */
 FILE *pp_rows_tmp_open(const char *target, mode_t mode, const char *fmode, char *tmp, size_t len);
 
+/*
+ * Writes buf[0..len) over the file 'target' in place, from its start, and
+ * cuts it there: for a file of rows that a rename cannot replace (a file
+ * mounted there) or must not (of several names, another user's).  The
+ * room is taken first (posix_fallocate), so that a full disk leaves the
+ * file as it was; synced.  Returns the descriptor (O_RDWR, at its end), or
+ * -1 with errno set and *touched_p whether the file was written at all
+ * (then it may hold part of buf, part of what it held).
+ */
+int pp_rows_write_over(const char *target, const void *buf, size_t len, bool *touched_p);
+
+/*
+ * Renames the staged file 'tmp' (TARGET.tmp-XXXXXX) to TARGET.kept-XXXXXX,
+ * out of the sweep's reach (pp_staged_create()), for rows that could go
+ * nowhere else; its new name in kept[0..klen).  0, or -1 with errno set.
+ */
+int pp_rows_keep(const char *tmp, char *kept, size_t klen);
+
 #endif

@@ -98,9 +98,13 @@ grep -q "^pinpipe-bench: device memory: .*out of device memory" "$tmp/err" ||
 	fail "a benchmark failing half-way: the rows it made not kept: $(cat "$tmp/half.csv" "$tmp/half.json")"
 # A file mounted at --csv and --jsonl (a container's volume of one file):
 # no rename can replace it (EBUSY), so the rows are written over it in
-# place, said; they were lost with exit 1.  Needs a mount namespace of one's own.
-if command -v unshare >/dev/null && unshare -rm true 2>/dev/null; then
-	mkdir "$tmp/mnt"
+# place, said; they were lost with exit 1.  Where the volume is full, the
+# file is left as it was and the rows are kept beside it, named (an
+# in-place write cut the earlier rows).  Needs a mount namespace of one's
+# own where files and a tmpfs may be mounted.
+mkdir "$tmp/mnt"
+if command -v unshare >/dev/null &&
+	unshare -rm sh -c 'mount --bind "$1" "$1" && mount -t tmpfs -o size=64k t "$1"' sh "$tmp/mnt" 2>/dev/null; then
 	for f in at.csv at.json vol.csv vol.json; do echo "rows of before" > "$tmp/mnt/$f"; done
 	unshare -rm sh -c 'mount --bind "$1/vol.csv" "$1/at.csv" && mount --bind "$1/vol.json" "$1/at.json" &&
 		shift && exec "$@"' sh "$tmp/mnt" "$bench" bandwidth --device=sim --sizes=4K --total=64K \
@@ -111,6 +115,22 @@ if command -v unshare >/dev/null && unshare -rm true 2>/dev/null; then
 		[ "$(wc -l < "$tmp/mnt/vol.csv")" -eq 5 ] && [ "$(wc -l < "$tmp/mnt/vol.json")" -eq 4 ] &&
 		[ "$(ls "$tmp/mnt" | tr '\n' ' ')" = "at.csv at.json vol.csv vol.json " ] ||
 		fail "rows at a mounted file: $(cat "$tmp/err" "$tmp/mnt/vol.csv"; ls "$tmp/mnt")"
+	# The volume full: 4 KiB left, where 11 KB of rows need 8 more (pages of 4 KiB).
+	if [ "$(getconf PAGESIZE)" != 4096 ]; then
+		echo "test_pinpipe_bench: pages of $(getconf PAGESIZE) bytes: rows at a full mounted file not checked"
+	else
+		mkdir "$tmp/mnt/small"
+		unshare -rm sh -c 'mount -t tmpfs -o size=64k t "$1/small" && echo "rows of before" > "$1/small/vol.json" &&
+			{ dd if=/dev/zero of="$1/small/fill" bs=4k 2>/dev/null; truncate -s -4K "$1/small/fill"; } &&
+			mount --bind "$1/small/vol.json" "$1/at.json" && shift && exec "$@"; exit 99' sh "$tmp/mnt" \
+			"$bench" bandwidth --device=sim --sizes=4K,8K,12K,16K,20K,24K,28K,32K,36K,40K,44K,48K,52K,56K,60K,64K \
+			--total=64K --jsonl="$tmp/mnt/at.json" > "$tmp/out" 2> "$tmp/err"
+		rc=$?
+		kept=$(ls "$tmp/mnt" | grep '^at\.json\.kept-')
+		[ $rc -eq 1 ] && grep -q "at.json: write failed: .* cannot be renamed over it (Device or resource busy), nor its rows written over it: No space left on device; they are in $tmp/mnt/at.json.kept-" "$tmp/err" &&
+			[ -n "$kept" ] && [ "$(wc -l < "$tmp/mnt/$kept")" -eq 64 ] && ! ls "$tmp/mnt" | grep -q '\.tmp-' ||
+			fail "rows at a full mounted file: exit $rc: $(cat "$tmp/err"; ls "$tmp/mnt")"
+	fi
 else
 	echo "test_pinpipe_bench: no mount namespace of our own (unshare -rm): rows at a mounted file not checked"
 fi

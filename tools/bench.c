@@ -472,6 +472,48 @@ static void table_put(const struct table *t, FILE *f, bool json)
 }
 
 /*
+ * Where the staged file of rows f ('tmp', written whole) cannot be renamed
+ * over 'target' ('why': a file mounted there, EBUSY): the rows written
+ * over it in place (pp_rows_write_over(): a full disk leaves it as it
+ * was), the staged file removed; or, where they cannot be, the staged file
+ * kept out of the sweep's reach, and named.  Closes f; returns 0 or 1.
+ */
+static int table_write_over(const struct table *t, FILE *f, const char *path, bool json,
+			    const char *tmp, const char *target, int why)
+{
+	char *buf = NULL, kept[PATH_MAX + 16];
+	size_t n = 0;
+	bool touched = false;
+	FILE *mem = open_memstream(&buf, &n);
+	int fd = -1, err = 0;
+
+	if (mem == NULL) {
+		err = errno;
+	} else {
+		table_put(t, mem, json);
+		if (fclose(mem) != 0 || (fd = pp_rows_write_over(target, buf, n, &touched)) < 0 ||
+		    close(fd) != 0)
+			err = errno ? errno : EIO;
+	}
+	free(buf);
+	if (err == 0) {
+		/* unlinked before its close: locked until then (pp_staged_create()) */
+		unlink(tmp);
+		fclose(f);
+		fprintf(stderr, "pinpipe-bench: %s: %s cannot be renamed over it (%s): its rows "
+			"are written in place\n", path, tmp, strerror(why));
+		return 0;
+	}
+	if (pp_rows_keep(tmp, kept, sizeof(kept)) != 0)
+		snprintf(kept, sizeof(kept), "%s", tmp);
+	fclose(f);
+	fprintf(stderr, "pinpipe-bench: %s: write failed: %s cannot be renamed over it (%s), nor "
+		"its rows written over it: %s%s; they are in %s\n", path, tmp, strerror(why),
+		strerror(err), touched ? " (it may hold part of them)" : "", kept);
+	return 1;
+}
+
+/*
  * Writes the rows so far into f (NULL: nothing) in place of what it held,
  * or after what standard output wrote there (shared), and closes it.
  */
@@ -525,29 +567,8 @@ static int table_write(const struct table *t, FILE *f, bool shared, const char *
 	if (tmp[0] != '\0' && err == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
 		err = errno;
 	/* renamed before its close: until then its lock says a writer lives */
-	if (tmp[0] != '\0' && err == 0 && rename(tmp, target) != 0) {
-		/* refused (a file mounted there, EBUSY): the rows written over it in place */
-		FILE *g = fopen(target, "r+");
-		const int why = errno;
-
-		err = why;
-		if (g != NULL) {
-			table_put(t, g, json);
-			if (fflush(g) == 0 && !ferror(g) && ftruncate(fileno(g), ftello(g)) == 0 &&
-			    fsync(fileno(g)) == 0) {
-				fprintf(stderr, "pinpipe-bench: %s: %s cannot be renamed over it (%s): "
-					"its rows are written in place\n", path, tmp, strerror(why));
-				err = 0;
-			}
-			if (fclose(g) != 0 && err == 0)
-				err = errno;
-		}
-		if (err == 0) {
-			fclose(f);
-			unlink(tmp);
-			return 0;
-		}
-	}
+	if (tmp[0] != '\0' && err == 0 && rename(tmp, target) != 0)
+		return table_write_over(t, f, path, json, tmp, target, errno);
 	if (fclose(f) != 0 && err == 0)
 		err = errno;
 	if (tmp[0] != '\0' && err != 0)

@@ -174,28 +174,38 @@ static char *rows_read(const char *option, const char *path, FILE *f, size_t *le
 
 /*
  * Writes text[0..len), then the CSV rows of 'res' (where not NULL), over
- * the file 'target' from its start, in place, and cuts it there: for a
- * file that a rename cannot replace (of several names, another user's, a
- * file mounted there).  Nothing is cut before the new text is written.
- * Returns the open file (its position at its end), or NULL with errno set.
+ * the file 'target' from its start, in place, and cuts it there
+ * (pp_rows_write_over(): a full disk leaves it as it was): for a file that
+ * a rename cannot replace (a file mounted there) or must not (of several
+ * names, another user's).  Returns the open file (its position at its
+ * end), or NULL with errno set and *touched_p whether the file was
+ * written at all.
  */
 static FILE *rows_write_in_place(const char *target, const char *text, size_t len,
-				 const struct tr_results *res)
+				 const struct tr_results *res, bool *touched_p)
 {
-	FILE *f = fopen(target, "r+");
-	int err;
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *mem = open_memstream(&buf, &n), *f = NULL;
+	int fd = -1, err;
 
-	if (f == NULL)
+	*touched_p = false;
+	if (mem == NULL)
 		return NULL;
-	errno = 0;
-	fwrite(text, 1, len, f);
+	fwrite(text, 1, len, mem);
 	for (size_t i = 0; res != NULL && i < res->n; i++)
-		tr_results_write_row_csv(&res->rows[i], f);
-	if (fflush(f) == 0 && !ferror(f) && ftruncate(fileno(f), ftello(f)) == 0 &&
-	    fsync(fileno(f)) == 0)
+		tr_results_write_row_csv(&res->rows[i], mem);
+	if (fclose(mem) == 0 && (fd = pp_rows_write_over(target, buf, n, touched_p)) >= 0 &&
+	    (f = fdopen(fd, "r+")) != NULL && fseeko(f, 0, SEEK_END) == 0) {
+		free(buf);
 		return f;
+	}
 	err = errno ? errno : EIO;
-	fclose(f);
+	if (f != NULL)
+		fclose(f);
+	else if (fd >= 0)
+		close(fd);
+	free(buf);
 	errno = err;
 	return NULL;
 }
@@ -225,26 +235,35 @@ static int commit_staged(FILE **f_p, const char *option, const char *path, char 
 		*failed = true;
 		tr_output_failed = true;
 	} else if (rename(*staged, *target) != 0) {
-		const int err = errno;
+		const int why = errno;
+		char kept[PATH_MAX + 16];
+		bool touched = false;
 		size_t len;
 		char *text = rows_read(option, path, *f_p, &len);
-		FILE *f = text != NULL ? rows_write_in_place(*target, text, len, NULL) : NULL;
+		FILE *f = text != NULL ? rows_write_in_place(*target, text, len, NULL, &touched) : NULL;
+		const int err = errno;
 
 		free(text);
 		if (f != NULL) {
-			fprintf(stderr, "pinpipe-train: %s=%s: %s cannot be renamed over it (%s): its "
-				"rows are written in place\n", option, path, *staged, strerror(err));
+			/* unlinked before its close: locked until then (pp_staged_create()) */
+			unlink(*staged);
 			fclose(*f_p);
 			*f_p = f;
+			fprintf(stderr, "pinpipe-train: %s=%s: %s cannot be renamed over it (%s): its "
+				"rows are written in place\n", option, path, *staged, strerror(why));
 		} else {
-			ret = -err;
+			/* the rows so far kept where the next run's sweep leaves them */
+			ret = -why;
+			if (pp_rows_keep(*staged, kept, sizeof(kept)) != 0)
+				snprintf(kept, sizeof(kept), "%s", *staged);
 			fprintf(stderr, "pinpipe-train: %s=%s: cannot rename %s into place: %s, nor "
-				"write over it: %s\n", option, path, *staged, strerror(err),
-				strerror(errno));
+				"write over it%s%s%s; the rows so far are in %s\n", option, path, *staged,
+				strerror(why), text != NULL || touched ? ": " : "",
+				text != NULL || touched ? strerror(err) : "",
+				touched ? " (it may hold part of them)" : "", kept);
 			*failed = true;
 			tr_output_failed = true;
 		}
-		unlink(*staged);
 	}
 	free(*staged);
 	free(*target);
@@ -358,20 +377,37 @@ static long record_epoch(const char *s, size_t len, bool csv, size_t col)
 	return n ? (long)strtoul(buf, NULL, 10) : -1;
 }
 
-/* rows_write_in_place() for rows_replace(): 0, or -errno with the file named on stderr. */
+/*
+ * rows_write_in_place() for rows_replace(): 0, or -errno with the file
+ * named on stderr.  'tmp' (not NULL): the sorted rows, whole, in a staged
+ * file that could not be renamed over the target ('why'): removed once
+ * they are in place, kept out of the sweep's reach where they are not.
+ */
 static int rows_rewrite_in_place(const char *option, const char *path, const char *target,
-				 const char *text, size_t len, const struct tr_results *res)
+				 const char *text, size_t len, const struct tr_results *res,
+				 const char *tmp, int why)
 {
-	FILE *f = rows_write_in_place(target, text, len, res);
+	char kept[PATH_MAX + 16];
+	bool touched;
+	FILE *f = rows_write_in_place(target, text, len, res, &touched);
+	int err = f == NULL ? (errno ? errno : EIO) : 0;
 
-	if (f == NULL || fclose(f) != 0) {
-		const int err = errno ? errno : EIO;
-
-		fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s\n", option, path,
-			strerror(err));
-		return -err;
+	if (f != NULL && fclose(f) != 0)
+		err = errno ? errno : EIO;
+	if (err == 0) {
+		if (tmp != NULL) {
+			unlink(tmp);
+			fprintf(stderr, "pinpipe-train: %s=%s: %s cannot be renamed over it (%s): the "
+				"sorted rows are written in place\n", option, path, tmp, strerror(why));
+		}
+		return 0;
 	}
-	return 0;
+	if (tmp != NULL && pp_rows_keep(tmp, kept, sizeof(kept)) != 0)
+		snprintf(kept, sizeof(kept), "%s", tmp);
+	fprintf(stderr, "pinpipe-train: %s=%s: cannot write: %s%s%s%s\n", option, path,
+		strerror(err), touched ? " (it may hold part of the sorted rows)" : "",
+		tmp != NULL ? "; they are in " : "", tmp != NULL ? kept : "");
+	return -err;
 }
 
 /*
@@ -409,7 +445,7 @@ static int rows_replace(const char *option, const char *path, int open_fd, const
 	/* Renamed over, a file of several names would lose the others, and
 	 * another user's would become this one's: written in place, as its rows were. */
 	if (stat(target, &st) == 0 && !pp_rows_replaceable(&st))
-		return rows_rewrite_in_place(option, path, target, text, len, res);
+		return rows_rewrite_in_place(option, path, target, text, len, res, NULL, 0);
 	/* The file's own mode, not mkstemp's 0600. */
 	f = pp_rows_tmp_open(target, fstat(open_fd, &st) == 0 ? st.st_mode : 0600, "w", tmp,
 			     sizeof(tmp));
@@ -429,9 +465,11 @@ static int rows_replace(const char *option, const char *path, int open_fd, const
 	/* renamed before its close: until then its lock says a writer lives */
 	if (ret == 0 && rename(tmp, target) != 0) {
 		/* refused (a file mounted there, EBUSY): written in place */
+		const int why = errno;
+
+		ret = rows_rewrite_in_place(option, path, target, text, len, res, tmp, why);
 		fclose(f);
-		unlink(tmp);
-		return rows_rewrite_in_place(option, path, target, text, len, res);
+		return ret;
 	}
 	if (fclose(f) != 0 && ret == 0)
 		ret = -errno;
