@@ -55,10 +55,14 @@ struct pp_summary_writer {
 static int write_out(struct pp_summary_writer *w)
 {
 	size_t done = 0;
-	/* past RLIMIT_FSIZE: an error, not the process killed by SIGXFSZ */
-	int ret = pp_write_full(w->fd, w->buf, w->len, -1, NULL, &done);
+	int ret;
 
-	memmove(w->buf, w->buf + done, w->len - done);
+	if (w->len == 0)
+		return 0;
+	/* past RLIMIT_FSIZE: an error, not the process killed by SIGXFSZ */
+	ret = pp_write_full(w->fd, w->buf, w->len, -1, NULL, &done);
+	if (done > 0 && done < w->len)
+		memmove(w->buf, w->buf + done, w->len - done);
 	w->len -= done;
 	/* one large image's room given back once it has gone */
 	if (w->len == 0 && w->cap > 4 * (size_t)PP_SUMMARY_BUFFER) {
