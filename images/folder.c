@@ -88,7 +88,8 @@ escaped:
  * ImageFolder uses for classes, folders and files: by code point.  For
  * names that are UTF-8 this is strcmp()'s order; a byte that is not (a
  * Latin-1 name) sorts after U+D7FF and before U+E000, where strcmp()
- * would put it after every UTF-8 character.
+ * places it by its raw value among UTF-8's lead bytes (0x80..0xBF before
+ * every character of two bytes or more).
  */
 static int cmp_fsname(const char *a, const char *b)
 {

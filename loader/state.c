@@ -1,10 +1,10 @@
 /*
  * loader/state.c: what every thread of a loader does to the state they
  * share (struct pp_loader, under its mutex), below the files that run
- * them: the memory budget (create.c, ring.c, window.c), the first error,
- * which wakes every waiter, and whether a fill must give up (worker.c,
- * window.c, ring.c), the workers woken from their slots, and a worker's
- * counters added to the loader's.
+ * them: the memory budget (create.c, ring.c, window.c, worker.c), the
+ * first error, which wakes every waiter (ring.c, worker.c, window.c), and
+ * whether a fill must give up (worker.c, window.c), the workers woken from
+ * their slots, and a worker's counters added to the loader's.
  */
 #include "config.h"
 

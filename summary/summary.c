@@ -38,7 +38,7 @@
 /*
  * Records go into the writer's own buffer, and to the file when it holds
  * PP_SUMMARY_BUFFER bytes or at a flush: a step's scalar is a memcpy, not a
- * system call (nor the three of holding SIGXFSZ around one).  What a failed
+ * system call (nor the four of holding SIGXFSZ around one).  What a failed
  * write left is kept, and goes first at the next try: the file never holds
  * a record's part followed by another record.
  */

@@ -35,8 +35,10 @@ PP_API int pp_summary_writer_create(const char *dir, struct pp_summary_writer **
  * Appends the scalar 'value' under 'tag' (e.g. "loss/train") at 'step', at
  * the current wall-clock time.  Buffered: see pp_summary_writer_flush().
  * Returns 0 or -errno: a failed write's, with the file named (-EFBIG past
- * the process's RLIMIT_FSIZE, which does not kill it, -ENOSPC, -EIO).  The
- * record that failed to go is kept, and goes before the next ones.
+ * the process's RLIMIT_FSIZE, which does not kill it, -ENOSPC, -EIO).  A
+ * record taken is kept, and goes first at the next write, though the write
+ * its call made failed; once 64 KiB wait unwritten, further records are
+ * refused (not kept) until a write succeeds.
  */
 PP_API int pp_summary_writer_add_scalar(struct pp_summary_writer *w, const char *tag,
 					int64_t step, double value);
